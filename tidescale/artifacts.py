@@ -56,7 +56,9 @@ def write(root: Path = REPO_ROOT) -> list[str]:
     return written
 
 
-def generate_command(check: bool = typer.Option(False, "--check", help="Fail (exit 1) if anything would change.")) -> None:
+def generate_command(
+    check: bool = typer.Option(False, "--check", help="Fail (exit 1) if anything would change."),
+) -> None:
     if check:
         changed = drift()
         if changed:

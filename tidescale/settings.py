@@ -23,7 +23,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from tidescale.errors import UsageError
 
-_YAML_SECTION: ContextVar[dict[str, Any]] = ContextVar("_YAML_SECTION", default={})
+_YAML_SECTION: ContextVar[dict[str, Any] | None] = ContextVar("_YAML_SECTION", default=None)
 MAX_CONFIG_BYTES = 1 << 20
 
 S = TypeVar("S", bound="ComponentSettings")
@@ -33,11 +33,11 @@ class _YamlSectionSource(PydanticBaseSettingsSource):
     """The component's section of the YAML file given to `load_settings`."""
 
     def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        data = _YAML_SECTION.get()
+        data = _YAML_SECTION.get() or {}
         return data.get(field_name), field_name, False
 
     def __call__(self) -> dict[str, Any]:
-        return dict(_YAML_SECTION.get())
+        return dict(_YAML_SECTION.get() or {})
 
 
 class ComponentSettings(BaseSettings):

@@ -8,8 +8,8 @@ in the catalog nor produced by a recording rule.
 
 from __future__ import annotations
 
-from tidescale.catalog.model import MetricFamily, MetricType, Source
 from tidescale.catalog.families import ALL_FAMILIES
+from tidescale.catalog.model import MetricFamily, MetricType, Source
 
 _BY_NAME: dict[str, MetricFamily] = {f.name: f for f in ALL_FAMILIES}
 
