@@ -1,0 +1,101 @@
+"""Names of every recording rule tidescale produces (`level:metric:operation`).
+
+Dashboards, the autoscaler and the alerts read these constants instead of spelling the
+strings, so a rename is one edit here plus `tidescale generate`. Keep them stable: they
+are an interface. `level` lists the labels a series keeps (besides `stage`, `le`,
+`op_class` where noted), `metric` the source family, `operation` what was done to it.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# Burn-rate windows (multi-window, multi-burn-rate alerts, Google SRE workbook ch. 5).
+WINDOWS: Final = ("5m", "30m", "1h", "2h", "6h", "1d", "3d")
+
+
+def _windowed(prefix: str) -> dict[str, str]:
+    return {w: f"{prefix}{w}" for w in WINDOWS}
+
+
+# --- Requests per model and per pod -------------------------------------------------------------
+"""Request and error rates from Triton's always-on counters, summed over instances and pods."""
+REQUEST_SUCCESS_RATE5M: Final = "namespace_model:nv_inference_request_success:rate5m"
+REQUEST_FAILURE_RATE5M: Final = "namespace_model:nv_inference_request_failure:rate5m"
+POD_REQUEST_SUCCESS_RATE5M: Final = "namespace_model_pod:nv_inference_request_success:rate5m"
+POD_REQUEST_FAILURE_RATE5M: Final = "namespace_model_pod:nv_inference_request_failure:rate5m"
+# failure / (success + failure) over each window: the error-budget burn-rate inputs.
+ERROR_RATIO: Final[dict[str, str]] = _windowed("namespace_model:nv_inference_request:error_ratio_rate")
+ERROR_RATIO_RATE5M: Final = ERROR_RATIO["5m"]
+
+# --- Batching -------------------------------------------------------------------------------------
+"""Inferences per execution (a batch of n counts n): 1.0 means the dynamic batcher never batched."""
+INFERENCES_PER_EXEC_RATE5M: Final = "namespace_model:nv_inference_count_per_exec:ratio_rate5m"
+POD_INFERENCES_PER_EXEC_RATE5M: Final = "namespace_model_pod:nv_inference_count_per_exec:ratio_rate5m"
+
+# --- Average stage latency from Triton's cumulative µs counters ------------------------------------
+"""Seconds per request by `stage` (request, queue, compute_input, compute_infer, compute_output):
+sum the duration counters over pods first, then divide by the summed request count (never an
+average of per-pod ratios, and no `1+` in the denominator)."""
+STAGE_AVG_SECONDS_RATE5M: Final = "namespace_model_stage:nv_inference_duration_seconds:avg_rate5m"
+QUEUE_TO_COMPUTE_RATIO_RATE5M: Final = "namespace_model:nv_inference_queue_to_compute:ratio_rate5m"
+
+# --- Percentiles and SLO from tidescale's aggregatable histogram -----------------------------------
+"""P50/P95/P99 per model over 5m from `tidescale_request_duration_seconds` (label `stage` kept)."""
+P50: Final = "namespace_model:tidescale_request_duration_seconds:p50"
+P95: Final = "namespace_model:tidescale_request_duration_seconds:p95"
+P99: Final = "namespace_model:tidescale_request_duration_seconds:p99"
+# P99 per model version (stage="request"), the input of the version-regression review.
+VERSION_P99: Final = "namespace_model_version:tidescale_request_duration_seconds:p99"
+"""Fraction of requests (stage="request") slower than each SLO threshold, label `le` = the
+threshold bucket boundary: 1 - bucket{le}/count. One series per (namespace, model, le)."""
+SLOW_RATIO: Final[dict[str, str]] = _windowed("namespace_model:tidescale_request_duration_seconds:slow_ratio_rate")
+SLOW_RATIO_RATE5M: Final = SLOW_RATIO["5m"]
+
+# --- Queue and concurrency per replica --------------------------------------------------------------
+"""Queue depth (Triton's pending-request gauge) and in-flight requests (Little's law on the
+request-duration counter: µs spent per second = average concurrency) per replica."""
+POD_QUEUE_DEPTH: Final = "namespace_pod:nv_inference_pending_request_count:sum"
+MODEL_POD_QUEUE_DEPTH: Final = "namespace_model_pod:nv_inference_pending_request_count:sum"
+DEPLOYMENT_QUEUE_DEPTH_PER_REPLICA: Final = "namespace_deployment:triton_queue_depth_per_replica:avg"
+MODEL_QUEUE_DEPTH_PER_REPLICA: Final = "namespace_model:triton_queue_depth_per_replica:avg"
+POD_INFLIGHT: Final = "namespace_pod:triton_inflight_requests:rate5m"
+DEPLOYMENT_INFLIGHT_PER_REPLICA: Final = "namespace_deployment:triton_inflight_per_replica:avg"
+# Average queue time per request in seconds, per pod (the queue-time alert input).
+POD_QUEUE_SECONDS_RATE5M: Final = "namespace_pod:nv_inference_queue_duration_seconds:avg_rate5m"
+# One series per Triton pod serving a model (value 1): the join key for GPU series.
+MODEL_POD_SERVING: Final = "namespace_model_pod:triton_serving:info"
+
+# --- GPU (dcgm-exporter), joined to Triton pods on namespace/pod ------------------------------------
+"""Per GPU with normalized labels (pod/namespace from exported_* when present, hostname from
+Hostname or hostname), then per serving pod and per model. Utilisation and activities 0-1."""
+GPU_UTILIZATION: Final = "namespace_pod_gpu:dcgm_gpu_utilization:ratio"
+GPU_FB_USED_BYTES: Final = "namespace_pod_gpu:dcgm_fb_used_bytes:sum"
+GPU_FB_FREE_BYTES: Final = "namespace_pod_gpu:dcgm_fb_free_bytes:sum"
+POD_GPU_UTILIZATION: Final = "namespace_pod:dcgm_gpu_utilization:avg"
+POD_GPU_SM_ACTIVE: Final = "namespace_pod:dcgm_sm_active:avg"
+POD_GPU_TENSOR_ACTIVE: Final = "namespace_pod:dcgm_tensor_active:avg"
+POD_GPU_FB_USED_BYTES: Final = "namespace_pod:dcgm_fb_used_bytes:sum"
+POD_GPU_FB_FREE_BYTES: Final = "namespace_pod:dcgm_fb_free_bytes:sum"
+POD_GPU_POWER_WATTS: Final = "namespace_pod:dcgm_power_usage_watts:sum"
+MODEL_GPU_UTILIZATION: Final = "namespace_model:dcgm_gpu_utilization:avg"
+MODEL_GPU_SM_ACTIVE: Final = "namespace_model:dcgm_sm_active:avg"
+MODEL_GPU_TENSOR_ACTIVE: Final = "namespace_model:dcgm_tensor_active:avg"
+MODEL_GPU_FB_USED_BYTES: Final = "namespace_model:dcgm_fb_used_bytes:sum"
+MODEL_GPU_POWER_WATTS: Final = "namespace_model:dcgm_power_usage_watts:sum"
+
+# --- Profiles ---------------------------------------------------------------------------------------
+"""Op-time share per model version and op class from the latest profile (no namespace: the
+exporter's own namespace would be wrong for the model)."""
+OP_TIME_SHARE: Final = "model_version_op_class:tidescale_op_time_share:max"
+
+
+def all_names() -> list[str]:
+    """Every recording-rule name above (for tests and the catalog check)."""
+    out: list[str] = []
+    for value in globals().values():
+        if isinstance(value, str) and value.count(":") == 2:
+            out.append(value)
+        elif isinstance(value, dict):
+            out.extend(v for v in value.values() if isinstance(v, str) and v.count(":") == 2)
+    return sorted(set(out))
