@@ -1,0 +1,186 @@
+"""A Deployment of Triton replicas on this machine: pod names, scaling, readiness, scrape targets.
+
+Scaling behaves like Kubernetes: new pods start in the background and count as Ready only once
+every model has loaded (the cold start); scale-down removes the newest pods from the endpoints at
+once and stops them in parallel in the background (Triton drains in-flight requests).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+
+from tidescale.errors import TidescaleError, UsageError
+from tidescale.fleet.model_repo import DEFAULT_MODELS, ModelSpec, render_config, write_model_repository
+from tidescale.fleet.triton import TraceSettings, TritonReplica
+from tidescale.procs import stop_all
+
+# Kubernetes' pod-name suffix alphabet (no vowels, no ambiguous characters).
+SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+MAX_REPLICAS = 64
+
+ScrapeTarget = tuple[str, dict[str, str]]
+
+
+def template_hash(specs: Sequence[ModelSpec], deployment: str) -> str:
+    """A stable pod-template-hash-like string derived from the model configs."""
+    digest = hashlib.sha256(json.dumps([deployment, *(render_config(s) for s in specs)]).encode()).digest()
+    return "".join(SUFFIX_ALPHABET[b % len(SUFFIX_ALPHABET)] for b in digest[:5])
+
+
+class PodNamer:
+    """`<deployment>-<hash>-<5 chars>` names, reproducible for a seed and never repeated."""
+
+    def __init__(self, deployment: str, template: str, seed: int) -> None:
+        self.prefix = f"{deployment}-{template}-"
+        self._rng = random.Random(seed)
+        self._used: set[str] = set()
+
+    def next(self) -> str:
+        while True:
+            name = self.prefix + "".join(self._rng.choice(SUFFIX_ALPHABET) for _ in range(5))
+            if name not in self._used:
+                self._used.add(name)
+                return name
+
+
+class TritonFleet:
+    """N real Triton replicas of one model repository, scaled like a Deployment."""
+
+    def __init__(self, workdir: Path, models: Sequence[ModelSpec] = DEFAULT_MODELS, *,
+                 namespace: str = "tidescale-demo", deployment: str = "triton", replicas: int = 1,
+                 trace: TraceSettings | None = None, summary_latencies: bool = False,
+                 ready_timeout: float = 180.0, seed: int = 0) -> None:
+        if not 0 <= replicas <= MAX_REPLICAS:
+            raise UsageError(f"replicas must be in 0..{MAX_REPLICAS}, got {replicas}")
+        self.workdir = workdir
+        self.models = tuple(models)
+        self.namespace = namespace
+        self.deployment = deployment
+        self.initial_replicas = replicas
+        self.trace = trace
+        self.summary_latencies = summary_latencies
+        self.ready_timeout = ready_timeout
+        self.repo = workdir / "model_repository"
+        self._namer = PodNamer(deployment, template_hash(self.models, deployment), seed)
+        self._lock = threading.Lock()
+        self._replicas: list[TritonReplica] = []
+        self._starters: list[threading.Thread] = []
+        self._stoppers: list[threading.Thread] = []
+        self._failures: dict[str, str] = {}
+        self.restarts: dict[str, int] = {}
+
+    # --- lifecycle -------------------------------------------------------------------------------
+    def start(self, wait: bool = True) -> TritonFleet:
+        """Write the model repository, start the initial replicas and (by default) wait until Ready."""
+        write_model_repository(self.repo, self.models)
+        self.scale_to(self.initial_replicas)
+        if wait:
+            self.wait_ready(self.initial_replicas, self.ready_timeout)
+        return self
+
+    def wait_ready(self, n: int | None = None, timeout: float | None = None) -> None:
+        """Wait until the background starts finished; fail if fewer than *n* replicas became Ready."""
+        with self._lock:
+            starters = list(self._starters)
+        for t in starters:
+            t.join(timeout if timeout is not None else self.ready_timeout)
+        want = self.spec_replicas if n is None else n
+        ready = len(self.ready_replicas())
+        if ready < want:
+            detail = "; ".join(f"{pod}: {err}" for pod, err in self._failures.items())
+            raise TidescaleError(f"only {ready}/{want} Triton replicas became ready. {detail}")
+
+    def scale_to(self, n: int) -> None:
+        """Set the desired replica count; returns at once (new replicas become Ready later)."""
+        if not 0 <= n <= MAX_REPLICAS:
+            raise UsageError(f"replicas must be in 0..{MAX_REPLICAS}, got {n}")
+        with self._lock:
+            while len(self._replicas) < n:
+                self._add_replica_locked()
+            removed = self._replicas[n:]
+            del self._replicas[n:]
+        if removed:
+            self._stop_in_background(removed)
+
+    def _add_replica_locked(self) -> TritonReplica:
+        pod = self._namer.next()
+        replica = TritonReplica(pod, self.namespace, self.repo, self.workdir / "pods" / pod, trace=self.trace,
+                                summary_latencies=self.summary_latencies)
+        self._replicas.append(replica)
+        self.restarts[pod] = 0
+        starter = threading.Thread(target=self._start_one, args=(replica,), name=f"start-{pod}", daemon=True)
+        self._starters.append(starter)
+        starter.start()
+        return replica
+
+    def _start_one(self, replica: TritonReplica) -> None:
+        try:
+            replica.start()
+            replica.wait_ready(self.ready_timeout)
+        except TidescaleError as exc:
+            self._failures[replica.pod] = str(exc).splitlines()[0]
+            replica.stop(grace=2.0)
+
+    def _stop_in_background(self, replicas: list[TritonReplica]) -> None:
+        for r in replicas:
+            r.terminate()  # out of the endpoints at once, like a Terminating pod
+        procs = [r.process for r in replicas if r.process is not None]
+        t = threading.Thread(target=stop_all, args=(procs,), name="stop-replicas", daemon=True)
+        with self._lock:
+            self._stoppers.append(t)
+        t.start()
+
+    def stop(self) -> None:
+        """Stop every replica in parallel and wait for all background starts and stops."""
+        with self._lock:
+            replicas = list(self._replicas)
+            self._replicas.clear()
+            starters, stoppers = list(self._starters), list(self._stoppers)
+        for r in replicas:
+            r.terminate()
+        stop_all([r.process for r in replicas if r.process is not None])
+        for t in starters:
+            t.join(5.0)
+        # A starter may have launched a process after we looked: stop stragglers too.
+        stop_all([r.process for r in replicas if r.process is not None and r.alive()], grace=2.0)
+        for t in stoppers:
+            t.join(20.0)
+
+    def __enter__(self) -> TritonFleet:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    # --- state -----------------------------------------------------------------------------------
+    @property
+    def replicas(self) -> list[TritonReplica]:
+        """Current pods (Ready or starting), oldest first."""
+        with self._lock:
+            return list(self._replicas)
+
+    @property
+    def spec_replicas(self) -> int:
+        with self._lock:
+            return len(self._replicas)
+
+    def ready_replicas(self) -> list[TritonReplica]:
+        return [r for r in self.replicas if r.ready]
+
+    def ready_urls(self) -> list[str]:
+        """HTTP base URLs of Ready replicas: the Service endpoints a load generator balances over."""
+        return [r.http_url for r in self.ready_replicas()]
+
+    def failures(self) -> dict[str, str]:
+        return dict(self._failures)
+
+    def scrape_targets(self) -> list[ScrapeTarget]:
+        """(address, labels) of every pod's Triton metrics port, like a PodMonitor would discover."""
+        return [(r.metrics_address, {**r.labels, "deployment": self.deployment}) for r in self.replicas]
