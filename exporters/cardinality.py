@@ -1,0 +1,51 @@
+"""Bounded label cardinality: a cap on distinct series and clean label values.
+
+Hostile or buggy clients can send 10,000 model names; without a cap every name becomes a
+series in every scrape forever. `SeriesCap` admits the first `max_series` label sets of a
+family and refuses the rest (the caller counts the refusal), so memory and scrape size stay
+bounded and the drop is visible in `tidescale_exporter_series_dropped_total`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+MAX_LABEL_VALUE_CHARS = 200
+
+
+def clean_label_value(value: str, max_chars: int = MAX_LABEL_VALUE_CHARS) -> str:
+    """Label value with control characters replaced and length bounded.
+
+    prometheus-client escapes quotes, backslashes and newlines in the exposition, so the
+    value is safe to expose as-is; control characters are replaced only so logs and
+    dashboards stay readable, and the length bound keeps one label from bloating a scrape.
+    """
+    cleaned = "".join(ch if ch.isprintable() else "?" for ch in value[: max_chars + 1])
+    return cleaned if len(cleaned) <= max_chars else cleaned[: max_chars - 1] + "…"
+
+
+class SeriesCap:
+    """Admits at most `max_series` distinct keys; `release` frees a key's slot."""
+
+    def __init__(self, max_series: int) -> None:
+        if max_series < 1:
+            raise ValueError(f"max_series must be at least 1, got {max_series}")
+        self.max_series = max_series
+        self._keys: set[Hashable] = set()
+        self.refused = 0
+
+    def admit(self, key: Hashable) -> bool:
+        """True if *key* already has a slot or one is free; False (and counted) otherwise."""
+        if key in self._keys:
+            return True
+        if len(self._keys) >= self.max_series:
+            self.refused += 1
+            return False
+        self._keys.add(key)
+        return True
+
+    def release(self, key: Hashable) -> None:
+        self._keys.discard(key)
+
+    def __len__(self) -> int:
+        return len(self._keys)

@@ -1,0 +1,411 @@
+"""Mergeable latency structures: a relative-error sketch, SLO-aware log buckets, a sliding window.
+
+Why two structures: Prometheus can only add histograms across pods (`sum by (le)`), so the
+classic histogram is what dashboards and alerts aggregate; its quantiles are only as good as
+the buckets. The sketch (DDSketch-style, relative error α) merges exactly across pods and
+intervals, so the exporter can publish fleet quantiles with ≤ α error without any buckets.
+The pure structures come first; `LatencyAggregator` (the Prometheus collector the service
+registers) keeps one histogram and one sliding sketch per (model, version, stage, namespace).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+from exporters.cardinality import SeriesCap, clean_label_value
+from tidescale import catalog
+
+if TYPE_CHECKING:
+    from exporters.selfmetrics import SelfMetrics
+
+DEFAULT_RELATIVE_ACCURACY = 0.005
+DEFAULT_MAX_BINS = 2048
+# Durations at or below this are counted as "zero" (1 ns: Triton's clock resolution).
+MIN_TRACKED_SECONDS = 1e-9
+
+
+class DDSketch:
+    """Log-bucketed quantile sketch: every quantile within `relative_accuracy` of a true value.
+
+    Bucket i holds values in (γ^(i-1), γ^i] with γ = (1+α)/(1-α); the estimate 2γ^i/(γ+1) is
+    within α of every value in the bucket. Merging adds bucket counts, so a merge of per-pod
+    sketches equals the sketch of all values. When more than `max_bins` buckets exist the
+    lowest ones collapse into one (tail quantiles keep their accuracy; latency SLOs care about
+    the top, not the bottom). Counts are floats so sampled data can be weighted.
+    """
+
+    __slots__ = ("_log_gamma", "bins", "count", "max_bins", "relative_accuracy", "zero_count")
+
+    def __init__(self, relative_accuracy: float = DEFAULT_RELATIVE_ACCURACY,
+                 max_bins: int = DEFAULT_MAX_BINS) -> None:
+        if not 0.0 < relative_accuracy < 1.0:
+            raise ValueError(f"relative_accuracy must be in (0, 1), got {relative_accuracy}")
+        if max_bins < 2:
+            raise ValueError(f"max_bins must be at least 2, got {max_bins}")
+        self.relative_accuracy = relative_accuracy
+        self.max_bins = max_bins
+        gamma = (1.0 + relative_accuracy) / (1.0 - relative_accuracy)
+        self._log_gamma = math.log(gamma)
+        self.bins: dict[int, float] = {}
+        self.zero_count = 0.0
+        self.count = 0.0
+
+    def key(self, value: float) -> int:
+        """The bucket index of a positive value."""
+        return math.ceil(math.log(value) / self._log_gamma)
+
+    def value_of(self, key: int) -> float:
+        """The representative value of bucket *key* (relative error ≤ α for its members)."""
+        gamma = math.exp(self._log_gamma)
+        return 2.0 * math.exp(key * self._log_gamma) / (gamma + 1.0)
+
+    def add(self, value: float, weight: float = 1.0) -> None:
+        if not math.isfinite(value) or value < 0.0 or weight <= 0.0:
+            return
+        if value <= MIN_TRACKED_SECONDS:
+            self.zero_count += weight
+        else:
+            k = self.key(value)
+            self.bins[k] = self.bins.get(k, 0.0) + weight
+            if len(self.bins) > self.max_bins:
+                self._collapse()
+        self.count += weight
+
+    def add_many(self, values: np.ndarray) -> None:
+        """Vectorised `add` of unit-weight values (benchmarks feed millions)."""
+        arr = np.asarray(values, dtype=np.float64)
+        arr = arr[np.isfinite(arr) & (arr >= 0.0)]
+        zero = arr <= MIN_TRACKED_SECONDS
+        self.zero_count += float(zero.sum())
+        keys = np.ceil(np.log(arr[~zero]) / self._log_gamma).astype(np.int64)
+        uniq, counts = np.unique(keys, return_counts=True)
+        for k, c in zip(uniq.tolist(), counts.tolist(), strict=True):
+            self.bins[k] = self.bins.get(k, 0.0) + c
+        self.count += float(arr.size)
+        if len(self.bins) > self.max_bins:
+            self._collapse()
+
+    def _collapse(self) -> None:
+        """Fold the lowest buckets into one until at most `max_bins` remain."""
+        keys = sorted(self.bins)
+        excess = len(keys) - self.max_bins
+        target = keys[excess]
+        moved = sum(self.bins.pop(k) for k in keys[:excess])
+        self.bins[target] += moved
+
+    def merge(self, other: DDSketch) -> None:
+        if other._log_gamma != self._log_gamma:
+            raise ValueError("cannot merge sketches with different relative accuracy")
+        for k, c in other.bins.items():
+            self.bins[k] = self.bins.get(k, 0.0) + c
+        self.zero_count += other.zero_count
+        self.count += other.count
+        if len(self.bins) > self.max_bins:
+            self._collapse()
+
+    def quantile(self, q: float) -> float | None:
+        """The q-quantile estimate (0 ≤ q ≤ 1), or None for an empty sketch."""
+        if not 0.0 <= q <= 1.0:
+            raise ValueError(f"quantile must be in [0, 1], got {q}")
+        if self.count <= 0.0:
+            return None
+        rank = q * (self.count - 1.0)
+        seen = self.zero_count
+        if seen > rank:
+            return 0.0
+        for k in sorted(self.bins):
+            seen += self.bins[k]
+            if seen > rank:
+                return self.value_of(k)
+        return self.value_of(max(self.bins))
+
+    def copy(self) -> DDSketch:
+        out = DDSketch(self.relative_accuracy, self.max_bins)
+        out.bins = dict(self.bins)
+        out.zero_count = self.zero_count
+        out.count = self.count
+        return out
+
+
+def log_buckets(min_s: float, max_s: float, slo_thresholds: Sequence[float] = (),
+                max_buckets: int = 60) -> tuple[float, ...]:
+    """Finite upper bounds: log-spaced from min_s to max_s with every SLO threshold exact.
+
+    `max_buckets` counts the implicit +Inf bucket, so at most `max_buckets - 1` finite bounds
+    are returned. Grid points closer than half a step (in log space) to an SLO threshold are
+    dropped so a threshold never sits in a sliver bucket; the grid is as fine as the budget
+    allows.
+    """
+    if not (0.0 < min_s < max_s) or not math.isfinite(max_s):
+        raise ValueError(f"need 0 < min_s < max_s, got min_s={min_s}, max_s={max_s}")
+    slos = sorted({float(s) for s in slo_thresholds})
+    if any(not math.isfinite(s) or s <= 0.0 for s in slos):
+        raise ValueError(f"SLO thresholds must be positive and finite, got {slos}")
+    budget = max_buckets - 1
+    if len(slos) + 2 > budget:
+        raise ValueError(f"{len(slos)} SLO thresholds leave no room for a grid in {max_buckets} buckets")
+    best: list[float] = []
+    for points in range(budget, 1, -1):
+        bounds = _grid_with_slos(min_s, max_s, slos, points)
+        if len(bounds) <= budget:
+            best = bounds
+            break
+    return tuple(best)
+
+
+def _grid_with_slos(min_s: float, max_s: float, slos: list[float], points: int) -> list[float]:
+    ratio = math.log(max_s / min_s) / (points - 1)
+    grid = [min_s * math.exp(i * ratio) for i in range(points)]
+    log_slos = [math.log(s) for s in slos]
+    kept = [g for g in grid if all(abs(math.log(g) - ls) >= ratio / 2 for ls in log_slos)]
+    return sorted({float(f"{b:.6g}") for b in kept} | set(slos))
+
+
+@dataclass
+class BucketHistogram:
+    """A classic Prometheus histogram: per-bucket counts (non-cumulative), sum and count."""
+
+    bounds: tuple[float, ...]
+    counts: list[float] = field(default_factory=list)
+    total: float = 0.0
+    count: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.counts:
+            self.counts = [0.0] * (len(self.bounds) + 1)
+
+    def observe(self, value: float, weight: float = 1.0) -> None:
+        # Prometheus buckets are "le": a value equal to a bound belongs to that bucket.
+        self.counts[bisect_left(self.bounds, value)] += weight
+        self.total += value * weight
+        self.count += weight
+
+    def observe_many(self, values: np.ndarray) -> None:
+        arr = np.asarray(values, dtype=np.float64)
+        idx = np.searchsorted(np.asarray(self.bounds), arr, side="left")
+        for i, c in enumerate(np.bincount(idx, minlength=len(self.counts)).tolist()):
+            self.counts[i] += c
+        self.total += float(arr.sum())
+        self.count += float(arr.size)
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        """(le, cumulative count) pairs including +Inf, as Prometheus exposes them."""
+        out: list[tuple[str, float]] = []
+        running = 0.0
+        for bound, c in zip((*self.bounds, math.inf), self.counts, strict=True):
+            running += c
+            out.append(("+Inf" if math.isinf(bound) else repr(bound), running))
+        return out
+
+
+class SlidingSketch:
+    """Sketches over a sliding window: a ring of per-interval sketches merged on read.
+
+    Each interval (window / slots seconds) gets its own sketch; reading merges those whose
+    interval started within the window, so old data leaves in steps of one interval.
+    """
+
+    def __init__(self, window_s: float = 60.0, slots: int = 12,
+                 relative_accuracy: float = DEFAULT_RELATIVE_ACCURACY,
+                 max_bins: int = DEFAULT_MAX_BINS) -> None:
+        if window_s <= 0 or slots < 1:
+            raise ValueError("window_s must be positive and slots at least 1")
+        self.interval_s = window_s / slots
+        self.slots = slots
+        self.relative_accuracy = relative_accuracy
+        self.max_bins = max_bins
+        self._ring: dict[int, DDSketch] = {}
+
+    def _slot(self, now: float) -> int:
+        return math.floor(now / self.interval_s)
+
+    def _expire(self, current: int) -> None:
+        for idx in [i for i in self._ring if i <= current - self.slots]:
+            del self._ring[idx]
+
+    def add(self, value: float, now: float, weight: float = 1.0) -> None:
+        current = self._slot(now)
+        sketch = self._ring.get(current)
+        if sketch is None:
+            self._expire(current)
+            sketch = self._ring[current] = DDSketch(self.relative_accuracy, self.max_bins)
+        sketch.add(value, weight)
+
+    def merged(self, now: float) -> DDSketch:
+        """All values of the last window, in one sketch."""
+        current = self._slot(now)
+        self._expire(current)
+        out = DDSketch(self.relative_accuracy, self.max_bins)
+        for idx, sketch in self._ring.items():
+            if idx <= current:
+                out.merge(sketch)
+        return out
+
+    def empty(self, now: float) -> bool:
+        self._expire(self._slot(now))
+        return not self._ring
+
+
+def merge_all(sketches: Iterable[DDSketch]) -> DDSketch | None:
+    """One sketch holding every value of *sketches* (None if there are none)."""
+    out: DDSketch | None = None
+    for s in sketches:
+        if out is None:
+            out = s.copy()
+        else:
+            out.merge(s)
+    return out
+
+
+# --- Triton timestamps → stage durations ------------------------------------------------------
+
+STAGES: tuple[str, ...] = ("request", "queue", "compute_input", "compute_infer", "compute_output")
+# stage → (start stamp, end stamp), Triton's TIMESTAMPS names (mode=triton and OTLP events alike).
+STAGE_STAMPS: dict[str, tuple[str, str]] = {
+    "request": ("REQUEST_START", "REQUEST_END"),
+    "queue": ("QUEUE_START", "COMPUTE_START"),
+    "compute_input": ("COMPUTE_START", "COMPUTE_INPUT_END"),
+    "compute_infer": ("COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START"),
+    "compute_output": ("COMPUTE_OUTPUT_START", "COMPUTE_END"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class StageSample:
+    """One request's duration in one stage of one model version."""
+
+    model: str
+    version: str
+    stage: str
+    seconds: float
+    namespace: str = ""
+
+
+def stage_durations(stamps: dict[str, int]) -> dict[str, float]:
+    """Stage → seconds for every stage whose two stamps (ns) are present and ordered."""
+    out: dict[str, float] = {}
+    for stage, (start, end) in STAGE_STAMPS.items():
+        t0 = stamps.get(start)
+        t1 = stamps.get(end)
+        if t0 is not None and t1 is not None and t1 >= t0:
+            out[stage] = (t1 - t0) / 1e9
+    return out
+
+
+def samples_for(model: str, version: str, stamps: dict[str, int], namespace: str = "") -> list[StageSample]:
+    return [StageSample(model, version, stage, secs, namespace)
+            for stage, secs in stage_durations(stamps).items()]
+
+
+# --- the collector -----------------------------------------------------------------------------
+
+QUANTILES: tuple[float, ...] = (0.5, 0.95, 0.99)
+SeriesKey = tuple[str, str, str, str]  # model, version, stage, namespace
+
+
+@dataclass
+class _Series:
+    histogram: BucketHistogram
+    window: SlidingSketch
+    last_seen: float
+
+
+class LatencyAggregator(Collector):
+    """Per (model, version, stage, namespace): a classic histogram and a sliding-window sketch.
+
+    Histogram counts are *traced* requests: with Triton `rate=N` they are a 1-in-N sample and
+    are not scaled (counters stay integers and `histogram_quantile` is unaffected);
+    `tidescale_trace_sample_rate` carries 1/N so `rate()` can be scaled when absolute counts
+    matter. Series idle for `idle_ttl_s` are removed (their cap slot is freed).
+    """
+
+    def __init__(self, bounds: Sequence[float], *, window_s: float = 60.0, slots: int = 12,
+                 max_series: int = 2000, sample_rate: int = 1, idle_ttl_s: float = 3600.0,
+                 selfmetrics: SelfMetrics | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.bounds = tuple(bounds)
+        self.window_s = window_s
+        self.slots = slots
+        self.cap = SeriesCap(max_series)
+        self.sample_rate = sample_rate
+        self.idle_ttl_s = idle_ttl_s
+        self.selfmetrics = selfmetrics
+        self.clock = clock
+        self._series: dict[SeriesKey, _Series] = {}
+        self._lock = threading.Lock()
+        self._hist_family = catalog.get("tidescale_request_duration_seconds")
+        self._quantile_family = catalog.get("tidescale_request_duration_quantile_seconds")
+        self._rate_family = catalog.get("tidescale_trace_sample_rate")
+
+    def observe(self, sample: StageSample) -> bool:
+        """Add one stage duration; False when the series cap refused a new series."""
+        key = (clean_label_value(sample.model), clean_label_value(sample.version), sample.stage,
+               clean_label_value(sample.namespace))
+        now = self.clock()
+        with self._lock:
+            series = self._series.get(key)
+            if series is None:
+                if not self.cap.admit(key):
+                    if self.selfmetrics is not None:
+                        self.selfmetrics.drop_series(self._hist_family.name)
+                    return False
+                series = self._series[key] = _Series(
+                    BucketHistogram(self.bounds), SlidingSketch(self.window_s, self.slots), now)
+            series.histogram.observe(sample.seconds)
+            series.window.add(sample.seconds, now)
+            series.last_seen = now
+        return True
+
+    def observe_all(self, samples: Iterable[StageSample]) -> int:
+        """Observe every sample; returns how many were refused by the cap."""
+        return sum(0 if self.observe(s) else 1 for s in samples)
+
+    def _expire_idle(self, now: float) -> None:
+        for key in [k for k, s in self._series.items() if now - s.last_seen > self.idle_ttl_s]:
+            del self._series[key]
+            self.cap.release(key)
+
+    def fleet_quantiles(self, model: str, version: str, stage: str) -> dict[float, float]:
+        """Quantiles over the window, merged across namespaces (for tests and the CLI)."""
+        now = self.clock()
+        with self._lock:
+            sketches = [s.window.merged(now) for k, s in self._series.items() if k[:3] == (model, version, stage)]
+        merged = merge_all(sketches)
+        if merged is None:
+            return {}
+        return {q: v for q in QUANTILES if (v := merged.quantile(q)) is not None}
+
+    def collect(self) -> Iterator[HistogramMetricFamily | GaugeMetricFamily]:
+        labels = ["model", "version", "stage", "namespace"]
+        hist = HistogramMetricFamily(self._hist_family.name, self._hist_family.help, labels=labels)
+        quant = GaugeMetricFamily(self._quantile_family.name, self._quantile_family.help,
+                                  labels=[*labels, "quantile"])
+        rate = GaugeMetricFamily(self._rate_family.name, self._rate_family.help,
+                                 labels=["model", "version", "namespace"])
+        now = self.clock()
+        with self._lock:
+            self._expire_idle(now)
+            models: set[tuple[str, str, str]] = set()
+            for key, series in sorted(self._series.items()):
+                hist.add_metric(list(key), series.histogram.cumulative(), series.histogram.total)
+                merged = series.window.merged(now)
+                for q in QUANTILES:
+                    value = merged.quantile(q)
+                    if value is not None:
+                        quant.add_metric([*key, str(q)], value)
+                models.add((key[0], key[1], key[3]))
+            for model, version, namespace in sorted(models):
+                rate.add_metric([model, version, namespace], 1.0 / self.sample_rate)
+        yield hist
+        yield quant
+        yield rate

@@ -1,0 +1,110 @@
+"""The exporter's own health: spans accepted/dropped, polls, profile bytes, refused series.
+
+One small collector instead of prometheus-client's global metric objects, so every app (and
+every test) owns its registry and counts start at zero. Names come from the catalog.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+from exporters.latency import BucketHistogram
+from tidescale import catalog
+
+POLL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+MAX_TARGET_SERIES = 1000
+MAX_REASONS = 50
+
+
+def _family(name: str) -> tuple[str, str]:
+    fam = catalog.get(name)
+    return fam.name, fam.help
+
+
+class SelfMetrics(Collector):
+    """Counters the service, the span joiner, the poller and the profile store update."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.spans_accepted = 0
+        self.spans_dropped: Counter[str] = Counter()
+        self.profile_bytes = 0
+        self.series_dropped: Counter[str] = Counter()
+        self.poll_errors: Counter[tuple[str, str]] = Counter()
+        self.poll_durations: dict[str, BucketHistogram] = {}
+        self.targets = 0
+
+    def accept_spans(self, n: int) -> None:
+        with self._lock:
+            self.spans_accepted += n
+
+    def drop_spans(self, reason: str, n: int = 1) -> None:
+        with self._lock:
+            if reason in self.spans_dropped or len(self.spans_dropped) < MAX_REASONS:
+                self.spans_dropped[reason] += n
+
+    def drop_series(self, family: str, n: int = 1) -> None:
+        with self._lock:
+            self.series_dropped[family] += n
+
+    def add_profile_bytes(self, n: int) -> None:
+        with self._lock:
+            self.profile_bytes += n
+
+    def observe_poll(self, target: str, seconds: float, error_reason: str | None = None) -> None:
+        """Record one statistics poll of *target* (for the stats poller)."""
+        with self._lock:
+            hist = self.poll_durations.get(target)
+            if hist is None:
+                if len(self.poll_durations) >= MAX_TARGET_SERIES:
+                    self.series_dropped[catalog.get("tidescale_exporter_poll_duration_seconds").name] += 1
+                    return
+                hist = self.poll_durations[target] = BucketHistogram(POLL_BUCKETS)
+            hist.observe(seconds)
+            if error_reason is not None:
+                self.poll_errors[(target, error_reason)] += 1
+
+    def forget_target(self, target: str) -> None:
+        """Remove a vanished target's series."""
+        with self._lock:
+            self.poll_durations.pop(target, None)
+            for key in [k for k in self.poll_errors if k[0] == target]:
+                del self.poll_errors[key]
+
+    def set_targets(self, n: int) -> None:
+        with self._lock:
+            self.targets = n
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
+        with self._lock:
+            name, help_ = _family("tidescale_exporter_spans_accepted_total")
+            yield CounterMetricFamily(name.removesuffix("_total"), help_, value=self.spans_accepted)
+            name, help_ = _family("tidescale_exporter_spans_dropped_total")
+            dropped = CounterMetricFamily(name.removesuffix("_total"), help_, labels=["reason"])
+            for reason, n in sorted(self.spans_dropped.items()):
+                dropped.add_metric([reason], n)
+            yield dropped
+            name, help_ = _family("tidescale_exporter_profile_bytes_total")
+            yield CounterMetricFamily(name.removesuffix("_total"), help_, value=self.profile_bytes)
+            name, help_ = _family("tidescale_exporter_series_dropped_total")
+            series = CounterMetricFamily(name.removesuffix("_total"), help_, labels=["family"])
+            for family, n in sorted(self.series_dropped.items()):
+                series.add_metric([family], n)
+            yield series
+            name, help_ = _family("tidescale_exporter_poll_errors_total")
+            errors = CounterMetricFamily(name.removesuffix("_total"), help_, labels=["target", "reason"])
+            for (target, reason), n in sorted(self.poll_errors.items()):
+                errors.add_metric([target, reason], n)
+            yield errors
+            name, help_ = _family("tidescale_exporter_poll_duration_seconds")
+            polls = HistogramMetricFamily(name, help_, labels=["target"])
+            for target, hist in sorted(self.poll_durations.items()):
+                polls.add_metric([target], hist.cumulative(), hist.total)
+            yield polls
+            name, help_ = _family("tidescale_exporter_targets")
+            yield GaugeMetricFamily(name, help_, value=self.targets)

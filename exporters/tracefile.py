@@ -1,0 +1,171 @@
+"""Triton trace files (`mode=triton`, `level=TIMESTAMPS`) → stage samples, tailed incrementally.
+
+Triton writes one JSON array per file: headers `{"id","model_name","model_version"[,"parent_id"]}`
+and stamps `{"id","timestamps":[{"name","ns"}]}`, with `file.0`, `file.1`, … when rotating
+(fixture `profiles/triton/trace_timestamps.json.0`). The tailer remembers a byte offset per
+file and decodes complete objects as they appear, so a growing file is read once; a request
+becomes samples when its REQUEST_END arrives. Ensemble/BLS children have their own id and
+header (with `parent_id`), so each is attributed to its own model.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import re
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from exporters.latency import StageSample, samples_for
+
+MAX_ENTRY_CHARS = 64 * 1024
+READ_CHUNK_BYTES = 1 << 20
+_SEPARATORS = " \t\r\n,[]"
+_ROTATED = re.compile(r"\.(\d+)$")
+
+
+@dataclass
+class _Request:
+    model: str | None = None
+    version: str = ""
+    stamps: dict[str, int] = field(default_factory=dict)
+
+
+class TraceEntries:
+    """Joins header and timestamp entries by trace id; bounded, oldest requests evicted first."""
+
+    def __init__(self, max_pending: int = 20_000, on_drop: Callable[[str, int], None] | None = None) -> None:
+        self.max_pending = max_pending
+        self.on_drop = on_drop or (lambda reason, n: None)
+        self._pending: OrderedDict[Any, _Request] = OrderedDict()
+        # Ids completed recently: frontend stamps (HTTP_SEND_*) may follow REQUEST_END.
+        self._done: OrderedDict[Any, None] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def add(self, entry: Any) -> list[StageSample]:
+        """Samples of the request this entry completes (usually none)."""
+        if not isinstance(entry, dict) or not isinstance(entry.get("id"), int | str):
+            self.on_drop("malformed_entry", 1)
+            return []
+        key = entry["id"]
+        if key in self._done:
+            return []
+        request = self._pending.get(key)
+        if request is None:
+            request = self._pending[key] = _Request()
+            if len(self._pending) > self.max_pending:
+                self._pending.popitem(last=False)
+                self.on_drop("join_buffer_full", 1)
+        if isinstance(entry.get("model_name"), str):
+            request.model = entry["model_name"]
+            request.version = str(entry.get("model_version", ""))
+        stamps = entry.get("timestamps")
+        if isinstance(stamps, list):
+            for stamp in stamps:
+                if isinstance(stamp, dict) and isinstance(stamp.get("name"), str) \
+                        and isinstance(stamp.get("ns"), int) and not isinstance(stamp.get("ns"), bool):
+                    request.stamps[stamp["name"]] = stamp["ns"]
+        if request.model is not None and "REQUEST_END" in request.stamps:
+            del self._pending[key]
+            self._done[key] = None
+            if len(self._done) > self.max_pending:
+                self._done.popitem(last=False)
+            return samples_for(request.model, request.version, request.stamps)
+        return []
+
+
+class JsonArrayStream:
+    """Decodes the objects of a JSON array as its text arrives in pieces."""
+
+    def __init__(self, on_drop: Callable[[str, int], None] | None = None) -> None:
+        self._decoder = json.JSONDecoder()
+        self._text = ""
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.on_drop = on_drop or (lambda reason, n: None)
+
+    def feed(self, data: bytes) -> Iterator[Any]:
+        self._text += self._utf8.decode(data)
+        pos = 0
+        text = self._text
+        while True:
+            while pos < len(text) and text[pos] in _SEPARATORS:
+                pos += 1
+            if pos >= len(text):
+                break
+            try:
+                obj, end = self._decoder.raw_decode(text, pos)
+            except (json.JSONDecodeError, RecursionError):
+                if len(text) - pos <= MAX_ENTRY_CHARS:
+                    break  # probably an object still being written
+                nxt = text.find("{", pos + 1)
+                self.on_drop("malformed_entry", 1)
+                pos = nxt if nxt >= 0 else len(text)
+                continue
+            pos = end
+            yield obj
+        self._text = text[pos:]
+
+
+@dataclass
+class _FileState:
+    offset: int = 0
+    inode: int = -1
+    stream: JsonArrayStream | None = None
+
+
+class TraceFileTailer:
+    """Follows `path` and its rotations `path.0`, `path.1`, …; `poll()` returns new samples."""
+
+    def __init__(self, path: Path, max_pending: int = 20_000,
+                 on_drop: Callable[[str, int], None] | None = None) -> None:
+        self.path = path
+        self.on_drop = on_drop or (lambda reason, n: None)
+        self.entries = TraceEntries(max_pending, self.on_drop)
+        self._files: dict[Path, _FileState] = {}
+
+    def files(self) -> list[Path]:
+        """The trace file and its rotations, oldest rotation first, the base file last."""
+        rotated = []
+        for candidate in self.path.parent.glob(self.path.name + ".*"):
+            match = _ROTATED.search(candidate.name)
+            if match and candidate.name == f"{self.path.name}.{match.group(1)}":
+                rotated.append((int(match.group(1)), candidate))
+        out = [p for _, p in sorted(rotated)]
+        if self.path.exists():
+            out.append(self.path)
+        return out
+
+    def poll(self) -> list[StageSample]:
+        samples: list[StageSample] = []
+        present = self.files()
+        for gone in set(self._files) - set(present):
+            del self._files[gone]
+        for path in present:
+            samples.extend(self._read_new(path))
+        return samples
+
+    def _read_new(self, path: Path) -> list[StageSample]:
+        try:
+            stat = path.stat()
+        except OSError:
+            return []
+        state = self._files.setdefault(path, _FileState())
+        if stat.st_ino != state.inode or stat.st_size < state.offset:
+            state.offset, state.inode, state.stream = 0, stat.st_ino, JsonArrayStream(self.on_drop)
+        assert state.stream is not None
+        samples: list[StageSample] = []
+        try:
+            with path.open("rb") as fh:
+                fh.seek(state.offset)
+                while chunk := fh.read(READ_CHUNK_BYTES):
+                    state.offset += len(chunk)
+                    for entry in state.stream.feed(chunk):
+                        samples.extend(self.entries.add(entry))
+        except OSError:
+            self.on_drop("unreadable_file", 1)
+        return samples
