@@ -1,0 +1,67 @@
+"""`ExporterSettings`: flags > `TIDESCALE_EXPORTER_*` env > `exporter:` YAML section > defaults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar, Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import SettingsConfigDict
+
+from tidescale.settings import ComponentSettings
+
+
+class ExporterSettings(ComponentSettings):
+    """Everything `tidescale exporter serve` can be told; defaults are safe for a laptop."""
+
+    section: ClassVar[str] = "exporter"
+    model_config = SettingsConfigDict(env_prefix="TIDESCALE_EXPORTER_", extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(9105, ge=1, le=65535)
+    # Targets: static Triton HTTP URLs and/or pods found by label selector.
+    triton_urls: list[str] = Field(default_factory=list)
+    kube_namespace: str | None = None
+    kube_selector: str | None = None
+    poll_interval_s: float = Field(5.0, gt=0, le=3600)
+    # Latency aggregation.
+    slo_thresholds_s: list[float] = Field(default_factory=lambda: [0.1, 0.25, 0.5, 1.0])
+    bucket_min_s: float = Field(0.0005, gt=0)
+    bucket_max_s: float = Field(60.0, gt=0)
+    max_buckets: int = Field(60, ge=4, le=60)
+    window_s: float = Field(60.0, gt=0, le=3600)
+    window_slots: int = Field(12, ge=1, le=120)
+    trace_sample_rate: int = Field(1, ge=1, description="Triton --trace-config rate=N")
+    max_series: int = Field(2000, ge=1, description="cap on latency label sets (model, version, stage, ns)")
+    join_ttl_s: float = Field(30.0, gt=0, le=600)
+    join_max_pending: int = Field(20_000, ge=1)
+    trace_files: list[Path] = Field(default_factory=list, description="Triton mode=triton files to tail")
+    # Uploads.
+    token: SecretStr | None = Field(None, description="bearer token for write endpoints (TIDESCALE_EXPORTER_TOKEN)")
+    traces_require_token: bool = True
+    max_body_bytes: int = Field(8 << 20, ge=1024, description="cap on an OTLP body (after decompression)")
+    max_profile_bytes: int = Field(256 << 20, ge=1024)
+    log_format: Literal["json", "text"] = "json"
+
+    @field_validator("slo_thresholds_s")
+    @classmethod
+    def _positive_slos(cls, value: list[float]) -> list[float]:
+        if any(v <= 0 for v in value):
+            raise ValueError("SLO thresholds must be positive seconds")
+        return sorted(set(value))
+
+    @field_validator("triton_urls")
+    @classmethod
+    def _http_urls(cls, value: list[str]) -> list[str]:
+        for url in value:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"Triton URL must start with http:// or https://, got {url!r}")
+        return [u.rstrip("/") for u in value]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ExporterSettings:
+        if self.bucket_min_s >= self.bucket_max_s:
+            raise ValueError("bucket_min_s must be below bucket_max_s")
+        if (self.kube_selector is None) != (self.kube_namespace is None):
+            raise ValueError("kube_namespace and kube_selector go together")
+        return self
