@@ -1,0 +1,300 @@
+"""Alerting rules: SLO burn rates, queue, Kubernetes, GPU, model reviews and meta-alerts.
+
+Every alert carries `severity` (critical pages, warning opens a ticket, info/none do neither),
+`summary`, a `description` with the values, and `runbook_url` → docs/runbooks/<name>.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from alerts import names as n
+from alerts.config import AlertsConfig, le_value
+from alerts.promql_parts import metric
+from alerts.recording import Group, Rule
+from tidescale.promql import matcher, regex_escape
+
+# (long window, short window, burn-rate factor): Google SRE workbook, multiwindow multi-burn-rate.
+PAGE_WINDOWS: tuple[tuple[str, str, float], ...] = (("1h", "5m", 14.4), ("6h", "30m", 6.0))
+TICKET_WINDOWS: tuple[tuple[str, str, float], ...] = (("1d", "2h", 3.0), ("3d", "6h", 1.0))
+
+# The alerts routed to model reviews instead of the pager or tickets.
+MODEL_REVIEW_ALERT = "TritonModelReviewRequired"
+WATCHDOG_ALERT = "Watchdog"
+
+
+@dataclass(frozen=True)
+class AlertSpec:
+    """What varies between alerts; `rule()` adds the common labels and the runbook."""
+
+    name: str
+    expr: str
+    for_: str
+    severity: str
+    summary: str
+    description: str
+    labels: tuple[tuple[str, str], ...] = ()
+
+    def rule(self, cfg: AlertsConfig) -> Rule:
+        labels = {**cfg.extra_labels, **dict(self.labels), "severity": self.severity}
+        rule: Rule = {"alert": self.name, "expr": self.expr}
+        if self.for_ not in ("0s", "0m"):
+            rule["for"] = self.for_
+        rule["labels"] = dict(sorted(labels.items()))
+        rule["annotations"] = {
+            "description": self.description,
+            "runbook_url": cfg.runbook_url(self.name),
+            "summary": self.summary,
+        }
+        return rule
+
+
+def slow_ratio_slo(cfg: AlertsConfig, window: str) -> str:
+    """Each model's slow ratio at its own threshold (per-model overrides, then the default)."""
+    series = n.SLOW_RATIO[window]
+    parts = []
+    for model, t in sorted(cfg.model_latency_threshold_s.items()):
+        parts.append(f'{series}{{{matcher("model", model)}, le="{le_value(t)}"}}')
+    default_sel = f'le="{le_value(cfg.slo_latency_threshold_s)}"'
+    if cfg.model_latency_threshold_s:
+        pattern = "|".join(regex_escape(m) for m in sorted(cfg.model_latency_threshold_s))
+        default_sel += ", " + matcher("model", pattern, "!~")
+    parts.append(f"{series}{{{default_sel}}}")
+    return "max without (le) (" + " or ".join(parts) + ")"
+
+
+def burn_expr(ratio: Any, budget: float, windows: tuple[tuple[str, str, float], ...]) -> str:
+    """Burn rate of the long window where both windows burn faster than the factor."""
+    clauses = []
+    for long_w, short_w, factor in windows:
+        clauses.append(
+            f"(\n  {ratio(long_w)} / {budget:g} > {factor:g}\nand\n  {ratio(short_w)} / {budget:g} > {factor:g}\n)"
+        )
+    return "\nor\n".join(clauses)
+
+
+def budget_burn_alerts(cfg: AlertsConfig) -> list[AlertSpec]:
+    latency_budget = round(1 - cfg.latency_slo_target, 10)
+    error_budget = round(1 - cfg.availability_slo_target, 10)
+    out = []
+    for sev, windows, for_ in (
+        ("critical", PAGE_WINDOWS, cfg.for_.budget_burn_page),
+        ("warning", TICKET_WINDOWS, cfg.for_.budget_burn_ticket),
+    ):
+        out.append(AlertSpec(
+            "TritonLatencyBudgetBurn",
+            burn_expr(lambda w: slow_ratio_slo(cfg, w), latency_budget, windows),
+            for_, sev,
+            "Model {{ $labels.model }} is burning its latency SLO budget fast.",
+            "Model {{ $labels.namespace }}/{{ $labels.model }} burns its latency error budget at "
+            "{{ $value | printf \"%.1f\" }}x the sustainable rate (SLO: "
+            f"{cfg.latency_slo_target:.4g} of requests under the model's threshold).",
+        ))
+        out.append(AlertSpec(
+            "TritonErrorBudgetBurn",
+            burn_expr(lambda w: n.ERROR_RATIO[w], error_budget, windows),
+            for_, sev,
+            "Model {{ $labels.model }} is burning its availability SLO budget fast.",
+            "Model {{ $labels.namespace }}/{{ $labels.model }} burns its error budget at "
+            "{{ $value | printf \"%.1f\" }}x the sustainable rate (SLO: "
+            f"{cfg.availability_slo_target:.4g} of requests succeed).",
+        ))
+    return out
+
+
+def triton_alerts(cfg: AlertsConfig) -> list[AlertSpec]:
+    hpa_max = metric("kube_horizontalpodautoscaler_spec_max_replicas")
+    hpa_cur = metric("kube_horizontalpodautoscaler_status_current_replicas")
+    hpa_info = metric("kube_horizontalpodautoscaler_info")
+    restarts = metric("kube_pod_container_status_restarts_total")
+    maxed = (
+        f"({hpa_cur} >= on (namespace, horizontalpodautoscaler) {hpa_max})\n"
+        f"* on (namespace, horizontalpodautoscaler) group_left (scaletargetref_name) {hpa_info}"
+    )
+    limit = f"{cfg.queue_depth_per_replica_limit:g}"
+    return [
+        AlertSpec(
+            "TritonQueueBacklog",
+            f"{n.POD_QUEUE_DEPTH} > {limit}\nor\n{n.POD_QUEUE_SECONDS_RATE5M} > {cfg.queue_time_limit_s:g}",
+            cfg.for_.queue_backlog, "warning",
+            "Triton pod {{ $labels.pod }} has a queue backlog.",
+            "Pod {{ $labels.namespace }}/{{ $labels.pod }} has {{ $value | printf \"%.3g\" }} "
+            f"(queued requests, or seconds of queue time per request); limits: {limit} requests "
+            f"per replica, {cfg.queue_time_limit_s:g}s queue time.",
+        ),
+        AlertSpec(
+            "TritonAutoscalerMaxedOut",
+            f"{n.DEPLOYMENT_QUEUE_DEPTH_PER_REPLICA} > {limit}\n"
+            "and on (namespace, deployment)\n"
+            f'label_replace({maxed}, "deployment", "$1", "scaletargetref_name", "(.+)")',
+            cfg.for_.autoscaler_maxed_out, "critical",
+            "Deployment {{ $labels.deployment }} has a backlog at its HPA's maxReplicas.",
+            "Deployment {{ $labels.namespace }}/{{ $labels.deployment }} queues "
+            "{{ $value | printf \"%.3g\" }} requests per replica (limit "
+            f"{limit}) while its HorizontalPodAutoscaler sits at maxReplicas; it cannot scale further.",
+        ),
+        AlertSpec(
+            "TritonModelNotReady",
+            f"{n.REQUEST_FAILURE_RATE5M} > 0\nunless on (namespace, model)\n{n.REQUEST_SUCCESS_RATE5M} > 0",
+            cfg.for_.model_not_ready, "critical",
+            "Model {{ $labels.model }} fails every request.",
+            "Model {{ $labels.namespace }}/{{ $labels.model }} fails {{ $value | printf \"%.3g\" }} "
+            "requests/s and serves none: it is unavailable or failed to load.",
+        ),
+        AlertSpec(
+            "TritonPodRestarting",
+            f'increase({restarts}{{container=~"{cfg.triton_container_regex}"}}[15m]) >= {cfg.pod_restarts_limit}',
+            cfg.for_.pod_restarting, "warning",
+            "Triton container {{ $labels.container }} in pod {{ $labels.pod }} keeps restarting.",
+            "Container {{ $labels.namespace }}/{{ $labels.pod }}/{{ $labels.container }} restarted "
+            "{{ $value | printf \"%.0f\" }} times in 15 minutes.",
+        ),
+    ]
+
+
+def gpu_alerts(cfg: AlertsConfig) -> list[AlertSpec]:
+    xid = metric("DCGM_FI_DEV_XID_ERRORS")
+    reasons = metric("DCGM_FI_DEV_CLOCKS_EVENT_REASONS")
+    horizon = int(cfg.gpu_memory_predict_hours * 3600)
+    # Clock event reason bits: SW_POWER_CAP 0x4, HW_POWER_BRAKE 0x80; SW_THERMAL 0x20, HW_THERMAL 0x40.
+    power_bits = f"(floor({reasons} / 4) % 2 == 1) or (floor({reasons} / 128) % 2 == 1)"
+    power = f'label_replace({power_bits}, "reason", "power", "", "")'
+    thermal = f'label_replace(floor({reasons} / 32) % 4 > 0, "reason", "thermal", "", "")'
+    return [
+        AlertSpec(
+            "GPUMemoryLeak",
+            f"predict_linear({n.GPU_FB_USED_BYTES}[{cfg.gpu_memory_lookback}], {horizon})\n"
+            f">=\n({n.GPU_FB_USED_BYTES} + {n.GPU_FB_FREE_BYTES})",
+            cfg.for_.gpu_memory_leak, "warning",
+            "GPU {{ $labels.gpu }} on {{ $labels.hostname }} will run out of memory.",
+            "Framebuffer use of GPU {{ $labels.gpu }} ({{ $labels.UUID }}) serving pod "
+            "{{ $labels.namespace }}/{{ $labels.pod }} trends to {{ $value | humanize1024 }}B within "
+            f"{cfg.gpu_memory_predict_hours:g}h, beyond the GPU's memory (linear fit over {cfg.gpu_memory_lookback}).",
+        ),
+        AlertSpec(
+            "GPUXidErrors",
+            f"max_over_time({xid}[10m]) > 0",
+            cfg.for_.gpu_xid, "critical",
+            "GPU {{ $labels.gpu }} reported Xid error {{ $value }}.",
+            "GPU {{ $labels.gpu }} ({{ $labels.UUID }}) reported Xid {{ $value | printf \"%.0f\" }} in "
+            "the last 10 minutes (host {{ $labels.Hostname }}{{ $labels.hostname }}).",
+        ),
+        AlertSpec(
+            "GPUThrottling",
+            f"{power}\nor\n{thermal}",
+            cfg.for_.gpu_throttling, "warning",
+            "GPU {{ $labels.gpu }} clocks are throttled ({{ $labels.reason }}).",
+            "GPU {{ $labels.gpu }} ({{ $labels.UUID }}) has been clock-throttled for {{ $labels.reason }} "
+            "reasons; clock event reasons bitmask {{ $value | printf \"%.0f\" }}.",
+        ),
+        AlertSpec(
+            "GPUIdleWhileQueueing",
+            f"{n.POD_GPU_UTILIZATION} < {cfg.gpu_idle_utilization:g}\nand on (namespace, pod)\n{n.POD_QUEUE_DEPTH} > 0",
+            cfg.for_.gpu_idle_while_queueing, "warning",
+            "GPU of pod {{ $labels.pod }} is idle while requests queue.",
+            "Pod {{ $labels.namespace }}/{{ $labels.pod }} GPU utilisation is {{ $value | humanizePercentage }} "
+            "while requests wait in its queue: the server or model is stuck, not short of capacity.",
+        ),
+    ]
+
+
+def review_alerts(cfg: AlertsConfig) -> list[AlertSpec]:
+    clauses = [
+        f'{n.OP_TIME_SHARE}{{op_class="{oc}"}} > {limit:g}' for oc, limit in sorted(cfg.op_class_limits.items())
+    ]
+    over = " or ".join(clauses)
+    op_share = f'label_replace({over}, "reason", "op_share_$1", "op_class", "(.+)")'
+    p99 = n.VERSION_P99
+    ok = metric("nv_inference_request_success")
+    traffic = f"sum by (namespace, model, version) (rate({ok}[5m])) > {cfg.regression_min_rps:g}"
+    # A version that did not exist an hour ago, slower than every version that did.
+    regression = (
+        f"(\n  ({p99} and on (namespace, model, version) ({traffic}))\n"
+        f"  unless on (namespace, model, version) last_over_time({p99}[1d] offset 1h)\n)\n"
+        f"> on (namespace, model) group_left ()\n"
+        f"{1 + cfg.regression_ratio:g} * max by (namespace, model) (last_over_time({p99}[1d] offset 1h))"
+    )
+    limits = ", ".join(f"{k}: {v:g}" for k, v in sorted(cfg.op_class_limits.items()))
+    return [
+        AlertSpec(
+            MODEL_REVIEW_ALERT, op_share, cfg.for_.model_review, "info",
+            "Model {{ $labels.model }} version {{ $labels.version }} spends too much time in "
+            "{{ $labels.op_class }} ops.",
+            "{{ $labels.op_class }} ops take {{ $value | humanizePercentage }} of op self time in model "
+            "{{ $labels.model }} version {{ $labels.version }} (limits: " + limits + ").",
+            labels=(("trigger", "op_share"),),
+        ),
+        AlertSpec(
+            MODEL_REVIEW_ALERT, f'label_replace({regression}, "reason", "p99_regression", "", "")',
+            cfg.for_.model_review, "info",
+            "Model {{ $labels.model }} version {{ $labels.version }} regressed P99 latency.",
+            "P99 of model {{ $labels.namespace }}/{{ $labels.model }} version {{ $labels.version }} is "
+            "{{ $value | humanizeDuration }}, more than "
+            f"{cfg.regression_ratio:.0%} above the previous version's.",
+            labels=(("trigger", "p99_regression"),),
+        ),
+    ]
+
+
+def meta_alerts(cfg: AlertsConfig) -> list[AlertSpec]:
+    up = metric("up")
+    ts = metric("tidescale_profile_timestamp_seconds")
+    ok = metric("nv_inference_request_success")
+    job = cfg.exporter_job
+    return [
+        AlertSpec(
+            "TidescaleExporterDown",
+            f'{up}{{job="{job}"}} == 0 or absent({up}{{job="{job}"}})',
+            cfg.for_.exporter_down, "warning",
+            "The tidescale exporter is down.",
+            f"Prometheus cannot scrape job {job} ({{{{ $labels.instance }}}}): latency percentiles, "
+            "op-time shares and model-review alerts are blind.",
+        ),
+        AlertSpec(
+            "TidescaleProfileStale",
+            f"time() - {ts} > {cfg.profile_max_age_s:g}",
+            cfg.for_.profile_stale, "warning",
+            "Profile of model {{ $labels.model }} version {{ $labels.version }} is stale.",
+            "The latest profile of model {{ $labels.model }} version {{ $labels.version }} is "
+            "{{ $value | humanizeDuration }} old (limit "
+            f"{cfg.profile_max_age_s:g}s); op-time shares describe an old capture.",
+        ),
+        AlertSpec(
+            "TritonMetricsAbsent",
+            f"absent({ok})",
+            cfg.for_.metrics_absent, "warning",
+            "No Triton metrics reach Prometheus.",
+            f"Prometheus has no {ok} series: Triton pods are not scraped (ServiceMonitor, port 8002), "
+            "so every Triton alert is silent.",
+        ),
+        AlertSpec(
+            WATCHDOG_ALERT, "vector(1)", "0s", "none",
+            "Alerting pipeline heartbeat.",
+            "Always firing. If the Watchdog receiver stops getting it, Prometheus or Alertmanager is broken.",
+        ),
+    ]
+
+
+def alert_specs(cfg: AlertsConfig) -> list[AlertSpec]:
+    return [
+        *budget_burn_alerts(cfg), *triton_alerts(cfg), *gpu_alerts(cfg), *review_alerts(cfg), *meta_alerts(cfg)
+    ]
+
+
+def alert_names(cfg: AlertsConfig) -> list[str]:
+    return sorted({a.name for a in alert_specs(cfg)})
+
+
+def alerting_groups(cfg: AlertsConfig) -> list[Group]:
+    groups: list[tuple[str, list[AlertSpec]]] = [
+        ("tidescale.slo", budget_burn_alerts(cfg)),
+        ("tidescale.triton", triton_alerts(cfg)),
+        ("tidescale.gpu", gpu_alerts(cfg)),
+        ("tidescale.model-reviews", review_alerts(cfg)),
+        ("tidescale.meta", meta_alerts(cfg)),
+    ]
+    return [
+        {"name": name, "interval": cfg.evaluation_interval, "rules": [s.rule(cfg) for s in specs]}
+        for name, specs in groups
+    ]

@@ -1,0 +1,161 @@
+"""The one typed configuration behind every generated rule and the Alertmanager config.
+
+Change a threshold here (or in the `alerts:` section of a tidescale YAML file, rendered with
+`tidescale alerts render --config FILE`) and regenerate; nothing is hand-edited in the YAML.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import ClassVar
+
+from prometheus_client.utils import floatToGoString
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_settings import SettingsConfigDict
+
+from tidescale.settings import ComponentSettings
+
+# SLO latency thresholds (seconds) that must be exact bucket boundaries of
+# tidescale_request_duration_seconds: the exporter adds them to its buckets.
+DEFAULT_SLO_THRESHOLDS_S: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0)
+
+_DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
+_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+_OP_CLASS = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def le_value(threshold_s: float) -> str:
+    """The `le` label value prometheus_client writes for a bucket boundary (1.0 → "1.0")."""
+    return str(floatToGoString(threshold_s))
+
+
+def check_duration(value: str) -> str:
+    if not _DURATION.match(value):
+        raise ValueError(f"{value!r} is not a Prometheus duration such as 30s, 5m or 1h")
+    return value
+
+
+class ForDurations(BaseModel):
+    """`for:` of each alert; short in tests and the local demo, production defaults here."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    budget_burn_page: str = "2m"
+    budget_burn_ticket: str = "15m"
+    queue_backlog: str = "10m"
+    autoscaler_maxed_out: str = "10m"
+    model_not_ready: str = "5m"
+    pod_restarting: str = "5m"
+    gpu_memory_leak: str = "30m"
+    gpu_xid: str = "0s"
+    gpu_throttling: str = "10m"
+    gpu_idle_while_queueing: str = "10m"
+    model_review: str = "15m"
+    exporter_down: str = "5m"
+    profile_stale: str = "1h"
+    metrics_absent: str = "10m"
+
+    @field_validator("*")
+    @classmethod
+    def _duration(cls, v: str) -> str:
+        return check_duration(v)
+
+
+class AlertmanagerRouting(BaseModel):
+    """Receivers and timing of the generated Alertmanager config (secrets only by file path)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pager_url: str = "http://pager-gateway.monitoring.svc:8080/alerts"
+    tickets_url: str = "http://ticket-gateway.monitoring.svc:8080/alerts"
+    reviews_url: str = "http://tidescale-reviews.tidescale.svc:8080/api/v1/alertmanager"
+    # Bearer token of the review service, read by Alertmanager from a mounted Secret.
+    reviews_token_file: str = "/etc/alertmanager/secrets/tidescale-reviews/token"
+    group_wait: str = "30s"
+    group_interval: str = "5m"
+    repeat_interval: str = "4h"
+    resolve_timeout: str = "5m"
+
+    @field_validator("group_wait", "group_interval", "repeat_interval", "resolve_timeout")
+    @classmethod
+    def _duration(cls, v: str) -> str:
+        return check_duration(v)
+
+
+class AlertsConfig(ComponentSettings):
+    """Thresholds, SLOs, `for:` durations and routing for the generated rules."""
+
+    section: ClassVar[str] = "alerts"
+    model_config = SettingsConfigDict(env_prefix="TIDESCALE_ALERTS_", extra="forbid")
+
+    slo_latency_threshold_s: float = Field(0.5, gt=0)
+    model_latency_threshold_s: dict[str, float] = Field(default_factory=dict)
+    latency_slo_target: float = Field(0.99, gt=0, lt=1)
+    availability_slo_target: float = Field(0.999, gt=0, lt=1)
+    bucket_boundaries_s: tuple[float, ...] = DEFAULT_SLO_THRESHOLDS_S
+    queue_depth_per_replica_limit: float = Field(8.0, gt=0)
+    queue_time_limit_s: float = Field(0.1, gt=0)
+    op_class_limits: dict[str, float] = Field(default_factory=lambda: {"string": 0.05})
+    regression_ratio: float = Field(0.20, gt=0)
+    regression_min_rps: float = Field(0.1, ge=0)
+    pod_restarts_limit: int = Field(3, ge=1)
+    gpu_memory_predict_hours: float = Field(4.0, gt=0)
+    gpu_memory_lookback: str = "6h"
+    gpu_idle_utilization: float = Field(0.05, ge=0, lt=1)
+    profile_max_age_s: float = Field(86400.0, gt=0)
+    exporter_job: str = "tidescale-exporter"
+    triton_container_regex: str = ".*triton.*"
+    pod_deployment_regex: str = "(.+)-[a-z0-9]+-[a-z0-9]+"
+    runbook_base_url: str = "https://github.com/tidescale/tidescale/blob/main/docs/runbooks"
+    evaluation_interval: str = "30s"
+    extra_labels: dict[str, str] = Field(default_factory=dict)
+    for_: ForDurations = Field(default_factory=ForDurations, alias="for")
+    alertmanager: AlertmanagerRouting = Field(default_factory=AlertmanagerRouting)
+
+    @field_validator("gpu_memory_lookback", "evaluation_interval")
+    @classmethod
+    def _duration(cls, v: str) -> str:
+        return check_duration(v)
+
+    @field_validator("op_class_limits")
+    @classmethod
+    def _op_classes(cls, v: dict[str, float]) -> dict[str, float]:
+        for name, limit in v.items():
+            if not _OP_CLASS.match(name):
+                raise ValueError(f"op class {name!r} must be lower_snake_case")
+            if not 0 < limit < 1:
+                raise ValueError(f"op class {name!r} limit {limit} must be a share between 0 and 1")
+        return v
+
+    @field_validator("extra_labels")
+    @classmethod
+    def _labels(cls, v: dict[str, str]) -> dict[str, str]:
+        reserved = {"severity", "alertname", "model", "version", "reason", "namespace"}
+        for name in v:
+            if not _LABEL_NAME.match(name) or name in reserved:
+                raise ValueError(f"extra label {name!r} is not a valid, unreserved label name")
+        return v
+
+    @model_validator(mode="after")
+    def _thresholds_are_buckets(self) -> AlertsConfig:
+        boundaries = {le_value(b) for b in self.bucket_boundaries_s}
+        for model, t in {"(default)": self.slo_latency_threshold_s, **self.model_latency_threshold_s}.items():
+            if le_value(t) not in boundaries:
+                raise ValueError(
+                    f"latency threshold {t}s of model {model} is not a bucket boundary of "
+                    f"tidescale_request_duration_seconds ({sorted(self.bucket_boundaries_s)})"
+                )
+        return self
+
+    def threshold_les(self) -> list[str]:
+        """Every configured latency threshold as an `le` value, sorted numerically."""
+        values = {self.slo_latency_threshold_s, *self.model_latency_threshold_s.values()}
+        return [le_value(v) for v in sorted(values)]
+
+    def runbook_url(self, alertname: str) -> str:
+        return f"{self.runbook_base_url.rstrip('/')}/{alertname.lower()}.md"
+
+
+def default_config() -> AlertsConfig:
+    """The configuration the committed YAML is generated from (environment ignored)."""
+    return AlertsConfig.model_validate({}, context=None)

@@ -1,0 +1,165 @@
+"""Recording rules: the aggregations every dashboard, alert and the autoscaler read."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from alerts import names as n
+from alerts.config import AlertsConfig
+from alerts.promql_parts import (
+    bucket,
+    count,
+    dcgm_normalized,
+    join_serving_pods,
+    metric,
+    per_model,
+    sum_rate,
+    with_label,
+)
+
+Rule = dict[str, Any]
+Group = dict[str, Any]
+
+NM = "namespace, model"
+NMP = "namespace, model, pod"
+NP = "namespace, pod"
+
+# Triton's cumulative µs counters per stage (the request counter includes queue time).
+STAGE_COUNTERS: tuple[tuple[str, str], ...] = (
+    ("request", "nv_inference_request_duration_us"),
+    ("queue", "nv_inference_queue_duration_us"),
+    ("compute_input", "nv_inference_compute_input_duration_us"),
+    ("compute_infer", "nv_inference_compute_infer_duration_us"),
+    ("compute_output", "nv_inference_compute_output_duration_us"),
+)
+COMPUTE_COUNTERS = STAGE_COUNTERS[2:]
+
+
+def record(name: str, expr: str, **labels: str) -> Rule:
+    rule: Rule = {"record": name, "expr": expr}
+    if labels:
+        rule["labels"] = dict(sorted(labels.items()))
+    return rule
+
+
+def failure_rate(by: str, window: str) -> str:
+    """Failures per second, 0 (not absent) for models that never failed."""
+    fail = sum_rate(metric("nv_inference_request_failure"), by, window)
+    ok = sum_rate(metric("nv_inference_request_success"), by, window)
+    return f"({fail} or 0 * {ok})"
+
+
+def error_ratio(window: str) -> str:
+    ok = sum_rate(metric("nv_inference_request_success"), NM, window)
+    fail = failure_rate(NM, window)
+    return f"{fail}\n/\n({ok} + {fail})"
+
+
+def requests_group(cfg: AlertsConfig) -> Group:
+    ok, fail = metric("nv_inference_request_success"), metric("nv_inference_request_failure")
+    inf, execs = metric("nv_inference_count"), metric("nv_inference_exec_count")
+    rules = [
+        record(n.REQUEST_SUCCESS_RATE5M, sum_rate(ok, NM, "5m")),
+        record(n.REQUEST_FAILURE_RATE5M, sum_rate(fail, NM, "5m")),
+        record(n.POD_REQUEST_SUCCESS_RATE5M, sum_rate(ok, NMP, "5m")),
+        record(n.POD_REQUEST_FAILURE_RATE5M, sum_rate(fail, NMP, "5m")),
+        *(record(n.ERROR_RATIO[w], error_ratio(w)) for w in n.WINDOWS),
+        record(n.INFERENCES_PER_EXEC_RATE5M, f"{sum_rate(inf, NM, '5m')}\n/\n{sum_rate(execs, NM, '5m')}"),
+        record(n.POD_INFERENCES_PER_EXEC_RATE5M, f"{sum_rate(inf, NMP, '5m')}\n/\n{sum_rate(execs, NMP, '5m')}"),
+        record(n.MODEL_POD_SERVING, f"group by ({NMP}) ({ok})"),
+    ]
+    return {"name": "tidescale.requests", "interval": cfg.evaluation_interval, "rules": rules}
+
+
+def stage_latency_rules() -> list[Rule]:
+    """Sum each µs counter over instances and pods, then divide by the summed request count."""
+    ok = sum_rate(metric("nv_inference_request_success"), NM, "5m")
+    rules = []
+    for stage, counter in STAGE_COUNTERS:
+        avg = f"{sum_rate(metric(counter), NM, '5m')}\n/\n{ok}\n/ 1e6"
+        rules.append(record(n.STAGE_AVG_SECONDS_RATE5M, f"({avg})", stage=stage))
+    compute = " + ".join(sum_rate(metric(c), NM, "5m") for _, c in COMPUTE_COUNTERS)
+    queue = sum_rate(metric("nv_inference_queue_duration_us"), NM, "5m")
+    rules.append(record(n.QUEUE_TO_COMPUTE_RATIO_RATE5M, f"{queue}\n/\n({compute})"))
+    return rules
+
+
+def slow_ratio(cfg: AlertsConfig, window: str) -> str:
+    """Share of requests above each configured threshold: 1 - bucket{le=t}/count."""
+    hist = "tidescale_request_duration_seconds"
+    les = "|".join(le.replace(".", "\\\\.") for le in cfg.threshold_les())
+    below = f'sum by ({NM}, le) (rate({bucket(hist)}{{stage="request", le=~"{les}"}}[{window}]))'
+    total = f'sum by ({NM}) (rate({count(hist)}{{stage="request"}}[{window}]))'
+    return f"1 - (\n{below}\n/ ignoring (le) group_left ()\n{total}\n)"
+
+
+def latency_group(cfg: AlertsConfig) -> Group:
+    hist = bucket("tidescale_request_duration_seconds")
+    rules = stage_latency_rules()
+    for name, q in ((n.P50, "0.5"), (n.P95, "0.95"), (n.P99, "0.99")):
+        rules.append(record(name, f"histogram_quantile({q}, {sum_rate(hist, f'{NM}, stage, le', '5m')})"))
+    version_buckets = f'sum by ({NM}, version, le) (rate({hist}{{stage="request"}}[5m]))'
+    rules.append(record(n.VERSION_P99, f"histogram_quantile(0.99, {version_buckets})"))
+    rules.extend(record(n.SLOW_RATIO[w], slow_ratio(cfg, w)) for w in n.WINDOWS)
+    return {"name": "tidescale.latency", "interval": cfg.evaluation_interval, "rules": rules}
+
+
+def by_deployment(pod_series: str, cfg: AlertsConfig) -> str:
+    """Average a per-pod series over the pods of a Deployment (`<deploy>-<rs>-<pod>` names)."""
+    regex = cfg.pod_deployment_regex.replace("\\", "\\\\")
+    return f'avg by (namespace, deployment) (label_replace({pod_series}, "deployment", "$1", "pod", "{regex}"))'
+
+
+def queue_group(cfg: AlertsConfig) -> Group:
+    pending = metric("nv_inference_pending_request_count")
+    req_us, queue_us = metric("nv_inference_request_duration_us"), metric("nv_inference_queue_duration_us")
+    ok = metric("nv_inference_request_success")
+    rules = [
+        record(n.POD_QUEUE_DEPTH, f"sum by ({NP}) ({pending})"),
+        record(n.MODEL_POD_QUEUE_DEPTH, f"sum by ({NMP}) ({pending})"),
+        record(n.MODEL_QUEUE_DEPTH_PER_REPLICA, f"avg by ({NM}) ({n.MODEL_POD_QUEUE_DEPTH})"),
+        record(n.DEPLOYMENT_QUEUE_DEPTH_PER_REPLICA, by_deployment(n.POD_QUEUE_DEPTH, cfg)),
+        # Little's law: request-µs accumulated per second = average requests in flight.
+        record(n.POD_INFLIGHT, f"{sum_rate(req_us, NP, '5m')} / 1e6"),
+        record(n.DEPLOYMENT_INFLIGHT_PER_REPLICA, by_deployment(n.POD_INFLIGHT, cfg)),
+        record(n.POD_QUEUE_SECONDS_RATE5M, f"{sum_rate(queue_us, NP, '5m')}\n/\n{sum_rate(ok, NP, '5m')}\n/ 1e6"),
+    ]
+    return {"name": "tidescale.queue", "interval": cfg.evaluation_interval, "rules": rules}
+
+
+def gpu_group(cfg: AlertsConfig) -> Group:
+    serving = n.MODEL_POD_SERVING
+    mib = 1048576
+    rules = [
+        record(n.GPU_UTILIZATION, f"{dcgm_normalized('DCGM_FI_DEV_GPU_UTIL')} / 100"),
+        record(n.GPU_FB_USED_BYTES, f"{dcgm_normalized('DCGM_FI_DEV_FB_USED')} * {mib}"),
+        record(n.GPU_FB_FREE_BYTES, f"{dcgm_normalized('DCGM_FI_DEV_FB_FREE')} * {mib}"),
+        record(n.POD_GPU_UTILIZATION, join_serving_pods(f"avg by ({NP}) ({n.GPU_UTILIZATION})", serving)),
+        record(n.POD_GPU_SM_ACTIVE, join_serving_pods(
+            f"avg by ({NP}) ({dcgm_normalized('DCGM_FI_PROF_SM_ACTIVE')})", serving)),
+        record(n.POD_GPU_TENSOR_ACTIVE, join_serving_pods(
+            f"avg by ({NP}) ({dcgm_normalized('DCGM_FI_PROF_PIPE_TENSOR_ACTIVE')})", serving)),
+        record(n.POD_GPU_FB_USED_BYTES, join_serving_pods(f"sum by ({NP}) ({n.GPU_FB_USED_BYTES})", serving)),
+        record(n.POD_GPU_FB_FREE_BYTES, join_serving_pods(f"sum by ({NP}) ({n.GPU_FB_FREE_BYTES})", serving)),
+        record(n.POD_GPU_POWER_WATTS, join_serving_pods(
+            f"sum by ({NP}) ({dcgm_normalized('DCGM_FI_DEV_POWER_USAGE')})", serving)),
+        record(n.MODEL_GPU_UTILIZATION, per_model(n.POD_GPU_UTILIZATION, serving, "avg")),
+        record(n.MODEL_GPU_SM_ACTIVE, per_model(n.POD_GPU_SM_ACTIVE, serving, "avg")),
+        record(n.MODEL_GPU_TENSOR_ACTIVE, per_model(n.POD_GPU_TENSOR_ACTIVE, serving, "avg")),
+        record(n.MODEL_GPU_FB_USED_BYTES, per_model(n.POD_GPU_FB_USED_BYTES, serving, "sum")),
+        record(n.MODEL_GPU_POWER_WATTS, per_model(n.POD_GPU_POWER_WATTS, serving, "sum")),
+    ]
+    return {"name": "tidescale.gpu", "interval": cfg.evaluation_interval, "rules": rules}
+
+
+def profiles_group(cfg: AlertsConfig) -> Group:
+    share = metric("tidescale_op_time_share")
+    rules = [record(n.OP_TIME_SHARE, f"max by (model, version, op_class) ({share})")]
+    return {"name": "tidescale.profiles", "interval": cfg.evaluation_interval, "rules": rules}
+
+
+def recording_groups(cfg: AlertsConfig) -> list[Group]:
+    return [requests_group(cfg), latency_group(cfg), queue_group(cfg), gpu_group(cfg), profiles_group(cfg)]
+
+
+__all__ = ["recording_groups", "with_label"]
