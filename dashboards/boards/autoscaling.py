@@ -1,0 +1,73 @@
+"""Autoscaling: do we have the right number of replicas, and is the control loop healthy."""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders import dashboard as dash_b
+
+from dashboards.base import AUTOSCALING, new_dashboard, query_variable
+from dashboards.panels import Query, Threshold, graph, row, single_stat
+from dashboards.queries import NS, hpa_by_deployment, metric, ratio, sel
+
+NS_DEPLOY = f'{NS}, deployment=~"$deployment"'
+# The HPA leaves replicas alone while current/desired is within this tolerance (kube default 0.1).
+HPA_TOLERANCE = 0.1
+
+
+def _by_deployment(name: str, extra: str = "") -> str:
+    return f"max by (deployment{extra}) ({sel(name, NS_DEPLOY)})"
+
+
+def build() -> dash_b.Dashboard:
+    deployment = query_variable(
+        "deployment", "Deployment",
+        f"label_values({metric('tidescale_desired_replicas')}{{{NS}}}, deployment)",
+        "Serving Deployments the recommender scales.")
+    hpa_desired = hpa_by_deployment("kube_horizontalpodautoscaler_status_desired_replicas")
+    return (
+        new_dashboard(AUTOSCALING, extra_variables=[deployment])
+        .with_row(row("Replicas"))
+        .with_panel(graph(
+            "Recommended vs HPA desired vs current vs ready",
+            "The recommender's replica count (tidescale_desired_replicas), the HPA's decision after its "
+            "tolerance and stabilisation windows, the Deployment's pods, and the Ready ones.",
+            "short", [
+                Query(_by_deployment("tidescale_desired_replicas"), "{{deployment}} recommended"),
+                Query(f'{hpa_desired} and on (deployment) {_by_deployment("tidescale_desired_replicas")}',
+                      "{{deployment}} HPA desired"),
+                Query(_by_deployment("kube_deployment_status_replicas"), "{{deployment}} current"),
+                Query(_by_deployment("kube_deployment_status_replicas_ready"), "{{deployment}} ready"),
+            ], span=24, min_value=0))
+        .with_panel(graph(
+            "Scaling metric per replica vs target",
+            "What the HPA sees: recommended replicas / current replicas, against an AverageValue target of "
+            "1. Inside the dashed band (±10 % tolerance) the HPA does nothing, which is why a desired-"
+            "replicas metric cannot add a single replica at 10 or more.",
+            "short", [Query(ratio(_by_deployment("tidescale_desired_replicas"),
+                                  _by_deployment("kube_deployment_status_replicas")), "{{deployment}}")],
+            thresholds=[Threshold(1 - HPA_TOLERANCE, "yellow"), Threshold(1 + HPA_TOLERANCE, "red")],
+            min_value=0))
+        .with_panel(graph(
+            "Scale events",
+            "Changes of the Deployment's spec.replicas per rate interval: each bar is a scale-up or "
+            "scale-down decision that reached the Deployment.",
+            "short", [Query(f"sum by (deployment) (changes({sel('kube_deployment_spec_replicas', NS_DEPLOY)}"
+                            "[$__rate_interval]))", "{{deployment}}")], min_value=0))
+        .with_row(row("Control loop health"))
+        .with_panel(graph(
+            "Cold-start time",
+            "Seconds from replica start to Ready (model load). Scale-up has to lead demand by this much.",
+            "s", [Query(_by_deployment("tidescale_sim_cold_start_seconds"), "{{deployment}}")],
+            span=8, min_value=0))
+        .with_panel(single_stat(
+            "Fail-safe active",
+            "1 while the recommender holds its last good recommendation (Prometheus unreachable, no data, "
+            "stale metrics), with the reason; the HPA then keeps the current scale.",
+            "bool_on_off", [Query(_by_deployment("tidescale_recommender_failsafe", ", reason"),
+                                  "{{deployment}} {{reason}}")],
+            span=8, thresholds=[Threshold(1, "red")]))
+        .with_panel(graph(
+            "Time since last successful evaluation",
+            "Seconds since the recommender last evaluated successfully; growing means it is stuck.",
+            "s", [Query(f"time() - {_by_deployment('tidescale_recommender_last_success_timestamp_seconds')}",
+                        "{{deployment}}")], span=8, min_value=0))
+    )

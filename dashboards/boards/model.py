@@ -1,0 +1,92 @@
+"""Model: why is this model slow — waiting in the queue, computing, batching badly, or its ops."""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders import dashboard as dash_b
+
+from dashboards.base import MODEL, new_dashboard
+from dashboards.panels import Query, Threshold, graph, heatmap_of, row
+from dashboards.queries import (
+    NS_MODEL,
+    QUANTILES,
+    STAGE_COMPUTE,
+    STAGE_QUEUE,
+    metric,
+    rate,
+    ratio,
+    sel,
+    series,
+    stage_quantile,
+    sum_rate,
+    triton_stage_mean_seconds,
+)
+
+# Op-class share above which the alerts open a model review (drawn as the threshold line).
+OP_SHARE_REVIEW_THRESHOLD = 0.2
+
+
+def _percentiles(stage: str) -> list[Query]:
+    return [Query(stage_quantile(q, stage), f"{{{{model}}}} {stage} p{round(q * 100)}") for q in QUANTILES]
+
+
+def build() -> dash_b.Dashboard:
+    batch_bucket = series("tidescale_batch_size", "_bucket")
+    return (
+        new_dashboard(MODEL)
+        .with_row(row("Latency by stage"))
+        .with_panel(graph(
+            "Queue time percentiles",
+            "Time requests wait in Triton's scheduler queue (QUEUE_START to COMPUTE_START), from traces. "
+            "Queue growing while compute is flat means too few replicas or instances.",
+            "s", _percentiles(STAGE_QUEUE), min_value=0))
+        .with_panel(graph(
+            "Compute time percentiles",
+            "Time in the backend (COMPUTE_START to COMPUTE_END), from traces. Compute growing means the "
+            "model itself got slower (new version, bigger batches, a slow op).",
+            "s", _percentiles(STAGE_COMPUTE), min_value=0))
+        .with_panel(graph(
+            "Mean queue vs compute time (Triton counters)",
+            "Per-request averages from Triton's always-on cumulative µs counters, summed over pods before "
+            "dividing: available even without tracing, but averages only.",
+            "s", [Query(triton_stage_mean_seconds("nv_inference_queue_duration_us"), "{{model}} queue"),
+                  Query(triton_stage_mean_seconds("nv_inference_compute_infer_duration_us"), "{{model}} compute")],
+            span=24, min_value=0))
+        .with_row(row("Queue and batching"))
+        .with_panel(graph(
+            "Queue depth per replica",
+            "Requests waiting for execution in each serving pod (nv_inference_pending_request_count). "
+            "The autoscaler's best signal: it rises before latency does.",
+            "short", [Query(f"sum by (pod) ({sel('nv_inference_pending_request_count')})", "{{pod}}")],
+            min_value=0))
+        .with_panel(heatmap_of(
+            "Batch size distribution",
+            "Executions per batch size (tidescale_batch_size from /v2/models/stats batch_stats): mass at 1 "
+            "means the dynamic batcher is not batching.",
+            "short", Query(f"sum by (le) ({rate(f'{batch_bucket}{{{NS_MODEL}}}')})", "{{le}}", heatmap=True)))
+        .with_panel(graph(
+            "Average batch size",
+            "Inferences per execution (nv_inference_count / nv_inference_exec_count): 1.0 means every request "
+            "ran alone.",
+            "short", [Query(ratio(sum_rate(sel("nv_inference_count"), "model"),
+                                  sum_rate(sel("nv_inference_exec_count"), "model")), "{{model}}")],
+            min_value=0))
+        .with_panel(graph(
+            "Batching efficiency",
+            "Average batch size divided by max_batch_size, per pod (exporter, per poll interval). Low "
+            "efficiency under load: raise max_queue_delay_microseconds or preferred_batch_size.",
+            "percentunit", [Query(f"avg by (model) ({sel('tidescale_batching_efficiency_ratio')})", "{{model}}")],
+            min_value=0))
+        .with_row(row("Profile and versions"))
+        .with_panel(graph(
+            "Op-time share by op class",
+            "Share of op self time per op class in the latest profile of each version. Above the dashed "
+            "line the alerts open a model review (e.g. string ops in a CTR model).",
+            "percentunit", [Query(f"max by (version, op_class) ({metric('tidescale_op_time_share')}"
+                                  "{model=~\"$model\"})", "v{{version}} {{op_class}}")],
+            thresholds=[Threshold(OP_SHARE_REVIEW_THRESHOLD)], min_value=0))
+        .with_panel(graph(
+            "Requests per second by version",
+            "Successful requests per model version: shows rollouts and which version serves traffic.",
+            "reqps", [Query(sum_rate(sel("nv_inference_request_success"), "model, version"),
+                            "{{model}} v{{version}}")], stacked=True, min_value=0))
+    )

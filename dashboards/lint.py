@@ -1,0 +1,213 @@
+"""The grafana/dashboard-linter rules (and tidescale's own) as pure functions over dashboard JSON.
+
+Each rule returns a list of problems naming the panel or variable; `lint()` runs them all.
+Tests run them on every generated dashboard, and on broken copies to prove each rule bites.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from tidescale import catalog
+from tidescale.promql import metric_names, substitute_templates
+
+Dashboard = dict[str, Any]
+Rule = Callable[[Dashboard], list[str]]
+
+DATASOURCE_UID = "${datasource}"
+RATE_INTERVAL = "$__rate_interval"
+COUNTER_FUNCTIONS = frozenset({"rate", "irate", "increase"})
+# Grafana unit ids the dashboards may use (a subset of Grafana's valueFormats registry).
+VALID_UNITS = frozenset({
+    "short", "none", "percent", "percentunit", "s", "ms", "µs", "ns", "dtdurations", "reqps", "ops",
+    "bytes", "decbytes", "mbytes", "decmbytes", "watt", "kwatt", "celsius", "bool", "bool_on_off", "hertz",
+})
+RANGE = re.compile(r"\[([^\]]*)\]")
+UID = re.compile(r"^tidescale-[a-z]+$")
+
+
+def panels(board: Dashboard) -> Iterator[dict[str, Any]]:
+    """Every non-row panel, including those nested in collapsed rows."""
+    for panel in board.get("panels", []):
+        if panel.get("type") == "row":
+            yield from panel.get("panels", [])
+        else:
+            yield panel
+
+
+def targets(board: Dashboard) -> Iterator[tuple[str, str]]:
+    """(panel title, expr) for every query of every panel."""
+    for panel in panels(board):
+        for target in panel.get("targets", []):
+            yield panel.get("title", "?"), str(target.get("expr", ""))
+
+
+def _variables(board: Dashboard) -> list[dict[str, Any]]:
+    return list(board.get("templating", {}).get("list", []))
+
+
+def template_datasource_rule(board: Dashboard) -> list[str]:
+    variables = _variables(board)
+    first = variables[0] if variables else {}
+    if first.get("name") != "datasource" or first.get("type") != "datasource" or first.get("query") != "prometheus":
+        return ["the first variable must be `datasource` of type datasource with query prometheus"]
+    return []
+
+
+def template_chain_rule(board: Dashboard) -> list[str]:
+    """`namespace` then `model`, both label_values queries, model filtered by $namespace."""
+    by_name = {v.get("name"): v for v in _variables(board)}
+    problems = []
+    for name in ("namespace", "model"):
+        var = by_name.get(name)
+        if var is None:
+            problems.append(f"variable {name!r} is missing")
+        elif not str(var.get("query", "")).startswith("label_values("):
+            problems.append(f"variable {name!r} must use label_values(...)")
+    names = [v.get("name") for v in _variables(board)]
+    if {"namespace", "model"} <= set(names):
+        if names.index("namespace") > names.index("model"):
+            problems.append("variable `namespace` must come before `model`")
+        if "$namespace" not in str(by_name["model"].get("query", "")):
+            problems.append("variable `model` must be filtered by $namespace")
+    return problems
+
+
+def template_on_time_change_reload_rule(board: Dashboard) -> list[str]:
+    return [f"variable {v.get('name')!r} must refresh on time range change (refresh: 2)"
+            for v in _variables(board) if v.get("type") == "query" and v.get("refresh") != 2]
+
+
+def template_datasource_ref_rule(board: Dashboard) -> list[str]:
+    return [f"variable {v.get('name')!r} must query ${{datasource}}"
+            for v in _variables(board) if v.get("type") == "query"
+            and (v.get("datasource") or {}).get("uid") != DATASOURCE_UID]
+
+
+def panel_datasource_rule(board: Dashboard) -> list[str]:
+    problems = []
+    for panel in panels(board):
+        refs = [panel.get("datasource") or {}] + [t.get("datasource") or {} for t in panel.get("targets", [])
+                                                  if "datasource" in t]
+        if any(ref.get("uid") != DATASOURCE_UID for ref in refs):
+            problems.append(f"panel {panel.get('title')!r} must use ${{datasource}}")
+    return problems
+
+
+def panel_title_description_rule(board: Dashboard) -> list[str]:
+    return [f"panel {p.get('title')!r} needs a title and a description"
+            for p in panels(board) if not str(p.get("title", "")).strip() or not str(p.get("description", "")).strip()]
+
+
+def panel_units_rule(board: Dashboard) -> list[str]:
+    problems = []
+    for panel in panels(board):
+        unit = (panel.get("fieldConfig") or {}).get("defaults", {}).get("unit")
+        if unit not in VALID_UNITS:
+            problems.append(f"panel {panel.get('title')!r} has no valid unit (got {unit!r})")
+    return problems
+
+
+def panel_no_targets_rule(board: Dashboard) -> list[str]:
+    return [f"panel {p.get('title')!r} has no query"
+            for p in panels(board) if not any(str(t.get("expr", "")).strip() for t in p.get("targets", []))]
+
+
+def target_promql_rule(board: Dashboard) -> list[str]:
+    import promql_parser
+
+    problems = []
+    for title, expr in targets(board):
+        try:
+            promql_parser.parse(substitute_templates(expr))
+        except ValueError as exc:
+            problems.append(f"panel {title!r}: invalid PromQL {expr!r}: {exc}")
+    return problems
+
+
+def target_rate_interval_rule(board: Dashboard) -> list[str]:
+    """Every range in a panel query is `$__rate_interval` (windows follow the scrape interval)."""
+    return [f"panel {title!r}: range [{rng}] must be [{RATE_INTERVAL}]"
+            for title, expr in targets(board) for rng in RANGE.findall(expr) if rng != RATE_INTERVAL]
+
+
+def _unaggregated_counter_calls(node: object, aggregated: bool) -> Iterator[str]:
+    kind = type(node).__name__
+    if kind == "Call" and node.func.name in COUNTER_FUNCTIONS and not aggregated:  # type: ignore[attr-defined]
+        yield node.func.name  # type: ignore[attr-defined]
+    aggregated = aggregated or kind == "AggregateExpr"
+    for attr in ("lhs", "rhs", "expr", "args", "param", "vector_selector"):
+        child = getattr(node, attr, None)
+        for c in child if isinstance(child, list) else [child]:
+            if c is not None and not isinstance(c, str | int | float):
+                yield from _unaggregated_counter_calls(c, aggregated)
+
+
+def target_counter_agg_rule(board: Dashboard) -> list[str]:
+    """rate()/increase() must sit inside an aggregation (per-pod series are not what on-call reads)."""
+    import promql_parser
+
+    problems = []
+    for title, expr in targets(board):
+        try:
+            tree = promql_parser.parse(substitute_templates(expr))
+        except ValueError:
+            continue  # reported by target_promql_rule
+        problems += [f"panel {title!r}: {fn}() is not aggregated in {expr!r}"
+                     for fn in _unaggregated_counter_calls(tree, False)]
+    return problems
+
+
+def known_metrics() -> frozenset[str]:
+    """Catalog series plus the recording rules of alerts/."""
+    from alerts import names
+
+    return catalog.all_series_names() | frozenset(names.all_names())
+
+
+def target_catalog_rule(board: Dashboard) -> list[str]:
+    known = known_metrics()
+    problems = []
+    for title, expr in targets(board):
+        try:
+            unknown = metric_names(expr) - known
+        except ValueError:
+            continue
+        problems += [f"panel {title!r}: {name} is neither a catalog metric nor a recording rule"
+                     for name in sorted(unknown)]
+    return problems
+
+
+def dashboard_identity_rule(board: Dashboard) -> list[str]:
+    problems = []
+    if not UID.match(str(board.get("uid", ""))):
+        problems.append(f"uid {board.get('uid')!r} must match {UID.pattern}")
+    if board.get("editable", True):
+        problems.append("dashboard must not be editable (it is generated; edit the Python)")
+    if "tidescale" not in board.get("tags", []):
+        problems.append("dashboard must carry the `tidescale` tag")
+    return problems
+
+
+RULES: tuple[Rule, ...] = (
+    template_datasource_rule, template_chain_rule, template_on_time_change_reload_rule,
+    template_datasource_ref_rule, panel_datasource_rule, panel_title_description_rule, panel_units_rule,
+    panel_no_targets_rule, target_promql_rule, target_rate_interval_rule, target_counter_agg_rule,
+    target_catalog_rule, dashboard_identity_rule,
+)
+
+
+def lint(board: Dashboard) -> list[str]:
+    """Every problem every rule finds in *board*."""
+    return [problem for rule in RULES for problem in rule(board)]
+
+
+def link_problems(boards: dict[str, Dashboard]) -> list[str]:
+    """Each dashboard links to every other one by uid."""
+    problems = []
+    for uid, board in boards.items():
+        linked = {str(link.get("url", "")).removeprefix("/d/") for link in board.get("links", [])}
+        problems += [f"{uid} does not link to {other}" for other in boards if other != uid and other not in linked]
+    return problems

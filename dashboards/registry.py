@@ -1,0 +1,24 @@
+"""All dashboards by uid, built as plain JSON data (what Grafana imports)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from grafana_foundation_sdk.builders import dashboard as dash_b
+
+from dashboards.base import AUTOSCALING, FLEET, GPU, MODEL, PROFILER, DashboardInfo, to_dict
+from dashboards.boards import autoscaling, fleet, gpu, model, profiler
+
+BUILDERS: tuple[tuple[DashboardInfo, Callable[[], dash_b.Dashboard]], ...] = (
+    (FLEET, fleet.build),
+    (MODEL, model.build),
+    (GPU, gpu.build),
+    (AUTOSCALING, autoscaling.build),
+    (PROFILER, profiler.build),
+)
+
+
+def build_all() -> dict[str, dict[str, Any]]:
+    """uid -> dashboard JSON data, in the order on-call reads them."""
+    return {info.uid: to_dict(build()) for info, build in BUILDERS}
