@@ -52,6 +52,7 @@ class PrometheusServer:
         evaluation_interval: str = "1s",
         port: int | None = None,
         external_labels: dict[str, str] | None = None,
+        alert_resend_delay: str = "2s",
     ) -> None:
         self.workdir = workdir
         self.rule_files = [Path(p) for p in rule_files]
@@ -60,6 +61,9 @@ class PrometheusServer:
         self.evaluation_interval = evaluation_interval
         self.port = port_or_free(port, "prometheus")
         self.external_labels = external_labels or {}
+        # Prometheus drops notifications until it has discovered the Alertmanager and then waits a
+        # whole resend delay (1m by default); short for the local stack so alerts arrive promptly.
+        self.alert_resend_delay = alert_resend_delay
         self._targets: list[ScrapeTarget] = list(targets)
         self.proc: ManagedProcess | None = None
 
@@ -138,6 +142,7 @@ class PrometheusServer:
             f"--web.listen-address={LOOPBACK}:{self.port}",
             "--web.enable-lifecycle",
             "--storage.tsdb.retention.time=1d",
+            f"--rules.alert.resend-delay={self.alert_resend_delay}",
             "--log.level=warn",
         ]
         self.proc = ManagedProcess("prometheus", argv, self.workdir / "prometheus.log").start()

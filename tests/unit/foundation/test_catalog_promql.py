@@ -1,0 +1,98 @@
+"""One source of truth: every metric any PromQL in the repository names is in the catalog or recorded by a rule."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.paths import REPO
+from tidescale import catalog
+from tidescale.promql import metric_names
+
+PROMQL_KEYS = {"expr", "query", "seriesQuery", "metricsQuery"}
+
+
+def _walk(obj: Any) -> Iterator[tuple[str, Any]]:
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield k, v
+            yield from _walk(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _walk(v)
+
+
+def _documents() -> Iterator[tuple[Path, Any]]:
+    roots = [REPO / "alerts", REPO / "dashboards", REPO / "autoscaler", REPO / "deploy"]
+    for root in roots:
+        for path in sorted(root.rglob("*")):
+            if path.suffix in (".yaml", ".yml") and "templates" not in path.parts and "tests" not in path.parts:
+                try:
+                    for doc in yaml.safe_load_all(path.read_text()):
+                        yield path, doc
+                except yaml.YAMLError:
+                    continue
+            elif path.suffix == ".json" and "schema" not in path.name:
+                yield path, json.loads(path.read_text())
+
+
+def recorded_names() -> set[str]:
+    names = set()
+    for _, doc in _documents():
+        for key, value in _walk(doc):
+            if key == "record" and isinstance(value, str):
+                names.add(value)
+    return names
+
+
+def promql_in_repo() -> list[tuple[Path, str]]:
+    out = []
+    for path, doc in _documents():
+        for key, value in _walk(doc):
+            if key in PROMQL_KEYS and isinstance(value, str) and value.strip():
+                out.append((path, value))
+    return out
+
+
+def test_catalog_names_are_unique_and_typed() -> None:
+    fams = catalog.families()
+    assert len({f.name for f in fams}) == len(fams)
+    for fam in fams:
+        assert fam.help, fam.name
+        assert fam.type in ("counter", "gauge", "histogram", "summary", "info")
+    assert catalog.get("nv_inference_pending_request_count").source == "triton"
+    with pytest.raises(KeyError, match="not in the tidescale catalog"):
+        catalog.get("nv_made_up_metric")
+
+
+def test_catalog_follows_the_triton_fixture() -> None:
+    import csv
+
+    from tests.paths import FIXTURES
+
+    rows = list(csv.DictReader((FIXTURES / "triton" / "triton_metrics_catalog.csv").open()))
+    assert {r["metric_family"] for r in rows} <= catalog.names()
+
+
+def test_every_promql_names_only_catalog_or_recorded_metrics() -> None:
+    known = catalog.all_series_names() | recorded_names()
+    problems = []
+    for path, expr in promql_in_repo():
+        try:
+            names = metric_names(expr)
+        except Exception as exc:  # an unparsable query is a failure too
+            problems.append(f"{path.relative_to(REPO)}: cannot parse {expr!r}: {exc}")
+            continue
+        for name in sorted(names - known):
+            problems.append(f"{path.relative_to(REPO)}: {name} (in {expr[:80]!r})")
+    assert not problems, "metrics not in the catalog nor recorded:\n" + "\n".join(problems)
+
+
+def test_the_check_catches_an_unknown_metric() -> None:
+    known = catalog.all_series_names()
+    assert metric_names("rate(nv_not_a_real_family[5m])") - known == {"nv_not_a_real_family"}

@@ -1,0 +1,84 @@
+"""Traffic scenarios, trace replay and the service-time curve."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.paths import FIXTURES
+from tidescale.errors import UsageError
+from tidescale.servicecurve import ServiceCurve
+from tidescale.traffic import load_trace_timestamps, replay, scenario
+
+AZURE = FIXTURES / "traffic" / "azure_llm_conv_2023.csv"
+
+
+def test_v100_curve_reproduces_the_published_throughput() -> None:
+    curve = ServiceCurve.v100()
+    for batch, rps in ((1, 58), (8, 210), (16, 320), (32, 380)):
+        assert curve.throughput(batch) == pytest.approx(rps)
+    # Between calibration points execution time grows monotonically with batch size.
+    times = [curve.exec_seconds(b) for b in range(1, 33)]
+    assert all(b > a for a, b in itertools.pairwise(times))
+    assert curve.max_throughput() == pytest.approx(380)
+    assert curve.scaled(2).exec_seconds(8) == pytest.approx(2 * curve.exec_seconds(8))
+
+
+def test_curve_rejects_bad_points() -> None:
+    with pytest.raises(UsageError):
+        ServiceCurve(((0, 0.1),))
+    with pytest.raises(UsageError):
+        ServiceCurve(())
+
+
+@pytest.mark.parametrize("name", ["steady", "diurnal", "surge", "flash-crowd", "diurnal-surge"])
+def test_scenarios_have_the_expected_mean(name: str) -> None:
+    sc = scenario(name, 20.0, 600.0)
+    arr = sc.arrivals(seed=3)
+    assert np.all(np.diff(arr) >= 0) and arr[0] >= 0 and arr[-1] < 600
+    assert len(arr) / 600 == pytest.approx(sc.mean_rps(), rel=0.1)
+    np.testing.assert_array_equal(arr, sc.arrivals(seed=3))  # same seed, same traffic
+
+
+def test_surge_triples_within_a_minute() -> None:
+    sc = scenario("surge", 10.0, 600.0)
+    assert sc.rate(0) == pytest.approx(10)
+    assert sc.rate(180 + 60) == pytest.approx(30)
+
+
+def test_unknown_scenario_lists_the_known_ones() -> None:
+    with pytest.raises(UsageError, match="unknown scenario 'tsunami'.*diurnal"):
+        scenario("tsunami", 1, 10)
+
+
+def test_azure_trace_replay() -> None:
+    ts = load_trace_timestamps(AZURE)
+    assert len(ts) == 19366
+    assert ts[0] == 0 and 3400 < ts[-1] < 3700
+    sc = replay(AZURE, time_scale=0.1, target_rps=50)
+    assert sc.duration_s == pytest.approx(ts[-1] * 0.1, rel=1e-3)
+    assert sc.mean_rps() == pytest.approx(50, rel=0.05)
+
+
+def test_malformed_trace_names_the_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("TIMESTAMP,x\n2023-11-16 18:15:46.68,1\nyesterday,2\n")
+    with pytest.raises(UsageError, match=r"bad.csv:3: first column 'yesterday'"):
+        load_trace_timestamps(bad)
+
+
+@given(st.lists(st.text(max_size=30), max_size=20))
+@settings(max_examples=100, deadline=None)
+def test_trace_parser_never_crashes(tmp_path_factory: pytest.TempPathFactory, cells: list[str]) -> None:
+    path = tmp_path_factory.mktemp("fuzz") / "t.csv"
+    path.write_text("\n".join(c.replace("\n", " ").replace("\r", " ") for c in cells))
+    try:
+        ts = load_trace_timestamps(path)
+    except UsageError:
+        return
+    assert ts[0] == 0 and np.all(np.diff(ts) >= 0)
