@@ -1,15 +1,22 @@
-"""The exporter's own health: spans accepted/dropped, polls, profile bytes, refused series.
+"""The exporter's own health: metrics, structured logs and OpenTelemetry traces of its work.
 
-One small collector instead of prometheus-client's global metric objects, so every app (and
-every test) owns its registry and counts start at zero. Names come from the catalog.
+Metrics: one small collector instead of prometheus-client's global metric objects, so every
+app (and every test) owns its registry and counts start at zero; names come from the catalog.
+Logs: one JSON object per line (`extra={"fields": {...}}` adds keys). Traces: only when
+`OTEL_EXPORTER_OTLP_ENDPOINT` is set, via opentelemetry-sdk's OTLP/HTTP exporter.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import os
 import threading
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
+from opentelemetry import trace
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
@@ -108,3 +115,58 @@ class SelfMetrics(Collector):
             yield polls
             name, help_ = _family("tidescale_exporter_targets")
             yield GaugeMetricFamily(name, help_, value=self.targets)
+
+
+# --- logs and traces -------------------------------------------------------------------------------
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: time, level, logger, message and the record's `fields`."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            out.update(fields)
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str)
+
+
+def configure_logging(fmt: str = "json", level: int = logging.INFO) -> None:
+    """Route the `tidescale` loggers to stderr in *fmt* ("json" or "text"), once."""
+    logger = logging.getLogger("tidescale")
+    logger.setLevel(level)
+    for handler in list(logger.handlers):
+        if getattr(handler, "_tidescale", False):
+            logger.removeHandler(handler)
+    handler = logging.StreamHandler()
+    handler._tidescale = True  # type: ignore[attr-defined]
+    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(
+        "%(asctime)s %(levelname)s %(name)s %(message)s %(fields)s", defaults={"fields": ""}))
+    logger.addHandler(handler)
+    logger.propagate = False
+
+
+_TRACER_PROVIDER: Any = None
+
+
+def self_tracer() -> trace.Tracer:
+    """A tracer exporting over OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is set, else a no-op."""
+    global _TRACER_PROVIDER
+    if not os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+        return trace.NoOpTracer()
+    if _TRACER_PROVIDER is None:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        provider = TracerProvider(resource=Resource.create({"service.name": "tidescale-exporter"}))
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        _TRACER_PROVIDER = provider
+    return _TRACER_PROVIDER.get_tracer("tidescale.exporter")  # type: ignore[no-any-return]

@@ -1,0 +1,271 @@
+"""The exporter service: one FastAPI app with its own prometheus-client registry.
+
+Routes: `/metrics`, `/healthz`, `/readyz`, `POST /v1/traces` (OTLP/HTTP protobuf or JSON),
+`POST /v1/profiles?model=M&version=V`, `GET /v1/profiles/{model}/{version}`. Write endpoints
+need `Authorization: Bearer <TIDESCALE_EXPORTER_TOKEN>`; with no token configured they refuse
+everything (secure by default). Background work (trace-file tailing, join-buffer expiry, target
+discovery, stats polling) runs as asyncio tasks owned by the app's lifespan.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from exporters.errors import BadInput
+from exporters.latency import LatencyAggregator, log_buckets
+from exporters.otlp import PROTOBUF_TYPES, SpanJoiner, decode_traces, decompress
+from exporters.selfmetrics import SelfMetrics, configure_logging, self_tracer
+from exporters.settings import ExporterSettings
+from exporters.tracefile import TraceFileTailer
+
+log = logging.getLogger("tidescale.exporter")
+TAIL_INTERVAL_S = 1.0
+MAX_NAME_CHARS = 200
+
+
+@dataclass
+class ExporterState:
+    """What the routes and background tasks share; built once per app."""
+
+    settings: ExporterSettings
+    registry: CollectorRegistry
+    selfmetrics: SelfMetrics
+    latency: LatencyAggregator
+    joiner: SpanJoiner
+    tailers: list[TraceFileTailer]
+    profiles: Any = None  # exporters.profiles.store.ProfileStore when available
+    background: list[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    started: bool = False
+
+
+def build_state(settings: ExporterSettings) -> ExporterState:
+    registry = CollectorRegistry(auto_describe=False)
+    selfmetrics = SelfMetrics()
+    bounds = log_buckets(settings.bucket_min_s, settings.bucket_max_s, settings.slo_thresholds_s,
+                         settings.max_buckets)
+    latency = LatencyAggregator(bounds, window_s=settings.window_s, slots=settings.window_slots,
+                                max_series=settings.max_series, sample_rate=settings.trace_sample_rate,
+                                selfmetrics=selfmetrics)
+    joiner = SpanJoiner(settings.join_max_pending, settings.join_ttl_s, on_drop=selfmetrics.drop_spans)
+    tailers = [TraceFileTailer(p, settings.join_max_pending, on_drop=selfmetrics.drop_spans)
+               for p in settings.trace_files]
+    state = ExporterState(settings, registry, selfmetrics, latency, joiner, tailers)
+    registry.register(selfmetrics)
+    registry.register(latency)
+    state.profiles = _profile_store(settings, registry)
+    state.background.append(lambda: _tail_and_expire(state))
+    state.background.extend(_discovery_and_polling(settings, registry, selfmetrics))
+    return state
+
+
+def _profile_store(settings: ExporterSettings, registry: CollectorRegistry) -> Any:
+    try:
+        from exporters.profiles.store import ProfileStore
+    except ImportError:
+        log.warning("profile ingestion unavailable: exporters.profiles.store is missing")
+        return None
+    store = ProfileStore(max_bytes=settings.max_profile_bytes)
+    registry.register(store)
+    return store
+
+
+def _discovery_and_polling(settings: ExporterSettings, registry: CollectorRegistry,
+                           selfmetrics: SelfMetrics) -> list[Callable[[], Coroutine[Any, Any, None]]]:
+    """Target discovery and the stats poller (exporters.targets / exporters.stats_poller)."""
+    if not settings.triton_urls and settings.kube_selector is None:
+        return []
+    from exporters.stats_poller import StatsPoller
+    from exporters.targets import TargetSet
+
+    targets = TargetSet(settings)
+    poller = StatsPoller(targets, settings)
+    registry.register(poller)
+    return [targets.run, poller.run]
+
+
+async def _tail_and_expire(state: ExporterState) -> None:
+    while True:
+        for tailer in state.tailers:
+            samples = await asyncio.to_thread(tailer.poll)
+            state.latency.observe_all(samples)
+        state.joiner.flush_expired()
+        await asyncio.sleep(TAIL_INTERVAL_S)
+
+
+# --- request helpers -------------------------------------------------------------------------------
+
+def _authorised(request: Request, settings: ExporterSettings) -> bool:
+    if settings.token is None:
+        return False
+    header = request.headers.get("authorization", "")
+    scheme, _, presented = header.partition(" ")
+    if scheme.lower() != "bearer" or not presented:
+        return False
+    return hmac.compare_digest(presented.strip().encode(), settings.token.get_secret_value().encode())
+
+
+def _unauthorised(settings: ExporterSettings) -> JSONResponse:
+    detail = ("write endpoints are disabled: set TIDESCALE_EXPORTER_TOKEN" if settings.token is None
+              else "missing or wrong bearer token (Authorization: Bearer <token>)")
+    return JSONResponse({"detail": detail}, status_code=401, headers={"WWW-Authenticate": "Bearer"})
+
+
+async def read_capped(request: Request, max_bytes: int) -> bytes:
+    """The request body, or BadInput(413) as soon as it exceeds *max_bytes*."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise BadInput(413, f"body of {declared} bytes is larger than the {max_bytes}-byte limit")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            raise BadInput(413, f"body is larger than the {max_bytes}-byte limit")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _otlp_response(content_type: str | None, rejected: int, message: str) -> Response:
+    body = ExportTraceServiceResponse()
+    if rejected:
+        body.partial_success.rejected_spans = rejected
+        body.partial_success.error_message = message
+    if (content_type or "").split(";")[0].strip().lower() in PROTOBUF_TYPES:
+        return Response(body.SerializeToString(), media_type="application/x-protobuf")
+    payload: dict[str, Any] = {}
+    if rejected:
+        payload = {"partialSuccess": {"rejectedSpans": str(rejected), "errorMessage": message}}
+    return JSONResponse(payload)
+
+
+def _name_param(value: str | None, what: str) -> str:
+    if not value:
+        raise BadInput(400, f"query parameter {what!r} is required")
+    if len(value) > MAX_NAME_CHARS or not value.isprintable():
+        raise BadInput(400, f"{what} must be at most {MAX_NAME_CHARS} printable characters")
+    return value
+
+
+# --- the app -----------------------------------------------------------------------------------
+
+def create_app(settings: ExporterSettings) -> FastAPI:
+    """The exporter app; background tasks start with the app's lifespan."""
+    configure_logging(settings.log_format)
+    state = build_state(settings)
+    tracer = self_tracer()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        state.tasks = [asyncio.create_task(job()) for job in state.background]
+        state.started = True
+        log.info("exporter started", extra={"fields": {"trace_files": len(state.tailers),
+                                                        "tasks": len(state.tasks)}})
+        try:
+            yield
+        finally:
+            for task in state.tasks:
+                task.cancel()
+            await asyncio.gather(*state.tasks, return_exceptions=True)
+
+    app = FastAPI(title="tidescale exporter", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.exporter = state
+
+    @app.exception_handler(BadInput)
+    async def bad_input(_: Request, exc: BadInput) -> JSONResponse:
+        return JSONResponse({"detail": exc.message}, status_code=exc.status_code)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(state.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz() -> JSONResponse:
+        dead = [t for t in state.tasks if t.done()]
+        if not state.started or dead:
+            reason = "starting" if not state.started else f"{len(dead)} background task(s) stopped"
+            return JSONResponse({"status": "not ready", "detail": reason}, status_code=503)
+        return JSONResponse({"status": "ready"})
+
+    @app.post("/v1/traces")
+    async def traces(request: Request) -> Response:
+        if settings.traces_require_token and not _authorised(request, settings):
+            return _unauthorised(settings)
+        content_type = request.headers.get("content-type")
+        with tracer.start_as_current_span("ingest_traces") as span:
+            raw = await read_capped(request, settings.max_body_bytes)
+            try:
+                body = decompress(raw, request.headers.get("content-encoding"), settings.max_body_bytes)
+                spans = decode_traces(body, content_type)
+            except BadInput as exc:
+                state.selfmetrics.drop_spans("malformed_body")
+                log.warning("rejected OTLP body", extra={"fields": {"status": exc.status_code,
+                                                                     "reason": exc.message[:200]}})
+                raise
+            samples, accepted = state.joiner.add(spans)
+            refused = state.latency.observe_all(samples)
+            state.selfmetrics.accept_spans(accepted)
+            span.set_attribute("spans", len(spans))
+            span.set_attribute("samples", len(samples))
+        rejected = len(spans) - accepted
+        message = f"{rejected} span(s) were not Triton spans" if rejected else ""
+        if refused:
+            message = (message + "; " if message else "") + f"{refused} sample(s) over the series cap"
+        return _otlp_response(content_type, rejected, message)
+
+    @app.post("/v1/profiles")
+    async def upload_profile(request: Request, model: str | None = None, version: str | None = None,
+                             filename: str = "") -> JSONResponse:
+        if not _authorised(request, settings):
+            return _unauthorised(settings)
+        if state.profiles is None:
+            return JSONResponse({"detail": "profile ingestion is not available in this build"}, 503)
+        model_name = _name_param(model, "model")
+        model_version = _name_param(version, "version")
+        body = await read_capped(request, settings.max_profile_bytes)
+        with tracer.start_as_current_span("ingest_profile") as span:
+            span.set_attribute("bytes", len(body))
+            report = await asyncio.to_thread(
+                state.profiles.ingest, body, filename=filename[:MAX_NAME_CHARS],
+                content_type=request.headers.get("content-type", ""), model=model_name, version=model_version)
+        state.selfmetrics.add_profile_bytes(len(body))
+        log.info("profile ingested", extra={"fields": {"model": model_name, "version": model_version,
+                                                        "bytes": len(body)}})
+        return JSONResponse(report.to_json())
+
+    @app.get("/v1/profiles/{model}/{version}")
+    async def get_profile(model: str, version: str) -> JSONResponse:
+        if state.profiles is None:
+            return JSONResponse({"detail": "profile ingestion is not available in this build"}, 503)
+        report = state.profiles.report(model, version)
+        if report is None:
+            return JSONResponse({"detail": f"no profile for model {model!r} version {version!r}"}, 404)
+        return JSONResponse(report.to_json())
+
+    return app
+
+
+def serve(settings: ExporterSettings) -> None:
+    """Run the app with uvicorn until interrupted."""
+    import uvicorn
+
+    started = time.monotonic()
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning",
+                access_log=False)
+    log.info("exporter stopped", extra={"fields": {"uptime_s": round(time.monotonic() - started, 1)}})
