@@ -1,0 +1,135 @@
+"""HPA (autoscaling/v2) and KEDA ScaledObject manifests that scale on the recommender's answer.
+
+Exact scaling: the HPA reads `tidescale_desired_replicas` (D) as an External metric with an
+`AverageValue: 1` target, so its proposal is ceil(D / 1) = D. The default 10 % tolerance would
+swallow D = N + 1 at N >= 10 (ratio 1.1), so `behavior.scaleUp/scaleDown.tolerance` is set to 0
+(Kubernetes >= 1.33, HPAConfigurableTolerance; beta and on by default from 1.34). On an older
+cluster (`legacy=True`) the field is left out and the recommender rounds a small change to the
+nearest count the HPA can reach (`recommend.reachable_under_tolerance`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from autoscaler import adapter
+from autoscaler.hpa import Behavior, HpaSpec, MetricSpec, ScalingPolicy, ScalingRules, spec_to_dict
+from autoscaler.yamlout import dump, dump_all
+from tidescale import catalog
+from tidescale.errors import UsageError
+from tidescale.promql import selector
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+KEDA_POLLING_S = 15
+
+
+@dataclass(frozen=True)
+class Target:
+    """What to scale: a Triton Deployment serving *model* in *namespace*."""
+
+    deployment: str
+    namespace: str
+    model: str
+    min_replicas: int = 1
+    max_replicas: int = 20
+    slo_p99_s: float | None = None
+
+    def __post_init__(self) -> None:
+        for what, value in (("deployment", self.deployment), ("namespace", self.namespace)):
+            if len(value) > 63 or not _DNS_LABEL.match(value):
+                raise UsageError(f"{what} {value!r} is not a valid Kubernetes name (RFC 1123 label)")
+        if not self.model or len(self.model) > 253:
+            raise UsageError("model name must be 1..253 characters")
+        if self.min_replicas < 1:
+            raise UsageError(f"--min-replicas must be >= 1, got {self.min_replicas}")
+        if self.min_replicas > self.max_replicas:
+            raise UsageError(f"--min-replicas ({self.min_replicas}) must not exceed --max-replicas "
+                             f"({self.max_replicas})")
+        if self.slo_p99_s is not None and self.slo_p99_s <= 0:
+            raise UsageError(f"--slo-p99 must be > 0 seconds, got {self.slo_p99_s}")
+
+
+def tidescale_behavior(legacy: bool = False) -> Behavior:
+    """Fast up (double or +4 pods per 15 s, no window), cautious down (120 s window, 25 % per minute).
+
+    The recommender already looks ahead and holds down; the HPA's own window only guards
+    against flapping of the metric path.
+    """
+    tol = None if legacy else 0.0
+    return Behavior(
+        scaleUp=ScalingRules(0, "Max", (ScalingPolicy("Percent", 100, 15), ScalingPolicy("Pods", 4, 15)), tol),
+        scaleDown=ScalingRules(60, "Max", (ScalingPolicy("Percent", 25, 60), ScalingPolicy("Pods", 2, 60)), tol),
+    )
+
+
+def tidescale_hpa_spec(target: Target, legacy: bool = False) -> HpaSpec:
+    """The HPA that follows the recommender exactly (the benchmark runs this same spec)."""
+    metric = MetricSpec("External", adapter.DESIRED_REPLICAS, "AverageValue", 1.0,
+                        selector={"deployment": target.deployment})
+    return HpaSpec(target.min_replicas, target.max_replicas, (metric,), tidescale_behavior(legacy))
+
+
+def hpa_manifest(target: Target, legacy: bool = False) -> dict[str, Any]:
+    spec = {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target.deployment},
+            **spec_to_dict(tidescale_hpa_spec(target, legacy))}
+    return {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": target.deployment, "namespace": target.namespace,
+                         "labels": {"app.kubernetes.io/managed-by": "tidescale"}},
+            "spec": spec}
+
+
+def keda_query(target: Target) -> str:
+    """One series: the recommender's desired replicas for this Deployment (max over duplicates)."""
+    desired = catalog.get("tidescale_desired_replicas").name
+    return f"max({selector(desired, namespace=target.namespace, deployment=target.deployment)})"
+
+
+def keda_manifest(target: Target, prometheus_url: str, legacy: bool = False) -> dict[str, Any]:
+    """KEDA ScaledObject: prometheus trigger, AverageValue threshold 1 = one replica's share of D."""
+    behavior = spec_to_dict(tidescale_hpa_spec(target, legacy))["behavior"]
+    return {
+        "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+        "metadata": {"name": target.deployment, "namespace": target.namespace,
+                     "labels": {"app.kubernetes.io/managed-by": "tidescale"}},
+        "spec": {
+            "scaleTargetRef": {"name": target.deployment},
+            "minReplicaCount": target.min_replicas, "maxReplicaCount": target.max_replicas,
+            "pollingInterval": KEDA_POLLING_S,
+            "advanced": {"horizontalPodAutoscalerConfig": {"name": f"keda-hpa-{target.deployment}",
+                                                           "behavior": behavior}},
+            "triggers": [{
+                "type": "prometheus", "metricType": "AverageValue",
+                "metadata": {
+                    "serverAddress": prometheus_url,
+                    "query": keda_query(target),
+                    "threshold": "1",
+                    # An empty result is an error (the HPA then holds), not zero (a scale-down).
+                    "ignoreNullValues": "false",
+                },
+            }],
+        },
+    }
+
+
+def recommender_config_snippet(target: Target, legacy: bool) -> dict[str, Any]:
+    """The recommender's settings section for this target (so the two never disagree)."""
+    entry: dict[str, Any] = {"deployment": target.deployment, "namespace": target.namespace, "model": target.model,
+                             "min_replicas": target.min_replicas, "max_replicas": target.max_replicas}
+    return {"recommender": {"targets": [entry], "hpa_tolerance_rounding": legacy,
+                            **({"slo_p99_s": target.slo_p99_s} if target.slo_p99_s else {})}}
+
+
+def render(target: Target, keda: bool = False, prometheus_url: str = "http://prometheus-operated:9090",
+           legacy: bool = False, adapter_namespace: str = "monitoring") -> str:
+    """The multi-document YAML `tidescale autoscale render` prints."""
+    scaler = keda_manifest(target, prometheus_url, legacy) if keda else hpa_manifest(target, legacy)
+    docs: list[Any] = [scaler]
+    head = f"# tidescale autoscaling for {target.namespace}/{target.deployment} (model {target.model})\n"
+    head += "# recommender settings for this target:\n" + "".join(
+        f"#   {line}\n" for line in dump(recommender_config_snippet(target, legacy)).splitlines())
+    if not keda:
+        head += "# the prometheus-adapter config (ConfigMap) follows the HPA; chart users: see docs/autoscaler.md\n"
+        docs.append(adapter.adapter_configmap(adapter_namespace))
+    return head + dump_all(docs)

@@ -1,0 +1,165 @@
+"""The recommender's math: desired replicas from load, capacity, queue and cold start (pure).
+
+desired = ceil((projected rate + backlog / drain time) / (capacity × utilisation)), where the
+projected rate looks ahead by the cold start (a replica asked for now helps only once Ready),
+extrapolating the recent rate trend upwards only. Scale-up is immediate; scale-down needs the
+lower count to have been enough for `down_delay_s` and to fit at a lower utilisation (asymmetric
+hysteresis). Capacity starts at the load-test value and is refined from observed saturation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+from tidescale.errors import UsageError
+
+
+@dataclass(frozen=True)
+class RecommenderConfig:
+    """Tuning of one recommender; the defaults are what the benchmark measures."""
+
+    capacity_rps: float  # per replica at the SLO (from a load-test profile)
+    min_replicas: int = 1
+    max_replicas: int = 100
+    cold_start_s: float = 60.0
+    lookahead_extra_s: float = 30.0  # sync period + metric lag on top of the cold start
+    trend_window_s: float = 60.0
+    utilisation: float = 0.9  # scale up when the projected load needs more than this share
+    down_utilisation: float = 0.75  # scale down only when the smaller fleet runs at most this share
+    down_delay_s: float = 120.0
+    drain_s: float = 20.0  # clear a backlog within this long
+    max_capacity_gain: float = 1.2  # online refinement bounds, relative to the profile
+    min_capacity_ratio: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.capacity_rps <= 0:
+            raise UsageError(f"capacity must be > 0 req/s per replica, got {self.capacity_rps}")
+        if self.min_replicas < 1 or self.min_replicas > self.max_replicas:
+            raise UsageError(f"need 1 <= min replicas <= max replicas, got {self.min_replicas} > "
+                             f"{self.max_replicas}" if self.min_replicas > self.max_replicas else
+                             f"min replicas must be >= 1, got {self.min_replicas}")
+        if not 0 < self.down_utilisation <= self.utilisation <= 1:
+            raise UsageError("need 0 < down_utilisation <= utilisation <= 1")
+        if self.cold_start_s < 0 or self.down_delay_s < 0 or self.drain_s <= 0:
+            raise UsageError("cold start and down delay must be >= 0 s, drain time > 0 s")
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the recommender sees at one evaluation (all from Prometheus, maybe lagging)."""
+
+    t: float
+    arrival_rps: float  # requests/s arriving for the Deployment
+    queue_depth: float  # pending requests summed over replicas
+    ready_replicas: int
+    current_replicas: int
+    p99_s: float | None = None  # observed P99 (for capacity refinement), if known
+    slo_p99_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    desired: int
+    reason: str
+    projected_rps: float
+    capacity_rps: float
+
+
+def trend_slope(samples: list[tuple[float, float]]) -> float:
+    """Least-squares slope (units per second) of (t, value) samples; 0 with fewer than 3."""
+    if len(samples) < 3:
+        return 0.0
+    n = len(samples)
+    mt = sum(t for t, _ in samples) / n
+    mv = sum(v for _, v in samples) / n
+    var = sum((t - mt) ** 2 for t, _ in samples)
+    if var <= 0:
+        return 0.0
+    return sum((t - mt) * (v - mv) for t, v in samples) / var
+
+
+def replicas_for(rate_rps: float, capacity_rps: float, utilisation: float) -> int:
+    """Fewest replicas that carry *rate_rps* at *utilisation* of their capacity."""
+    if rate_rps <= 0:
+        return 0
+    return math.ceil(rate_rps / (capacity_rps * utilisation) - 1e-9)
+
+
+def reachable_under_tolerance(current: int, desired: int, tolerance: float = 0.1) -> int:
+    """The count to publish when the cluster applies a symmetric tolerance (no per-direction field).
+
+    An HPA with tolerance τ cannot land strictly inside (N(1-τ), N(1+τ)) except on N, so a small
+    scale-up is rounded out to the smallest reachable count (never under-provision) and a small
+    scale-down is held (never scale down by more than asked).
+    """
+    if desired > current:
+        return max(desired, math.floor(current * (1 + tolerance)) + 1)
+    if desired < current and desired / current >= 1 - tolerance:
+        return current
+    return desired
+
+
+class Recommender:
+    """Stateful wrapper around the pure math: keeps the rate history and the hold-down window."""
+
+    def __init__(self, config: RecommenderConfig) -> None:
+        self.config = config
+        self.capacity_rps = config.capacity_rps
+        self._rates: deque[tuple[float, float]] = deque(maxlen=512)
+        self._down_candidates: deque[tuple[float, int]] = deque(maxlen=512)
+        self.last: Recommendation | None = None
+
+    def refine_capacity(self, obs: Observation) -> None:
+        """Lower capacity when replicas saturate below it; raise it slowly when they serve more within SLO."""
+        cfg = self.config
+        if obs.ready_replicas <= 0 or obs.p99_s is None or obs.slo_p99_s is None:
+            return
+        per_replica = obs.arrival_rps / obs.ready_replicas
+        if obs.p99_s > obs.slo_p99_s and obs.ready_replicas == obs.current_replicas and per_replica > 0:
+            self.capacity_rps = max(cfg.capacity_rps * cfg.min_capacity_ratio,
+                                    min(self.capacity_rps, 0.95 * per_replica))
+        elif obs.p99_s < 0.5 * obs.slo_p99_s and per_replica > self.capacity_rps:
+            target = min(cfg.capacity_rps * cfg.max_capacity_gain, per_replica)
+            self.capacity_rps += 0.1 * (target - self.capacity_rps)
+
+    def recommend(self, obs: Observation) -> Recommendation:
+        cfg = self.config
+        if not all(math.isfinite(x) and x >= 0 for x in (obs.arrival_rps, obs.queue_depth)):
+            raise ValueError("arrival rate and queue depth must be finite and >= 0")
+        self.refine_capacity(obs)
+        self._rates.append((obs.t, obs.arrival_rps))
+        while self._rates and self._rates[0][0] < obs.t - cfg.trend_window_s:
+            self._rates.popleft()
+        slope = max(0.0, trend_slope(list(self._rates)))
+        lookahead = cfg.cold_start_s + cfg.lookahead_extra_s
+        projected = obs.arrival_rps + slope * lookahead
+        backlog_rps = obs.queue_depth / cfg.drain_s
+        up_need = replicas_for(projected + backlog_rps, self.capacity_rps, cfg.utilisation)
+        down_need = replicas_for(max(projected, obs.arrival_rps) + backlog_rps, self.capacity_rps,
+                                 cfg.down_utilisation)
+        reason = "queue" if backlog_rps > 0.1 * max(projected, 1e-9) and up_need > obs.current_replicas else (
+            "lookahead" if slope > 0 and up_need > replicas_for(obs.arrival_rps, self.capacity_rps,
+                                                                cfg.utilisation) else "rate")
+        current = obs.current_replicas
+        if up_need > current:
+            desired = up_need
+            self._down_candidates.clear()
+        else:
+            # Scale down to the largest count that sufficed (at the lower utilisation) over the delay.
+            self._down_candidates.append((obs.t, max(down_need, up_need)))
+            while self._down_candidates and self._down_candidates[0][0] < obs.t - cfg.down_delay_s:
+                self._down_candidates.popleft()
+            span = obs.t - self._down_candidates[0][0]
+            held = max(n for _, n in self._down_candidates)
+            if span >= cfg.down_delay_s * 0.999 and held < current:
+                desired = held
+            else:
+                desired, reason = current, "hold-down" if held < current else reason
+        if desired < cfg.min_replicas:
+            desired, reason = cfg.min_replicas, "min"
+        if desired > cfg.max_replicas:
+            desired, reason = cfg.max_replicas, "max"
+        self.last = Recommendation(desired, reason, projected, self.capacity_rps)
+        return self.last
