@@ -15,6 +15,7 @@ profile_app = typer.Typer(help="Profiler captures and the per-op share report (m
 def register_bench(bench: typer.Typer) -> None:
     """Add `bench percentiles`, `bench ingest`, `bench profiles`, `bench poll`."""
     _register_latency_benches(bench)
+    _register_profile_poll_benches(bench)
 
 
 # --- the exporter service and the latency benchmarks (exporter service/latency owner) ---------------
@@ -65,3 +66,69 @@ def _register_latency_benches(bench: typer.Typer) -> None:
         from exporters.benches.ingest import run_command
 
         run_command(json_only=json_only, quick=quick)
+
+
+# --- profiles and the stats poller (profiles/poller owner) -------------------------------------------
+
+@profile_app.command("report")
+def profile_report_command(
+    files: list[Path] = typer.Argument(..., help="Profiles of one model version: Chrome trace JSON(.gz), "
+                                                 "*.xplane.pb, trtexec --exportProfile JSON, xprof op stats."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    max_share: list[str] = typer.Option([], "--max-share", metavar="CLASS=FRACTION",
+                                        help="Fail when an op class's share exceeds FRACTION "
+                                             "(repeatable; default string=0.05)."),
+) -> None:
+    """Op-class shares of op self time and the top ops; exit 1 when a class exceeds its limit."""
+    from exporters.profiles.gate import run_report
+
+    raise typer.Exit(run_report(files, as_json=as_json, max_share=max_share))
+
+
+@profile_app.command("capture")
+def profile_capture_command(
+    target: str = typer.Option(..., "--target", help="HOST:PORT of the TF Serving / TF profiler gRPC service."),
+    duration: str = typer.Option("2s", "--duration", help="Capture length, e.g. 2s or 500ms."),
+    out: Path = typer.Option(..., "--out", help="Log directory (TF layout: plugins/profile/<run>/)."),
+    host_tracer_level: int = typer.Option(3, min=1, max=3, help="Host tracer level (3 keeps cheap ops)."),
+    post_url: str | None = typer.Option(None, "--post", help="Exporter URL to upload the capture to."),
+    model: str | None = typer.Option(None, help="Model name for --post."),
+    version: str | None = typer.Option(None, help="Model version for --post."),
+    token: str | None = typer.Option(None, envvar="TIDESCALE_PROFILE_TOKEN", show_default=False,
+                                     help="Bearer token for --post (env TIDESCALE_PROFILE_TOKEN)."),
+) -> None:
+    """Capture a host trace at tracer level 3 with xprof's client; optionally post it to the exporter."""
+    from exporters.profiles.capture import capture, post
+    from tidescale.errors import UsageError
+
+    if post_url and not (model and version):
+        raise UsageError("--post needs --model and --version")
+    files = capture(target, duration, out, host_tracer_level)
+    for path in files:
+        typer.echo(str(path))
+    if post_url and model and version:
+        post(files, post_url, model, version, token)
+
+
+def _register_profile_poll_benches(bench: typer.Typer) -> None:
+    @bench.command("profiles")
+    def profiles_command(
+        json_only: bool = typer.Option(False, "--json", help="Only the JSON result on stdout."),
+        quick: bool = typer.Option(False, "--quick", help="A smaller trace (still >= 200 MB)."),
+        size_mb: int = typer.Option(220, help="Size of the generated Chrome trace in MB."),
+    ) -> None:
+        """Streaming op-share parse vs json.load of a >= 200 MB Chrome trace: MB/s and peak RSS."""
+        from exporters.benches.profiles import run_command
+
+        run_command(json_only=json_only, quick=quick, size_mb=size_mb)
+
+    @bench.command("poll")
+    def poll_command(
+        json_only: bool = typer.Option(False, "--json", help="Only the JSON result on stdout."),
+        quick: bool = typer.Option(False, "--quick", help="Fewer cycles."),
+        targets: int = typer.Option(500, help="Triton targets polled per cycle."),
+    ) -> None:
+        """Wall and CPU seconds per poll cycle over >= 500 targets x 10 models."""
+        from exporters.benches.poll import run_command
+
+        run_command(json_only=json_only, quick=quick, targets=targets)

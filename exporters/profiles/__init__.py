@@ -1,0 +1,1 @@
+"""Profiler ingestion: per-op self time from TF/PyTorch/TensorRT profiles, op-class shares, the gate."""

@@ -1,0 +1,76 @@
+"""`tidescale profile capture`: a level-3 host trace from a TF Serving / TF-backend profiler service.
+
+TF 2.21's own `tf.profiler.experimental.client.trace(..., ProfilerOptions(host_tracer_level=3))`
+silently records at level 2, which drops inexpensive ops (string hashing reads ≈3.5 %
+instead of ≈9 % in the fixtures). xprof's client passes the options dict through, so we call
+it directly. The result is TF's usual `DIR/plugins/profile/<run>/<host>.xplane.pb`; with
+`--post` each file is uploaded to the exporter's `/v1/profiles` (a sidecar or CronJob runs
+this every N minutes).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from tidescale.errors import MissingToolError, TidescaleError, UsageError
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
+MAX_CAPTURE_MS = 10 * 60 * 1000
+
+
+def parse_duration_ms(text: str) -> int:
+    """'2s', '500ms', '1m' or bare seconds → milliseconds; UsageError otherwise."""
+    m = _DURATION.match(text)
+    if not m:
+        raise UsageError(f"--duration {text!r}: expected e.g. 2s, 500ms or 1m")
+    value = float(m.group(1)) * {"ms": 1, "s": 1000, "m": 60000, None: 1000}[m.group(2)]
+    if not 1 <= value <= MAX_CAPTURE_MS:
+        raise UsageError(f"--duration {text!r}: must be between 1 ms and 10 minutes")
+    return int(value)
+
+
+def check_target(target: str) -> str:
+    """HOST:PORT of the profiler gRPC service (`grpc://` prefix allowed)."""
+    bare = target.removeprefix("grpc://")
+    host, sep, port = bare.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError(f"--target {target!r}: expected HOST:PORT of the profiler service")
+    return bare
+
+
+def capture(target: str, duration: str, out: Path, host_tracer_level: int = 3) -> list[Path]:
+    """Run one capture into *out*; returns the new `.xplane.pb` files."""
+    addr = check_target(target)
+    duration_ms = parse_duration_ms(duration)
+    try:
+        from xprof.convert import _pywrap_profiler_plugin  # type: ignore[import-not-found]
+    except ImportError:
+        raise MissingToolError("profile capture needs xprof's client: pip install 'tidescale[profile]' "
+                               "(PyPI xprof)") from None
+    out.mkdir(parents=True, exist_ok=True)
+    before = set(out.glob("plugins/profile/*/*.xplane.pb"))
+    options = {"host_tracer_level": host_tracer_level, "device_tracer_level": 1,
+               "python_tracer_level": 0, "delay_ms": 0}
+    try:
+        _pywrap_profiler_plugin.trace(addr, str(out), "", True, duration_ms, 3, options)
+    except Exception as exc:  # the C API raises RuntimeError with the gRPC status text
+        raise TidescaleError(f"profile capture from {addr} failed: {exc}") from None
+    return sorted(set(out.glob("plugins/profile/*/*.xplane.pb")) - before)
+
+
+def post(files: list[Path], url: str, model: str, version: str, token: str | None) -> None:
+    """Upload captures to the exporter (`POST {url}/v1/profiles?model=…&version=…`)."""
+    import httpx
+
+    headers = {"Content-Type": "application/x-protobuf"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    for path in files:
+        try:
+            resp = httpx.post(f"{url.rstrip('/')}/v1/profiles", params={"model": model, "version": version},
+                              content=path.read_bytes(), headers=headers, timeout=60)
+        except httpx.HTTPError as exc:
+            raise TidescaleError(f"upload of {path.name} to {url} failed: {exc}") from None
+        if resp.status_code >= 400:
+            raise TidescaleError(f"upload of {path.name} refused: HTTP {resp.status_code} {resp.text[:200]}")

@@ -1,0 +1,261 @@
+"""TensorFlow's `<host>.xplane.pb` (an XSpace protobuf) read without TensorFlow.
+
+A small protobuf wire-format decoder for the fields op shares need (field numbers from
+tsl/profiler/protobuf/xplane.proto):
+
+    XSpace         planes=1
+    XPlane         id=1 name=2 lines=3 event_metadata=4 (map<int64, XEventMetadata>)
+                   stat_metadata=5 (map<int64, XStatMetadata>) stats=6
+    XLine          id=1 name=2 timestamp_ns=3 events=4 display_name=11
+    XEvent         metadata_id=1 offset_ps=2 duration_ps=3 stats=4
+    XEventMetadata id=1 name=2 display_name=4
+    XStatMetadata  id=1 name=2
+    XStat          metadata_id=1 double=2 uint64=3 int64=4 str=5 bytes=6 ref=7
+
+The space is read one plane at a time from the stream (a plane is the unit TF writes per
+host or device), so memory is bounded by the largest plane, capped at `MAX_PLANE_BYTES`.
+Op events are the host events whose metadata name is `<op_name>:<op_type>` (the type after
+the last colon; `ExecutorState::Process` and `EagerLocalExecute: …` are runtime events,
+not ops); on device planes every event (kernel, memcpy) is an op named after itself.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from exporters.errors import BadInput
+from exporters.profiles.opclass import OpClass, classify_op_type
+from exporters.profiles.selftime import OpTotals, SelfTimeAggregator
+
+MAX_PLANE_BYTES = 1 << 30
+_WIRE_VARINT, _WIRE_I64, _WIRE_LEN, _WIRE_I32 = 0, 1, 2, 5
+_OP_TYPE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _varint(buf: bytes | memoryview, i: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if i >= len(buf) or shift > 63:
+            raise BadInput(400, "truncated or corrupt xplane protobuf (varint)")
+        b = buf[i]
+        i += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, i
+        shift += 7
+
+
+def fields(buf: memoryview) -> Iterator[tuple[int, int, int | memoryview]]:
+    """(field number, wire type, value) of one message; length-delimited values as views."""
+    i, n = 0, len(buf)
+    while i < n:
+        tag, i = _varint(buf, i)
+        num, wire = tag >> 3, tag & 7
+        if wire == _WIRE_VARINT:
+            val, i = _varint(buf, i)
+            yield num, wire, val
+        elif wire == _WIRE_LEN:
+            length, i = _varint(buf, i)
+            if i + length > n:
+                raise BadInput(400, "truncated or corrupt xplane protobuf (length past end)")
+            yield num, wire, buf[i:i + length]
+            i += length
+        elif wire == _WIRE_I64:
+            i += 8
+        elif wire == _WIRE_I32:
+            i += 4
+        else:
+            raise BadInput(400, f"corrupt xplane protobuf (wire type {wire})")
+        if i > n:
+            raise BadInput(400, "truncated xplane protobuf")
+
+
+def _text(v: int | memoryview) -> str:
+    return bytes(v).decode("utf-8", "replace") if isinstance(v, memoryview) else ""
+
+
+def _signed(v: int) -> int:
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def iter_planes(stream: io.BufferedReader) -> Iterator[memoryview]:
+    """Each XPlane's bytes, read from the XSpace stream one at a time."""
+    while True:
+        head = stream.peek(20)[:20]
+        if not head:
+            return
+        tag, used = _varint(head, 0)
+        num, wire = tag >> 3, tag & 7
+        if wire != _WIRE_LEN:
+            raise BadInput(400, "not an XSpace protobuf (unexpected top-level field)")
+        length, used = _varint(head, used)
+        if length > MAX_PLANE_BYTES:
+            raise BadInput(413, f"xplane plane of {length} bytes exceeds {MAX_PLANE_BYTES}")
+        stream.read(used)
+        data = stream.read(length)
+        if len(data) != length:
+            raise BadInput(400, "truncated xplane protobuf (plane cut short)")
+        if num == 1:
+            yield memoryview(data)
+
+
+@dataclass
+class PlaneSummary:
+    """What one plane contributed (for warnings and tests)."""
+
+    name: str
+    op_events: int = 0
+    stats: dict[str, str] = field(default_factory=dict)
+
+
+def _event_metadata(entry: memoryview) -> tuple[int, str, str]:
+    key, meta_id, name, display = 0, 0, "", ""
+    for num, _, val in fields(entry):
+        if num == 1 and isinstance(val, int):
+            key = _signed(val)
+        elif num == 2 and isinstance(val, memoryview):
+            for n2, _, v2 in fields(val):
+                if n2 == 1 and isinstance(v2, int):
+                    meta_id = _signed(v2)
+                elif n2 == 2:
+                    name = _text(v2)
+                elif n2 == 4:
+                    display = _text(v2)
+    return key or meta_id, name, display
+
+
+def op_of_host_event(name: str) -> str | None:
+    """The op type of a TF host event name `<op_name>:<op_type>`, None for runtime events."""
+    op_name, sep, op_type = name.rpartition(":")
+    if not sep or not op_name or op_name.endswith(":") or " " in op_name:
+        return None
+    return op_type if _OP_TYPE.fullmatch(op_type) else None
+
+
+class XPlaneReader:
+    """Accumulates op self time over the planes of one XSpace."""
+
+    def __init__(self) -> None:
+        self.agg = SelfTimeAggregator()
+        self.tf_op_counts: dict[str, int] = {}
+        self.planes: list[PlaneSummary] = []
+
+    def add_plane(self, plane: memoryview) -> None:
+        name = ""
+        metadata: dict[int, tuple[str, str]] = {}
+        stat_names: dict[int, str] = {}
+        lines: list[memoryview] = []
+        plane_stats: list[memoryview] = []
+        for num, _, val in fields(plane):
+            if num == 2:
+                name = _text(val)
+            elif num == 3 and isinstance(val, memoryview):
+                lines.append(val)
+            elif num == 4 and isinstance(val, memoryview):
+                key, ev_name, display = _event_metadata(val)
+                metadata[key] = (ev_name, display)
+            elif num == 5 and isinstance(val, memoryview):
+                key, stat_name, _ = _event_metadata(val)
+                stat_names[key] = stat_name
+            elif num == 6 and isinstance(val, memoryview):
+                plane_stats.append(val)
+        summary = PlaneSummary(name)
+        summary.stats = _stats(plane_stats, stat_names)
+        self.planes.append(summary)
+        kind = "host" if name.startswith("/host:CPU") else "device" if name.startswith("/device:") else None
+        if kind is None:
+            return
+        keys = self._op_keys(metadata, kind)
+        seen: dict[int, int] = {}
+        for line in lines:
+            summary.op_events += self._add_line(name, line, keys, seen)
+        if kind == "host":
+            for meta_id, n in seen.items():
+                op_name = metadata[meta_id][0].rpartition(":")[0]
+                self.tf_op_counts[op_name] = self.tf_op_counts.get(op_name, 0) + n
+
+    def _op_keys(self, metadata: dict[int, tuple[str, str]], kind: str) -> dict[int, tuple[str, OpClass]]:
+        keys: dict[int, tuple[str, OpClass]] = {}
+        for meta_id, (ev_name, _display) in metadata.items():
+            op_type = op_of_host_event(ev_name) if kind == "host" else ev_name
+            if op_type:
+                keys[meta_id] = (op_type, classify_op_type(op_type))
+        return keys
+
+    def _add_line(
+        self, plane_name: str, line: memoryview, keys: dict[int, tuple[str, OpClass]], seen: dict[int, int]
+    ) -> int:
+        line_id, ts_ns = 0, 0
+        events: list[memoryview] = []
+        for num, _, val in fields(line):
+            if num == 1 and isinstance(val, int):
+                line_id = val
+            elif num == 3 and isinstance(val, int):
+                ts_ns = _signed(val)
+            elif num == 4 and isinstance(val, memoryview):
+                events.append(val)
+        thread = (plane_name, line_id)
+        base_us = ts_ns / 1e3
+        counted = 0
+        add = self.agg.add
+        for ev in events:
+            meta_id, offset_ps, dur_ps = 0, 0, 0
+            for num, _, val in fields(ev):
+                if not isinstance(val, int):
+                    continue
+                if num == 1:
+                    meta_id = _signed(val)
+                elif num == 2:
+                    offset_ps = _signed(val)
+                elif num == 3:
+                    dur_ps = _signed(val)
+            key = keys.get(meta_id)
+            if key is None:
+                continue
+            counted += 1
+            seen[meta_id] = seen.get(meta_id, 0) + 1
+            add(thread, base_us + offset_ps / 1e6, dur_ps / 1e6, key)
+        return counted
+
+
+def _stats(stats: list[memoryview], stat_names: dict[int, str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for stat in stats[:64]:
+        meta_id, value = 0, ""
+        for num, _, val in fields(stat):
+            if num == 1 and isinstance(val, int):
+                meta_id = val
+            elif num in (2, 3, 4) and isinstance(val, int):
+                value = str(val)
+            elif num in (5, 6):
+                value = _text(val)[:4096]
+        name = stat_names.get(meta_id, str(meta_id))
+        out[name] = value
+        if name == "profile_options":
+            level = _host_tracer_level(stat)
+            if level is not None:
+                out["host_tracer_level"] = str(level)
+    return out
+
+
+def _host_tracer_level(stat: memoryview) -> int | None:
+    """ProfilerOptions.host_tracer_level (field 2) from the `profile_options` stat's bytes."""
+    for num, _, val in fields(stat):
+        if num == 6 and isinstance(val, memoryview):
+            for n2, _, v2 in fields(val):
+                if n2 == 2 and isinstance(v2, int):
+                    return v2
+    return None
+
+
+def xplane_op_totals(stream: io.BufferedReader) -> tuple[OpTotals, XPlaneReader]:
+    """Self time per op of an XSpace, plus the reader (plane summaries, op names)."""
+    reader = XPlaneReader()
+    for plane in iter_planes(stream):
+        reader.add_plane(plane)
+    if not reader.planes:
+        raise BadInput(400, "xplane protobuf holds no planes")
+    return reader.agg.finish(), reader
