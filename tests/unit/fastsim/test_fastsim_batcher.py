@@ -1,0 +1,155 @@
+"""The dynamic batcher on hand-computed cases, and against the naive event-per-request oracle."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tidescale.errors import UsageError
+from tidescale.fastsim import BatcherConfig, FleetSim, batch_to_send
+from tidescale.fastsim.reference import simulate_naive
+from tidescale.servicecurve import ServiceCurve
+
+FLAT = ServiceCurve(((1, 0.010), (32, 0.010)), jitter_sigma=0.0)  # every batch takes 10 ms
+LINEAR = ServiceCurve(((1, 0.010), (32, 0.041)), jitter_sigma=0.0)  # 10 ms + 1 ms per extra request
+
+
+def run(curve: ServiceCurve, cfg: BatcherConfig, arrivals: list[float], until: float = 10.0,
+        replicas: int = 1) -> FleetSim:
+    sim = FleetSim(curve, cfg, replicas, cold_start_s=0.0)
+    sim.offer(np.asarray(arrivals))
+    sim.advance(until)
+    return sim
+
+
+def batches(sim: FleetSim) -> list[int]:
+    counts = sim.counters().batch_counts
+    return [b for b in range(len(counts)) for _ in range(int(counts[b]))]
+
+
+def test_single_request_waits_max_queue_delay_then_runs_alone() -> None:
+    sim = run(FLAT, BatcherConfig(max_queue_delay_s=0.002), [1.0])
+    done = sim.completed()
+    assert list(done.batch_size) == [1]
+    assert done.queue[0] == pytest.approx(0.002)
+    assert done.latency[0] == pytest.approx(0.012)
+
+
+def test_forty_simultaneous_requests_make_32_then_8_without_preferred_sizes() -> None:
+    cfg = BatcherConfig(max_batch_size=32, preferred_batch_sizes=(), max_queue_delay_s=0.002)
+    sim = run(LINEAR, cfg, [1.0] * 40)
+    c = sim.counters()
+    assert c.batch_counts[32] == 1 and c.batch_counts[8] == 1 and c.exec_count == 2
+    lat = np.sort(sim.completed().latency)
+    assert lat[:32] == pytest.approx([0.041] * 32)  # the full batch goes at once
+    assert lat[32:] == pytest.approx([0.041 + 0.017] * 8)  # then 8 run when the instance frees (expired)
+
+
+def test_preferred_sizes_are_sent_before_the_delay_expires() -> None:
+    # Triton sends the largest preferred size it can reach while the delay has not expired.
+    cfg = BatcherConfig(max_batch_size=32, preferred_batch_sizes=(8, 16), max_queue_delay_s=0.5)
+    sim = run(FLAT, cfg, [1.0] * 40)
+    assert sorted(batches(sim), reverse=True) == [16, 16, 8]
+    # 20 queued: 16 is preferred -> sent at once; 4 left wait for the 0.5 s delay.
+    sim = run(FLAT, cfg, [1.0] * 20)
+    assert batches(sim) == [4, 16]
+    assert sim.completed().queue.max() == pytest.approx(0.5)
+
+
+def test_batch_forms_when_arrivals_reach_a_preferred_size() -> None:
+    cfg = BatcherConfig(max_batch_size=32, preferred_batch_sizes=(4,), max_queue_delay_s=1.0)
+    arrivals = [1.0, 1.001, 1.002, 1.003]
+    sim = run(FLAT, cfg, arrivals)
+    done = sim.completed()
+    assert batches(sim) == [4]
+    assert done.completion.max() == pytest.approx(1.003 + 0.010)
+
+
+def test_zero_queue_delay_dispatches_immediately() -> None:
+    cfg = BatcherConfig(max_batch_size=8, preferred_batch_sizes=(), max_queue_delay_s=0.0)
+    sim = run(FLAT, cfg, [1.0, 1.001])
+    # the second request waits for the instance (busy until 1.010), then runs alone
+    assert batches(sim) == [1, 1]
+    assert sorted(sim.completed().completion) == pytest.approx([1.010, 1.020])
+
+
+def test_two_instances_run_batches_in_parallel() -> None:
+    cfg = BatcherConfig(max_batch_size=8, preferred_batch_sizes=(), max_queue_delay_s=0.0, instance_count=2)
+    sim = run(FLAT, cfg, [1.0, 1.001])
+    assert sorted(sim.completed().completion) == pytest.approx([1.010, 1.011])
+
+
+def test_queue_grows_without_bound_above_capacity() -> None:
+    cfg = BatcherConfig(max_batch_size=4, preferred_batch_sizes=(), max_queue_delay_s=0.001)
+    # capacity is 4 / 10 ms = 400 req/s; offer 800 req/s
+    arrivals = np.arange(0.0, 20.0, 1 / 800)
+    sim = FleetSim(FLAT, cfg, 1, cold_start_s=0.0)
+    sim.offer(arrivals)
+    depths = []
+    for t in (5.0, 10.0, 15.0, 20.0):
+        sim.advance(t)
+        depths.append(sim.queue_depth)
+    assert all(b > a for a, b in itertools.pairwise(depths))
+    assert depths[-1] == pytest.approx(0.5 * len(arrivals), rel=0.05)
+    done = sim.completed()
+    late = done.queue[done.arrival > 9.0].mean()
+    early = done.queue[done.arrival < 1.0].mean()
+    assert late > 5 * early  # queue time keeps rising with arrival time
+
+
+def test_batcher_config_rejects_bad_values() -> None:
+    with pytest.raises(UsageError, match="preferred batch size 64"):
+        BatcherConfig(max_batch_size=32, preferred_batch_sizes=(64,))
+    with pytest.raises(UsageError, match="max_queue_delay_s"):
+        BatcherConfig(max_queue_delay_s=-1)
+    with pytest.raises(UsageError, match="instance_count"):
+        BatcherConfig(instance_count=0)
+
+
+def test_batch_to_send_rule() -> None:
+    cfg = BatcherConfig(max_batch_size=32, preferred_batch_sizes=(8, 16), max_queue_delay_s=0.01)
+    assert batch_to_send(cfg, 0, False) == 0
+    assert batch_to_send(cfg, 5, False) == 0
+    assert batch_to_send(cfg, 5, True) == 5
+    assert batch_to_send(cfg, 12, False) == 8
+    assert batch_to_send(cfg, 40, False) == 16
+    assert batch_to_send(cfg, 40, True) == 32
+
+
+configs = st.builds(
+    BatcherConfig,
+    max_batch_size=st.integers(1, 16),
+    preferred_batch_sizes=st.just(()),
+    max_queue_delay_s=st.sampled_from([0.0, 0.001, 0.004]),
+    instance_count=st.integers(1, 2),
+).flatmap(lambda c: st.lists(st.integers(1, c.max_batch_size), max_size=3).map(
+    lambda p: BatcherConfig(c.max_batch_size, tuple(p), c.max_queue_delay_s, c.instance_count)))
+
+arrival_lists = st.lists(st.floats(0.0, 0.5, allow_nan=False), min_size=1, max_size=120).map(
+    lambda xs: np.round(np.sort(np.asarray(xs)), 4))
+
+
+@settings(max_examples=150, deadline=None)
+@given(cfg=configs, arrivals=arrival_lists, replicas=st.integers(1, 3), seed=st.integers(0, 3))
+def test_matches_naive_event_simulation(cfg: BatcherConfig, arrivals: np.ndarray, replicas: int, seed: int) -> None:
+    """Conservation, latency >= execution, batch <= max, and exactly the oracle's batches."""
+    curve = ServiceCurve.v100().scaled(0.05)
+    sim = FleetSim(curve, cfg, replicas, cold_start_s=0.0, seed=seed, keep_history_s=None)
+    sim.offer(arrivals)
+    for t in (0.1, 0.25, 0.37, 10.0):  # stepping must not change the outcome
+        sim.advance(t)
+    done = sim.completed()
+    c = sim.counters()
+    assert c.requests == len(arrivals) == len(done) and sim.queue_depth == 0
+    assert np.array_equal(np.sort(done.arrival), arrivals)  # each request completes exactly once
+    assert done.batch_size.max() <= cfg.max_batch_size
+    min_exec = min(curve.exec_seconds(b) for b in range(1, cfg.max_batch_size + 1)) * 0.5
+    assert np.all(done.latency >= done.queue + min_exec)
+    ref = simulate_naive(curve, cfg, replicas, arrivals, seed=seed)
+    assert c.exec_count == len(ref.batches)
+    assert np.sort(done.latency) == pytest.approx(np.sort(ref.latencies), abs=1e-9)
+    assert c.batch_counts.sum() == c.exec_count
