@@ -142,33 +142,30 @@ def log_buckets(min_s: float, max_s: float, slo_thresholds: Sequence[float] = ()
     """Finite upper bounds: log-spaced from min_s to max_s with every SLO threshold exact.
 
     `max_buckets` counts the implicit +Inf bucket, so at most `max_buckets - 1` finite bounds
-    are returned. Grid points closer than half a step (in log space) to an SLO threshold are
-    dropped so a threshold never sits in a sliver bucket; the grid is as fine as the budget
-    allows.
+    are returned. min_s, max_s and the SLO thresholds are anchors; the remaining budget goes to
+    the segments between anchors so that the largest ratio between neighbouring bounds is as
+    small as possible (a threshold never sits in a sliver bucket and no gap is wider than needed).
     """
     if not (0.0 < min_s < max_s) or not math.isfinite(max_s):
         raise ValueError(f"need 0 < min_s < max_s, got min_s={min_s}, max_s={max_s}")
     slos = sorted({float(s) for s in slo_thresholds})
     if any(not math.isfinite(s) or s <= 0.0 for s in slos):
         raise ValueError(f"SLO thresholds must be positive and finite, got {slos}")
-    budget = max_buckets - 1
-    if len(slos) + 2 > budget:
-        raise ValueError(f"{len(slos)} SLO thresholds leave no room for a grid in {max_buckets} buckets")
-    best: list[float] = []
-    for points in range(budget, 1, -1):
-        bounds = _grid_with_slos(min_s, max_s, slos, points)
-        if len(bounds) <= budget:
-            best = bounds
-            break
-    return tuple(best)
-
-
-def _grid_with_slos(min_s: float, max_s: float, slos: list[float], points: int) -> list[float]:
-    ratio = math.log(max_s / min_s) / (points - 1)
-    grid = [min_s * math.exp(i * ratio) for i in range(points)]
-    log_slos = [math.log(s) for s in slos]
-    kept = [g for g in grid if all(abs(math.log(g) - ls) >= ratio / 2 for ls in log_slos)]
-    return sorted({float(f"{b:.6g}") for b in kept} | set(slos))
+    anchors = sorted({min_s, max_s, *(s for s in slos if min_s < s < max_s)})
+    outside = [s for s in slos if not min_s <= s <= max_s]
+    spare = max_buckets - 1 - len(anchors) - len(outside)
+    if spare < 0:
+        raise ValueError(f"{len(slos)} SLO thresholds do not fit in {max_buckets} buckets")
+    lengths = [math.log(b / a) for a, b in zip(anchors, anchors[1:], strict=False)]
+    interior = [0] * len(lengths)
+    for _ in range(spare):
+        widest = max(range(len(lengths)), key=lambda i: lengths[i] / (interior[i] + 1))
+        interior[widest] += 1
+    bounds = set(anchors) | set(outside)
+    for a, n in zip(anchors, interior, strict=False):
+        step = lengths[anchors.index(a)] / (n + 1)
+        bounds.update(float(f"{a * math.exp(step * k):.6g}") for k in range(1, n + 1))
+    return tuple(sorted(bounds))
 
 
 @dataclass

@@ -304,3 +304,29 @@ class SpanJoiner:
     def flush_expired(self) -> None:
         """Drop what waited longer than `ttl_s` (called periodically, not only on new spans)."""
         self._expire(self.clock())
+
+
+def encode_protobuf(spans: list[Span], service_name: str = "triton") -> bytes:
+    """An ExportTraceServiceRequest body holding *spans* (benchmarks and tests replay with it)."""
+    request = ExportTraceServiceRequest()
+    resource_spans = request.resource_spans.add()
+    service = resource_spans.resource.attributes.add()
+    service.key, service.value.string_value = "service.name", service_name
+    scope_spans = resource_spans.scope_spans.add()
+    scope_spans.scope.name = "triton-server"
+    for span in spans:
+        pb = scope_spans.spans.add()
+        pb.trace_id, pb.span_id, pb.parent_span_id, pb.name = (
+            span.trace_id, span.span_id, span.parent_span_id, span.name)
+        if span.model is not None:
+            attr = pb.attributes.add()
+            attr.key, attr.value.string_value = MODEL_ATTR, span.model
+            attr = pb.attributes.add()
+            attr.key, attr.value.int_value = VERSION_ATTR, int(span.version or 0)
+        if span.events:
+            pb.start_time_unix_nano = min(span.events.values())
+            pb.end_time_unix_nano = max(span.events.values())
+        for name, stamp in span.events.items():
+            event = pb.events.add()
+            event.name, event.time_unix_nano = name, stamp
+    return request.SerializeToString()

@@ -26,8 +26,8 @@ class ExporterSettings(ComponentSettings):
     poll_interval_s: float = Field(5.0, gt=0, le=3600)
     # Latency aggregation.
     slo_thresholds_s: list[float] = Field(default_factory=lambda: [0.1, 0.25, 0.5, 1.0])
-    bucket_min_s: float = Field(0.0005, gt=0)
-    bucket_max_s: float = Field(60.0, gt=0)
+    bucket_min_s: float = Field(0.001, gt=0)
+    bucket_max_s: float = Field(20.0, gt=0)
     max_buckets: int = Field(60, ge=4, le=60)
     window_s: float = Field(60.0, gt=0, le=3600)
     window_slots: int = Field(12, ge=1, le=120)
