@@ -16,6 +16,8 @@ from tidescale.errors import UsageError
 
 METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+# HELP text is everything after one space, whitespace included.
+COMMENT = re.compile(r"#[ \t]+(HELP|TYPE)[ \t]+(\S+)(?: (.*))?$")
 TYPES = frozenset({"counter", "gauge", "histogram", "summary", "untyped"})
 SUFFIXES = {"histogram": ("_bucket", "_sum", "_count"), "summary": ("_sum", "_count")}
 MAX_LINES = 1_000_000
@@ -162,10 +164,11 @@ def parse(text: str) -> dict[str, Family]:
         if not line.strip():
             continue
         if line.startswith("#"):
-            parts = line[1:].strip().split(None, 2)
-            if len(parts) >= 2 and parts[0] in ("HELP", "TYPE"):
-                kind, name = parts[0], parts[1]
-                rest = parts[2] if len(parts) == 3 else ""
+            m = COMMENT.match(line)
+            if m:
+                kind, name, rest = m.group(1), m.group(2), m.group(3) or ""
+                if kind == "TYPE":
+                    rest = rest.strip()
                 if not METRIC_NAME.fullmatch(name):
                     raise ExpositionError(f"line {lineno}: bad metric name {name!r} in # {kind}")
                 fam = families.setdefault(name, Family(name))
