@@ -5,6 +5,7 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard as dash_b
 
 from alerts import names as rules
+from alerts.config import default_config, le_value
 from dashboards.base import FLEET, new_dashboard
 from dashboards.panels import Query, Threshold, graph, row, single_stat, table_of
 from dashboards.queries import (
@@ -32,23 +33,34 @@ def _error_ratio(by: str) -> str:
 
 
 def build() -> dash_b.Dashboard:
-    slow = f"{rules.SLOW_RATIO_RATE5M}{{{NS_MODEL}}}"
-    slow_1h = f"{rules.SLOW_RATIO['1h']}{{{NS_MODEL}}}"
+    cfg = default_config()
+    at_threshold = f'{NS_MODEL}, le="{le_value(cfg.slo_latency_threshold_s)}"'
+    budget = 1 - cfg.latency_slo_target
+
+    def burn(window: str) -> str:
+        return f"max by (model) ({rules.SLOW_RATIO[window]}{{{at_threshold}}}) / {budget:g}"
+
     return (
         new_dashboard(FLEET)
         .with_row(row("SLO"))
         .with_panel(single_stat(
             "Requests within SLO (5m)",
-            "Share of requests (stage=request) faster than each SLO threshold `le`, per model, from the "
-            "aggregatable tidescale histogram. Red below 99 %.",
-            "percentunit", [Query(f"1 - max by (model, le) ({slow})", "{{model}} ≤ {{le}}s")],
-            span=8, thresholds=[Threshold(0.99, "green")], base_color="red"))
+            f"Share of requests faster than the SLO threshold ({cfg.slo_latency_threshold_s:g}s) per model, from "
+            f"the aggregatable tidescale histogram. Red below the {cfg.latency_slo_target:.3g} objective.",
+            "percentunit", [Query(f"1 - max by (model) ({rules.SLOW_RATIO_RATE5M}{{{at_threshold}}})", "{{model}}")],
+            span=6, thresholds=[Threshold(cfg.latency_slo_target, "green")], base_color="red"))
+        .with_panel(single_stat(
+            "Error budget left (1d)",
+            f"1 - (slow ratio over 1d / error budget {budget:g}): how much of the latency error budget is "
+            "left at the current day's pace. Below zero the SLO is already missed.",
+            "percentunit", [Query(f"1 - {burn('1d')}", "{{model}}")],
+            span=6, thresholds=[Threshold(0.25, "orange"), Threshold(0.5, "green")], base_color="red"))
         .with_panel(graph(
-            "Slow-request ratio (5m vs 1h)",
-            "Fraction of requests slower than the SLO threshold: the error budget burns while this is above "
-            "1 - objective. The 5m window reacts, the 1h window confirms (multi-window burn-rate alerts).",
-            "percentunit", [Query(f"max by (model, le) ({slow})", "{{model}} 5m"),
-                            Query(f"max by (model, le) ({slow_1h})", "{{model}} 1h")], span=16, min_value=0))
+            "Error-budget burn rate (5m, 1h, 6h)",
+            "Slow-request ratio divided by the error budget: 1 spends the budget exactly over the SLO "
+            "window, 14.4 over 1h pages (multi-window, multi-burn-rate alerts).",
+            "short", [Query(burn(w), f"{{{{model}}}} {w}") for w in ("5m", "1h", "6h")],
+            span=12, min_value=0, thresholds=[Threshold(1, "orange"), Threshold(14.4, "red")]))
         .with_row(row("Traffic and latency"))
         .with_panel(graph(
             "Requests per second", "Successful inference requests per second per model, summed over pods.",

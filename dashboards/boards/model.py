@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard as dash_b
 
+from alerts.config import default_config
 from dashboards.base import MODEL, new_dashboard
 from dashboards.panels import Query, Threshold, graph, heatmap_of, row
 from dashboards.queries import (
@@ -21,15 +22,14 @@ from dashboards.queries import (
     triton_stage_mean_seconds,
 )
 
-# Op-class share above which the alerts open a model review (drawn as the threshold line).
-OP_SHARE_REVIEW_THRESHOLD = 0.2
-
 
 def _percentiles(stage: str) -> list[Query]:
     return [Query(stage_quantile(q, stage), f"{{{{model}}}} {stage} p{round(q * 100)}") for q in QUANTILES]
 
 
 def build() -> dash_b.Dashboard:
+    # Op-class shares above which the alerts open a model review (drawn as threshold lines).
+    review_limits = sorted(set(default_config().op_class_limits.values()))
     batch_bucket = series("tidescale_batch_size", "_bucket")
     return (
         new_dashboard(MODEL)
@@ -83,7 +83,7 @@ def build() -> dash_b.Dashboard:
             "line the alerts open a model review (e.g. string ops in a CTR model).",
             "percentunit", [Query(f"max by (version, op_class) ({metric('tidescale_op_time_share')}"
                                   "{model=~\"$model\"})", "v{{version}} {{op_class}}")],
-            thresholds=[Threshold(OP_SHARE_REVIEW_THRESHOLD)], min_value=0))
+            thresholds=[Threshold(limit) for limit in review_limits], min_value=0))
         .with_panel(graph(
             "Requests per second by version",
             "Successful requests per model version: shows rollouts and which version serves traffic.",
