@@ -1,0 +1,141 @@
+"""Real tritonserver replicas: inference, /metrics and stats like real 2.51 output, batching, scaling,
+trace files, the simulated GPU node and kube-state-metrics following the fleet, and the snapshot CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.paths import FIXTURES
+from tidescale.fleet.exposition import parse
+from tidescale.fleet.loadgen import LoadGenerator
+from tidescale.fleet.stack import FleetStack
+from tidescale.fleet.testing import running_fleet, running_stack
+from tidescale.fleet.triton import TraceSettings
+from tidescale.traffic import scenario
+
+pytestmark = pytest.mark.integration
+REAL = FIXTURES / "triton" / "real-2.51"
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetStack]:
+    with running_stack(tmp_path_factory.mktemp("fleet"), replicas=2, gpus_per_node=4,
+                       trace=TraceSettings(rate=1)) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def played(stack: FleetStack) -> LoadGenerator:
+    """A short burst well above one instance's batch-1 capacity (58 req/s for resnet50) on replica 0."""
+    first = stack.fleet.replicas[0].http_url
+    gen = LoadGenerator(scenario("steady", 150.0, 2.0), lambda: [first], ["resnet50"], seed=3).start()
+    assert gen.wait(60)
+    # and a few requests for both models on every replica
+    mixed = LoadGenerator(scenario("steady", 20.0, 1.0), stack.fleet.ready_urls, ["resnet50", "ctr_ranker"]).start()
+    assert mixed.wait(60)
+    return gen
+
+
+def test_replicas_are_ready_with_pod_labels_and_version(stack: FleetStack) -> None:
+    fleet = stack.fleet
+    assert len(fleet.ready_replicas()) == 2
+    assert fleet.replicas[0].server_version().startswith("2.51")
+    targets = fleet.scrape_targets()
+    assert [t[1]["pod"] for t in targets] == [r.pod for r in fleet.replicas]
+    assert all(t[0].startswith("127.0.0.1:") and t[1]["deployment"] == "triton" for t in targets)
+
+
+def test_inference_succeeds_and_dynamic_batching_forms_batches(stack: FleetStack, played: LoadGenerator) -> None:
+    records = played.records()
+    assert records and all(r.ok for r in records)
+    stats = stack.fleet.replicas[0].model_stats()
+    resnet = next(m for m in stats["model_stats"] if m["name"] == "resnet50")
+    sizes = {b["batch_size"] for b in resnet["batch_stats"]}
+    assert max(sizes) > 1, sizes
+    assert resnet["execution_count"] < resnet["inference_count"]
+
+
+def test_metrics_have_the_families_types_and_labels_of_real_triton_2_51(stack: FleetStack,
+                                                                         played: LoadGenerator) -> None:
+    real = parse((REAL / "metrics_during_load.txt").read_text())
+    ours = parse(stack.fleet.replicas[0].metrics_text())
+    always = {n for n in real if "summary" not in n}
+    assert always <= set(ours)
+    for name in always:
+        assert ours[name].type == real[name].type
+        assert {s.label_keys for s in ours[name].samples} == {s.label_keys for s in real[name].samples}, name
+    count = {s.label_dict["model"]: s.value for s in ours["nv_inference_count"].samples}
+    execs = {s.label_dict["model"]: s.value for s in ours["nv_inference_exec_count"].samples}
+    assert count["resnet50"] > execs["resnet50"] > 0
+
+
+def test_stats_have_the_shape_of_real_triton_2_51(stack: FleetStack, played: LoadGenerator) -> None:
+    real = json.loads((REAL / "stats.json").read_text())["model_stats"][0]
+    ours = next(m for m in stack.fleet.replicas[0].model_stats()["model_stats"] if m["name"] == "resnet50")
+    assert set(real) <= set(ours)
+    assert set(real["inference_stats"]) == set(ours["inference_stats"])
+    assert set(real["batch_stats"][0]) == set(ours["batch_stats"][0])
+
+
+def test_gpu_node_and_kube_state_follow_the_fleet(stack: FleetStack, played: LoadGenerator) -> None:
+    fleet = stack.fleet
+    url = fleet.ready_urls()[-1]
+    gen = LoadGenerator(scenario("steady", 60.0, 1.5), lambda: [url], ["resnet50"]).start()
+    stack.gpus.tick()  # baseline of the busy counters
+    gen.wait(60)
+    stack.gpus.tick()
+    dcgm = parse(httpx.get(stack.gpus.nodes[0].metrics_url).text)
+    util = {s.label_dict.get("pod"): s.value for s in dcgm["DCGM_FI_DEV_GPU_UTIL"].samples}
+    assert set(util) - {None} == {r.pod for r in fleet.replicas}
+    assert util[fleet.replicas[-1].pod] > 0
+    fb = {s.label_dict.get("pod"): s.value for s in dcgm["DCGM_FI_DEV_FB_USED"].samples}
+    assert all(fb[r.pod] > fb[None] for r in fleet.replicas)  # models loaded on assigned GPUs
+    ksm = parse(httpx.get(stack.kube.metrics_url).text)
+    assert ksm["kube_deployment_status_replicas_ready"].samples[0].value == 2
+
+
+def test_trace_file_records_request_timestamps(stack: FleetStack, played: LoadGenerator) -> None:
+    """Runs last in this module: it stops replica 0 so Triton completes its trace file."""
+    replica = stack.fleet.replicas[0]
+    replica.stop()
+    path = next(replica.workdir.glob("trace.json*"))
+    events = json.loads(path.read_text())
+    names = {t["name"] for e in events for t in e.get("timestamps", [])}
+    assert {"REQUEST_START", "QUEUE_START", "COMPUTE_START", "COMPUTE_END", "REQUEST_END"} <= names
+    assert any(e.get("model_name") == "resnet50" for e in events)
+    assert not replica.ready and replica.pod not in {r.pod for r in stack.fleet.ready_replicas()}
+
+
+def test_scale_up_counts_ready_after_load_and_scale_down_stops_the_newest(tmp_path: Path) -> None:
+    with running_fleet(tmp_path, replicas=1, load_seconds=1.5) as fleet:
+        first = fleet.replicas[0].pod
+        fleet.scale_to(3)
+        assert fleet.spec_replicas == 3
+        assert len(fleet.ready_replicas()) == 1  # the new pods are still loading their models
+        fleet.wait_ready(3, timeout=60)
+        assert len(fleet.ready_urls()) == 3
+        newest = fleet.replicas[-1]
+        fleet.scale_to(1)
+        assert [r.pod for r in fleet.replicas] == [first]
+        assert not newest.ready
+        deadline = time.monotonic() + 30
+        while newest.alive() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not newest.alive()
+
+
+def test_snapshot_cli_prints_triton_stats() -> None:
+    out = subprocess.run([sys.executable, "-m", "tidescale.cli", "sim", "snapshot", "--what", "triton-stats",
+                          "--rps", "20", "--burst-seconds", "1"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    stats = json.loads(out.stdout)
+    assert {m["name"] for m in stats["model_stats"]} == {"resnet50", "ctr_ranker"}
+    assert sum(m["inference_count"] for m in stats["model_stats"]) > 0
