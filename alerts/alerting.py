@@ -158,9 +158,9 @@ def gpu_alerts(cfg: AlertsConfig) -> list[AlertSpec]:
     reasons = metric("DCGM_FI_DEV_CLOCKS_EVENT_REASONS")
     horizon = int(cfg.gpu_memory_predict_hours * 3600)
     # Clock event reason bits: SW_POWER_CAP 0x4, HW_POWER_BRAKE 0x80; SW_THERMAL 0x20, HW_THERMAL 0x40.
-    power_bits = f"(floor({reasons} / 4) % 2 == 1) or (floor({reasons} / 128) % 2 == 1)"
+    power_bits = f"{reasons} and (floor({reasons} / 4) % 2 == 1 or floor({reasons} / 128) % 2 == 1)"
     power = f'label_replace({power_bits}, "reason", "power", "", "")'
-    thermal = f'label_replace(floor({reasons} / 32) % 4 > 0, "reason", "thermal", "", "")'
+    thermal = f'label_replace({reasons} and floor({reasons} / 32) % 4 > 0, "reason", "thermal", "", "")'
     return [
         AlertSpec(
             "GPUMemoryLeak",
@@ -288,11 +288,11 @@ def alert_names(cfg: AlertsConfig) -> list[str]:
 
 def alerting_groups(cfg: AlertsConfig) -> list[Group]:
     groups: list[tuple[str, list[AlertSpec]]] = [
-        ("tidescale.slo", budget_burn_alerts(cfg)),
-        ("tidescale.triton", triton_alerts(cfg)),
-        ("tidescale.gpu", gpu_alerts(cfg)),
-        ("tidescale.model-reviews", review_alerts(cfg)),
-        ("tidescale.meta", meta_alerts(cfg)),
+        ("tidescale.alerts.slo", budget_burn_alerts(cfg)),
+        ("tidescale.alerts.triton", triton_alerts(cfg)),
+        ("tidescale.alerts.gpu", gpu_alerts(cfg)),
+        ("tidescale.alerts.model-reviews", review_alerts(cfg)),
+        ("tidescale.alerts.meta", meta_alerts(cfg)),
     ]
     return [
         {"name": name, "interval": cfg.evaluation_interval, "rules": [s.rule(cfg) for s in specs]}

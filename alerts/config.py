@@ -148,8 +148,8 @@ class AlertsConfig(ComponentSettings):
         return self
 
     def threshold_les(self) -> list[str]:
-        """Every configured latency threshold as an `le` value, sorted numerically."""
-        values = {self.slo_latency_threshold_s, *self.model_latency_threshold_s.values()}
+        """Every SLO bucket boundary and configured threshold as an `le` value, sorted numerically."""
+        values = {*self.bucket_boundaries_s, self.slo_latency_threshold_s, *self.model_latency_threshold_s.values()}
         return [le_value(v) for v in sorted(values)]
 
     def runbook_url(self, alertname: str) -> str:

@@ -68,7 +68,7 @@ def requests_group(cfg: AlertsConfig) -> Group:
         record(n.POD_INFERENCES_PER_EXEC_RATE5M, f"{sum_rate(inf, NMP, '5m')}\n/\n{sum_rate(execs, NMP, '5m')}"),
         record(n.MODEL_POD_SERVING, f"group by ({NMP}) ({ok})"),
     ]
-    return {"name": "tidescale.requests", "interval": cfg.evaluation_interval, "rules": rules}
+    return {"name": "tidescale.rules.requests", "interval": cfg.evaluation_interval, "rules": rules}
 
 
 def stage_latency_rules() -> list[Rule]:
@@ -78,9 +78,13 @@ def stage_latency_rules() -> list[Rule]:
     for stage, counter in STAGE_COUNTERS:
         avg = f"{sum_rate(metric(counter), NM, '5m')}\n/\n{ok}\n/ 1e6"
         rules.append(record(n.STAGE_AVG_SECONDS_RATE5M, f"({avg})", stage=stage))
-    compute = " + ".join(sum_rate(metric(c), NM, "5m") for _, c in COMPUTE_COUNTERS)
-    queue = sum_rate(metric("nv_inference_queue_duration_us"), NM, "5m")
-    rules.append(record(n.QUEUE_TO_COMPUTE_RATIO_RATE5M, f"{queue}\n/\n({compute})"))
+    # Same denominator for every stage, so the ratio of averages is the ratio of time spent.
+    stages = n.STAGE_AVG_SECONDS_RATE5M
+    compute = "|".join(stage for stage, _ in COMPUTE_COUNTERS)
+    rules.append(record(
+        n.QUEUE_TO_COMPUTE_RATIO_RATE5M,
+        f'sum by ({NM}) ({stages}{{stage="queue"}})\n/\nsum by ({NM}) ({stages}{{stage=~"{compute}"}})',
+    ))
     return rules
 
 
@@ -101,7 +105,7 @@ def latency_group(cfg: AlertsConfig) -> Group:
     version_buckets = f'sum by ({NM}, version, le) (rate({hist}{{stage="request"}}[5m]))'
     rules.append(record(n.VERSION_P99, f"histogram_quantile(0.99, {version_buckets})"))
     rules.extend(record(n.SLOW_RATIO[w], slow_ratio(cfg, w)) for w in n.WINDOWS)
-    return {"name": "tidescale.latency", "interval": cfg.evaluation_interval, "rules": rules}
+    return {"name": "tidescale.rules.latency", "interval": cfg.evaluation_interval, "rules": rules}
 
 
 def by_deployment(pod_series: str, cfg: AlertsConfig) -> str:
@@ -124,7 +128,7 @@ def queue_group(cfg: AlertsConfig) -> Group:
         record(n.DEPLOYMENT_INFLIGHT_PER_REPLICA, by_deployment(n.POD_INFLIGHT, cfg)),
         record(n.POD_QUEUE_SECONDS_RATE5M, f"{sum_rate(queue_us, NP, '5m')}\n/\n{sum_rate(ok, NP, '5m')}\n/ 1e6"),
     ]
-    return {"name": "tidescale.queue", "interval": cfg.evaluation_interval, "rules": rules}
+    return {"name": "tidescale.rules.queue", "interval": cfg.evaluation_interval, "rules": rules}
 
 
 def gpu_group(cfg: AlertsConfig) -> Group:
@@ -149,13 +153,13 @@ def gpu_group(cfg: AlertsConfig) -> Group:
         record(n.MODEL_GPU_FB_USED_BYTES, per_model(n.POD_GPU_FB_USED_BYTES, serving, "sum")),
         record(n.MODEL_GPU_POWER_WATTS, per_model(n.POD_GPU_POWER_WATTS, serving, "sum")),
     ]
-    return {"name": "tidescale.gpu", "interval": cfg.evaluation_interval, "rules": rules}
+    return {"name": "tidescale.rules.gpu", "interval": cfg.evaluation_interval, "rules": rules}
 
 
 def profiles_group(cfg: AlertsConfig) -> Group:
     share = metric("tidescale_op_time_share")
     rules = [record(n.OP_TIME_SHARE, f"max by (model, version, op_class) ({share})")]
-    return {"name": "tidescale.profiles", "interval": cfg.evaluation_interval, "rules": rules}
+    return {"name": "tidescale.rules.profiles", "interval": cfg.evaluation_interval, "rules": rules}
 
 
 def recording_groups(cfg: AlertsConfig) -> list[Group]:
