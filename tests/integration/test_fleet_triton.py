@@ -139,3 +139,33 @@ def test_snapshot_cli_prints_triton_stats() -> None:
     stats = json.loads(out.stdout)
     assert {m["name"] for m in stats["model_stats"]} == {"resnet50", "ctr_ranker"}
     assert sum(m["inference_count"] for m in stats["model_stats"]) > 0
+
+
+def test_opentelemetry_trace_mode_posts_otlp_json(tmp_path: Path) -> None:
+    from tidescale.fleet.httpserve import LoopbackHttpServer, Response, json_response
+
+    bodies: list[bytes] = []
+
+    def receive(headers: dict[str, str], body: bytes) -> Response:
+        bodies.append(body)
+        return json_response(200, {})
+
+    receiver = LoopbackHttpServer("otlp-receiver")
+    receiver.post_routes["/v1/traces"] = receive
+    receiver.start()
+    try:
+        trace = TraceSettings(mode="opentelemetry", url=f"{receiver.url}/v1/traces")
+        with running_fleet(tmp_path, replicas=1, trace=trace) as fleet:
+            gen = LoadGenerator(scenario("steady", 10.0, 1.0), fleet.ready_urls, ["ctr_ranker"]).start()
+            gen.wait(30)
+            deadline = time.monotonic() + 15
+            while "ctr_ranker" not in _span_names(bodies) and time.monotonic() < deadline:
+                time.sleep(0.2)  # a request's spans may arrive in separate bodies
+    finally:
+        receiver.stop()
+    assert "ctr_ranker" in _span_names(bodies)
+
+
+def _span_names(bodies: list[bytes]) -> set[str]:
+    return {s["name"] for b in list(bodies) for rs in json.loads(b)["resourceSpans"]
+            for ss in rs["scopeSpans"] for s in ss["spans"]}
