@@ -155,7 +155,8 @@ def _draw_panel(ax: Any, panel: PanelData, end: float) -> None:
             ax.plot([t - end for t in s.times], s.values, linewidth=1, label=legend(r.legend, s.labels)[:40])
     ax.set_xlabel("seconds before now", fontsize=7)
     ax.set_ylabel(panel.unit, fontsize=7)
-    ax.legend(fontsize=6, loc="upper left")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=6, loc="upper left")
 
 
 def render_dashboard(title: str, panels: Sequence[PanelData], path: Path, end: float) -> Path:

@@ -1,0 +1,323 @@
+"""The Helm chart with the real helm: lint, template (default and full values), schema validation of
+every manifest, the values schema, and no second copy of the generated rules and dashboards."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests.paths import FIXTURES, REPO
+from tidescale import tools
+
+pytestmark = pytest.mark.integration
+
+CHART = REPO / "deploy" / "helm" / "tidescale"
+K8S_VERSION = "1.35.0"
+NAMESPACE = "tidescale"
+MONITORING_API = ("--api-versions", "monitoring.coreos.com/v1")
+FULL_VALUES: dict[str, Any] = {
+    "serving": {"namespace": "serving", "selector": {"app.kubernetes.io/name": "triton-server"}},
+    "exporter": {"replicas": 2, "settings": {"poll_interval_s": 2.0}},
+    "reviews": {"database": {"existingSecret": "reviews-db", "key": "url"}},
+    "autoscaling": {"targets": [
+        {"deployment": "triton-resnet", "model": "resnet50", "minReplicas": 2, "maxReplicas": 12},
+        {"deployment": "triton-ctr", "model": "ctr", "minReplicas": 1, "maxReplicas": 20},
+    ]},
+    "monitoring": {"additionalLabels": {"release": "kps"}, "prometheusRule": {"additionalLabels": {"team": "ml"}}},
+    "dashboards": {"namespace": "monitoring", "annotations": {"grafana_folder": "tidescale"}},
+    "alertmanager": {"configSecret": {"enabled": True}},
+    "profileCapture": {"enabled": True, "target": "triton-ctr:6009", "model": "ctr", "version": "2"},
+}
+CORE_KINDS = {"Deployment", "Service", "ServiceAccount", "ConfigMap", "Secret", "Role", "RoleBinding",
+              "NetworkPolicy", "PersistentVolumeClaim", "PodDisruptionBudget", "HorizontalPodAutoscaler", "CronJob"}
+CRDS = {"PrometheusRule": "crd-prometheusrules.yaml", "ServiceMonitor": "crd-servicemonitors.yaml",
+        "PodMonitor": "crd-podmonitors.yaml", "ScaledObject": "crd-keda-scaledobjects.yaml"}
+
+
+def helm(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(tools.helm()), *args], capture_output=True, text=True, timeout=120, check=False)
+
+
+def template(tmp: Path, values: dict[str, Any] | None = None, *extra: str) -> list[dict[str, Any]]:
+    args = ["template", "t", str(CHART), "--namespace", NAMESPACE, *extra]
+    if values is not None:
+        path = tmp / f"values-{len(list(tmp.iterdir()))}.yaml"
+        path.write_text(yaml.safe_dump(values))
+        args += ["-f", str(path)]
+    result = helm(*args)
+    assert result.returncode == 0, result.stderr
+    return [d for d in yaml.safe_load_all(result.stdout) if d]
+
+
+@pytest.fixture(scope="module")
+def tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("helm")
+
+
+@pytest.fixture(scope="module")
+def default_docs(tmp: Path) -> list[dict[str, Any]]:
+    return template(tmp)
+
+
+@pytest.fixture(scope="module")
+def full_docs(tmp: Path) -> list[dict[str, Any]]:
+    return template(tmp, FULL_VALUES, *MONITORING_API)
+
+
+@pytest.fixture(scope="module")
+def keda_docs(tmp: Path) -> list[dict[str, Any]]:
+    return template(tmp, {**FULL_VALUES, "autoscaling": {**FULL_VALUES["autoscaling"], "mode": "keda"}},
+                    *MONITORING_API)
+
+
+def kinds(docs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for d in docs:
+        out.setdefault(d["kind"], []).append(d)
+    return out
+
+
+def test_helm_lint_passes(tmp: Path) -> None:
+    full = tmp / "lint-full.yaml"
+    full.write_text(yaml.safe_dump(FULL_VALUES))
+    for args in ([], ["-f", str(full)]):
+        result = helm("lint", str(CHART), "--strict", *args)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "0 chart(s) failed" in result.stdout
+
+
+def test_core_kinds_validate_against_kubernetes(default_docs: list[dict[str, Any]],
+                                                full_docs: list[dict[str, Any]],
+                                                keda_docs: list[dict[str, Any]]) -> None:
+    checked = set()
+    for doc in [*default_docs, *full_docs, *keda_docs]:
+        if doc["kind"] in CORE_KINDS:
+            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+            checked.add(doc["kind"])
+    assert checked == CORE_KINDS
+
+
+def _closed(schema: Any) -> Any:
+    """The CRD schema with unknown fields rejected (the API server would silently prune them)."""
+    if isinstance(schema, dict):
+        schema = {k: _closed(v) for k, v in schema.items()}
+        if "properties" in schema and "additionalProperties" not in schema \
+                and not schema.get("x-kubernetes-preserve-unknown-fields"):
+            schema["additionalProperties"] = False
+        return schema
+    if isinstance(schema, list):
+        return [_closed(v) for v in schema]
+    return schema
+
+
+def crd_validator(kind: str) -> jsonschema.Draft7Validator:
+    crd = next(d for d in yaml.safe_load_all((FIXTURES / "crds" / CRDS[kind]).read_text()) if d)
+    version = next(v for v in crd["spec"]["versions"] if v.get("served", True) and v.get("storage", True))
+    return jsonschema.Draft7Validator(_closed(version["schema"]["openAPIV3Schema"]))
+
+
+def test_custom_resources_validate_against_the_crds(full_docs: list[dict[str, Any]],
+                                                    keda_docs: list[dict[str, Any]]) -> None:
+    seen = set()
+    for doc in [*full_docs, *keda_docs]:
+        if doc["kind"] in CRDS:
+            errors = [e.message for e in crd_validator(doc["kind"]).iter_errors(doc)]
+            assert not errors, f"{doc['kind']} {doc['metadata']['name']}: {errors}"
+            seen.add(doc["kind"])
+    assert seen == set(CRDS)
+
+
+def test_the_crd_check_catches_a_misspelt_field(full_docs: list[dict[str, Any]]) -> None:
+    monitor = next(d for d in full_docs if d["kind"] == "ServiceMonitor")
+    broken = json.loads(json.dumps(monitor))
+    broken["spec"]["endpoints"][0]["intervall"] = "15s"
+    assert list(crd_validator("ServiceMonitor").iter_errors(broken))
+
+
+def test_monitors_and_rules_only_with_prometheus_operator(default_docs: list[dict[str, Any]],
+                                                          full_docs: list[dict[str, Any]]) -> None:
+    assert not {"ServiceMonitor", "PodMonitor", "PrometheusRule"} & set(kinds(default_docs))
+    by_kind = kinds(full_docs)
+    assert len(by_kind["ServiceMonitor"]) == 2 and len(by_kind["PodMonitor"]) == 1
+    for doc in by_kind["ServiceMonitor"] + by_kind["PodMonitor"] + by_kind["PrometheusRule"]:
+        assert doc["metadata"]["labels"]["release"] == "kps"
+    for rule in by_kind["PrometheusRule"]:
+        assert rule["metadata"]["labels"]["team"] == "ml"
+    triton = by_kind["PodMonitor"][0]["spec"]
+    assert triton["namespaceSelector"]["matchNames"] == ["serving"]
+    assert triton["selector"]["matchLabels"] == {"app.kubernetes.io/name": "triton-server"}
+
+
+def test_rendered_rules_equal_the_alerts_yaml(full_docs: list[dict[str, Any]]) -> None:
+    sources = sorted((REPO / "alerts" / "rules").glob("*.yaml"))
+    if not sources:
+        pytest.skip("alerts/rules/ has no generated rule files yet")
+    rendered = [d["spec"]["groups"] for d in kinds(full_docs)["PrometheusRule"]]
+    expected = [yaml.safe_load(p.read_text())["groups"] for p in sources]
+    def canonical(groups: Any) -> str:
+        return json.dumps(groups, sort_keys=True)
+
+    assert sorted(map(canonical, rendered)) == sorted(map(canonical, expected))
+
+
+def test_dashboards_are_configmaps_with_the_generated_json(default_docs: list[dict[str, Any]],
+                                                           full_docs: list[dict[str, Any]]) -> None:
+    for docs, namespace in ((default_docs, NAMESPACE), (full_docs, "monitoring")):
+        maps = [d for d in docs if d["kind"] == "ConfigMap" and "-dashboard-" in d["metadata"]["name"]]
+        assert len(maps) == 5
+        for cm in maps:
+            assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+            assert cm["metadata"]["namespace"] == namespace
+            [(key, text)] = cm["data"].items()
+            assert json.loads(text) == json.loads((REPO / "dashboards" / "json" / key).read_text())
+
+
+def test_hpa_and_scaledobject_match_the_autoscaler_manifests(full_docs: list[dict[str, Any]],
+                                                             keda_docs: list[dict[str, Any]]) -> None:
+    from autoscaler.manifests import Target, hpa_manifest, keda_manifest
+
+    targets = {t["deployment"]: Target(t["deployment"], "serving", t["model"], t["minReplicas"], t["maxReplicas"])
+               for t in FULL_VALUES["autoscaling"]["targets"]}
+    hpas = kinds(full_docs)["HorizontalPodAutoscaler"]
+    assert sorted(h["metadata"]["name"] for h in hpas) == sorted(targets)
+    for hpa in hpas:
+        expected = hpa_manifest(targets[hpa["metadata"]["name"]])
+        assert hpa["spec"] == expected["spec"] and hpa["metadata"]["namespace"] == "serving"
+    scaled = kinds(keda_docs)["ScaledObject"]
+    assert "HorizontalPodAutoscaler" not in kinds(keda_docs)
+    for obj in scaled:
+        expected = keda_manifest(targets[obj["metadata"]["name"]], "http://prometheus-operated.monitoring.svc:9090")
+        assert obj["spec"] == expected["spec"]
+
+
+def _pod_specs(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for d in docs:
+        if d["kind"] == "Deployment":
+            out.append(d["spec"]["template"]["spec"])
+        elif d["kind"] == "CronJob":
+            out.append(d["spec"]["jobTemplate"]["spec"]["template"]["spec"])
+    return out
+
+
+def test_production_defaults_on_every_pod(full_docs: list[dict[str, Any]]) -> None:
+    specs = _pod_specs(full_docs)
+    assert len(specs) == 4
+    for spec in specs:
+        assert spec["securityContext"]["runAsNonRoot"] is True and spec["securityContext"]["runAsUser"] > 0
+        for c in spec["containers"]:
+            sc = c["securityContext"]
+            assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+            assert sc["capabilities"]["drop"] == ["ALL"]
+            assert c["resources"]["requests"] and c["resources"]["limits"]
+            assert c["image"].startswith("ghcr.io/tidescale/tidescale:")
+    services = [s for s in specs if "restartPolicy" not in s]
+    for spec in services:
+        [c] = spec["containers"]
+        assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+        assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+
+
+def test_least_privilege_rbac(full_docs: list[dict[str, Any]]) -> None:
+    by_kind = kinds(full_docs)
+    assert "ClusterRole" not in by_kind and "ClusterRoleBinding" not in by_kind
+    [role] = by_kind["Role"]
+    assert role["metadata"]["namespace"] == "serving"
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+    [binding] = by_kind["RoleBinding"]
+    exporter_sa = binding["subjects"][0]["name"]
+    for d in by_kind["Deployment"]:
+        spec = d["spec"]["template"]["spec"]
+        is_exporter = d["metadata"]["labels"]["app.kubernetes.io/component"] == "exporter"
+        assert (spec["serviceAccountName"] == exporter_sa) == is_exporter
+        assert spec["automountServiceAccountToken"] is is_exporter
+
+
+def test_commands_tokens_and_storage(default_docs: list[dict[str, Any]], full_docs: list[dict[str, Any]]) -> None:
+    def containers(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        return {d["metadata"]["labels"]["app.kubernetes.io/component"]: d["spec"]["template"]["spec"]["containers"][0]
+                for d in docs if d["kind"] == "Deployment"}
+
+    default = containers(default_docs)
+    assert default["exporter"]["args"][:4] == ["exporter", "serve", "--port", "9105"]
+    assert default["recommender"]["args"][:4] == ["autoscale", "recommend", "--port", "9106"]
+    assert default["reviews"]["args"] == ["reviews", "serve", "--port", "9107", "--database", "sqlite:////data/reviews.db"]
+    env = {e["name"]: e for e in default["exporter"]["env"] + default["reviews"]["env"]}
+    assert env["TIDESCALE_EXPORTER_TOKEN"]["valueFrom"]["secretKeyRef"]["key"] == "exporter-token"
+    assert env["TIDESCALE_REVIEWS_TOKEN"]["valueFrom"]["secretKeyRef"]["key"] == "reviews-token"
+    assert "PersistentVolumeClaim" in kinds(default_docs)
+    # With a PostgreSQL URL from a Secret: no PVC, no sqlite flag, the URL from the Secret.
+    full = containers(full_docs)
+    assert "--database" not in full["reviews"]["args"] and "PersistentVolumeClaim" not in kinds(full_docs)
+    db = next(e for e in full["reviews"]["env"] if e["name"] == "TIDESCALE_REVIEWS_DATABASE")
+    assert db["valueFrom"]["secretKeyRef"] == {"name": "reviews-db", "key": "url"}
+    config = next(d for d in full_docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-config"))
+    settings = yaml.safe_load(config["data"]["config.yaml"])
+    assert settings["exporter"]["kube_namespace"] == "serving"
+    assert settings["exporter"]["kube_selector"] == "app.kubernetes.io/name=triton-server"
+    assert settings["exporter"]["poll_interval_s"] == 2.0
+    assert [t["deployment"] for t in settings["recommender"]["targets"]] == ["triton-resnet", "triton-ctr"]
+
+
+def test_exporter_settings_in_the_configmap_load(full_docs: list[dict[str, Any]], tmp: Path) -> None:
+    """The chart's `exporter:` section is accepted by the exporter's own settings class."""
+    from exporters.settings import ExporterSettings
+    from tidescale.settings import load_settings
+
+    config = next(d for d in full_docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-config"))
+    path = tmp / "config.yaml"
+    path.write_text(config["data"]["config.yaml"])
+    settings = load_settings(ExporterSettings, path)
+    assert settings.host == "0.0.0.0" and settings.kube_selector == "app.kubernetes.io/name=triton-server"
+
+
+def test_network_policies_and_pdb(default_docs: list[dict[str, Any]], full_docs: list[dict[str, Any]]) -> None:
+    assert len(kinds(default_docs)["NetworkPolicy"]) == 3
+    assert "PodDisruptionBudget" not in kinds(default_docs)  # one exporter replica: a PDB would block drains
+    [pdb] = kinds(full_docs)["PodDisruptionBudget"]
+    assert pdb["spec"]["maxUnavailable"] == 1
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ({"unknownKey": 1}, "additional properties 'unknownKey' not allowed"),
+    ({"exporter": {"port": "9105"}}, "/exporter/port"),
+    ({"exporter": {"prot": 9105}}, "additional properties 'prot' not allowed"),
+    ({"autoscaling": {"mode": "hpa"}}, "/autoscaling/mode"),
+    ({"autoscaling": {"targets": [{"deployment": "Bad_Name", "model": "m"}]}}, "/autoscaling/targets/0/deployment"),
+    ({"autoscaling": {"targets": [{"model": "m"}]}}, "deployment"),
+    ({"podSecurityContext": {"runAsNonRoot": False}}, "/podSecurityContext/runAsNonRoot"),
+    ({"monitoring": {"interval": "soon"}}, "/monitoring/interval"),
+    ({"recommender": {"prometheusUrl": "prometheus:9090"}}, "/recommender/prometheusUrl"),
+])
+def test_schema_rejects_bad_values(tmp: Path, values: dict[str, Any], message: str) -> None:
+    path = tmp / "bad.yaml"
+    path.write_text(yaml.safe_dump(values))
+    result = helm("template", "t", str(CHART), "-f", str(path))
+    assert result.returncode != 0
+    assert "values don't meet the specifications of the schema" in result.stderr
+    assert message in result.stderr
+
+
+def test_profile_capture_requires_a_target(tmp: Path) -> None:
+    path = tmp / "capture.yaml"
+    path.write_text(yaml.safe_dump({"profileCapture": {"enabled": True, "model": "ctr"}}))
+    result = helm("template", "t", str(CHART), "-f", str(path))
+    assert result.returncode != 0 and "profileCapture.target" in result.stderr
+
+
+def test_notes_explain_rules_and_dashboards() -> None:
+    result = helm("install", "t", str(CHART), "--dry-run=client", "--namespace", NAMESPACE)
+    assert result.returncode == 0, result.stderr
+    notes = result.stdout.split("NOTES:", 1)[1]
+    assert "does not serve monitoring.coreos.com/v1" in notes
+    assert "grafana_dashboard" in notes and "tidescale-fleet" in notes
+    # With prometheus-operator the notes say how to check that Prometheus loaded the rules.
+    with_operator = (CHART / "templates" / "NOTES.txt").read_text()
+    assert "get servicemonitors,podmonitors,prometheusrules" in with_operator and "/rules" in with_operator

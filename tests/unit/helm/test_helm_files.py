@@ -1,0 +1,111 @@
+"""Static checks of the chart's values schema and the Dockerfile (no helm, no Docker engine needed)."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from tests.paths import REPO
+
+CHART = REPO / "deploy" / "helm" / "tidescale"
+DOCKERFILE = REPO / "deploy" / "Dockerfile"
+
+
+@pytest.fixture(scope="module")
+def schema() -> dict[str, Any]:
+    return json.loads((CHART / "values.schema.json").read_text())
+
+
+def _objects(node: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    if isinstance(node, dict):
+        if node.get("type") == "object" and "properties" in node:
+            out.append((path or "/", node))
+        for key, value in node.get("properties", {}).items():
+            out += _objects(value, f"{path}/{key}")
+    return out
+
+
+def test_default_values_satisfy_the_schema(schema: dict[str, Any]) -> None:
+    jsonschema.validate(yaml.safe_load((CHART / "values.yaml").read_text()), schema)
+
+
+def test_schema_closes_every_configurable_object(schema: dict[str, Any]) -> None:
+    """Unknown keys are rejected wherever the chart defines the keys itself."""
+    open_ok = {"/podSecurityContext", "/securityContext"}  # Kubernetes' own types, passed through
+    for path, node in _objects(schema):
+        if path not in open_ok:
+            assert node.get("additionalProperties") is False, f"{path} accepts unknown keys"
+
+
+def test_every_default_key_is_in_the_schema(schema: dict[str, Any]) -> None:
+    def walk(values: Any, node: dict[str, Any], path: str) -> None:
+        if not isinstance(values, dict) or node.get("additionalProperties") is not False:
+            return
+        for key, value in values.items():
+            assert key in node["properties"], f"{path}/{key} missing from values.schema.json"
+            walk(value, node["properties"][key], f"{path}/{key}")
+
+    walk(yaml.safe_load((CHART / "values.yaml").read_text()), schema, "")
+
+
+@pytest.mark.parametrize("bad", [
+    {"exporter": {"replicas": 0}},
+    {"reviews": {"persistence": {"size": "lots"}}},
+    {"serving": {"selector": {}}},
+    {"dashboards": {"labels": {"grafana_dashboard": 1}}},
+])
+def test_schema_rejects_wrong_values(schema: dict[str, Any], bad: dict[str, Any]) -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    for key, value in bad.items():
+        values[key] = {**values[key], **value}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(values, schema)
+
+
+def _instructions() -> list[tuple[str, str]]:
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            word, _, rest = line.partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
+def test_dockerfile_is_multi_stage_and_slim() -> None:
+    froms = [rest for word, rest in _instructions() if word == "FROM"]
+    assert len(froms) >= 2 and all("slim" in f for f in froms)
+    assert any(word == "COPY" and rest.startswith("--from=build") for word, rest in _instructions())
+
+
+def test_dockerfile_runs_as_a_numeric_non_root_user() -> None:
+    users = [rest for word, rest in _instructions() if word == "USER"]
+    assert users, "no USER instruction"
+    uid = users[-1].split(":")[0]
+    assert uid.isdigit() and int(uid) > 0
+    chart_uid = yaml.safe_load((CHART / "values.yaml").read_text())["podSecurityContext"]["runAsUser"]
+    assert int(uid) == chart_uid
+
+
+def test_dockerfile_adds_no_secrets_and_has_a_healthcheck() -> None:
+    instructions = _instructions()
+    assert not [rest for word, rest in instructions if word == "ADD"]
+    copied = " ".join(rest for word, rest in instructions if word == "COPY")
+    assert not re.search(r"\.env|\.pem|\.key|secret|token|\.git\b|\.venv", copied, re.IGNORECASE)
+    assert not [rest for word, rest in instructions if word in ("ENV", "ARG") and re.search(r"TOKEN|PASSWORD", rest)]
+    assert any(word == "HEALTHCHECK" and "/healthz" in rest for word, rest in instructions)
+    entry = next(rest for word, rest in instructions if word == "ENTRYPOINT")
+    assert json.loads(entry) == ["tidescale"]
+
+
+def test_dockerignore_keeps_secrets_and_venvs_out() -> None:
+    ignored = (REPO / ".dockerignore").read_text().split()
+    for pattern in (".git", ".venv", "**/.env", "**/*.pem", "**/*.key", "tests"):
+        assert pattern in ignored
