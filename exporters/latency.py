@@ -10,6 +10,7 @@ registers) keeps one histogram and one sliding sketch per (model, version, stage
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 import time
@@ -156,7 +157,7 @@ def log_buckets(min_s: float, max_s: float, slo_thresholds: Sequence[float] = ()
     spare = max_buckets - 1 - len(anchors) - len(outside)
     if spare < 0:
         raise ValueError(f"{len(slos)} SLO thresholds do not fit in {max_buckets} buckets")
-    lengths = [math.log(b / a) for a, b in zip(anchors, anchors[1:], strict=False)]
+    lengths = [math.log(b / a) for a, b in itertools.pairwise(anchors)]
     interior = [0] * len(lengths)
     for _ in range(spare):
         widest = max(range(len(lengths)), key=lambda i: lengths[i] / (interior[i] + 1))

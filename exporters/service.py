@@ -26,8 +26,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from exporters.errors import BadInput
 from exporters.latency import LatencyAggregator, log_buckets
 from exporters.otlp import PROTOBUF_TYPES, SpanJoiner, decode_traces, decompress
+from exporters.profiles.store import ProfileStore
 from exporters.selfmetrics import SelfMetrics, configure_logging, self_tracer
 from exporters.settings import ExporterSettings
+from exporters.stats_poller import StatsPoller
+from exporters.targets import TargetSet
 from exporters.tracefile import TraceFileTailer
 
 log = logging.getLogger("tidescale.exporter")
@@ -45,7 +48,7 @@ class ExporterState:
     latency: LatencyAggregator
     joiner: SpanJoiner
     tailers: list[TraceFileTailer]
-    profiles: Any = None  # exporters.profiles.store.ProfileStore when available
+    profiles: ProfileStore
     background: list[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     started: bool = False
@@ -62,36 +65,23 @@ def build_state(settings: ExporterSettings) -> ExporterState:
     joiner = SpanJoiner(settings.join_max_pending, settings.join_ttl_s, on_drop=selfmetrics.drop_spans)
     tailers = [TraceFileTailer(p, settings.join_max_pending, on_drop=selfmetrics.drop_spans)
                for p in settings.trace_files]
-    state = ExporterState(settings, registry, selfmetrics, latency, joiner, tailers)
+    state = ExporterState(settings, registry, selfmetrics, latency, joiner, tailers,
+                          ProfileStore(max_bytes=settings.max_profile_bytes, self_metrics=selfmetrics))
     registry.register(selfmetrics)
     registry.register(latency)
-    state.profiles = _profile_store(settings, registry)
+    registry.register(state.profiles)
     state.background.append(lambda: _tail_and_expire(state))
     state.background.extend(_discovery_and_polling(settings, registry, selfmetrics))
     return state
 
 
-def _profile_store(settings: ExporterSettings, registry: CollectorRegistry) -> Any:
-    try:
-        from exporters.profiles.store import ProfileStore
-    except ImportError:
-        log.warning("profile ingestion unavailable: exporters.profiles.store is missing")
-        return None
-    store = ProfileStore(max_bytes=settings.max_profile_bytes)
-    registry.register(store)
-    return store
-
-
 def _discovery_and_polling(settings: ExporterSettings, registry: CollectorRegistry,
                            selfmetrics: SelfMetrics) -> list[Callable[[], Coroutine[Any, Any, None]]]:
-    """Target discovery and the stats poller (exporters.targets / exporters.stats_poller)."""
+    """Target discovery (a kube watch) and the stats poller, when there is anything to poll."""
     if not settings.triton_urls and settings.kube_selector is None:
         return []
-    from exporters.stats_poller import StatsPoller
-    from exporters.targets import TargetSet
-
-    targets = TargetSet(settings)
-    poller = StatsPoller(targets, settings)
+    targets = TargetSet(settings.triton_urls, settings.kube_namespace, settings.kube_selector)
+    poller = StatsPoller(targets, interval_s=settings.poll_interval_s, self_metrics=selfmetrics)
     registry.register(poller)
     return [targets.run, poller.run]
 
@@ -152,10 +142,9 @@ def _otlp_response(content_type: str | None, rejected: int, message: str) -> Res
 
 
 def _name_param(value: str | None, what: str) -> str:
+    """A required query parameter (the profile store validates its content)."""
     if not value:
         raise BadInput(400, f"query parameter {what!r} is required")
-    if len(value) > MAX_NAME_CHARS or not value.isprintable():
-        raise BadInput(400, f"{what} must be at most {MAX_NAME_CHARS} printable characters")
     return value
 
 
@@ -234,8 +223,6 @@ def create_app(settings: ExporterSettings) -> FastAPI:
                              filename: str = "") -> JSONResponse:
         if not _authorised(request, settings):
             return _unauthorised(settings)
-        if state.profiles is None:
-            return JSONResponse({"detail": "profile ingestion is not available in this build"}, 503)
         model_name = _name_param(model, "model")
         model_version = _name_param(version, "version")
         body = await read_capped(request, settings.max_profile_bytes)
@@ -244,15 +231,12 @@ def create_app(settings: ExporterSettings) -> FastAPI:
             report = await asyncio.to_thread(
                 state.profiles.ingest, body, filename=filename[:MAX_NAME_CHARS],
                 content_type=request.headers.get("content-type", ""), model=model_name, version=model_version)
-        state.selfmetrics.add_profile_bytes(len(body))
         log.info("profile ingested", extra={"fields": {"model": model_name, "version": model_version,
                                                         "bytes": len(body)}})
         return JSONResponse(report.to_json())
 
     @app.get("/v1/profiles/{model}/{version}")
     async def get_profile(model: str, version: str) -> JSONResponse:
-        if state.profiles is None:
-            return JSONResponse({"detail": "profile ingestion is not available in this build"}, 503)
         report = state.profiles.report(model, version)
         if report is None:
             return JSONResponse({"detail": f"no profile for model {model!r} version {version!r}"}, 404)

@@ -5,7 +5,8 @@ and stamps `{"id","timestamps":[{"name","ns"}]}`, with `file.0`, `file.1`, … w
 (fixture `profiles/triton/trace_timestamps.json.0`). The tailer remembers a byte offset per
 file and decodes complete objects as they appear, so a growing file is read once; a request
 becomes samples when its REQUEST_END arrives. Ensemble/BLS children have their own id and
-header (with `parent_id`), so each is attributed to its own model.
+header (with `parent_id`), so each is attributed to its own model. Ids are scoped per file
+(a rewritten file — a restarted server — starts its ids afresh).
 """
 
 from __future__ import annotations
@@ -47,12 +48,18 @@ class TraceEntries:
     def __len__(self) -> int:
         return len(self._pending)
 
-    def add(self, entry: Any) -> list[StageSample]:
-        """Samples of the request this entry completes (usually none)."""
+    def forget(self, source: Any) -> None:
+        """Forget the ids of *source*: a restarted Triton numbers its traces from 1 again."""
+        for table in (self._pending, self._done):
+            for key in [k for k in table if k[0] == source]:
+                del table[key]
+
+    def add(self, entry: Any, source: Any = None) -> list[StageSample]:
+        """Samples of the request this entry completes (usually none); ids are scoped by *source*."""
         if not isinstance(entry, dict) or not isinstance(entry.get("id"), int | str):
             self.on_drop("malformed_entry", 1)
             return []
-        key = entry["id"]
+        key = (source, entry["id"])
         if key in self._done:
             return []
         request = self._pending.get(key)
@@ -145,6 +152,7 @@ class TraceFileTailer:
         present = self.files()
         for gone in set(self._files) - set(present):
             del self._files[gone]
+            self.entries.forget(gone)
         for path in present:
             samples.extend(self._read_new(path))
         return samples
@@ -156,6 +164,8 @@ class TraceFileTailer:
             return []
         state = self._files.setdefault(path, _FileState())
         if stat.st_ino != state.inode or stat.st_size < state.offset:
+            if state.stream is not None:
+                self.entries.forget(path)
             state.offset, state.inode, state.stream = 0, stat.st_ino, JsonArrayStream(self.on_drop)
         assert state.stream is not None
         samples: list[StageSample] = []
@@ -165,7 +175,7 @@ class TraceFileTailer:
                 while chunk := fh.read(READ_CHUNK_BYTES):
                     state.offset += len(chunk)
                     for entry in state.stream.feed(chunk):
-                        samples.extend(self.entries.add(entry))
+                        samples.extend(self.entries.add(entry, path))
         except OSError:
             self.on_drop("unreadable_file", 1)
         return samples

@@ -1,0 +1,55 @@
+"""The latency collector: fleet quantiles across namespaces, idle expiry, sample-rate gauge."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporters.cardinality import clean_label_value
+from exporters.latency import LatencyAggregator, StageSample, log_buckets
+from exporters.selfmetrics import SelfMetrics
+
+
+def exposition(agg: LatencyAggregator) -> dict[str, list[tuple[dict[str, str], float]]]:
+    registry = CollectorRegistry()
+    registry.register(agg)
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for fam in text_string_to_metric_families(generate_latest(registry).decode()):
+        for s in fam.samples:
+            out.setdefault(s.name, []).append((s.labels, s.value))
+    return out
+
+
+def test_quantiles_merge_across_namespaces() -> None:
+    agg = LatencyAggregator(log_buckets(0.001, 10, [0.1]))
+    for i in range(1, 101):
+        agg.observe(StageSample("m", "1", "request", i / 1000, namespace="a" if i % 2 else "b"))
+    q = agg.fleet_quantiles("m", "1", "request")
+    assert abs(q[0.5] - 0.050) <= 0.005 * 0.050 + 1e-12
+    assert abs(q[0.99] - 0.099) <= 0.005 * 0.099 + 1e-12
+
+
+def test_idle_series_disappear_and_free_their_slot() -> None:
+    now = [0.0]
+    metrics = SelfMetrics()
+    agg = LatencyAggregator((0.1,), max_series=1, idle_ttl_s=100, clock=lambda: now[0], selfmetrics=metrics)
+    assert agg.observe(StageSample("old", "1", "request", 0.01))
+    assert not agg.observe(StageSample("new", "1", "request", 0.01))
+    assert metrics.series_dropped["tidescale_request_duration_seconds"] == 1
+    now[0] = 500.0
+    assert "tidescale_request_duration_seconds_count" not in exposition(agg)
+    assert agg.observe(StageSample("new", "1", "request", 0.01))
+
+
+def test_sample_rate_gauge_labels_sampled_counts() -> None:
+    agg = LatencyAggregator((0.1,), sample_rate=10)
+    agg.observe(StageSample("m", "2", "queue", 0.2))
+    out = exposition(agg)
+    assert out["tidescale_trace_sample_rate"] == [({"model": "m", "version": "2", "namespace": ""}, 0.1)]
+    assert out["tidescale_request_duration_seconds_count"][0][1] == 1.0  # traced, not scaled
+
+
+def test_clean_label_value_bounds_length_and_control_characters() -> None:
+    assert clean_label_value("a\nb\x00c") == "a?b?c"
+    assert len(clean_label_value("x" * 10_000)) == 200
+    assert clean_label_value('quote"s') == 'quote"s'

@@ -1,0 +1,172 @@
+"""OTLP bodies from real Triton 2.51 (JSON, hex ids) and protobuf; the model/compute span join."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import Counter
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from exporters.errors import BadInput
+from exporters.otlp import SpanJoiner, decode_json, decode_protobuf, decode_traces, decompress, encode_protobuf
+from tests.paths import FIXTURES
+
+OTLP = FIXTURES / "triton" / "real-2.51" / "otlp"
+BODIES = sorted(OTLP.glob("*.json"))
+
+
+def _join_all(bodies: list[bytes], decode=lambda b: decode_traces(b, "application/json")):  # type: ignore[no-untyped-def]
+    drops: Counter[str] = Counter()
+    joiner = SpanJoiner(on_drop=lambda reason, n: drops.update({reason: n}))
+    samples = []
+    for body in bodies:
+        got, _ = joiner.add(decode(body))
+        samples += got
+    return samples, joiner, drops
+
+
+def test_real_triton_bodies_give_every_stage_of_every_request() -> None:
+    samples, joiner, drops = _join_all([p.read_bytes() for p in BODIES])
+    per_stage = Counter(s.stage for s in samples)
+    assert per_stage == {s: 32 for s in ("request", "queue", "compute_input", "compute_infer", "compute_output")}
+    assert {(s.model, s.version) for s in samples} == {("batcher", "1")}
+    assert len(joiner) == 0 and not drops
+
+
+def test_compute_span_from_an_earlier_body_is_joined() -> None:
+    # Trace a29c…: its compute span is in 00000.json, its model span in 00001.json.
+    _, joiner, _ = _join_all([BODIES[0].read_bytes()])
+    assert len(joiner) == 1  # the compute span waits
+    samples, _ = joiner.add(decode_json(BODIES[1].read_bytes()))
+    queue = [s for s in samples if s.stage == "queue"]
+    assert len(queue) == 1
+    doc = json.loads(BODIES[1].read_bytes())
+    model_span = doc["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    events = {e["name"]: int(e["timeUnixNano"]) for e in model_span["events"]}
+    request = next(s for s in samples if s.stage == "request")
+    assert request.seconds == pytest.approx((events["REQUEST_END"] - events["REQUEST_START"]) / 1e9)
+    assert len(joiner) == 0
+
+
+def test_protobuf_gives_the_same_samples_as_json() -> None:
+    raw = [p.read_bytes() for p in BODIES]
+    from_json, _, _ = _join_all(raw)
+    proto = [encode_protobuf(decode_json(b)) for b in raw]
+    from_proto, _, _ = _join_all(proto, decode=lambda b: decode_traces(b, "application/x-protobuf"))
+    assert from_json == from_proto
+
+
+def test_unjoined_compute_span_times_out_and_is_counted() -> None:
+    now = [0.0]
+    drops: Counter[str] = Counter()
+    joiner = SpanJoiner(ttl_s=5, on_drop=lambda r, n: drops.update({r: n}), clock=lambda: now[0])
+    compute = [s for s in decode_json(BODIES[0].read_bytes()) if s.name == "compute"][:3]
+    joiner.add(compute)
+    assert len(joiner) == 3
+    now[0] = 10.0
+    joiner.flush_expired()
+    assert len(joiner) == 0 and drops["join_timeout"] == 3
+
+
+def test_join_buffer_is_bounded() -> None:
+    drops: Counter[str] = Counter()
+    joiner = SpanJoiner(max_pending=2, on_drop=lambda r, n: drops.update({r: n}))
+    compute = [s for s in decode_json(BODIES[0].read_bytes()) if s.name == "compute"][:5]
+    joiner.add(compute)
+    assert len(joiner) == 2 and drops["join_buffer_full"] == 3
+
+
+def test_foreign_spans_are_counted_not_used() -> None:
+    drops: Counter[str] = Counter()
+    joiner = SpanJoiner(on_drop=lambda r, n: drops.update({r: n}))
+    body = {"resourceSpans": [{"scopeSpans": [{"spans": [
+        {"traceId": "0" * 31 + "1", "spanId": "0" * 15 + "1", "name": "GET /checkout"}]}]}]}
+    samples, accepted = joiner.add(decode_json(json.dumps(body).encode()))
+    assert samples == [] and accepted == 0 and drops["not_triton"] == 1
+
+
+@pytest.mark.parametrize(("body", "fragment"), [
+    (b"{", "not valid JSON"),
+    (b"[]", "must be an object"),
+    (b'{"resourceSpans": 3}', "resourceSpans must be a list"),
+    (b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "xyz", "spanId": "00"}]}]}]}', "traceId"),
+    (b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "' + b"a" * 32 + b'", "spanId": "'
+     + b"b" * 16 + b'", "events": [{"name": "X", "timeUnixNano": "soon"}]}]}]}]}', "timestamp"),
+])
+def test_malformed_json_names_the_problem(body: bytes, fragment: str) -> None:
+    with pytest.raises(BadInput) as err:
+        decode_json(body)
+    assert err.value.status_code == 400 and fragment in err.value.message
+
+
+def test_content_type_and_encoding() -> None:
+    with pytest.raises(BadInput) as err:
+        decode_traces(b"{}", "text/plain")
+    assert err.value.status_code == 415
+    assert decode_traces(b"{}", "application/json; charset=utf-8") == []
+    assert decompress(gzip.compress(b"abc"), "gzip", 10) == b"abc"
+    with pytest.raises(BadInput) as bomb:
+        decompress(gzip.compress(b"\0" * 100_000), "gzip", 1000)
+    assert bomb.value.status_code == 413
+    with pytest.raises(BadInput) as bad:
+        decompress(b"not gzip", "gzip", 1000)
+    assert bad.value.status_code == 400
+    with pytest.raises(BadInput) as unknown:
+        decompress(b"x", "br", 1000)
+    assert unknown.value.status_code == 415
+
+
+def test_base64_ids_are_accepted() -> None:
+    body = {"resourceSpans": [{"scopeSpans": [{"spans": [
+        {"traceId": "AAAAAAAAAAAAAAAAAAAAAQ==", "spanId": "AAAAAAAAAAE=", "name": "InferRequest"}]}]}]}
+    [span] = decode_json(json.dumps(body).encode())
+    assert span.trace_id == bytes(15) + b"\x01"
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+        st.sampled_from(["resourceSpans", "scopeSpans", "spans", "traceId", "spanId", "parentSpanId", "name",
+                         "events", "timeUnixNano", "attributes", "key", "value", "stringValue", "resource"]),
+        inner, max_size=5),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(json_values)
+def test_fuzz_json_structures_never_crash(doc: object) -> None:
+    try:
+        spans = decode_json(json.dumps(doc).encode())
+    except BadInput as exc:
+        assert 400 <= exc.status_code < 500
+    else:
+        SpanJoiner().add(spans)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=400))
+def test_fuzz_bytes_never_crash(body: bytes) -> None:
+    for decode in (decode_json, decode_protobuf):
+        try:
+            spans = decode(body)
+        except BadInput as exc:
+            assert exc.status_code == 400
+        else:
+            SpanJoiner().add(spans)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(min_value=0, max_value=10_000), st.binary(min_size=1, max_size=8))
+def test_fuzz_mutated_real_protobuf(position: int, junk: bytes) -> None:
+    body = bytearray(encode_protobuf(decode_json(BODIES[1].read_bytes())))
+    pos = position % len(body)
+    body[pos:pos + len(junk)] = junk
+    try:
+        SpanJoiner().add(decode_protobuf(bytes(body)))
+    except BadInput as exc:
+        assert exc.status_code == 400
+

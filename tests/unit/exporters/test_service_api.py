@@ -1,0 +1,162 @@
+"""The exporter app in-process: auth, OTLP ingest to /metrics, limits, hostile names, caps."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporters.service import create_app
+from exporters.settings import ExporterSettings
+from tests.paths import FIXTURES
+
+TOKEN = "s3cret-token"
+AUTH = {"authorization": f"Bearer {TOKEN}"}
+JSON = {"content-type": "application/json", **AUTH}
+BODIES = sorted((FIXTURES / "triton" / "real-2.51" / "otlp").glob("*.json"))
+
+
+def make_client(**overrides: object) -> TestClient:
+    settings = ExporterSettings(**{"token": TOKEN, "max_body_bytes": 64 * 1024, **overrides})  # type: ignore[arg-type]
+    return TestClient(create_app(settings))
+
+
+@pytest.fixture
+def client() -> Iterator[TestClient]:
+    with make_client() as c:
+        yield c
+
+
+def samples(client: TestClient, name: str) -> list[tuple[dict[str, str], float]]:
+    text = client.get("/metrics").text
+    return [(s.labels, s.value) for fam in text_string_to_metric_families(text) for s in fam.samples
+            if s.name == name]
+
+
+def model_span(model: str, trace: int = 1) -> dict[str, object]:
+    """A Triton-shaped model span (request stage only) for *model*."""
+    return {
+        "traceId": f"{trace:032x}", "spanId": f"{trace:016x}", "name": model,
+        "attributes": [{"key": "triton.model_name", "value": {"stringValue": model}},
+                       {"key": "triton.model_version", "value": {"intValue": "1"}}],
+        "events": [{"name": "REQUEST_START", "timeUnixNano": "1000"},
+                   {"name": "REQUEST_END", "timeUnixNano": "5001000"}]}
+
+
+def span_body(spans: list[dict[str, object]]) -> bytes:
+    return json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}).encode()
+
+
+def test_real_triton_bodies_reach_the_histogram_and_quantiles(client: TestClient) -> None:
+    for body in BODIES:
+        r = client.post("/v1/traces", content=body.read_bytes(), headers=JSON)
+        assert r.status_code == 200, r.text
+    counts = {labels["stage"]: v for labels, v in samples(client, "tidescale_request_duration_seconds_count")}
+    assert counts == {s: 32 for s in ("request", "queue", "compute_input", "compute_infer", "compute_output")}
+    quantiles = samples(client, "tidescale_request_duration_quantile_seconds")
+    assert {labels["quantile"] for labels, _ in quantiles} == {"0.5", "0.95", "0.99"}
+    [(_, accepted)] = samples(client, "tidescale_exporter_spans_accepted_total")
+    assert accepted == 96
+
+
+def test_write_endpoints_need_the_token(client: TestClient) -> None:
+    body = BODIES[1].read_bytes()
+    assert client.post("/v1/traces", content=body, headers={"content-type": "application/json"}).status_code == 401
+    wrong = {"content-type": "application/json", "authorization": "Bearer nope"}
+    assert client.post("/v1/traces", content=body, headers=wrong).status_code == 401
+    assert client.post("/v1/profiles?model=m&version=1", content=b"x").status_code == 401
+    assert samples(client, "tidescale_request_duration_seconds_count") == []
+
+
+def test_without_a_configured_token_writes_are_refused() -> None:
+    with make_client(token=None) as c:
+        r = c.post("/v1/traces", content=BODIES[1].read_bytes(), headers=JSON)
+        assert r.status_code == 401 and "TIDESCALE_EXPORTER_TOKEN" in r.json()["detail"]
+
+
+def test_token_can_be_waived_for_traces_only() -> None:
+    with make_client(traces_require_token=False) as c:
+        ok = c.post("/v1/traces", content=BODIES[1].read_bytes(), headers={"content-type": "application/json"})
+        assert ok.status_code == 200
+        assert c.post("/v1/profiles?model=m&version=1", content=b"x").status_code == 401
+
+
+def test_bad_bodies_get_4xx_with_a_message(client: TestClient) -> None:
+    r = client.post("/v1/traces", content=b"{nope", headers=JSON)
+    assert r.status_code == 400 and "JSON" in r.json()["detail"]
+    r = client.post("/v1/traces", content=b"{}", headers={**AUTH, "content-type": "text/csv"})
+    assert r.status_code == 415
+    r = client.post("/v1/traces", content=b"x" * (65 * 1024), headers=JSON)
+    assert r.status_code == 413
+    bomb = gzip.compress(b" " * (1 << 20))
+    r = client.post("/v1/traces", content=bomb, headers={**JSON, "content-encoding": "gzip"})
+    assert r.status_code == 413
+    dropped = {labels["reason"]: v for labels, v in samples(client, "tidescale_exporter_spans_dropped_total")}
+    assert dropped["malformed_body"] == 3  # 413 on the declared length never reaches the decoder
+    assert client.get("/healthz").status_code == 200
+
+
+def test_gzip_bodies_are_accepted(client: TestClient) -> None:
+    r = client.post("/v1/traces", content=gzip.compress(BODIES[1].read_bytes()),
+                    headers={**JSON, "content-encoding": "gzip"})
+    assert r.status_code == 200
+    assert samples(client, "tidescale_request_duration_seconds_count")
+
+
+def test_hostile_model_names_round_trip_through_the_exposition(client: TestClient) -> None:
+    hostile = 'evil"} 1\nfake_metric{a="b'
+    assert client.post("/v1/traces", content=span_body([model_span(hostile)]), headers=JSON).status_code == 200
+    models = {labels["model"] for labels, _ in samples(client, "tidescale_request_duration_seconds_count")}
+    assert models == {hostile.replace("\n", "?")}  # control characters replaced, quotes kept and escaped
+    assert samples(client, "fake_metric") == []
+
+
+def test_ten_thousand_model_names_stay_under_the_series_cap() -> None:
+    with make_client(max_series=50, max_body_bytes=8 << 20) as c:
+        for start in range(0, 10_000, 2_500):
+            spans = [model_span(f"model-{i}", trace=i + 1) for i in range(start, start + 2_500)]
+            r = c.post("/v1/traces", content=span_body(spans), headers=JSON)
+            assert r.status_code == 200
+        series = samples(c, "tidescale_request_duration_seconds_count")
+        assert len(series) == 50
+        [(labels, dropped)] = samples(c, "tidescale_exporter_series_dropped_total")
+        assert labels == {"family": "tidescale_request_duration_seconds"} and dropped == 9_950
+
+
+def test_protobuf_answer_is_protobuf(client: TestClient) -> None:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+    from exporters.otlp import decode_json, encode_protobuf
+
+    body = encode_protobuf(decode_json(BODIES[1].read_bytes()))
+    r = client.post("/v1/traces", content=body, headers={**AUTH, "content-type": "application/x-protobuf"})
+    assert r.status_code == 200 and r.headers["content-type"] == "application/x-protobuf"
+    assert ExportTraceServiceResponse.FromString(r.content).partial_success.rejected_spans == 0
+
+
+def test_readyz_after_startup(client: TestClient) -> None:
+    assert client.get("/readyz").json() == {"status": "ready"}
+
+
+def test_profile_upload_then_report(client: TestClient) -> None:
+    capture = FIXTURES / "profiles" / "pytorch" / "ranker_pystring.pt.trace.json.gz"
+    r = client.post("/v1/profiles?model=ranker&version=2&filename=ranker.pt.trace.json.gz",
+                    content=capture.read_bytes(), headers={**AUTH, "content-type": "application/gzip"})
+    assert r.status_code == 200, r.text
+    got = client.get("/v1/profiles/ranker/2")
+    assert got.status_code == 200 and got.json() == r.json()
+    [(_, ingested)] = samples(client, "tidescale_exporter_profile_bytes_total")
+    assert ingested == capture.stat().st_size
+    assert client.get("/v1/profiles/ranker/3").status_code == 404
+
+
+def test_profile_upload_needs_model_and_a_known_format(client: TestClient) -> None:
+    r = client.post("/v1/profiles?version=1", content=b"{}", headers=AUTH)
+    assert r.status_code == 400 and "model" in r.json()["detail"]
+    r = client.post("/v1/profiles?model=m&version=1&filename=notes.docx", content=b"\x00\x01garbage",
+                    headers={**AUTH, "content-type": "application/msword"})
+    assert 400 <= r.status_code < 500 and r.json()["detail"]

@@ -1,0 +1,117 @@
+"""Triton `mode=triton` trace files: stage durations, incremental tailing, rotation, bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from exporters.tracefile import JsonArrayStream, TraceEntries, TraceFileTailer
+from tests.paths import FIXTURES
+
+REAL = FIXTURES / "triton" / "real-2.51" / "trace_triton.json"
+ROTATED = FIXTURES / "profiles" / "triton" / "trace_timestamps.json.0"
+
+
+def test_real_trace_file_gives_every_stage_of_every_request(tmp_path: Path) -> None:
+    shutil.copy(REAL, tmp_path / "trace.json")
+    tailer = TraceFileTailer(tmp_path / "trace.json")
+    samples = tailer.poll()
+    assert Counter(s.stage for s in samples) == {
+        s: 200 for s in ("request", "queue", "compute_input", "compute_infer", "compute_output")}
+    assert len(tailer.entries) == 0  # late HTTP_SEND stamps do not leave requests behind
+    entries = json.loads(REAL.read_text())
+    stamps = {t["name"]: t["ns"] for e in entries if e["id"] == 1 for t in e.get("timestamps", [])}
+    first = next(s for s in samples if s.stage == "queue")
+    assert first.seconds == pytest.approx((stamps["COMPUTE_START"] - stamps["QUEUE_START"]) / 1e9)
+    assert tailer.poll() == []  # nothing new
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(min_value=1, max_value=180_000), max_size=6))
+def test_any_split_of_a_growing_file_gives_the_same_samples(cuts: list[int]) -> None:
+    data = REAL.read_bytes()
+    stream, entries = JsonArrayStream(), TraceEntries()
+    samples = []
+    last = 0
+    for cut in [*sorted(set(cuts)), len(data)]:
+        for entry in stream.feed(data[last:cut]):
+            samples += entries.add(entry)
+        last = max(last, cut)
+    whole = TraceEntries()
+    expected = [s for e in json.loads(data) for s in whole.add(e)]
+    assert samples == expected
+
+
+def test_rotated_files_and_rewrites(tmp_path: Path) -> None:
+    base = tmp_path / "trace.json"
+    shutil.copy(ROTATED, tmp_path / "trace.json.0")
+    (tmp_path / "trace.json.backup").write_text("[]")  # not a rotation
+    tailer = TraceFileTailer(base)
+    assert tailer.files() == [tmp_path / "trace.json.0"]
+    first = tailer.poll()
+    assert len(first) == 20 * 5 and {s.model for s in first} == {"ranker"}
+    shutil.copy(REAL, tmp_path / "trace.json.1")
+    assert len(tailer.poll()) == 200 * 5
+    # Triton restarts and rewrites file .0 with fewer bytes: it is read again from the start.
+    (tmp_path / "trace.json.0").write_text(json.dumps(json.loads(ROTATED.read_text())[:26]))
+    again = tailer.poll()
+    assert len(again) == 2 * 5 and {s.model for s in again} == {"ranker"}
+
+
+def test_ensemble_children_are_their_own_model() -> None:
+    entries = TraceEntries()
+    out = []
+    for e in (
+        {"id": 1, "model_name": "pipeline", "model_version": 1},
+        {"id": 2, "model_name": "tokenizer", "model_version": 3, "parent_id": 1},
+        {"id": 2, "timestamps": [{"name": "REQUEST_START", "ns": 10}, {"name": "QUEUE_START", "ns": 11},
+                                 {"name": "COMPUTE_START", "ns": 20}, {"name": "REQUEST_END", "ns": 40}]},
+        {"id": 1, "timestamps": [{"name": "REQUEST_START", "ns": 0}, {"name": "REQUEST_END", "ns": 100}]},
+    ):
+        out += entries.add(e)
+    assert {(s.model, s.version, s.stage) for s in out} == {
+        ("tokenizer", "3", "request"), ("tokenizer", "3", "queue"), ("pipeline", "1", "request")}
+
+
+def test_pending_requests_are_bounded() -> None:
+    drops: Counter[str] = Counter()
+    entries = TraceEntries(max_pending=10, on_drop=lambda r, n: drops.update({r: n}))
+    for i in range(100):
+        entries.add({"id": i, "model_name": "m", "model_version": 1})
+    assert len(entries) == 10 and drops["join_buffer_full"] == 90
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=300))
+def test_fuzz_stream_never_crashes(data: bytes) -> None:
+    entries = TraceEntries()
+    stream = JsonArrayStream()
+    for entry in stream.feed(data):
+        entries.add(entry)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.dictionaries(st.sampled_from(["id", "model_name", "model_version", "timestamps", "name", "ns"]),
+                                st.none() | st.integers() | st.text(max_size=5)
+                                | st.lists(st.dictionaries(st.sampled_from(["name", "ns"]),
+                                                           st.integers() | st.text(max_size=12), max_size=2),
+                                           max_size=3), max_size=4), max_size=10))
+def test_fuzz_entries_never_crash(items: list[dict[str, object]]) -> None:
+    entries = TraceEntries()
+    for item in items:
+        for sample in entries.add(item):
+            assert sample.seconds >= 0
+
+
+def test_malformed_text_is_skipped_and_counted() -> None:
+    drops: Counter[str] = Counter()
+    stream = JsonArrayStream(on_drop=lambda r, n: drops.update({r: n}))
+    junk = b'[{"id": 1, "model_name": ' + b"x" * 70_000 + b'}, {"id": 2}]'
+    got = list(stream.feed(junk))
+    assert got == [{"id": 2}] and drops["malformed_entry"] >= 1
