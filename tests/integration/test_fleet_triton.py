@@ -114,7 +114,7 @@ def test_trace_file_records_request_timestamps(stack: FleetStack, played: LoadGe
     assert not replica.ready and replica.pod not in {r.pod for r in stack.fleet.ready_replicas()}
 
 
-def test_scale_up_counts_ready_after_load_and_scale_down_stops_the_newest(tmp_path: Path) -> None:
+def test_scale_up_down_and_crash_restart(tmp_path: Path) -> None:
     with running_fleet(tmp_path, replicas=1, load_seconds=1.5) as fleet:
         first = fleet.replicas[0].pod
         fleet.scale_to(3)
@@ -130,6 +130,15 @@ def test_scale_up_counts_ready_after_load_and_scale_down_stops_the_newest(tmp_pa
         while newest.alive() and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not newest.alive()
+
+        # A crashed pod is restarted (after back-off and its cold start) and the restart is counted.
+        fleet.kill_replica(first)
+        deadline = time.monotonic() + 60
+        while (fleet.restarts[first] == 0 or not fleet.ready_replicas()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert fleet.restarts[first] == 1
+        assert [r.pod for r in fleet.ready_replicas()] == [first]
+        assert newest.pod not in fleet.restarts or fleet.restarts[newest.pod] == 0  # scaled down ≠ crashed
 
 
 def test_snapshot_cli_prints_triton_stats() -> None:

@@ -79,6 +79,7 @@ class TritonReplica:
             raise UsageError(f"model repository {repo} has no models (no */config.pbtxt)")
         self._proc: ManagedProcess | None = None
         self._ready = False
+        self.terminating = False  # set once we asked it to stop: a dead process then is no crash
 
     # --- addresses -------------------------------------------------------------------------------
     @property
@@ -162,13 +163,31 @@ class TritonReplica:
     def terminate(self) -> None:
         """Mark not ready and send SIGTERM (Triton drains in-flight requests)."""
         self._ready = False
+        self.terminating = True
         if self._proc is not None:
             self._proc.terminate()
 
     def stop(self, grace: float = 10.0) -> None:
         self._ready = False
+        self.terminating = True
         if self._proc is not None:
             self._proc.stop(grace)
+
+    def crashed(self) -> bool:
+        """The process exited without being asked to (a container restart is due)."""
+        return self._proc is not None and not self.terminating and not self._proc.alive()
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash or OOM kill would (chaos testing); the fleet restarts the pod."""
+        self._ready = False
+        if self._proc is not None:
+            self._proc.kill()
+
+    def restart(self) -> TritonReplica:
+        """Start a fresh process for the same pod (same ports, same workdir), like a container restart."""
+        self._ready = False
+        self.terminating = False
+        return self.start()
 
     @property
     def process(self) -> ManagedProcess | None:
