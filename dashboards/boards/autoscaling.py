@@ -39,9 +39,10 @@ def build() -> dash_b.Dashboard:
             ], span=24, min_value=0))
         .with_panel(graph(
             "Scaling metric per replica vs target",
-            "What the HPA sees: recommended replicas / current replicas, against an AverageValue target of "
-            "1. Inside the dashed band (±10 % tolerance) the HPA does nothing, which is why a desired-"
-            "replicas metric cannot add a single replica at 10 or more.",
+            "What the HPA sees: recommended replicas / current replicas, against an AverageValue target of 1. "
+            "The chart sets behavior tolerance 0 (Kubernetes >= 1.33), so any deviation moves the HPA; on older "
+            "clusters it ignores the dashed ±10 % band, which is why a desired-replicas metric alone cannot "
+            "add a single replica at 10 or more.",
             "short", [Query(ratio(_by_deployment("tidescale_desired_replicas"),
                                   _by_deployment("kube_deployment_status_replicas")), "{{deployment}}")],
             thresholds=[Threshold(1 - HPA_TOLERANCE, "yellow"), Threshold(1 + HPA_TOLERANCE, "red")],
