@@ -35,6 +35,8 @@ class AlertSpec:
     summary: str
     description: str
     labels: tuple[tuple[str, str], ...] = ()
+    # Machine-readable values for receivers (the review service reads `value`, `p99_*_seconds`).
+    annotations: tuple[tuple[str, str], ...] = ()
 
     def rule(self, cfg: AlertsConfig) -> Rule:
         labels = {**cfg.extra_labels, **dict(self.labels), "severity": self.severity}
@@ -42,11 +44,13 @@ class AlertSpec:
         if self.for_ not in ("0s", "0m"):
             rule["for"] = self.for_
         rule["labels"] = dict(sorted(labels.items()))
-        rule["annotations"] = {
+        annotations = {
+            **dict(self.annotations),
             "description": self.description,
             "runbook_url": cfg.runbook_url(self.name),
             "summary": self.summary,
         }
+        rule["annotations"] = dict(sorted(annotations.items()))
         return rule
 
 
@@ -199,6 +203,17 @@ def gpu_alerts(cfg: AlertsConfig) -> list[AlertSpec]:
     ]
 
 
+def p99_before_template() -> str:
+    """Go template querying the previous versions' P99 (label values quoted by %q, Go/PromQL escaping)."""
+    query = (
+        f"max(last_over_time({n.VERSION_P99}{{namespace=%q, model=%q}}[1d] offset 1h))"
+    )
+    return (
+        f'{{{{ with printf "{query}" $labels.namespace $labels.model | query }}}}'
+        "{{ . | first | value }}{{ end }}"
+    )
+
+
 def review_alerts(cfg: AlertsConfig) -> list[AlertSpec]:
     clauses = [
         f'{n.OP_TIME_SHARE}{{op_class="{oc}"}} > {limit:g}' for oc, limit in sorted(cfg.op_class_limits.items())
@@ -224,6 +239,7 @@ def review_alerts(cfg: AlertsConfig) -> list[AlertSpec]:
             "{{ $labels.op_class }} ops take {{ $value | humanizePercentage }} of op self time in model "
             "{{ $labels.model }} version {{ $labels.version }} (limits: " + limits + ").",
             labels=(("trigger", "op_share"),),
+            annotations=(("value", "{{ $value }}"),),
         ),
         AlertSpec(
             MODEL_REVIEW_ALERT, f'label_replace({regression}, "reason", "p99_regression", "", "")',
@@ -233,6 +249,11 @@ def review_alerts(cfg: AlertsConfig) -> list[AlertSpec]:
             "{{ $value | humanizeDuration }}, more than "
             f"{cfg.regression_ratio:.0%} above the previous version's.",
             labels=(("trigger", "p99_regression"),),
+            annotations=(
+                ("p99_after_seconds", "{{ $value }}"),
+                ("p99_before_seconds", p99_before_template()),
+                ("value", "{{ $value }}"),
+            ),
         ),
     ]
 

@@ -1,0 +1,27 @@
+"""Settings of `tidescale reviews serve` (flags > TIDESCALE_REVIEWS_* > `reviews:` YAML section)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import Field, SecretStr
+from pydantic_settings import SettingsConfigDict
+
+from tidescale.settings import ComponentSettings
+
+
+class ReviewsSettings(ComponentSettings):
+    """Where the service listens, where it stores reviews, and the bearer token writers need."""
+
+    section: ClassVar[str] = "reviews"
+    model_config = SettingsConfigDict(env_prefix="TIDESCALE_REVIEWS_", extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    # SQLite (WAL) by default; postgresql+psycopg://… works through the same setting.
+    database: str = "sqlite:///reviews.db"
+    token: SecretStr | None = None
+    exporter_url: str | None = None
+    profile_timeout_s: float = Field(2.0, gt=0, le=60)
+    max_body_bytes: int = Field(1 << 20, ge=1024)
+    max_alerts_per_payload: int = Field(1000, ge=1)

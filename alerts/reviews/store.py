@@ -1,0 +1,263 @@
+"""Durable reviews in SQL (SQLite with WAL by default, PostgreSQL through the same URL).
+
+One row per (namespace, model, version, reason). Alertmanager re-sends and group notifications
+update that row; alert instances are told apart by `startsAt`, so an old re-send never reopens a
+review and a resolved notification never deletes one.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from sqlalchemy import (
+    JSON,
+    DateTime,
+    Float,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    create_engine,
+    event,
+    func,
+    select,
+)
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+
+from alerts.reviews.schema import WebhookAlert, review_reason, to_float
+from tidescale.errors import TidescaleError, UsageError
+
+STATES = ("open", "acknowledged", "closed")
+# Manual transitions the API allows (a firing alert may also reopen any review).
+TRANSITIONS: dict[str, set[str]] = {
+    "open": {"acknowledged", "closed"},
+    "acknowledged": {"open", "closed"},
+    "closed": {"open"},
+}
+
+FiringOutcome = Literal["opened", "reopened", "refreshed", "stale"]
+ResolvedOutcome = Literal["cleared", "unknown", "stale"]
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Review(Base):
+    __tablename__ = "reviews"
+    __table_args__ = (UniqueConstraint("namespace", "model", "version", "reason", name="uq_review_key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    namespace: Mapped[str] = mapped_column(String(253))
+    model: Mapped[str] = mapped_column(String(255), index=True)
+    version: Mapped[str] = mapped_column(String(64))
+    reason: Mapped[str] = mapped_column(String(255))
+    alertname: Mapped[str] = mapped_column(String(255))
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    condition: Mapped[str] = mapped_column(String(16))
+    starts_at: Mapped[datetime] = mapped_column(DateTime)
+    cleared_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    opened_at: Mapped[datetime] = mapped_column(DateTime)
+    updated_at: Mapped[datetime] = mapped_column(DateTime)
+    times_reopened: Mapped[int] = mapped_column(Integer, default=0)
+    labels: Mapped[dict[str, Any]] = mapped_column(JSON)
+    annotations: Mapped[dict[str, Any]] = mapped_column(JSON)
+    value: Mapped[float | None] = mapped_column(Float, nullable=True)
+    p99_before_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    p99_after_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    profile: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    profile_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    note: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        def iso(d: datetime | None) -> str | None:
+            return d.replace(tzinfo=UTC).isoformat() if d else None
+
+        return {
+            "id": self.id, "namespace": self.namespace, "model": self.model, "version": self.version,
+            "reason": self.reason, "alertname": self.alertname, "state": self.state,
+            "condition": self.condition, "starts_at": iso(self.starts_at), "cleared_at": iso(self.cleared_at),
+            "opened_at": iso(self.opened_at), "updated_at": iso(self.updated_at),
+            "times_reopened": self.times_reopened, "labels": self.labels, "annotations": self.annotations,
+            "value": self.value, "p99_before_s": self.p99_before_s, "p99_after_s": self.p99_after_s,
+            "profile": self.profile, "profile_error": self.profile_error, "note": self.note,
+        }
+
+
+@dataclass(frozen=True)
+class ReviewKey:
+    namespace: str
+    model: str
+    version: str
+    reason: str
+
+
+def key_of(alert: WebhookAlert) -> ReviewKey:
+    labels = alert.labels
+    return ReviewKey(labels.get("namespace", ""), labels["model"], labels["version"], review_reason(labels))
+
+
+def utc_naive(d: datetime) -> datetime:
+    """Naive UTC (SQLite keeps no zone); naive input is taken as UTC already."""
+    return d.astimezone(UTC).replace(tzinfo=None) if d.tzinfo else d
+
+
+def now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")  # readers never block the writer; survives kill -9
+    cur.execute("PRAGMA synchronous=NORMAL")  # durable against process crashes in WAL mode
+    cur.execute("PRAGMA busy_timeout=10000")
+    cur.close()
+
+
+def make_engine(url: str) -> Engine:
+    try:
+        engine = create_engine(url, pool_pre_ping=True)
+    except (ArgumentError, ImportError) as exc:
+        raise UsageError(f"database URL {url!r} is not usable: {exc}") from None
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+class ReviewStore:
+    """All review reads and writes; writes are serialised so concurrent re-sends cannot race."""
+
+    def __init__(self, url: str) -> None:
+        self.engine = make_engine(url)
+        try:
+            Base.metadata.create_all(self.engine)
+        except OperationalError as exc:
+            raise TidescaleError(f"cannot open review database {url!r}: {exc.orig}") from None
+        self._session = sessionmaker(self.engine, expire_on_commit=False)
+        self._write_lock = threading.Lock()
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def _find(self, s: Session, key: ReviewKey) -> Review | None:
+        return s.scalars(select(Review).filter_by(
+            namespace=key.namespace, model=key.model, version=key.version, reason=key.reason
+        )).one_or_none()
+
+    def apply_firing(self, alert: WebhookAlert) -> tuple[int, FiringOutcome]:
+        key, starts = key_of(alert), utc_naive(alert.startsAt)
+        with self._write_lock:
+            for _ in range(2):  # a second try after a unique-key race with another process
+                try:
+                    with self._session.begin() as s:
+                        review = self._find(s, key)
+                        if review is None:
+                            review = self._new(key, alert, starts)
+                            s.add(review)
+                            s.flush()
+                            return review.id, "opened"
+                        return review.id, self._refire(review, alert, starts)
+                except IntegrityError:
+                    continue
+        raise TidescaleError(f"could not store review {key}")
+
+    def _new(self, key: ReviewKey, alert: WebhookAlert, starts: datetime) -> Review:
+        t = now()
+        review = Review(
+            namespace=key.namespace, model=key.model, version=key.version, reason=key.reason,
+            alertname=alert.labels.get("alertname", ""), state="open", condition="firing",
+            starts_at=starts, opened_at=t, updated_at=t, times_reopened=0,
+        )
+        self._record_values(review, alert)
+        return review
+
+    def _refire(self, review: Review, alert: WebhookAlert, starts: datetime) -> FiringOutcome:
+        if starts < review.starts_at or (starts == review.starts_at and review.condition == "cleared"):
+            return "stale"  # a re-send of an alert instance we already saw end
+        reopen = starts > review.starts_at and (review.condition == "cleared" or review.state == "closed")
+        review.starts_at = starts
+        review.condition = "firing"
+        review.cleared_at = None
+        review.updated_at = now()
+        self._record_values(review, alert)
+        if reopen:
+            review.state = "open"
+            review.times_reopened += 1
+            return "reopened"
+        return "refreshed"
+
+    @staticmethod
+    def _record_values(review: Review, alert: WebhookAlert) -> None:
+        review.labels = dict(alert.labels)
+        review.annotations = dict(alert.annotations)
+        review.value = to_float(alert.annotations.get("value"))
+        before = to_float(alert.annotations.get("p99_before_seconds"))
+        after = to_float(alert.annotations.get("p99_after_seconds"))
+        if before is not None or after is not None:
+            review.p99_before_s, review.p99_after_s = before, after
+
+    def apply_resolved(self, alert: WebhookAlert) -> ResolvedOutcome:
+        key, starts = key_of(alert), utc_naive(alert.startsAt)
+        with self._write_lock, self._session.begin() as s:
+            review = self._find(s, key)
+            if review is None:
+                return "unknown"
+            if starts < review.starts_at or review.condition == "cleared":
+                return "stale"
+            review.condition = "cleared"
+            review.cleared_at = utc_naive(alert.endsAt) if alert.endsAt else now()
+            review.updated_at = now()
+            return "cleared"
+
+    def attach_profile(self, review_id: int, profile: dict[str, Any] | None, error: str | None) -> None:
+        with self._write_lock, self._session.begin() as s:
+            review = s.get(Review, review_id)
+            if review is not None:
+                review.profile, review.profile_error = profile, error
+
+    def get(self, review_id: int) -> dict[str, Any] | None:
+        with self._session() as s:
+            review = s.get(Review, review_id)
+            return review.to_dict() if review else None
+
+    def list(self, state: str | None = None, model: str | None = None, limit: int = 500) -> list[dict[str, Any]]:
+        query = select(Review).order_by(Review.id).limit(limit)
+        if state:
+            query = query.where(Review.state == state)
+        if model:
+            query = query.where(Review.model == model)
+        with self._session() as s:
+            return [r.to_dict() for r in s.scalars(query)]
+
+    def patch(self, review_id: int, state: str | None, note: str | None) -> dict[str, Any] | None:
+        """Apply a manual transition; ValueError names a forbidden one."""
+        with self._write_lock, self._session.begin() as s:
+            review = s.get(Review, review_id)
+            if review is None:
+                return None
+            if state is not None and state != review.state:
+                if state not in TRANSITIONS[review.state]:
+                    raise ValueError(f"a review cannot go from {review.state!r} to {state!r}")
+                if state == "closed" and not (note or review.note):
+                    raise ValueError("closing a review needs a note saying what was decided")
+                review.state = state
+            if note is not None:
+                review.note = note
+            review.updated_at = now()
+            return review.to_dict()
+
+    def counts_by_state(self) -> dict[str, int]:
+        with self._session() as s:
+            rows = s.execute(select(Review.state, func.count()).group_by(Review.state)).all()
+        counts = dict.fromkeys(STATES, 0)
+        counts.update({state: int(n) for state, n in rows})
+        return counts
+
+    def total(self) -> int:
+        with self._session() as s:
+            return int(s.scalar(select(func.count()).select_from(Review)) or 0)
