@@ -1,0 +1,320 @@
+"""Poll every target's `/v2/models/stats` and export batch sizes, batching efficiency,
+estimated queue depth and model memory.
+
+One aiohttp session (the HTTP engine of tritonclient's aio client) is shared by all
+targets, with at most `concurrency` requests in flight and `timeout_s` per target poll;
+response bodies are capped. Each (target, model, version) keeps the previous poll's
+cumulative statistics so the exported histogram grows by deltas that survive counter
+resets; the number of such series is capped (`max_series`, refusals counted). Series of
+models that disappear from a target, and of targets that vanish, are dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Literal
+from urllib.parse import quote, urlsplit
+
+import aiohttp
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+from exporters.cardinality import SeriesCap, clean_label_value
+from exporters.errors import BadInput
+from exporters.latency import BucketHistogram
+from exporters.selfmetrics import SelfMetrics
+from exporters.targets import Target, TargetSet
+from exporters.tritonstats import (
+    MAX_BODY_BYTES,
+    MemoryUsage,
+    ModelStats,
+    batch_deltas,
+    batching_efficiency,
+    parse_stats,
+    queue_depth_estimate,
+)
+from tidescale import catalog
+
+log = logging.getLogger(__name__)
+
+BATCH_BUCKETS = (1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0, 48.0, 64.0, 96.0, 128.0, 192.0,
+                 256.0, 512.0, 1024.0)
+DEFAULT_MAX_SERIES = 20_000
+MAX_CONFIGS_PER_POLL = 64
+# nv_inference_pending_request_count exists from Triton 23.08 (server 2.37) on.
+PENDING_GAUGE_SINCE = (2, 37)
+QueueEstimate = Literal["auto", "always", "never"]
+SeriesKey = tuple[str, str, str]  # target url, model, version
+
+
+class _HttpStatusError(Exception):
+    def __init__(self, status: int) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status = status
+
+
+@dataclass
+class _Series:
+    """One (target, model, version): previous stats and the exported values."""
+
+    labels: tuple[str, str, str, str]  # model, version, namespace, pod
+    hist: BucketHistogram = field(default_factory=lambda: BucketHistogram(BATCH_BUCKETS))
+    prev: ModelStats | None = None
+    prev_t: float = 0.0
+    max_batch_size: int | None = None
+    efficiency: float | None = None
+    queue_depth: float | None = None
+    memory: tuple[MemoryUsage, ...] = ()
+
+
+@dataclass
+class _TargetState:
+    server_version: tuple[int, ...] | None = None
+    keys: set[SeriesKey] = field(default_factory=set)
+
+
+def parse_version(text: str) -> tuple[int, ...] | None:
+    """'2.51.0' → (2, 51, 0); None when it is not a dotted version."""
+    parts = text.strip().split(".")
+    try:
+        return tuple(int(p) for p in parts[:3])
+    except ValueError:
+        return None
+
+
+def target_labels(target: Target) -> tuple[str, str]:
+    """(namespace, pod) labels; a static URL's pod label is its host:port so series stay distinct."""
+    pod = target.pod if target.pod is not None else urlsplit(target.url).netloc
+    return clean_label_value(target.namespace or ""), clean_label_value(pod)
+
+
+class StatsPoller(Collector):
+    """Polls Triton statistics; a prometheus-client Collector of the derived metrics."""
+
+    def __init__(self, targets: TargetSet, *, interval_s: float = 5.0, concurrency: int = 64,
+                 timeout_s: float = 2.0, max_series: int = DEFAULT_MAX_SERIES,
+                 queue_estimate: QueueEstimate = "auto", max_body_bytes: int = MAX_BODY_BYTES,
+                 self_metrics: SelfMetrics | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        if interval_s <= 0 or concurrency < 1 or timeout_s <= 0:
+            raise ValueError("interval_s and timeout_s must be positive and concurrency at least 1")
+        self.targets = targets
+        self.interval_s = interval_s
+        self.concurrency = concurrency
+        self.timeout_s = timeout_s
+        self.queue_estimate = queue_estimate
+        self.max_body_bytes = max_body_bytes
+        self.self_metrics = self_metrics or SelfMetrics()
+        self._clock = clock
+        self._cap = SeriesCap(max_series)
+        self._lock = threading.Lock()
+        self._series: dict[SeriesKey, _Series] = {}
+        self._targets: dict[str, _TargetState] = {}
+        self._session: aiohttp.ClientSession | None = None
+        self._session_loop: asyncio.AbstractEventLoop | None = None
+        self._stopped = asyncio.Event()
+        targets.on_change(self._targets_changed)
+
+    # --- polling ------------------------------------------------------------------------------------
+
+    async def poll_once(self) -> None:
+        """Poll every current target once, concurrently."""
+        session = self._get_session()
+        sem = asyncio.Semaphore(self.concurrency)
+        current = self.targets.targets()
+        self.self_metrics.set_targets(len(current))
+        await asyncio.gather(*(self._poll_target(t, session, sem) for t in current))
+
+    async def run(self) -> None:
+        """Poll every `interval_s` until `stop()` (a slow cycle starts the next one at once)."""
+        try:
+            while not self._stopped.is_set():
+                start = time.monotonic()
+                await self.poll_once()
+                delay = max(0.0, self.interval_s - (time.monotonic() - start))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopped.wait(), delay)
+        finally:
+            await self.close()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._session_loop is not loop:
+            connector = aiohttp.TCPConnector(limit=self.concurrency, ttl_dns_cache=300)
+            self._session = aiohttp.ClientSession(connector=connector, raise_for_status=False,
+                                                  timeout=aiohttp.ClientTimeout(total=self.timeout_s))
+            self._session_loop = loop
+        return self._session
+
+    async def _get_json_bytes(self, session: aiohttp.ClientSession, url: str) -> bytes:
+        async with session.get(url) as resp:
+            if resp.status != 200:
+                raise _HttpStatusError(resp.status)
+            if (resp.content_length or 0) > self.max_body_bytes:
+                raise BadInput(502, f"response larger than {self.max_body_bytes} bytes")
+            buf = bytearray()
+            async for chunk in resp.content.iter_chunked(1 << 16):
+                buf += chunk
+                if len(buf) > self.max_body_bytes:
+                    raise BadInput(502, f"response larger than {self.max_body_bytes} bytes")
+            return bytes(buf)
+
+    async def _poll_target(self, target: Target, session: aiohttp.ClientSession, sem: asyncio.Semaphore) -> None:
+        reason: str | None = None
+        async with sem:
+            start = time.perf_counter()
+            try:
+                async with asyncio.timeout(self.timeout_s):
+                    models = parse_stats(await self._get_json_bytes(session, f"{target.url}/v2/models/stats"))
+                    sizes = await self._fetch_metadata(target, models, session)
+                self._update(target, models, self._clock(), sizes)
+            except TimeoutError:
+                reason = "timeout"
+            except _HttpStatusError as exc:
+                reason = f"http_{exc.status}"
+            except BadInput:
+                reason = "bad_response"
+            except (aiohttp.ClientError, OSError):
+                reason = "connect"
+            elapsed = time.perf_counter() - start
+        self.self_metrics.observe_poll(target.url, elapsed, reason)
+
+    async def _fetch_metadata(self, target: Target, models: list[ModelStats], session: aiohttp.ClientSession
+                              ) -> dict[tuple[str, str], int]:
+        """Server version (once per target) and max_batch_size (once per model version)."""
+        with self._lock:
+            state = self._targets.setdefault(target.url, _TargetState())
+            need_version = self.queue_estimate == "auto" and state.server_version is None
+            # Only admitted series need a config (efficiency needs two polls anyway), and at most
+            # MAX_CONFIGS_PER_POLL per target per cycle so a server with many models cannot stall one.
+            need_config = [m for m in models
+                           if (s := self._series.get((target.url, m.name, m.version))) is not None
+                           and s.max_batch_size is None][:MAX_CONFIGS_PER_POLL]
+        if need_version:
+            state.server_version = await self._server_version(session, target.url)
+        sizes = {}
+        for m in need_config:
+            sizes[(m.name, m.version)] = await self._max_batch_size(session, target.url, m)
+        return sizes
+
+    async def _server_version(self, session: aiohttp.ClientSession, url: str) -> tuple[int, ...]:
+        try:
+            meta = json.loads(await self._get_json_bytes(session, f"{url}/v2"))
+            version = parse_version(str(meta.get("version", ""))) if isinstance(meta, dict) else None
+        except (_HttpStatusError, BadInput, ValueError, aiohttp.ClientError):
+            version = None
+        return version or ()
+
+    async def _max_batch_size(self, session: aiohttp.ClientSession, url: str, model: ModelStats) -> int:
+        """The model's max_batch_size (0: no batching, or the config could not be read)."""
+        path = f"/v2/models/{quote(model.name, safe='')}/versions/{quote(model.version, safe='')}/config"
+        try:
+            config = json.loads(await self._get_json_bytes(session, url + path))
+            value = config.get("max_batch_size", 0) if isinstance(config, dict) else 0
+            return int(value) if isinstance(value, int | str) and str(value).isdigit() else 0
+        except (_HttpStatusError, BadInput, ValueError, aiohttp.ClientError):
+            return 0
+
+    # --- state --------------------------------------------------------------------------------------
+
+    def _estimates_queue(self, state: _TargetState) -> bool:
+        if self.queue_estimate != "auto":
+            return self.queue_estimate == "always"
+        return not state.server_version or state.server_version[:2] < PENDING_GAUGE_SINCE
+
+    def _update(self, target: Target, models: list[ModelStats], now: float,
+                sizes: dict[tuple[str, str], int] | None = None) -> None:
+        """Fold one poll's statistics (and newly read max_batch_sizes) into the series of *target*."""
+        namespace, pod = target_labels(target)
+        sizes = sizes or {}
+        with self._lock:
+            state = self._targets.setdefault(target.url, _TargetState())
+            estimate = self._estimates_queue(state)
+            seen: set[SeriesKey] = set()
+            for m in models:
+                key = (target.url, m.name, m.version)
+                series = self._series.get(key)
+                if series is None:
+                    if not self._cap.admit(key):
+                        self.self_metrics.drop_series(catalog.get("tidescale_batch_size").name)
+                        continue
+                    labels = (clean_label_value(m.name), clean_label_value(m.version), namespace, pod)
+                    series = self._series[key] = _Series(labels)
+                if (m.name, m.version) in sizes:
+                    series.max_batch_size = sizes[(m.name, m.version)]
+                seen.add(key)
+                self._fold(series, m, now, estimate)
+            for key in state.keys - seen:
+                self._drop(key)
+            state.keys = seen
+
+    @staticmethod
+    def _fold(series: _Series, cur: ModelStats, now: float, estimate_queue: bool) -> None:
+        for size, n in batch_deltas(series.prev, cur).items():
+            series.hist.observe(float(size), n)
+        if series.prev is not None:
+            prev = series.prev
+            series.efficiency = (batching_efficiency(prev, cur, series.max_batch_size)
+                                 if series.max_batch_size else None)
+            series.queue_depth = queue_depth_estimate(prev, cur, now - series.prev_t) if estimate_queue else None
+        series.memory = cur.memory
+        series.prev, series.prev_t = cur, now
+
+    def _drop(self, key: SeriesKey) -> None:
+        self._series.pop(key, None)
+        self._cap.release(key)
+
+    def _targets_changed(self, added: list[Target], removed: list[Target]) -> None:
+        """Forget every series of vanished targets (called by the TargetSet)."""
+        with self._lock:
+            for target in removed:
+                state = self._targets.pop(target.url, None)
+                for key in state.keys if state else ():
+                    self._drop(key)
+        for target in removed:
+            self.self_metrics.forget_target(target.url)
+
+    def series_count(self) -> int:
+        with self._lock:
+            return len(self._series)
+
+    # --- exposition ---------------------------------------------------------------------------------
+
+    def collect(self) -> Iterator[HistogramMetricFamily | GaugeMetricFamily]:
+        labels = ["model", "version", "namespace", "pod"]
+        hist = HistogramMetricFamily(*_name_help("tidescale_batch_size"), labels=labels)
+        eff = GaugeMetricFamily(*_name_help("tidescale_batching_efficiency_ratio"), labels=labels)
+        queue = GaugeMetricFamily(*_name_help("tidescale_queue_depth_estimate"), labels=labels)
+        mem = GaugeMetricFamily(*_name_help("tidescale_model_memory_bytes"),
+                                labels=["model", "version", "kind", "device_id", "namespace", "pod"])
+        with self._lock:
+            for series in self._series.values():
+                lab = list(series.labels)
+                hist.add_metric(lab, series.hist.cumulative(), series.hist.total)
+                if series.efficiency is not None:
+                    eff.add_metric(lab, series.efficiency)
+                if series.queue_depth is not None:
+                    queue.add_metric(lab, series.queue_depth)
+                for usage in series.memory:
+                    mem.add_metric([lab[0], lab[1], clean_label_value(usage.kind),
+                                    clean_label_value(usage.device_id), lab[2], lab[3]], usage.byte_size)
+        yield from (hist, eff, queue, mem)
+
+
+def _name_help(name: str) -> tuple[str, str]:
+    fam = catalog.get(name)
+    return fam.name, fam.help

@@ -1,0 +1,224 @@
+"""Which Triton servers to poll: static URLs, or Ready pods found by a label selector.
+
+Kubernetes discovery lists the pods once, then follows a watch from that resourceVersion
+(never a list in a loop); a 410 Gone (the version expired) triggers one relist. Only pods
+that are Running, Ready, not terminating and have an IP become targets
+(`http://<pod IP>:<port>`). Every change is reported to `on_change` callbacks with the
+targets added and removed, so the poller drops the series of vanished targets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from tidescale.errors import UsageError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORT = 8000
+MAX_TARGETS = 5000
+WATCH_TIMEOUT_S = 60
+
+
+@dataclass(frozen=True, order=True)
+class Target:
+    """One Triton HTTP endpoint; namespace and pod are set for discovered pods."""
+
+    url: str
+    namespace: str | None = None
+    pod: str | None = None
+
+
+ChangeCallback = Callable[[list[Target], list[Target]], None]
+
+
+def normalize_url(url: str) -> str:
+    """`http(s)://host:port` without a trailing slash; UsageError names a bad URL."""
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(f"Triton URL {url!r} must look like http://host:8000")
+    try:
+        parts.port  # noqa: B018 - validates the port
+    except ValueError:
+        raise UsageError(f"Triton URL {url!r} has an invalid port") from None
+    if parts.query or parts.fragment or parts.path.strip("/"):
+        raise UsageError(f"Triton URL {url!r} must not have a path or query (the poller adds /v2/...)")
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def pod_target(pod: Any, port: int = DEFAULT_PORT) -> Target | None:
+    """The target of a pod if it is Running, Ready, not terminating and has an IP."""
+    meta, status = getattr(pod, "metadata", None), getattr(pod, "status", None)
+    if meta is None or status is None or getattr(meta, "deletion_timestamp", None) is not None:
+        return None
+    ip = getattr(status, "pod_ip", None)
+    if getattr(status, "phase", None) != "Running" or not ip:
+        return None
+    ready = any(getattr(c, "type", None) == "Ready" and getattr(c, "status", None) == "True"
+                for c in (getattr(status, "conditions", None) or []))
+    if not ready:
+        return None
+    host = f"[{ip}]" if ":" in ip else ip
+    return Target(f"http://{host}:{port}", getattr(meta, "namespace", None), getattr(meta, "name", None))
+
+
+class TargetSet:
+    """The current targets; static ones fixed, discovered ones kept current by a watch."""
+
+    def __init__(self, static_urls: Iterable[str] = (), kube_namespace: str | None = None,
+                 kube_selector: str | None = None, *, port: int = DEFAULT_PORT, api: Any = None,
+                 watch_factory: Callable[[], Any] | None = None, max_targets: int = MAX_TARGETS) -> None:
+        self._static = {Target(u) for u in (normalize_url(u) for u in static_urls)}
+        self.kube_namespace = kube_namespace or None
+        self.kube_selector = kube_selector
+        self.port = port
+        self.max_targets = max_targets
+        self._api = api
+        self._watch_factory = watch_factory
+        self._pods: dict[tuple[str | None, str | None], Target] = {}
+        self._callbacks: list[ChangeCallback] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.refused = 0
+
+    @property
+    def discovers(self) -> bool:
+        return self.kube_selector is not None or self.kube_namespace is not None
+
+    def targets(self) -> list[Target]:
+        with self._lock:
+            return sorted(self._static | set(self._pods.values()))
+
+    def on_change(self, callback: ChangeCallback) -> None:
+        """Call *callback(added, removed)* after every change of the discovered targets."""
+        self._callbacks.append(callback)
+
+    def _notify(self, added: list[Target], removed: list[Target]) -> None:
+        if not added and not removed:
+            return
+        for cb in self._callbacks:
+            try:
+                cb(added, removed)
+            except Exception:  # a broken listener must not stop discovery
+                log.exception("target change callback failed")
+
+    def apply_pod_event(self, event_type: str, pod: Any) -> None:
+        """Apply one watch event (ADDED, MODIFIED, DELETED) for *pod*."""
+        meta = getattr(pod, "metadata", None)
+        key = (getattr(meta, "namespace", None), getattr(meta, "name", None))
+        target = None if event_type == "DELETED" else pod_target(pod, self.port)
+        added: list[Target] = []
+        removed: list[Target] = []
+        with self._lock:
+            old = self._pods.get(key)
+            if old == target:
+                return
+            if old is not None:
+                del self._pods[key]
+                removed.append(old)
+            if target is not None:
+                if len(self._pods) >= self.max_targets:
+                    self.refused += 1
+                else:
+                    self._pods[key] = target
+                    added.append(target)
+        self._notify(added, removed)
+
+    def replace_pods(self, pods: Iterable[Any]) -> None:
+        """Set the discovered targets to those of a fresh list (initial list, relist after 410)."""
+        fresh: dict[tuple[str | None, str | None], Target] = {}
+        for pod in pods:
+            target = pod_target(pod, self.port)
+            if target is not None and len(fresh) < self.max_targets:
+                fresh[(target.namespace, target.pod)] = target
+        with self._lock:
+            before = set(self._pods.values())
+            self._pods = fresh
+            after = set(fresh.values())
+        self._notify(sorted(after - before), sorted(before - after))
+
+    async def run(self) -> None:
+        """Keep discovered targets current until `stop()`; returns at once without discovery."""
+        if not self.discovers:
+            return
+        await asyncio.to_thread(self._watch_forever)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _load_api(self) -> Any:
+        if self._api is None:
+            from kubernetes import client, config
+
+            try:
+                config.load_incluster_config()
+            except config.ConfigException:
+                config.load_kube_config()
+            self._api = client.CoreV1Api()
+        return self._api
+
+    def _list_call(self) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
+        api = self._load_api()
+        kwargs = {"label_selector": self.kube_selector} if self.kube_selector else {}
+        if self.kube_namespace:
+            return api.list_namespaced_pod, (self.kube_namespace,), kwargs
+        return api.list_pod_for_all_namespaces, (), kwargs
+
+    def _relist(self) -> str | None:
+        func, args, kwargs = self._list_call()
+        resp = func(*args, **kwargs)
+        self.replace_pods(resp.items)
+        return resp.metadata.resource_version
+
+    def _watch_forever(self) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        if self._watch_factory is None:
+            from kubernetes import watch
+
+            self._watch_factory = watch.Watch
+        version = None
+        while not self._stop.is_set():
+            try:
+                if version is None:
+                    version = self._relist()
+                func, args, kwargs = self._list_call()
+                w = self._watch_factory()
+                for event in w.stream(func, *args, resource_version=version, timeout_seconds=WATCH_TIMEOUT_S,
+                                      **kwargs):
+                    if self._stop.is_set():
+                        w.stop()
+                        break
+                    version = self._handle(event, version)
+                    if version is None:
+                        w.stop()
+                        break
+            except ApiException as exc:
+                if exc.status != 410:
+                    log.warning("pod watch failed (HTTP %s); retrying", exc.status)
+                    self._stop.wait(5)
+                version = None
+            except Exception as exc:  # network errors: back off, relist
+                log.warning("pod watch failed: %s; retrying", exc)
+                self._stop.wait(5)
+                version = None
+
+    def _handle(self, event: dict[str, Any], version: str | None) -> str | None:
+        """Apply one event; returns the resourceVersion to resume from (None: relist)."""
+        kind = event.get("type")
+        obj = event.get("object")
+        if kind == "ERROR":
+            code = obj.get("code") if isinstance(obj, dict) else getattr(obj, "code", None)
+            if code != 410:
+                log.warning("pod watch error event: %s", obj)
+            return None
+        new_version = getattr(getattr(obj, "metadata", None), "resource_version", None) or version
+        if kind in ("ADDED", "MODIFIED", "DELETED"):
+            self.apply_pod_event(kind, obj)
+        return new_version

@@ -1,0 +1,198 @@
+"""The stats poller against an in-process fake Triton serving recorded real responses."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+
+from exporters.benches.poll import FakeTriton, synthetic_stats
+from exporters.stats_poller import StatsPoller
+from exporters.targets import Target, TargetSet
+from exporters.tritonstats import parse_stats
+from tidescale.ports import free_port
+
+BATCHER = parse_stats(synthetic_stats(1, 0))[0]
+
+
+def run_with_server(fake: FakeTriton, body: Callable[[int], Awaitable[None]]) -> None:
+    async def main() -> None:
+        runner = web.AppRunner(fake.app(), access_log=None)
+        await runner.setup()
+        port = free_port()
+        await web.TCPSite(runner, "0.0.0.0", port).start()
+        try:
+            await body(port)
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(main())
+
+
+def sample(poller: StatsPoller, name: str, **labels: str) -> float | None:
+    reg = CollectorRegistry()
+    reg.register(poller)
+    return reg.get_sample_value(name, labels)
+
+
+def labels(port: int, host: str = "127.0.0.1", model: str = "model_0") -> dict[str, str]:
+    return {"model": model, "version": "1", "namespace": "", "pod": f"{host}:{port}"}
+
+
+def test_batch_histogram_grows_by_deltas_with_efficiency() -> None:
+    fake = FakeTriton(models=2, version="2.51.0", max_batch_size=32)
+
+    async def body(port: int) -> None:
+        poller = StatsPoller(TargetSet([f"http://127.0.0.1:{port}"]), timeout_s=5)
+        await poller.poll_once()
+        lab = labels(port)
+        assert sample(poller, "tidescale_batch_size_count", **lab) == BATCHER.execution_count
+        assert sample(poller, "tidescale_batch_size_sum", **lab) == BATCHER.inference_count
+        assert sample(poller, "tidescale_batch_size_bucket", **lab, le="1.0") == BATCHER.batch_executions[1]
+        assert sample(poller, "tidescale_batching_efficiency_ratio", **lab) is None  # needs two polls
+        await poller.poll_once()  # counters doubled
+        assert sample(poller, "tidescale_batch_size_count", **lab) == 2 * BATCHER.execution_count
+        expected = BATCHER.inference_count / BATCHER.execution_count / 32
+        assert sample(poller, "tidescale_batching_efficiency_ratio", **lab) == pytest.approx(expected)
+        # Triton 2.51 has nv_inference_pending_request_count: no estimate in auto mode.
+        assert sample(poller, "tidescale_queue_depth_estimate", **lab) is None
+        assert poller.series_count() == 2
+        await poller.close()
+
+    run_with_server(fake, body)
+
+
+def test_old_server_gets_a_queue_estimate() -> None:
+    fake = FakeTriton(models=1, version="2.30.0")
+    clock = [100.0]
+
+    async def body(port: int) -> None:
+        poller = StatsPoller(TargetSet([f"http://127.0.0.1:{port}"]), clock=lambda: clock[0])
+        await poller.poll_once()
+        clock[0] += 10.0
+        await poller.poll_once()
+        expected = BATCHER.queue.ns / 10e9  # queue ns grew by one base amount in 10 s
+        assert sample(poller, "tidescale_queue_depth_estimate", **labels(port)) == pytest.approx(expected)
+        await poller.close()
+
+    run_with_server(fake, body)
+
+
+def test_counter_reset_never_decreases_the_histogram() -> None:
+    bodies = [synthetic_stats(1, 4), synthetic_stats(1, 0)]  # second poll: model reloaded
+    fake = FakeTriton(stats_body=lambda host, n: bodies[min(n, 1)])
+
+    async def body(port: int) -> None:
+        poller = StatsPoller(TargetSet([f"http://127.0.0.1:{port}"]))
+        await poller.poll_once()
+        before = sample(poller, "tidescale_batch_size_count", **labels(port))
+        await poller.poll_once()
+        after = sample(poller, "tidescale_batch_size_count", **labels(port))
+        assert before == 5 * BATCHER.execution_count
+        assert after == before + BATCHER.execution_count
+        await poller.close()
+
+    run_with_server(fake, body)
+
+
+def test_vanished_models_and_targets_lose_their_series() -> None:
+    two, one = synthetic_stats(2, 0), synthetic_stats(1, 0)
+    fake = FakeTriton(stats_body=lambda host, n: two if n == 0 else one)
+
+    async def body(port: int) -> None:
+        targets = TargetSet(kube_selector="app=triton")
+        poller = StatsPoller(targets)
+        a = Target(f"http://127.0.0.1:{port}", "serving", "triton-a")
+        b = Target(f"http://127.0.0.2:{port}", "serving", "triton-b")
+        with targets._lock:
+            targets._pods = {("serving", "triton-a"): a, ("serving", "triton-b"): b}
+        await poller.poll_once()
+        assert poller.series_count() == 4
+        await poller.poll_once()  # model_1 unloaded everywhere
+        assert poller.series_count() == 2
+        assert poller.self_metrics.poll_durations.keys() == {a.url, b.url}
+        targets.apply_pod_event("DELETED", _pod("triton-b"))
+        assert poller.series_count() == 1
+        assert b.url not in poller.self_metrics.poll_durations
+        lab = {"model": "model_0", "version": "1", "namespace": "serving", "pod": "triton-a"}
+        assert sample(poller, "tidescale_batch_size_count", **lab) == BATCHER.execution_count
+        await poller.close()
+
+    run_with_server(fake, body)
+
+
+def _pod(name: str) -> Any:
+    from types import SimpleNamespace as NS
+
+    return NS(metadata=NS(name=name, namespace="serving"), status=None)
+
+
+@pytest.mark.parametrize(("stats_body", "reason"), [
+    (lambda h, n: b"<html>oops</html>", "bad_response"),
+    (lambda h, n: b'{"model_stats": [{"name": "m", "inference_count": "-4"}]}', "bad_response"),
+])
+def test_bad_responses_are_counted_not_fatal(stats_body: Callable[[str, int], bytes], reason: str) -> None:
+    fake = FakeTriton(stats_body=stats_body)
+
+    async def body(port: int) -> None:
+        poller = StatsPoller(TargetSet([f"http://127.0.0.1:{port}"]))
+        await poller.poll_once()
+        assert dict(poller.self_metrics.poll_errors) == {(f"http://127.0.0.1:{port}", reason): 1}
+        assert poller.series_count() == 0
+        await poller.close()
+
+    run_with_server(fake, body)
+
+
+def test_timeouts_http_errors_and_refused_connections() -> None:
+    fake = FakeTriton(models=1)
+    fake.delay_s = 1.0
+    dead = free_port()
+
+    async def body(port: int) -> None:
+        poller = StatsPoller(TargetSet([f"http://127.0.0.1:{port}", f"http://127.0.0.1:{dead}"]), timeout_s=0.2)
+        await poller.poll_once()
+        reasons = {r for (_, r) in poller.self_metrics.poll_errors}
+        assert reasons == {"timeout", "connect"}
+        await poller.close()
+
+    run_with_server(fake, body)
+
+
+def test_oversized_bodies_are_refused() -> None:
+    fake = FakeTriton(stats_body=lambda h, n: b'{"model_stats": []}' + b" " * 5000)
+
+    async def body(port: int) -> None:
+        poller = StatsPoller(TargetSet([f"http://127.0.0.1:{port}"]), max_body_bytes=1000)
+        await poller.poll_once()
+        assert {r for (_, r) in poller.self_metrics.poll_errors} == {"bad_response"}
+        await poller.close()
+
+    run_with_server(fake, body)
+
+
+def test_hostile_model_names_are_capped_and_escaped() -> None:
+    names = ['quote"d', "new\nline", *(f"m{i}" for i in range(5_000))]
+    doc = json.dumps({"model_stats": [{"name": n, "version": "1", "execution_count": 1, "inference_count": 1,
+                                        "batch_stats": [{"batch_size": 1, "compute_infer": {"count": 1, "ns": 5}}]}
+                                       for n in names]}).encode()
+    fake = FakeTriton(stats_body=lambda h, n: doc, max_batch_size=0)
+
+    async def body(port: int) -> None:
+        poller = StatsPoller(TargetSet([f"http://127.0.0.1:{port}"]), max_series=100, timeout_s=30)
+        await poller.poll_once()
+        assert not poller.self_metrics.poll_errors, poller.self_metrics.poll_errors
+        assert poller.series_count() == 100
+        assert poller.self_metrics.series_dropped["tidescale_batch_size"] == len(names) - 100
+        reg = CollectorRegistry()
+        reg.register(poller)
+        text = generate_latest(reg).decode()
+        assert 'model="quote\\"d"' in text and 'model="new?line"' in text
+        await poller.close()
+
+    run_with_server(fake, body)

@@ -1,0 +1,124 @@
+"""Static targets and Kubernetes pod discovery (list once, watch, relist on 410)."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace as NS
+from typing import Any, ClassVar
+
+import pytest
+
+from exporters.targets import Target, TargetSet, normalize_url, pod_target
+from tidescale.errors import UsageError
+
+
+def pod(name: str, ip: str | None = "10.0.0.1", phase: str = "Running", ready: str = "True",
+        ns: str = "serving", deleting: bool = False, rv: str = "1") -> Any:
+    return NS(metadata=NS(name=name, namespace=ns, resource_version=rv,
+                          deletion_timestamp="now" if deleting else None),
+              status=NS(phase=phase, pod_ip=ip, conditions=[NS(type="Ready", status=ready)]))
+
+
+def test_static_urls_are_normalised() -> None:
+    ts = TargetSet(["http://a:8000/", "https://b:8443"])
+    assert [t.url for t in ts.targets()] == ["http://a:8000", "https://b:8443"]
+    assert not ts.discovers
+
+
+@pytest.mark.parametrize("url", ["a:8000", "ftp://a:1", "http://", "http://a:8000/v2/models", "http://a:99999",
+                                 "http://a:8000?x=1"])
+def test_bad_urls_are_usage_errors(url: str) -> None:
+    with pytest.raises(UsageError):
+        normalize_url(url)
+
+
+def test_only_running_ready_pods_with_ip_are_targets() -> None:
+    assert pod_target(pod("p")) == Target("http://10.0.0.1:8000", "serving", "p")
+    assert pod_target(pod("p", ip="fd00::1")) == Target("http://[fd00::1]:8000", "serving", "p")
+    assert pod_target(pod("p", ready="False")) is None
+    assert pod_target(pod("p", phase="Pending")) is None
+    assert pod_target(pod("p", ip=None)) is None
+    assert pod_target(pod("p", deleting=True)) is None
+
+
+def test_events_add_update_and_remove_with_callbacks() -> None:
+    ts = TargetSet(kube_namespace="serving", kube_selector="app=triton")
+    changes: list[tuple[list[Target], list[Target]]] = []
+    ts.on_change(lambda a, r: changes.append((a, r)))
+    ts.apply_pod_event("ADDED", pod("p1", ready="False"))
+    assert ts.targets() == [] and changes == []
+    ts.apply_pod_event("MODIFIED", pod("p1"))
+    assert [t.pod for t in ts.targets()] == ["p1"]
+    ts.apply_pod_event("MODIFIED", pod("p1", ip="10.0.0.9"))   # new IP: old target removed, new added
+    assert changes[-1] == ([Target("http://10.0.0.9:8000", "serving", "p1")],
+                           [Target("http://10.0.0.1:8000", "serving", "p1")])
+    ts.apply_pod_event("DELETED", pod("p1", ip="10.0.0.9"))
+    assert ts.targets() == [] and changes[-1][1][0].pod == "p1"
+
+
+def test_target_cap_is_counted() -> None:
+    ts = TargetSet(kube_selector="app=x", max_targets=2)
+    for i in range(4):
+        ts.apply_pod_event("ADDED", pod(f"p{i}", ip=f"10.0.0.{i}"))
+    assert len(ts.targets()) == 2 and ts.refused == 2
+
+
+class FakeApi:
+    def __init__(self, lists: list[list[Any]]) -> None:
+        self.lists = lists
+        self.calls = 0
+
+    def list_namespaced_pod(self, namespace: str, **kwargs: Any) -> Any:
+        items = self.lists[min(self.calls, len(self.lists) - 1)]
+        self.calls += 1
+        return NS(items=items, metadata=NS(resource_version=str(100 * self.calls)))
+
+
+class FakeWatch:
+    """Plays scripted event batches; the last batch stops the TargetSet."""
+
+    script: ClassVar[list[list[dict[str, Any]]]] = []
+    seen_versions: ClassVar[list[str]] = []
+
+    def __init__(self, ts: TargetSet, done: threading.Event) -> None:
+        self.ts, self.done = ts, done
+
+    def stream(self, func: Any, *args: Any, resource_version: str, **kwargs: Any) -> Any:
+        FakeWatch.seen_versions.append(resource_version)
+        batch = FakeWatch.script.pop(0) if FakeWatch.script else []
+        yield from batch
+        if not FakeWatch.script:
+            self.ts.stop()
+            self.done.set()
+
+    def stop(self) -> None:
+        pass
+
+
+def test_watch_follows_list_and_relists_on_410() -> None:
+    import asyncio
+
+    api = FakeApi([[pod("a", ip="10.0.0.1")], [pod("c", ip="10.0.0.3")]])
+    done = threading.Event()
+    ts = TargetSet(kube_namespace="serving", kube_selector="app=triton", api=api)
+    ts._watch_factory = lambda: FakeWatch(ts, done)  # type: ignore[assignment]
+    removed: list[str] = []
+    ts.on_change(lambda a, r: removed.extend(t.pod or "" for t in r))
+    FakeWatch.seen_versions = []
+    FakeWatch.script = [
+        [{"type": "ADDED", "object": pod("b", ip="10.0.0.2", rv="101")}],
+        [{"type": "ERROR", "object": {"code": 410, "message": "too old resource version"}}],
+        [{"type": "BOOKMARK", "object": NS(metadata=NS(resource_version="250"))}],
+    ]
+    asyncio.run(asyncio.wait_for(ts.run(), 10))
+    assert done.is_set()
+    assert api.calls == 2                          # one initial list, one relist after 410
+    assert FakeWatch.seen_versions == ["100", "101", "200"]
+    assert [t.pod for t in ts.targets()] == ["c"]  # relist replaced a and b
+    assert sorted(removed) == ["a", "b"]
+
+
+def test_run_returns_at_once_without_discovery() -> None:
+    import asyncio
+
+    asyncio.run(asyncio.wait_for(TargetSet(["http://a:8000"]).run(), 2))
