@@ -9,10 +9,12 @@ bounded and the drop is visible in `tidescale_exporter_series_dropped_total`.
 from __future__ import annotations
 
 from collections.abc import Hashable
+from functools import lru_cache
 
 MAX_LABEL_VALUE_CHARS = 200
 
 
+@lru_cache(maxsize=8192)  # called per sample on the ingest path; the same few names repeat
 def clean_label_value(value: str, max_chars: int = MAX_LABEL_VALUE_CHARS) -> str:
     """Label value with control characters replaced and length bounded.
 

@@ -94,6 +94,10 @@ def decode_protobuf(body: bytes) -> list[Span]:
                 namespace = kv.value.string_value
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
+                if span.name == ROOT_SPAN:  # frontend stamps only: nothing to measure
+                    spans.append(Span(span.trace_id, span.span_id, span.parent_span_id, ROOT_SPAN, None, None,
+                                      namespace, {}))
+                    continue
                 model = version = None
                 for kv in span.attributes:
                     if kv.key == MODEL_ATTR:
