@@ -13,10 +13,10 @@ RATE_INTERVAL = "$__rate_interval"
 NS_MODEL = 'namespace=~"$namespace", model=~"$model"'
 NS = 'namespace=~"$namespace"'
 
-# Stages of tidescale_request_duration_seconds (exporter, from Triton trace timestamps).
+# Stages of tidescale_request_duration_seconds (exporters.latency.STAGES, from Triton trace timestamps).
 STAGE_REQUEST = "request"
 STAGE_QUEUE = "queue"
-STAGE_COMPUTE = "compute"
+STAGE_COMPUTE = "compute_infer"
 
 QUANTILES = (0.5, 0.95, 0.99)
 
@@ -89,9 +89,10 @@ def dcgm(name: str, by: str = "namespace, pod, gpu") -> str:
     return f"max by ({by}) ({renamed}) and on (namespace, pod) {serving_pods()}"
 
 
-def hpa_by_deployment(name: str) -> str:
+def hpa_by_deployment(name: str, deployments: str = ".*") -> str:
     """A kube-state-metrics HPA gauge re-keyed by the Deployment the HPA scales."""
-    info = sel("kube_horizontalpodautoscaler_info", f'{NS}, scaletargetref_kind="Deployment"')
+    info = sel("kube_horizontalpodautoscaler_info",
+               f'{NS}, scaletargetref_kind="Deployment", scaletargetref_name=~"{deployments}"')
     joined = (f"{sel(name, NS)} * on (namespace, horizontalpodautoscaler) "
               f"group_left (scaletargetref_name) {info}")
     relabelled = f'label_replace({joined}, "deployment", "$1", "scaletargetref_name", "(.+)")'

@@ -20,9 +20,10 @@ def _by_deployment(name: str, extra: str = "") -> str:
 def build() -> dash_b.Dashboard:
     deployment = query_variable(
         "deployment", "Deployment",
-        f"label_values({metric('tidescale_desired_replicas')}{{{NS}}}, deployment)",
-        "Serving Deployments the recommender scales.")
-    hpa_desired = hpa_by_deployment("kube_horizontalpodautoscaler_status_desired_replicas")
+        f"label_values({metric('kube_horizontalpodautoscaler_info')}{{{NS}, scaletargetref_kind=\"Deployment\"}}, "
+        "scaletargetref_name)",
+        "Deployments scaled by an HPA (the serving Deployments tidescale scales).")
+    hpa_desired = hpa_by_deployment("kube_horizontalpodautoscaler_status_desired_replicas", "$deployment")
     return (
         new_dashboard(AUTOSCALING, extra_variables=[deployment])
         .with_row(row("Replicas"))
@@ -32,8 +33,7 @@ def build() -> dash_b.Dashboard:
             "tolerance and stabilisation windows, the Deployment's pods, and the Ready ones.",
             "short", [
                 Query(_by_deployment("tidescale_desired_replicas"), "{{deployment}} recommended"),
-                Query(f'{hpa_desired} and on (deployment) {_by_deployment("tidescale_desired_replicas")}',
-                      "{{deployment}} HPA desired"),
+                Query(hpa_desired, "{{deployment}} HPA desired"),
                 Query(_by_deployment("kube_deployment_status_replicas"), "{{deployment}} current"),
                 Query(_by_deployment("kube_deployment_status_replicas_ready"), "{{deployment}} ready"),
             ], span=24, min_value=0))

@@ -41,8 +41,8 @@ def build() -> dash_b.Dashboard:
             "s", _percentiles(STAGE_QUEUE), min_value=0))
         .with_panel(graph(
             "Compute time percentiles",
-            "Time in the backend (COMPUTE_START to COMPUTE_END), from traces. Compute growing means the "
-            "model itself got slower (new version, bigger batches, a slow op).",
+            "Time the backend runs the model (COMPUTE_INPUT_END to COMPUTE_OUTPUT_START), from traces. "
+            "Compute growing means the model itself got slower (new version, bigger batches, a slow op).",
             "s", _percentiles(STAGE_COMPUTE), min_value=0))
         .with_panel(graph(
             "Mean queue vs compute time (Triton counters)",

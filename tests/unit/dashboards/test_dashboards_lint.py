@@ -162,7 +162,7 @@ def test_the_issue_panels_exist(boards: dict[str, dict[str, Any]]) -> None:
         "tidescale-fleet": ["slow_ratio_rate5m", "nv_inference_request_success", "nv_inference_request_failure",
                             "0.99, sum by (le", "tidescale_desired_replicas", "kube_deployment_status_replicas_ready",
                             "ALERTS", "tidescale_model_reviews"],
-        "tidescale-model": ['stage="queue"', 'stage="compute"', "nv_inference_pending_request_count",
+        "tidescale-model": ['stage="queue"', 'stage="compute_infer"', "nv_inference_pending_request_count",
                             "tidescale_batch_size_bucket", "tidescale_batching_efficiency_ratio",
                             "tidescale_op_time_share", "model, version"],
         "tidescale-gpu": ["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
@@ -185,3 +185,13 @@ def test_op_share_panel_draws_the_review_threshold(boards: dict[str, dict[str, A
     panel = next(p for p in lint.panels(boards["tidescale-model"]) if p["title"] == "Op-time share by op class")
     steps = [s["value"] for s in panel["fieldConfig"]["defaults"]["thresholds"]["steps"]]
     assert set(default_config().op_class_limits.values()) <= set(steps)
+
+
+def test_stage_labels_are_the_exporters_stages(boards: dict[str, dict[str, Any]]) -> None:
+    import re
+
+    from exporters.latency import STAGES
+
+    used = {m for board in boards.values() for _, expr in lint.targets(board)
+            for m in re.findall(r'stage="([^"]+)"', expr)}
+    assert used and used <= set(STAGES)
