@@ -1,0 +1,185 @@
+"""The exporter as a real process: OTLP from real Triton replicas (JSON) and opentelemetry-sdk
+(protobuf), scraped by a real Prometheus; auth and bad input against the live server."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.paths import FIXTURES
+from tidescale.fleet.fleet import TritonFleet
+from tidescale.fleet.loadgen import LoadGenerator
+from tidescale.fleet.testing import running_fleet
+from tidescale.fleet.triton import TraceSettings
+from tidescale.ports import LOOPBACK, free_port
+from tidescale.procs import ManagedProcess
+from tidescale.promql import selector
+from tidescale.promstack import PrometheusServer, ScrapeTarget
+from tidescale.traffic import scenario
+
+pytestmark = pytest.mark.integration
+TOKEN = "integration-token"
+AUTH = {"authorization": f"Bearer {TOKEN}"}
+STAGES = {"request", "queue", "compute_input", "compute_infer", "compute_output"}
+HIST = "tidescale_request_duration_seconds"
+
+
+@contextmanager
+def running_exporter(workdir: Path, **env_extra: str) -> Iterator[str]:
+    port = free_port()
+    env = {**os.environ, "TIDESCALE_EXPORTER_TOKEN": TOKEN, "TIDESCALE_EXPORTER_JOIN_TTL_S": "5", **env_extra}
+    if "OTEL_EXPORTER_OTLP_ENDPOINT" not in env_extra:
+        env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+    proc = ManagedProcess("exporter", [sys.executable, "-m", "tidescale.cli", "exporter", "serve", "--port",
+                                       str(port)], workdir / "exporter.log", env=env).start()
+    url = f"http://{LOOPBACK}:{port}"
+    try:
+        proc.wait_http(f"{url}/readyz", timeout=60)
+        yield url
+    finally:
+        proc.stop()
+
+
+@pytest.fixture(scope="module")
+def exporter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with running_exporter(tmp_path_factory.mktemp("exporter")) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def prometheus(exporter: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
+    target = ScrapeTarget("tidescale-exporter", exporter.removeprefix("http://"), {"namespace": "tidescale"})
+    with PrometheusServer(tmp_path_factory.mktemp("prom"), [target]) as prom:
+        prom.wait_for_targets_up(1)
+        yield prom
+
+
+@pytest.fixture(scope="module")
+def fleet(exporter: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonFleet]:
+    """Two real Triton 2.51 replicas posting OTLP/HTTP JSON to the exporter, with the bearer token
+    passed the way opentelemetry-cpp reads it (OTEL_EXPORTER_OTLP_TRACES_HEADERS)."""
+    trace = TraceSettings(mode="opentelemetry", rate=1, url=f"{exporter}/v1/traces")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", f"Authorization=Bearer {TOKEN}")
+        with running_fleet(tmp_path_factory.mktemp("fleet"), replicas=2, trace=trace) as running:
+            yield running
+
+
+def wait_until(check, timeout: float = 45.0):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.5)
+
+
+def test_real_triton_spans_become_aggregatable_latency(fleet: TritonFleet, prometheus: PrometheusServer) -> None:
+    load = LoadGenerator(scenario("steady", 40.0, 2.0), fleet.ready_urls, ["resnet50", "ctr_ranker"], seed=5)
+    load.start()
+    assert load.wait(60)
+    ok = [r for r in load.records() if r.ok and r.model == "resnet50"]
+    assert len(ok) >= 20
+    count = selector(f"{HIST}_count", model="resnet50", stage="request")
+
+    def all_counted() -> bool:
+        got = prometheus.query_value(f"sum({count})")
+        return got is not None and got >= len(ok)
+
+    assert wait_until(all_counted), prometheus.query(f"sum({count})")
+    stages = {r["metric"]["stage"] for r in prometheus.query(
+        f"sum by (stage) ({selector(HIST + '_count', model='resnet50')})")}
+    assert stages == STAGES
+    assert prometheus.query_value(f"sum({count})") == len(ok)  # rate=1: every request traced exactly once
+    p50 = prometheus.query_value(
+        f"histogram_quantile(0.5, sum by (le) ({selector(HIST + '_bucket', model='resnet50', stage='request')}))")
+    client_p50 = float(np.median([r.latency_s for r in ok]))
+    assert p50 is not None and 0 < p50 <= client_p50 * 1.25  # server time ≤ client time (+ bucket width)
+    gauge = prometheus.query_value(selector("tidescale_request_duration_quantile_seconds", model="resnet50",
+                                            stage="request", quantile="0.5"))
+    assert gauge is not None and 0 < gauge <= client_p50 * 1.01
+
+
+def test_opentelemetry_sdk_protobuf_spans_are_joined(exporter: str) -> None:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{exporter}/v1/traces",
+                                                                     headers=AUTH)))
+    tracer = provider.get_tracer("triton-server")
+    t0 = time.time_ns()
+    for i in range(5):
+        start = t0 + i * 10_000_000
+        with tracer.start_as_current_span("InferRequest", start_time=start):
+            model = tracer.start_span("sdkmodel", start_time=start, attributes={
+                "triton.model_name": "sdkmodel", "triton.model_version": 4})
+            model.add_event("REQUEST_START", timestamp=start)
+            model.add_event("QUEUE_START", timestamp=start + 100_000)
+            with tracer.start_as_current_span("compute", context=_ctx(model), start_time=start + 2_000_000) as c:
+                for name, offset in (("COMPUTE_START", 2_000_000), ("COMPUTE_INPUT_END", 2_100_000),
+                                     ("COMPUTE_OUTPUT_START", 6_100_000), ("COMPUTE_END", 6_200_000)):
+                    c.add_event(name, timestamp=start + offset)
+            model.add_event("REQUEST_END", timestamp=start + 6_300_000)
+            model.end(end_time=start + 6_300_000)
+    provider.shutdown()
+    text = httpx.get(f"{exporter}/metrics").text
+    for stage in STAGES:
+        line = f'{HIST}_count{{model="sdkmodel",namespace="",stage="{stage}",version="4"}} 5.0'
+        assert line in text, stage
+    assert f'{HIST}_sum{{model="sdkmodel",namespace="",stage="compute_infer",version="4"}} 0.02' in text
+
+
+def _ctx(span):  # type: ignore[no-untyped-def]
+    from opentelemetry import trace
+
+    return trace.set_span_in_context(span)
+
+
+def test_live_server_refuses_anonymous_and_bad_uploads(exporter: str) -> None:
+    body = (FIXTURES / "triton" / "real-2.51" / "otlp" / "00001.json").read_bytes()
+    json_type = {"content-type": "application/json"}
+    assert httpx.post(f"{exporter}/v1/traces", content=body, headers=json_type).status_code == 401
+    assert httpx.post(f"{exporter}/v1/profiles?model=m&version=1", content=b"x").status_code == 401
+    bad = httpx.post(f"{exporter}/v1/traces", content=b'{"resourceSpans": {}}', headers={**json_type, **AUTH})
+    assert bad.status_code == 400 and "resourceSpans" in bad.json()["detail"]
+    huge = httpx.post(f"{exporter}/v1/traces", content=b"0" * (9 << 20), headers={**json_type, **AUTH})
+    assert huge.status_code == 413
+    assert httpx.get(f"{exporter}/healthz").status_code == 200
+
+
+def test_fixture_bodies_over_http(exporter: str) -> None:
+    for path in sorted((FIXTURES / "triton" / "real-2.51" / "otlp").glob("*.json")):
+        r = httpx.post(f"{exporter}/v1/traces", content=path.read_bytes(),
+                       headers={"content-type": "application/json", **AUTH})
+        assert r.status_code == 200
+    text = httpx.get(f"{exporter}/metrics").text
+    assert f'{HIST}_count{{model="batcher",namespace="",stage="queue",version="1"}} 32.0' in text
+
+
+
+def dropped(url: str, reason: str) -> float:
+    prefix = f'tidescale_exporter_spans_dropped_total{{reason="{reason}"}} '
+    return next((float(line.removeprefix(prefix)) for line in httpx.get(f"{url}/metrics").text.splitlines()
+                 if line.startswith(prefix)), 0.0)
+
+
+def test_exporter_traces_its_own_work_over_otlp(exporter: str, tmp_path: Path) -> None:
+    """A second exporter with OTEL_EXPORTER_OTLP_ENDPOINT sends its own spans to the first one,
+    which counts them as spans that are not Triton's."""
+    before = dropped(exporter, "not_triton")
+    with running_exporter(tmp_path, OTEL_EXPORTER_OTLP_ENDPOINT=exporter, OTEL_BSP_SCHEDULE_DELAY="100",
+                          OTEL_EXPORTER_OTLP_HEADERS=f"authorization=Bearer {TOKEN}") as second:
+        body = (FIXTURES / "triton" / "real-2.51" / "otlp" / "00001.json").read_bytes()
+        r = httpx.post(f"{second}/v1/traces", content=body, headers={"content-type": "application/json", **AUTH})
+        assert r.status_code == 200
+        assert wait_until(lambda: dropped(exporter, "not_triton") > before, timeout=20)
