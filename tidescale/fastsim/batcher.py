@@ -14,6 +14,7 @@ loop works on a Python list of floats with an index pointer and `bisect`, one it
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,6 +33,10 @@ class BatcherConfig:
     preferred_batch_sizes: tuple[int, ...] = (8, 16)
     max_queue_delay_s: float = 0.002
     instance_count: int = 1
+    # Batches the scheduler may form ahead per instance while instances are busy, each fixed when
+    # formed (an approximation of Triton's rate-limiter payload queue). 0, the default, forms a
+    # batch when an instance is free, which matched real Triton 2.51 best (docs/fastsim.md).
+    prefetch_depth: int = 0
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1:
@@ -44,6 +49,8 @@ class BatcherConfig:
             raise UsageError(f"max_queue_delay_s must be >= 0, got {self.max_queue_delay_s}")
         if self.instance_count < 1:
             raise UsageError(f"instance_count must be >= 1, got {self.instance_count}")
+        if self.prefetch_depth < 0:
+            raise UsageError(f"prefetch_depth must be >= 0, got {self.prefetch_depth}")
         object.__setattr__(self, "preferred_batch_sizes", prefs)
 
     @property
@@ -117,8 +124,8 @@ class BatchRecords:
 class ReplicaBatcher:
     """The batcher and instances of one replica: arrivals in, batch records out."""
 
-    __slots__ = ("_best", "_delay", "_exec", "_jit", "_jitter", "_jpos", "_maxb", "_maxpref", "_next",
-                 "arrivals", "disp", "execs", "free", "head", "sizes")
+    __slots__ = ("_best", "_delay", "_exec", "_jit", "_jitter", "_jpos", "_maxb", "_maxpref", "_next", "_slots",
+                 "arrivals", "disp", "execs", "free", "head", "sizes", "starts")
 
     def __init__(self, cfg: BatcherConfig, curve: ServiceCurve, jitter: JitterStream) -> None:
         self._maxb = cfg.max_batch_size
@@ -133,6 +140,8 @@ class ReplicaBatcher:
         self.arrivals: list[float] = []  # routed arrivals not yet flushed; [head:] are pending
         self.head = 0
         self.free = [float("-inf")] * cfg.instance_count  # when each instance is next idle
+        self._slots = cfg.prefetch_depth * cfg.instance_count
+        self.starts: deque[float] = deque(maxlen=max(1, self._slots))  # starts of the last formed batches
         self.disp: list[float] = []
         self.execs: list[float] = []
         self.sizes: list[int] = []
@@ -142,9 +151,9 @@ class ReplicaBatcher:
         return len(self.arrivals) - self.head
 
     def in_flight(self, t: float) -> int:
-        """Requests in batches dispatched but not complete at *t*."""
+        """Requests in formed batches not complete at *t* (executing or prefetched)."""
         n, k = 0, len(self.disp) - 1
-        for _ in range(len(self.free)):
+        for _ in range(len(self.free) + self._slots):
             if k < 0:
                 break
             if self.disp[k] + self.execs[k] > t:
@@ -156,7 +165,12 @@ class ReplicaBatcher:
         return max(self.free)
 
     def run(self, to_t: float) -> None:
-        """Dispatch every batch whose dispatch time is <= to_t (all arrivals <= to_t are routed)."""
+        """Form every batch whose formation time is <= to_t (all arrivals <= to_t are routed).
+
+        Without prefetch a batch forms when an instance is free; with prefetch depth k a batch may
+        form while the instances are busy as long as fewer than k x instances formed batches are
+        waiting to start, and it is then fixed (later arrivals go to the next batch).
+        """
         a = self.arrivals
         n = len(a)
         i = self.head
@@ -164,7 +178,7 @@ class ReplicaBatcher:
             return
         maxb, maxpref, delay = self._maxb, self._maxpref, self._delay
         best, nxt, mean = self._best, self._next, self._exec
-        free = self.free
+        free, starts, slots = self.free, self.starts, self._slots
         single = len(free) == 1
         f = free[0] if single else min(free)
         jit, jp = self._jit, self._jpos
@@ -173,7 +187,8 @@ class ReplicaBatcher:
         waits = delay > 0.0
         while i < n:
             ai = a[i]
-            t = ai if ai > f else f
+            gate = (starts[0] if len(starts) == slots else ai) if slots else f
+            t = ai if ai > gate else gate
             if t > to_t:
                 break
             hi = i + maxb
@@ -200,10 +215,14 @@ class ReplicaBatcher:
                 jp, nj = 0, len(jit)
             e = mean[b] * jit[jp]
             jp += 1
+            if f > t:
+                t = f  # formed early (prefetched): starts when an instance frees
             disp(t)
             execs(e)
             sizes(b)
             i += b
+            if slots:
+                starts.append(t)
             if single:
                 f = t + e
                 free[0] = f

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -27,6 +27,7 @@ class _Replica:
     block: list[float]
     pos: int = 0
     timer_at: float = -1.0
+    formed: deque[tuple[list[float], float]] = field(default_factory=deque)  # formed, not started
 
 
 @dataclass(frozen=True)
@@ -53,10 +54,23 @@ def simulate_naive(curve: ServiceCurve, cfg: BatcherConfig, replicas: int, arriv
     latencies: list[float] = []
     touched: set[int] = set()
 
+    slots = cfg.prefetch_depth * cfg.instance_count
+
+    def start_formed(r: int, now: float) -> None:
+        nonlocal seq
+        rep = reps[r]
+        while rep.free_instances and rep.formed:
+            batch, e = rep.formed.popleft()
+            rep.free_instances -= 1
+            batches.append((r, now, e, len(batch)))
+            seq += 1
+            heapq.heappush(events, (now + e, DONE, seq, r, batch))
+
     def try_dispatch(r: int, now: float) -> None:
         nonlocal seq
         rep = reps[r]
-        while rep.free_instances and rep.queue:
+        start_formed(r, now)
+        while rep.queue and (len(rep.formed) < slots if slots else rep.free_instances > 0):
             expired = cfg.max_queue_delay_s > 0 and now >= rep.queue[0] + cfg.max_queue_delay_s
             b = batch_to_send(cfg, len(rep.queue), expired)
             if b == 0:
@@ -70,11 +84,8 @@ def simulate_naive(curve: ServiceCurve, cfg: BatcherConfig, replicas: int, arriv
                 rep.block, rep.pos = rep.jitter.block(), 0
             e = mean[b] * rep.block[rep.pos]
             rep.pos += 1
-            batch = [rep.queue.popleft() for _ in range(b)]
-            rep.free_instances -= 1
-            batches.append((r, now, e, b))
-            seq += 1
-            heapq.heappush(events, (now + e, DONE, seq, r, batch))
+            rep.formed.append(([rep.queue.popleft() for _ in range(b)], e))
+            start_formed(r, now)
 
     while events:
         t, kind, _, r, payload = heapq.heappop(events)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -126,8 +127,9 @@ configs = st.builds(
     preferred_batch_sizes=st.just(()),
     max_queue_delay_s=st.sampled_from([0.0, 0.001, 0.004]),
     instance_count=st.integers(1, 2),
+    prefetch_depth=st.integers(0, 2),
 ).flatmap(lambda c: st.lists(st.integers(1, c.max_batch_size), max_size=3).map(
-    lambda p: BatcherConfig(c.max_batch_size, tuple(p), c.max_queue_delay_s, c.instance_count)))
+    lambda p: dataclasses.replace(c, preferred_batch_sizes=tuple(p))))
 
 arrival_lists = st.lists(st.floats(0.0, 0.5, allow_nan=False), min_size=1, max_size=120).map(
     lambda xs: np.round(np.sort(np.asarray(xs)), 4))
@@ -153,3 +155,24 @@ def test_matches_naive_event_simulation(cfg: BatcherConfig, arrivals: np.ndarray
     assert c.exec_count == len(ref.batches)
     assert np.sort(done.latency) == pytest.approx(np.sort(ref.latencies), abs=1e-9)
     assert c.batch_counts.sum() == c.exec_count
+
+
+def test_prefetched_batch_is_fixed_when_formed() -> None:
+    """Triton forms the next batch while the instance is busy; later arrivals wait for the one after."""
+    slow = ServiceCurve(((1, 0.100), (8, 0.100)), jitter_sigma=0.0)
+    arrivals = [0.0, 0.010, 0.020, 0.030, 0.040]
+    prefetch = BatcherConfig(max_batch_size=8, preferred_batch_sizes=(), max_queue_delay_s=0.002, prefetch_depth=1)
+    assert batches_in_order(run(slow, prefetch, arrivals)) == [1, 1, 3]
+    no_prefetch = dataclasses.replace(prefetch, prefetch_depth=0)
+    assert batches_in_order(run(slow, no_prefetch, arrivals)) == [1, 4]
+
+
+def batches_in_order(sim: FleetSim) -> list[int]:
+    done = sim.completed()
+    order = np.argsort(done.completion, kind="stable")
+    sizes, seen = [], set()
+    for c, b in zip(done.completion[order], done.batch_size[order], strict=True):
+        if c not in seen:
+            seen.add(c)
+            sizes.append(int(b))
+    return sizes

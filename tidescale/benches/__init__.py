@@ -1,0 +1,1 @@
+"""Benchmarks of the fast simulator: `tidescale bench sim` (speed) and `tidescale bench fidelity`."""
