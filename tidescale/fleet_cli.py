@@ -29,6 +29,9 @@ SNAPSHOT_KINDS = ("triton-metrics", "triton-stats", "dcgm-metrics")
 
 def register_bench(bench: typer.Typer) -> None:
     """Add `bench sim` and `bench fidelity`."""
+    from tidescale.benches.cli import register
+
+    register(bench)
 
 
 @contextlib.contextmanager
