@@ -33,6 +33,14 @@ def _family(name: str) -> tuple[str, str]:
     return fam.name, fam.help
 
 
+def _labelled_counter(name: str, labels: list[str], values: dict[tuple[str, ...], int]) -> CounterMetricFamily:
+    fam_name, help_ = _family(name)
+    counter = CounterMetricFamily(fam_name.removesuffix("_total"), help_, labels=labels)
+    for key, n in sorted(values.items()):
+        counter.add_metric(list(key), n)
+    return counter
+
+
 class SelfMetrics(Collector):
     """Counters the service, the span joiner, the poller and the profile store update."""
 
@@ -91,23 +99,14 @@ class SelfMetrics(Collector):
         with self._lock:
             name, help_ = _family("tidescale_exporter_spans_accepted_total")
             yield CounterMetricFamily(name.removesuffix("_total"), help_, value=self.spans_accepted)
-            name, help_ = _family("tidescale_exporter_spans_dropped_total")
-            dropped = CounterMetricFamily(name.removesuffix("_total"), help_, labels=["reason"])
-            for reason, n in sorted(self.spans_dropped.items()):
-                dropped.add_metric([reason], n)
-            yield dropped
+            yield _labelled_counter("tidescale_exporter_spans_dropped_total", ["reason"],
+                                    {(r,): n for r, n in self.spans_dropped.items()})
             name, help_ = _family("tidescale_exporter_profile_bytes_total")
             yield CounterMetricFamily(name.removesuffix("_total"), help_, value=self.profile_bytes)
-            name, help_ = _family("tidescale_exporter_series_dropped_total")
-            series = CounterMetricFamily(name.removesuffix("_total"), help_, labels=["family"])
-            for family, n in sorted(self.series_dropped.items()):
-                series.add_metric([family], n)
-            yield series
-            name, help_ = _family("tidescale_exporter_poll_errors_total")
-            errors = CounterMetricFamily(name.removesuffix("_total"), help_, labels=["target", "reason"])
-            for (target, reason), n in sorted(self.poll_errors.items()):
-                errors.add_metric([target, reason], n)
-            yield errors
+            yield _labelled_counter("tidescale_exporter_series_dropped_total", ["family"],
+                                    {(f,): n for f, n in self.series_dropped.items()})
+            yield _labelled_counter("tidescale_exporter_poll_errors_total", ["target", "reason"],
+                                    {key: n for key, n in self.poll_errors.items()})
             name, help_ = _family("tidescale_exporter_poll_duration_seconds")
             polls = HistogramMetricFamily(name, help_, labels=["target"])
             for target, hist in sorted(self.poll_durations.items()):

@@ -22,8 +22,8 @@ from typing import Any
 import httpx
 import numpy as np
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from rich.console import Console
 
+from exporters.benches.common import bench_main
 from exporters.otlp import Span, encode_protobuf
 from tidescale.ports import LOOPBACK, free_port
 from tidescale.procs import ManagedProcess
@@ -157,14 +157,4 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def run_command(json_only: bool = False, quick: bool = False) -> None:
-    console = Console(stderr=True)
-
-    def progress(msg: str) -> None:
-        if not json_only:
-            console.log(msg)
-
-    result = run(quick=quick, progress=progress)
-    RESULT_MD.parent.mkdir(parents=True, exist_ok=True)
-    RESULT_MD.write_text(markdown(result))
-    progress(f"wrote {RESULT_MD}")
-    print(json.dumps(result, indent=None if json_only else 1, sort_keys=True))
+    bench_main(lambda progress: run(quick=quick, progress=progress), markdown, RESULT_MD, json_only)

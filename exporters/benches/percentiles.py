@@ -28,8 +28,8 @@ import numpy as np
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import HistogramMetricFamily, SummaryMetricFamily
 from prometheus_client.registry import Collector
-from rich.console import Console
 
+from exporters.benches.common import bench_main
 from exporters.latency import BucketHistogram, DDSketch, log_buckets, merge_all
 from tidescale import catalog
 from tidescale.fleet.httpserve import LoopbackHttpServer, text_response
@@ -223,14 +223,4 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def run_command(json_only: bool = False, quick: bool = False, seed: int = 7) -> None:
-    console = Console(stderr=True)
-
-    def progress(msg: str) -> None:
-        if not json_only:
-            console.log(msg)
-
-    result = run(seed=seed, quick=quick, progress=progress)
-    RESULT_MD.parent.mkdir(parents=True, exist_ok=True)
-    RESULT_MD.write_text(markdown(result))
-    progress(f"wrote {RESULT_MD}")
-    print(json.dumps(result, indent=None if json_only else 1, sort_keys=True))
+    bench_main(lambda progress: run(seed=seed, quick=quick, progress=progress), markdown, RESULT_MD, json_only)
