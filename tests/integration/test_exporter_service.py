@@ -183,3 +183,17 @@ def test_exporter_traces_its_own_work_over_otlp(exporter: str, tmp_path: Path) -
         r = httpx.post(f"{second}/v1/traces", content=body, headers={"content-type": "application/json", **AUTH})
         assert r.status_code == 200
         assert wait_until(lambda: dropped(exporter, "not_triton") > before, timeout=20)
+
+
+def test_triton_trace_file_is_tailed(tmp_path: Path) -> None:
+    """mode=triton: a real replica writes the file (completed when it stops), the exporter tails it."""
+    trace_file = tmp_path / "triton-trace.json"
+    with running_exporter(tmp_path, TIDESCALE_EXPORTER_TRACE_FILES=f'["{trace_file}"]') as url:
+        trace = TraceSettings(mode="triton", rate=1, file=trace_file)
+        with running_fleet(tmp_path / "fleet", replicas=1, trace=trace) as one:
+            load = LoadGenerator(scenario("steady", 20.0, 1.0), one.ready_urls, ["ctr_ranker"], seed=2).start()
+            assert load.wait(60)
+            sent = sum(1 for r in load.records() if r.ok)
+        expected = f'{HIST}_count{{model="ctr_ranker",namespace="",stage="compute_infer",version="1"}} {sent}.0'
+        assert sent >= 10
+        assert wait_until(lambda: expected in httpx.get(f"{url}/metrics").text, timeout=20)
