@@ -2,10 +2,73 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 app = typer.Typer(help="Recording and alerting rules, Alertmanager config.", no_args_is_help=True)
 reviews_app = typer.Typer(help="The model-review service (Alertmanager webhook receiver).", no_args_is_help=True)
+
+CONFIG_OPTION = typer.Option(None, "--config", help="tidescale YAML file; its `alerts:` section.")
+
+
+@app.command("render")
+def render_command(
+    config: Path | None = CONFIG_OPTION,
+    out: Path = typer.Option(Path("rendered-alerts"), "--out", help="Directory for the three YAML files."),
+) -> None:
+    """Render rules and the Alertmanager config for your thresholds (the committed files use defaults)."""
+    from alerts.config import AlertsConfig
+    from alerts.generate import rendered
+    from tidescale.settings import load_settings
+
+    cfg = load_settings(AlertsConfig, config)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, content in rendered(cfg).items():
+        (out / name).write_text(content)
+        typer.echo(f"wrote {out / name}")
+
+
+@app.command("check")
+def check_command() -> None:
+    """promtool check + unit tests of the committed rules, amtool check-config of the committed config."""
+    from alerts import tooling
+    from tidescale.errors import TidescaleError
+
+    runs = {
+        "promtool check rules": tooling.check_rules(tooling.rule_files()),
+        "promtool test rules": tooling.test_rules(tooling.test_files()),
+        "amtool check-config": tooling.check_alertmanager(),
+    }
+    failed = [name for name, run in runs.items() if not run.ok]
+    for name, run in runs.items():
+        typer.echo(f"{'ok  ' if run.ok else 'FAIL'} {name}", err=not run.ok)
+        if not run.ok:
+            typer.echo(run.output, err=True)
+    if failed:
+        raise TidescaleError(f"{', '.join(failed)} failed")
+
+
+@reviews_app.command("serve")
+def serve_command(
+    port: int | None = typer.Option(None, "--port", help="Listen port (default 8080)."),
+    host: str | None = typer.Option(None, "--host", help="Listen address (default 127.0.0.1)."),
+    database: str | None = typer.Option(None, "--database", help="SQLAlchemy URL (default sqlite:///reviews.db)."),
+    exporter_url: str | None = typer.Option(None, "--exporter-url", help="Exporter base URL for profile reports."),
+    config: Path | None = CONFIG_OPTION,
+) -> None:
+    """Serve the Alertmanager webhook and the review API; the token comes from TIDESCALE_REVIEWS_TOKEN."""
+    import uvicorn
+
+    from alerts.reviews.service import create_app
+    from alerts.reviews.settings import ReviewsSettings
+    from tidescale.settings import load_settings
+
+    settings = load_settings(
+        ReviewsSettings, config, port=port, host=host, database=database, exporter_url=exporter_url
+    )
+    app_ = create_app(settings)
+    uvicorn.run(app_, host=settings.host, port=settings.port, log_level="warning", access_log=False)
 
 
 def register_bench(bench: typer.Typer) -> None:

@@ -1,0 +1,126 @@
+"""The generated rules: promtool-clean, unit-tested with the real promtool, every alert documented."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from alerts import names, tooling
+from alerts.alerting import alert_names
+from alerts.config import DEFAULT_SLO_THRESHOLDS_S, AlertsConfig, default_config, le_value
+from alerts.generate import ALERTING, RECORDING, artifacts, rendered
+from tests.paths import REPO
+
+SEVERITIES = {"critical", "warning", "info", "none"}
+
+
+def committed(rel: str) -> dict:
+    return yaml.safe_load((REPO / rel).read_text())
+
+
+def alert_rules() -> list[dict]:
+    return [r for g in committed(ALERTING)["groups"] for r in g["rules"]]
+
+
+def test_committed_artifacts_match_the_generator() -> None:
+    for rel, content in artifacts().items():
+        assert (REPO / rel).read_text() == content, f"{rel} is stale: run `tidescale generate`"
+
+
+def test_promtool_check_rules_is_clean() -> None:
+    run = tooling.check_rules([REPO / RECORDING, REPO / ALERTING])
+    assert run.ok, run.output
+    assert "SUCCESS" in run.output
+
+
+def test_promtool_unit_tests_pass() -> None:
+    files = tooling.test_files()
+    assert len(files) >= len(alert_names(default_config())) + 1
+    run = tooling.test_rules(files)
+    assert run.ok, run.output
+    assert run.output.count("SUCCESS") == len(files)
+
+
+@pytest.mark.parametrize("alertname", alert_names(default_config()))
+def test_every_alert_has_a_promtool_test_with_firing_silent_and_negative_cases(alertname: str) -> None:
+    path = tooling.TESTS_DIR / f"{alertname.lower()}.yaml"
+    assert path.exists(), f"no promtool test {path}"
+    doc = yaml.safe_load(path.read_text())
+    checks = [c for t in doc["tests"] for c in t.get("alert_rule_test", []) if c["alertname"] == alertname]
+    firing = [c for c in checks if c.get("exp_alerts")]
+    silent = [c for c in checks if not c.get("exp_alerts")]
+    assert firing, f"{alertname}: no firing case"
+    for case in firing:
+        for alert in case["exp_alerts"]:
+            assert set(alert["exp_annotations"]) >= {"summary", "description", "runbook_url"}
+    if alertname != "Watchdog":  # always firing by design
+        assert silent, f"{alertname}: no silent/negative case"
+
+
+@pytest.mark.parametrize("rule", alert_rules(), ids=lambda r: f"{r['alert']}-{r['labels']['severity']}")
+def test_every_alert_carries_severity_summary_description_and_an_existing_runbook(rule: dict) -> None:
+    assert rule["labels"]["severity"] in SEVERITIES
+    ann = rule["annotations"]
+    assert ann["summary"] and ann["description"]
+    assert ann["runbook_url"].endswith(f"/docs/runbooks/{rule['alert'].lower()}.md")
+    runbook = REPO / "docs" / "runbooks" / f"{rule['alert'].lower()}.md"
+    text = runbook.read_text()
+    assert "What to check" in text and "What to do" in text, runbook
+
+
+def test_recording_rule_names_are_exactly_the_published_constants() -> None:
+    recorded = {r["record"] for g in committed(RECORDING)["groups"] for r in g["rules"]}
+    assert recorded == set(names.all_names())
+    for name in recorded:
+        level, metric, operation = name.split(":")
+        assert level and metric and operation, name
+
+
+def test_review_alert_routes_on_profile_data_alone() -> None:
+    """TritonModelReviewRequired must not depend on profile freshness (that is its own alert)."""
+    reviews = [r for r in alert_rules() if r["alert"] == "TritonModelReviewRequired"]
+    assert {r["labels"]["trigger"] for r in reviews} == {"op_share", "p99_regression"}
+    op_share = next(r for r in reviews if r["labels"]["trigger"] == "op_share")
+    assert names.OP_TIME_SHARE in op_share["expr"]
+    assert "timestamp" not in op_share["expr"] and "age" not in op_share["expr"]
+
+
+def test_default_thresholds_are_prometheus_client_bucket_labels() -> None:
+    assert DEFAULT_SLO_THRESHOLDS_S == (0.1, 0.25, 0.5, 1.0)
+    assert [le_value(t) for t in DEFAULT_SLO_THRESHOLDS_S] == ["0.1", "0.25", "0.5", "1.0"]
+
+
+def test_per_model_threshold_overrides_select_their_own_bucket(tmp_path: Path) -> None:
+    cfg = AlertsConfig.model_validate({"model_latency_threshold_s": {"ctr.v2": 0.25}})
+    text = rendered(cfg)["tidescale-alerts.yaml"]
+    assert 'model="ctr.v2", le="0.25"' in text
+    assert 'le="0.5", model!~"ctr\\\\.v2"' in text  # regex-escaped in the default branch
+    for name, content in rendered(cfg).items():
+        (tmp_path / name).write_text(content)
+    run = tooling.check_rules([tmp_path / "tidescale-recording.yaml", tmp_path / "tidescale-alerts.yaml"])
+    assert run.ok, run.output
+
+
+def test_a_threshold_that_is_not_a_bucket_boundary_is_refused() -> None:
+    with pytest.raises(ValueError, match="not a bucket boundary"):
+        AlertsConfig.model_validate({"slo_latency_threshold_s": 0.3})
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"op_class_limits": {"String Ops": 0.1}}, {"op_class_limits": {"string": 1.5}},
+     {"for": {"model_review": "15 minutes"}}, {"extra_labels": {"severity": "x"}}],
+)
+def test_bad_config_values_are_refused_with_the_field_named(bad: dict) -> None:
+    with pytest.raises(ValueError):
+        AlertsConfig.model_validate(bad)
+
+
+def test_short_for_durations_render_for_fast_end_to_end_runs() -> None:
+    cfg = AlertsConfig.model_validate({"for": {"model_review": "5s"}, "evaluation_interval": "1s"})
+    groups = yaml.safe_load(rendered(cfg)["tidescale-alerts.yaml"])["groups"]
+    review = next(r for g in groups for r in g["rules"] if r["alert"] == "TritonModelReviewRequired")
+    assert review["for"] == "5s"
+    assert {g["interval"] for g in groups} == {"1s"}
