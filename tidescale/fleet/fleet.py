@@ -18,6 +18,7 @@ from types import TracebackType
 
 from tidescale.errors import TidescaleError, UsageError
 from tidescale.fleet.model_repo import DEFAULT_MODELS, ModelSpec, render_config, write_model_repository
+from tidescale.fleet.periodic import Periodic
 from tidescale.fleet.triton import TraceSettings, TritonReplica
 from tidescale.procs import stop_all
 
@@ -76,16 +77,13 @@ class TritonFleet:
         self._failures: dict[str, str] = {}
         self.restarts: dict[str, int] = {}
         self._next_restart: dict[str, float] = {}
-        self._supervisor_stop = threading.Event()
-        self._supervisor: threading.Thread | None = None
+        self._supervisor = Periodic("fleet-supervisor", 0.5, self._supervise)
 
     # --- lifecycle -------------------------------------------------------------------------------
     def start(self, wait: bool = True) -> TritonFleet:
         """Write the model repository, start the initial replicas and (by default) wait until Ready."""
         write_model_repository(self.repo, self.models)
         self.scale_to(self.initial_replicas)
-        self._supervisor_stop.clear()
-        self._supervisor = threading.Thread(target=self._supervise, name="fleet-supervisor", daemon=True)
         self._supervisor.start()
         if wait:
             self.wait_ready(self.initial_replicas, self.ready_timeout)
@@ -143,23 +141,22 @@ class TritonFleet:
             self._stoppers.append(t)
         t.start()
 
-    def _supervise(self, interval: float = 0.5) -> None:
+    def _supervise(self) -> None:
         """Restart crashed pods with Kubernetes-like back-off (1, 2, 4 … 30 s), counting restarts."""
-        while not self._supervisor_stop.wait(interval):
-            now = time.monotonic()
-            for replica in self.replicas:
-                if not replica.crashed():
-                    continue
-                due = self._next_restart.setdefault(replica.pod, now + min(30.0, 2.0 ** self.restarts[replica.pod]))
-                if now < due or self._supervisor_stop.is_set():
-                    continue
-                del self._next_restart[replica.pod]
-                self.restarts[replica.pod] += 1
-                replica.restart()
-                waiter = threading.Thread(target=self._wait_restarted, args=(replica,), daemon=True)
-                with self._lock:
-                    self._starters.append(waiter)
-                waiter.start()
+        now = time.monotonic()
+        for replica in self.replicas:
+            if not replica.crashed():
+                continue
+            due = self._next_restart.setdefault(replica.pod, now + min(30.0, 2.0 ** self.restarts[replica.pod]))
+            if now < due or self._supervisor.stopping:
+                continue
+            del self._next_restart[replica.pod]
+            self.restarts[replica.pod] += 1
+            replica.restart()
+            waiter = threading.Thread(target=self._wait_restarted, args=(replica,), daemon=True)
+            with self._lock:
+                self._starters.append(waiter)
+            waiter.start()
 
     def _wait_restarted(self, replica: TritonReplica) -> None:
         try:
@@ -177,10 +174,7 @@ class TritonFleet:
 
     def stop(self) -> None:
         """Stop every replica in parallel and wait for all background starts and stops."""
-        self._supervisor_stop.set()
-        if self._supervisor is not None:
-            self._supervisor.join(5.0)
-            self._supervisor = None
+        self._supervisor.stop()
         with self._lock:
             replicas = list(self._replicas)
             self._replicas.clear()

@@ -25,7 +25,8 @@ import httpx
 from tidescale import catalog
 from tidescale.errors import UsageError
 from tidescale.fleet.exposition import render_family
-from tidescale.fleet.httpserve import LoopbackHttpServer, Response, json_response, text_response
+from tidescale.fleet.httpserve import LoopbackHttpServer, Response, ServesHttp, json_response, text_response
+from tidescale.fleet.periodic import Periodic
 
 # DCGM_CLOCKS_EVENT_REASON_* bits.
 CLOCKS_GPU_IDLE = 0x1
@@ -215,7 +216,7 @@ def parse_fault_request(body: bytes, gpu_count: int) -> dict[str, Any]:
     return data
 
 
-class SimulatedGpuNode:
+class SimulatedGpuNode(ServesHttp):
     """One node's GPUs and its dcgm-exporter endpoint."""
 
     def __init__(self, hostname: str, gpus: Sequence[GpuAssignment], port: int | None = None,
@@ -239,46 +240,19 @@ class SimulatedGpuNode:
         self._server = LoopbackHttpServer(f"dcgm[{hostname}]", port)
         self._server.get_routes["/metrics"] = lambda: text_response(self.render())
         self._server.post_routes["/faults"] = self._post_faults
-        self._stop = threading.Event()
-        self._sampler: threading.Thread | None = None
+        self._sampler = Periodic(f"gpu-sampler[{hostname}]", poll_interval, self.sample)
 
-    # --- addresses / lifecycle -------------------------------------------------------------------
-    @property
-    def port(self) -> int:
-        return self._server.port
-
-    @property
-    def address(self) -> str:
-        return self._server.address
-
-    @property
-    def url(self) -> str:
-        return self._server.url
-
-    @property
-    def metrics_url(self) -> str:
-        return f"{self.url}/metrics"
-
+    # --- lifecycle -------------------------------------------------------------------------------
     def start(self, sample: bool = True) -> SimulatedGpuNode:
         """Serve /metrics; with *sample*, poll the assigned replicas every poll_interval seconds."""
         self._server.start()
         if sample:
-            self._stop.clear()
-            self._sampler = threading.Thread(target=self._sample_loop, name=f"gpu-sampler[{self.hostname}]",
-                                             daemon=True)
             self._sampler.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._sampler is not None:
-            self._sampler.join(5.0)
-            self._sampler = None
+        self._sampler.stop()
         self._server.stop()
-
-    def _sample_loop(self) -> None:
-        while not self._stop.wait(self.poll_interval):
-            self.sample()
 
     # --- simulation ------------------------------------------------------------------------------
     def gpu_uuid(self, index: int) -> str:

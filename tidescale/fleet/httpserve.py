@@ -97,3 +97,25 @@ class LoopbackHttpServer:
         if self._thread is not None:
             self._thread.join(5.0)
             self._thread = None
+
+
+class ServesHttp:
+    """Address properties for an object that owns a LoopbackHttpServer as `_server`."""
+
+    _server: LoopbackHttpServer
+
+    @property
+    def port(self) -> int:
+        return self._server.port
+
+    @property
+    def address(self) -> str:
+        return self._server.address
+
+    @property
+    def url(self) -> str:
+        return self._server.url
+
+    @property
+    def metrics_url(self) -> str:
+        return f"{self.url}/metrics"

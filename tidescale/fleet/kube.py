@@ -16,7 +16,7 @@ from typing import Protocol
 from tidescale import catalog
 from tidescale.errors import UsageError
 from tidescale.fleet.exposition import render_family
-from tidescale.fleet.httpserve import LoopbackHttpServer, text_response
+from tidescale.fleet.httpserve import LoopbackHttpServer, ServesHttp, text_response
 
 CONTAINER = "triton"
 Labels = list[tuple[str, str]]
@@ -106,7 +106,7 @@ def render_kube_state(namespace: str, deployment: str, pods: list[tuple[str, boo
     return "".join(parts)
 
 
-class KubeStateMetricsServer:
+class KubeStateMetricsServer(ServesHttp):
     """Serves `/metrics` in kube-state-metrics format for one fleet, on loopback."""
 
     def __init__(self, fleet: FleetView, port: int | None = None) -> None:
@@ -115,18 +115,6 @@ class KubeStateMetricsServer:
         self._lock = threading.Lock()
         self._server = LoopbackHttpServer("kube-state-metrics", port)
         self._server.get_routes["/metrics"] = lambda: text_response(self.render())
-
-    @property
-    def address(self) -> str:
-        return self._server.address
-
-    @property
-    def url(self) -> str:
-        return self._server.url
-
-    @property
-    def metrics_url(self) -> str:
-        return f"{self.url}/metrics"
 
     def set_hpa(self, name: str, min_replicas: int, max_replicas: int, current: int, desired: int) -> None:
         """Record the HPA's spec and status (called by whoever drives the HPA every sync)."""

@@ -6,12 +6,12 @@ GPU count run without a GPU (the cluster would keep them Pending; the demo lets 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 
 from tidescale.errors import UsageError
 from tidescale.fleet.fleet import TritonFleet
 from tidescale.fleet.gpus import GpuAssignment, SimulatedGpuNode, replica_memory_mib
+from tidescale.fleet.periodic import Periodic
 
 
 def place(current: Sequence[str | None], pods: Sequence[str]) -> list[str | None]:
@@ -48,8 +48,7 @@ class FleetGpus:
             for i in range(nodes)
         ]
         self._slots: list[str | None] = [None] * (nodes * gpus_per_node)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._ticker = Periodic("fleet-gpus", poll_interval, self.tick)
 
     def sync(self) -> None:
         """Reassign GPUs to the fleet's current pods."""
@@ -66,24 +65,15 @@ class FleetGpus:
         for node in self.nodes:
             node.sample()
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self.poll_interval):
-            self.tick()
-
     def start(self) -> FleetGpus:
         self.sync()
         for node in self.nodes:
             node.start(sample=False)
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, name="fleet-gpus", daemon=True)
-        self._thread.start()
+        self._ticker.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5.0)
-            self._thread = None
+        self._ticker.stop()
         for node in self.nodes:
             node.stop()
 
