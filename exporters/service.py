@@ -50,6 +50,7 @@ class ExporterState:
     tailers: list[TraceFileTailer]
     profiles: ProfileStore
     background: list[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
+    stoppers: list[Callable[[], None]] = field(default_factory=list)  # for work running in threads
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     started: bool = False
 
@@ -71,19 +72,31 @@ def build_state(settings: ExporterSettings) -> ExporterState:
     registry.register(latency)
     registry.register(state.profiles)
     state.background.append(lambda: _tail_and_expire(state))
-    state.background.extend(_discovery_and_polling(settings, registry, selfmetrics))
+    _add_discovery_and_polling(state)
     return state
 
 
-def _discovery_and_polling(settings: ExporterSettings, registry: CollectorRegistry,
-                           selfmetrics: SelfMetrics) -> list[Callable[[], Coroutine[Any, Any, None]]]:
+def _add_discovery_and_polling(state: ExporterState) -> None:
     """Target discovery (a kube watch) and the stats poller, when there is anything to poll."""
+    settings = state.settings
     if not settings.triton_urls and settings.kube_selector is None:
-        return []
+        return
     targets = TargetSet(settings.triton_urls, settings.kube_namespace, settings.kube_selector)
-    poller = StatsPoller(targets, interval_s=settings.poll_interval_s, self_metrics=selfmetrics)
-    registry.register(poller)
-    return [targets.run, poller.run]
+    poller = StatsPoller(targets, interval_s=settings.poll_interval_s, self_metrics=state.selfmetrics)
+    state.registry.register(poller)
+    state.background += [targets.run, poller.run]
+    state.stoppers += [targets.stop, poller.stop]
+
+
+def _failed(task: asyncio.Task[None]) -> bool:
+    """A background task that stopped by error (returning normally is fine: nothing to do)."""
+    return task.done() and (task.cancelled() or task.exception() is not None)
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("background task failed", exc_info=task.exception(),
+                  extra={"fields": {"task": task.get_name()}})
 
 
 async def _tail_and_expire(state: ExporterState) -> None:
@@ -158,14 +171,20 @@ def create_app(settings: ExporterSettings) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        state.tasks = [asyncio.create_task(job()) for job in state.background]
+        state.tasks = [asyncio.create_task(job(), name=getattr(job, "__qualname__", "task"))
+                       for job in state.background]
+        for task in state.tasks:
+            task.add_done_callback(_log_failure)
         state.started = True
         log.info("exporter started", extra={"fields": {"trace_files": len(state.tailers),
                                                         "tasks": len(state.tasks)}})
         try:
             yield
         finally:
+            for stop in state.stoppers:
+                stop()
             for task in state.tasks:
+                task.remove_done_callback(_log_failure)
                 task.cancel()
             await asyncio.gather(*state.tasks, return_exceptions=True)
 
@@ -186,7 +205,7 @@ def create_app(settings: ExporterSettings) -> FastAPI:
 
     @app.get("/readyz")
     async def readyz() -> JSONResponse:
-        dead = [t for t in state.tasks if t.done()]
+        dead = [t for t in state.tasks if _failed(t)]
         if not state.started or dead:
             reason = "starting" if not state.started else f"{len(dead)} background task(s) stopped"
             return JSONResponse({"status": "not ready", "detail": reason}, status_code=503)

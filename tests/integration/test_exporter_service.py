@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -197,3 +198,15 @@ def test_triton_trace_file_is_tailed(tmp_path: Path) -> None:
         expected = f'{HIST}_count{{model="ctr_ranker",namespace="",stage="compute_infer",version="1"}} {sent}.0'
         assert sent >= 10
         assert wait_until(lambda: expected in httpx.get(f"{url}/metrics").text, timeout=20)
+
+
+def test_static_triton_targets_are_polled(fleet: TritonFleet, tmp_path: Path) -> None:
+    urls = fleet.ready_urls()
+    with running_exporter(tmp_path, TIDESCALE_EXPORTER_TRITON_URLS=json.dumps(urls),
+                          TIDESCALE_EXPORTER_POLL_INTERVAL_S="0.5") as url:
+        def polled_all() -> bool:
+            text = httpx.get(f"{url}/metrics").text
+            return "tidescale_exporter_targets 2.0" in text and all(
+                f'tidescale_exporter_poll_duration_seconds_count{{target="{u}"}}' in text for u in urls)
+
+        assert wait_until(polled_all, timeout=30)

@@ -20,9 +20,12 @@ JSON = {"content-type": "application/json", **AUTH}
 BODIES = sorted((FIXTURES / "triton" / "real-2.51" / "otlp").glob("*.json"))
 
 
+def make_settings(**overrides: object) -> ExporterSettings:
+    return ExporterSettings(**{"token": TOKEN, "max_body_bytes": 64 * 1024, **overrides})  # type: ignore[arg-type]
+
+
 def make_client(**overrides: object) -> TestClient:
-    settings = ExporterSettings(**{"token": TOKEN, "max_body_bytes": 64 * 1024, **overrides})  # type: ignore[arg-type]
-    return TestClient(create_app(settings))
+    return TestClient(create_app(make_settings(**overrides)))
 
 
 @pytest.fixture
@@ -160,3 +163,22 @@ def test_profile_upload_needs_model_and_a_known_format(client: TestClient) -> No
     r = client.post("/v1/profiles?model=m&version=1&filename=notes.docx", content=b"\x00\x01garbage",
                     headers={**AUTH, "content-type": "application/msword"})
     assert 400 <= r.status_code < 500 and r.json()["detail"]
+
+
+def test_readyz_fails_when_a_background_task_dies_but_not_when_one_finishes() -> None:
+    app = create_app(make_settings())
+
+    async def finishes() -> None:
+        return None
+
+    async def dies() -> None:
+        raise RuntimeError("boom")
+
+    app.state.exporter.background.append(finishes)
+    with TestClient(app) as c:
+        assert c.get("/readyz").status_code == 200
+    app = create_app(make_settings())
+    app.state.exporter.background.append(dies)
+    with TestClient(app) as c:
+        r = c.get("/readyz")
+        assert r.status_code == 503 and "stopped" in r.json()["detail"]
