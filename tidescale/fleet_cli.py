@@ -15,7 +15,7 @@ import typer
 from tidescale.errors import UsageError
 
 if TYPE_CHECKING:
-    from rich.console import Group
+    from rich.console import Console, Group
 
     from tidescale.fleet.loadgen import LoadGenerator
     from tidescale.fleet.stack import FleetStack
@@ -104,17 +104,23 @@ def _live_table(stack: FleetStack, gen: LoadGenerator, duration: float) -> Group
 
 @app.command("run")
 def run_command(
-    replicas: int = typer.Option(2, "--replicas", help="Triton replicas (pods) to run."),
-    scenario: str = typer.Option("diurnal-surge", "--scenario", help="Built-in traffic scenario."),
-    duration: float = typer.Option(120.0, "--duration", help="Seconds of traffic."),
-    base_rps: float = typer.Option(20.0, "--base-rps", help="Base request rate of the scenario."),
+    config: Path | None = typer.Option(None, "--config", help="YAML file; its `sim` section sets defaults."),
+    replicas: int | None = typer.Option(None, "--replicas", help="Triton replicas (pods) to run [2]."),
+    scenario: str | None = typer.Option(None, "--scenario", help="Built-in traffic scenario [diurnal-surge]."),
+    duration: float | None = typer.Option(None, "--duration", help="Seconds of traffic [120]."),
+    base_rps: float | None = typer.Option(None, "--base-rps", help="Base request rate of the scenario [20]."),
     trace_csv: Path | None = typer.Option(None, "--trace-csv", help="Replay a recorded trace instead."),
-    time_scale: float = typer.Option(1.0, "--time-scale", help="Trace time factor (0.1 plays 1 h in 6 min)."),
-    rate_scale: float = typer.Option(1.0, "--rate-scale", help="Trace rate factor."),
-    cold_start: float = typer.Option(45.0, "--cold-start", help="Model load seconds per replica start."),
-    models: str = typer.Option("resnet50=1,ctr_ranker=1", "--models", help="Request mix, name=weight,..."),
-    gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="Simulated GPUs on the one GPU node."),
-    seed: int = typer.Option(0, "--seed"),
+    time_scale: float | None = typer.Option(None, "--time-scale", help="Trace time factor (0.1: 1 h in 6 min)."),
+    rate_scale: float | None = typer.Option(None, "--rate-scale", help="Trace rate factor [1]."),
+    cold_start: float | None = typer.Option(None, "--cold-start", help="Model load seconds per replica start [45]."),
+    models: str | None = typer.Option(None, "--models", help="Request mix, name=weight,... [resnet50=1,ctr_ranker=1]"),
+    gpus_per_node: int | None = typer.Option(None, "--gpus-per-node", help="Simulated GPUs on the GPU node [8]."),
+    trace_mode: str | None = typer.Option(None, "--trace-mode", help="off, triton or opentelemetry [off]."),
+    trace_rate: int | None = typer.Option(None, "--trace-rate", help="Trace 1 request in N [100]."),
+    otlp_url: str | None = typer.Option(None, "--otlp-url", help="OTLP/HTTP endpoint for opentelemetry traces."),
+    summary_latencies: bool | None = typer.Option(None, "--summary-latencies/--no-summary-latencies",
+                                                  help="Triton's quantile summaries [off]."),
+    seed: int | None = typer.Option(None, "--seed"),
     workdir: Path | None = typer.Option(None, "--workdir", help="Keep logs and traces here (default: temp)."),
 ) -> None:
     """Start the fleet and simulated GPU node, play traffic, show a live table; Ctrl-C stops everything."""
@@ -123,28 +129,32 @@ def run_command(
 
     from tidescale.fleet.loadgen import LoadGenerator
     from tidescale.fleet.model_repo import DEFAULT_MODELS, with_load_seconds
+    from tidescale.fleet.settings import SimSettings
     from tidescale.fleet.stack import FleetStack
+    from tidescale.settings import load_settings
 
-    if cold_start < 0:
-        raise UsageError("--cold-start must be >= 0 s")
-    sc = build_scenario(scenario, base_rps, duration, trace_csv, time_scale, rate_scale, seed)
-    mix = parse_model_mix(models)
+    cfg = load_settings(SimSettings, config, replicas=replicas, scenario=scenario, duration=duration,
+                        base_rps=base_rps, time_scale=time_scale, rate_scale=rate_scale, cold_start=cold_start,
+                        models=models, gpus_per_node=gpus_per_node, trace_mode=trace_mode, trace_rate=trace_rate,
+                        otlp_url=otlp_url, summary_latencies=summary_latencies, seed=seed)
+    sc = build_scenario(cfg.scenario, cfg.base_rps, cfg.duration, trace_csv, cfg.time_scale, cfg.rate_scale,
+                        cfg.seed)
+    mix = parse_model_mix(cfg.models)
     known = {m.name for m in DEFAULT_MODELS}
     if set(mix) - known:
         raise UsageError(f"--models: unknown {sorted(set(mix) - known)}; known: {sorted(known)}")
     err = Console(stderr=True)
     with _workdir(workdir, "tidescale-sim-") as wd:
-        stack = FleetStack(wd, with_load_seconds(DEFAULT_MODELS, cold_start), replicas=replicas,
-                           gpus_per_node=gpus_per_node, seed=seed)
+        stack = FleetStack(wd, with_load_seconds(DEFAULT_MODELS, cfg.cold_start), replicas=cfg.replicas,
+                           namespace=cfg.namespace, deployment=cfg.deployment, trace=cfg.trace(),
+                           summary_latencies=cfg.summary_latencies, gpus_per_node=cfg.gpus_per_node, seed=cfg.seed)
         gen: LoadGenerator | None = None
         try:
-            with err.status(f"starting {replicas} Triton replicas (cold start {cold_start:g}s)"):
+            with err.status(f"starting {cfg.replicas} Triton replicas (cold start {cfg.cold_start:g}s)"):
                 stack.start()
-            targets = stack.targets()
-            err.print(f"triton metrics: {', '.join(a for a, _ in targets.triton)}")
-            err.print(f"dcgm-exporter: {', '.join(a for a, _ in targets.dcgm)}; "
-                      f"kube-state-metrics: {targets.kube_state_metrics[0][0]}")
-            gen = LoadGenerator(sc, stack.fleet.ready_urls, mix, seed=seed).start()
+            _announce(err, stack, wd)
+            gen = LoadGenerator(sc, stack.fleet.ready_urls, mix, seed=cfg.seed,
+                                max_in_flight=cfg.max_in_flight).start()
             with Live(_live_table(stack, gen, sc.duration_s), console=err, refresh_per_second=2) as live:
                 while gen.running:
                     time.sleep(0.5)
@@ -158,6 +168,18 @@ def run_command(
             if gen is not None:
                 gen.stop()
             stack.stop()
+
+
+def _announce(err: Console, stack: FleetStack, workdir: Path) -> None:
+    """Print scrape addresses; write each GPU node's fault token to a private file, never to the console."""
+    targets = stack.targets()
+    err.print(f"triton metrics: {', '.join(a for a, _ in targets.triton)}")
+    err.print(f"kube-state-metrics: {targets.kube_state_metrics[0][0]}")
+    for node in stack.gpus.nodes:
+        token_file = workdir / f"{node.hostname}.fault-token"
+        token_file.touch(mode=0o600)
+        token_file.write_text(node.fault_token)
+        err.print(f"dcgm-exporter {node.hostname}: {node.address} (POST /faults, bearer token in {token_file})")
 
 
 @app.command("snapshot")

@@ -50,3 +50,29 @@ def test_replayed_trace_is_cut_to_the_duration(tmp_path: Path) -> None:
     sc = build_scenario("steady", 1.0, 10.0, csv, time_scale=1.0, rate_scale=1.0, seed=0)
     assert sc.duration_s == 10.0
     assert 15 <= len(sc.arrivals()) <= 21
+
+
+def test_sim_settings_precedence_and_validation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tidescale.fleet.settings import SimSettings
+    from tidescale.settings import load_settings
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("sim:\n  replicas: 3\n  cold_start: 5\n  trace_mode: opentelemetry\n")
+    monkeypatch.setenv("TIDESCALE_SIM_COLD_START", "7")
+    s = load_settings(SimSettings, cfg, replicas=4, cold_start=None)
+    assert (s.replicas, s.cold_start) == (4, 7.0)  # flag > env > file
+    trace = s.trace()
+    assert trace is not None and trace.mode == "opentelemetry"
+    assert load_settings(SimSettings).trace() is None
+    for bad in ("sim:\n  replicas: 65\n", "sim:\n  namespace: Bad_NS\n", "sim:\n  trace_mode: zipkin\n",
+                "sim:\n  otlp_url: ftp://x\n"):
+        cfg.write_text(bad)
+        with pytest.raises(UsageError, match="invalid sim"):
+            load_settings(SimSettings, cfg)
+
+
+def test_bad_config_file_exits_2(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("sim:\n  duration: -3\n")
+    out = run("run", "--config", str(cfg))
+    assert out.returncode == 2 and "sim.duration" in out.stderr
