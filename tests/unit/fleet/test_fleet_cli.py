@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -12,24 +12,39 @@ from tidescale.errors import UsageError
 from tidescale.fleet_cli import build_scenario, parse_model_mix
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tidescale.cli", "sim", *args], capture_output=True, text=True,
-                          timeout=60)
+@dataclass
+class Outcome:
+    returncode: int
+    stderr: str
 
 
-def test_unknown_scenario_exits_2() -> None:
+@pytest.fixture
+def run(capsys: pytest.CaptureFixture[str]) -> Callable[..., Outcome]:
+    """`tidescale sim ...` in process (the same `main` the console script calls)."""
+    from tidescale.cli import main
+
+    def _run(*args: str) -> Outcome:
+        with pytest.raises(SystemExit) as exit_info:
+            main(["sim", *args])
+        code = exit_info.value.code
+        return Outcome(code if isinstance(code, int) else 1, capsys.readouterr().err)
+
+    return _run
+
+
+def test_unknown_scenario_exits_2(run: Callable[..., Outcome]) -> None:
     out = run("run", "--scenario", "tsunami", "--duration", "5")
     assert out.returncode == 2 and "unknown scenario 'tsunami'" in out.stderr and "Traceback" not in out.stderr
 
 
-def test_malformed_trace_csv_names_the_line(tmp_path: Path) -> None:
+def test_malformed_trace_csv_names_the_line(tmp_path: Path, run: Callable[..., Outcome]) -> None:
     csv = tmp_path / "t.csv"
     csv.write_text("TIMESTAMP,x\n2023-11-16 18:15:46.1,1\nnot-a-time,2\n")
     out = run("run", "--trace-csv", str(csv), "--duration", "5")
     assert out.returncode == 2 and f"{csv}:3" in out.stderr
 
 
-def test_bad_snapshot_kind_and_model_exit_2() -> None:
+def test_bad_snapshot_kind_and_model_exit_2(run: Callable[..., Outcome]) -> None:
     out = run("snapshot", "--what", "everything")
     assert out.returncode == 2 and "--what" in out.stderr
     out = run("run", "--models", "bert=1", "--duration", "5", "--scenario", "steady")
@@ -71,7 +86,7 @@ def test_sim_settings_precedence_and_validation(tmp_path: Path, monkeypatch: pyt
             load_settings(SimSettings, cfg)
 
 
-def test_bad_config_file_exits_2(tmp_path: Path) -> None:
+def test_bad_config_file_exits_2(tmp_path: Path, run: Callable[..., Outcome]) -> None:
     cfg = tmp_path / "c.yaml"
     cfg.write_text("sim:\n  duration: -3\n")
     out = run("run", "--config", str(cfg))
