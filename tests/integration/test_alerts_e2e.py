@@ -1,0 +1,162 @@
+"""End to end: real Triton (local fleet, simulated GPUs) → exporter → real Prometheus evaluating the
+generated rules → real Alertmanager → the review service. A profile with a 30 % string-op share for one
+model version must open exactly one review for it, with the exporter's report attached."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+
+from alerts.config import AlertsConfig
+from alerts.generate import rendered
+from alerts.summary import demo_summary
+from tests.unit.alerts.reviews_helpers import TOKEN as REVIEWS_TOKEN
+from tidescale.fleet.stack import FleetStack
+from tidescale.fleet.testing import running_stack
+from tidescale.ports import LOOPBACK, free_port
+from tidescale.procs import ManagedProcess
+from tidescale.promstack import AlertmanagerServer, PrometheusServer, ScrapeTarget
+
+pytestmark = pytest.mark.integration
+EXPORTER_TOKEN = "e2e-exporter-token"
+MODEL, VERSION = "ctr_ranker", "1"
+T = TypeVar("T")
+
+
+def string_heavy_trace(string_share: float = 0.3, events: int = 200) -> bytes:
+    """A TF trace-viewer JSON whose string ops (AsString) take *string_share* of op self time."""
+    out, ts = [], 0
+    for i in range(events):
+        for name, op_type, dur in (
+            (f"hash_{i}", "AsString", round(100 * string_share)),
+            (f"dense_{i}/MatMul", "MatMul", round(100 * (1 - string_share))),
+        ):
+            out.append({"ph": "X", "name": op_type, "pid": 1, "tid": 1, "ts": ts, "dur": dur,
+                        "args": {"long_name": f"{name}:{op_type}"}})
+            ts += dur
+    return json.dumps({"displayTimeUnit": "ns", "traceEvents": out}).encode()
+
+
+def wait_for(check: Callable[[], T | None], timeout: float, what: str) -> T:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def start(name: str, argv: list[str], work: Path, env: dict[str, str], ready: str) -> ManagedProcess:
+    proc = ManagedProcess(name, [sys.executable, "-m", "tidescale.cli", *argv], work / f"{name}.log",
+                          env={**os.environ, **env}).start()
+    try:
+        proc.wait_http(ready, timeout=60)
+    except BaseException:
+        proc.stop()
+        raise
+    return proc
+
+
+def fast_config(work: Path, reviews_url: str) -> AlertsConfig:
+    """Production rules with short `for:`/intervals so the pipeline settles in well under a minute."""
+    token_file = work / "reviews-token"
+    token_file.write_text(REVIEWS_TOKEN)
+    token_file.chmod(0o600)
+    dead = f"http://{LOOPBACK}:9/alerts"  # pager and tickets go nowhere in this test
+    return AlertsConfig.model_validate({
+        "evaluation_interval": "1s",
+        "for": {"model_review": "5s"},
+        "alertmanager": {
+            "reviews_url": f"{reviews_url}/api/v1/alertmanager", "reviews_token_file": str(token_file),
+            "pager_url": dead, "tickets_url": dead,
+            "group_wait": "1s", "group_interval": "2s", "repeat_interval": "1h",
+        },
+    })
+
+
+def scrape_targets(stack: FleetStack, exporter_port: int) -> list[ScrapeTarget]:
+    targets = stack.targets()
+    out = [ScrapeTarget("triton", address, labels) for address, labels in targets.triton]
+    out += [ScrapeTarget("dcgm-exporter", address, labels) for address, labels in targets.dcgm]
+    out += [ScrapeTarget("kube-state-metrics", a, labels) for a, labels in targets.kube_state_metrics]
+    out.append(ScrapeTarget("tidescale-exporter", f"{LOOPBACK}:{exporter_port}"))
+    return out
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    work = tmp_path_factory.mktemp("alerts-e2e")
+    reviews_port, exporter_port = free_port(), free_port()
+    reviews_url, exporter_url = f"http://{LOOPBACK}:{reviews_port}", f"http://{LOOPBACK}:{exporter_port}"
+    procs: list[Any] = []
+    try:
+        with running_stack(work / "fleet", replicas=1, gpus_per_node=1) as stack:
+            exporter_argv = ["exporter", "serve", "--port", str(exporter_port)]
+            for url in stack.fleet.ready_urls():
+                exporter_argv += ["--triton", url]
+            procs.append(start("exporter", exporter_argv, work, {
+                "TIDESCALE_EXPORTER_TOKEN": EXPORTER_TOKEN, "TIDESCALE_EXPORTER_POLL_INTERVAL_S": "1"},
+                f"{exporter_url}/healthz"))
+            procs.append(start("reviews", [
+                "reviews", "serve", "--port", str(reviews_port), "--database", f"sqlite:///{work / 'reviews.db'}",
+                "--exporter-url", exporter_url], work, {"TIDESCALE_REVIEWS_TOKEN": REVIEWS_TOKEN},
+                f"{reviews_url}/healthz"))
+            files = rendered(fast_config(work, reviews_url))
+            for name, content in files.items():
+                (work / name).write_text(content)
+            am = AlertmanagerServer(work / "am", work / "alertmanager.yaml").start()
+            procs.append(am)
+            prom = PrometheusServer(work / "prom", scrape_targets(stack, exporter_port),
+                                    rule_files=[work / "tidescale-recording.yaml", work / "tidescale-alerts.yaml"],
+                                    alertmanager_url=am.url).start()
+            procs.append(prom)
+            resp = httpx.post(f"{exporter_url}/v1/profiles", params={
+                "model": MODEL, "version": VERSION, "filename": "string_heavy.trace_viewer.json"},
+                content=string_heavy_trace(), headers={"Authorization": f"Bearer {EXPORTER_TOKEN}"}, timeout=30)
+            assert resp.status_code == 200, resp.text
+            yield {"prom": prom, "am": am, "reviews": reviews_url, "exporter": exporter_url, "stack": stack}
+    finally:
+        for proc in reversed(procs):
+            proc.stop()
+
+
+def reviews(url: str) -> list[dict[str, Any]]:
+    return list(httpx.get(f"{url}/api/v1/reviews", timeout=10).json()["items"])
+
+
+def test_string_heavy_profile_opens_exactly_one_review(pipeline: dict[str, Any]) -> None:
+    prom: PrometheusServer = pipeline["prom"]
+    share = prom.wait_for(f'model_version_op_class:tidescale_op_time_share:max{{model="{MODEL}", op_class="string"}}',
+                          timeout=60)
+    assert abs(float(share[0]["value"][1]) - 0.3) < 0.01
+    items = wait_for(lambda: reviews(pipeline["reviews"]), 90, "a review")
+    time.sleep(5)  # further group notifications and re-sends must not add reviews
+    items = reviews(pipeline["reviews"])
+    assert [(r["model"], r["version"], r["reason"], r["state"]) for r in items] == [
+        (MODEL, VERSION, "op_share_string", "open")]
+    review = httpx.get(f"{pipeline['reviews']}/api/v1/reviews/{items[0]['id']}", timeout=10).json()
+    assert review["labels"]["alertname"] == "TritonModelReviewRequired"
+    assert abs(review["value"] - 0.3) < 0.01
+    assert abs(review["profile"]["op_class_share"]["string"] - 0.3) < 0.01, review["profile_error"]
+    am_alerts = pipeline["am"].alerts()
+    assert any(a["labels"]["alertname"] == "TritonModelReviewRequired" and a["labels"]["model"] == MODEL
+               for a in am_alerts)
+    metrics = httpx.get(f"{pipeline['reviews']}/metrics", timeout=10).text
+    assert 'tidescale_model_reviews{state="open"} 1.0' in metrics
+
+
+def test_demo_summary_counts_alerts_and_reviews(pipeline: dict[str, Any]) -> None:
+    wait_for(lambda: reviews(pipeline["reviews"]), 90, "a review")
+    summary = demo_summary(pipeline["am"].url, pipeline["reviews"])
+    assert summary["alerts_fired"].get("TritonModelReviewRequired") == 1
+    assert "Watchdog" not in summary["alerts_fired"]
+    assert [(r["model"], r["reason"]) for r in summary["reviews_opened"]] == [(MODEL, "op_share_string")]
