@@ -1,11 +1,126 @@
-"""`tidescale autoscale` (filled by the autoscaler work)."""
+"""`tidescale autoscale` (render, capacity, recommend) and `tidescale bench autoscale`."""
 
 from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
 
 import typer
 
 app = typer.Typer(help="Custom metrics, HPA/KEDA manifests, the recommender.", no_args_is_help=True)
 
 
+@app.command("render")
+def render_command(
+    deployment: str = typer.Option(..., "--deployment", help="Triton Deployment to scale."),
+    namespace: str = typer.Option(..., "--namespace", help="Its namespace."),
+    model: str = typer.Option(..., "--model", help="The model whose load drives it."),
+    min_replicas: int = typer.Option(1, "--min-replicas"),
+    max_replicas: int = typer.Option(20, "--max-replicas"),
+    keda: bool = typer.Option(False, "--keda", help="A KEDA ScaledObject instead of HPA + prometheus-adapter."),
+    slo_p99: float | None = typer.Option(None, "--slo-p99", help="Latency SLO (P99 seconds) for the recommender."),
+    prometheus_url: str = typer.Option("http://prometheus-operated.monitoring:9090", "--prometheus-url",
+                                       help="Prometheus as KEDA reaches it."),
+    legacy_tolerance: bool = typer.Option(False, "--legacy-tolerance",
+                                          help="Cluster without behavior.*.tolerance (Kubernetes < 1.33)."),
+    adapter_namespace: str = typer.Option("monitoring", "--adapter-namespace",
+                                          help="Namespace of prometheus-adapter's ConfigMap."),
+) -> None:
+    """Print the HPA (or KEDA ScaledObject) and the prometheus-adapter config as YAML."""
+    from autoscaler.manifests import Target, render
+
+    target = Target(deployment, namespace, model, min_replicas, max_replicas, slo_p99)
+    typer.echo(render(target, keda=keda, prometheus_url=prometheus_url, legacy=legacy_tolerance,
+                      adapter_namespace=adapter_namespace), nl=False)
+
+
+@app.command("capacity")
+def capacity_command(
+    profile: Path = typer.Option(..., "--profile", help="perf_analyzer CSV (-f)."),
+    slo_p99: float = typer.Option(0.5, "--slo-p99", help="Latency SLO, P99 seconds."),
+) -> None:
+    """Per-replica capacity at the SLO from a load-test profile."""
+    from autoscaler.capacity import load_capacity
+
+    typer.echo(json.dumps({"profile": str(profile), "slo_p99_s": slo_p99,
+                           "capacity_rps": load_capacity(profile, slo_p99)}))
+
+
+@app.command("recommend")
+def recommend_command(
+    config: Path | None = typer.Option(None, "--config", help="YAML file with a `recommender:` section."),
+    prometheus_url: str | None = typer.Option(None, "--prometheus-url"),
+    host: str | None = typer.Option(None, "--host"),
+    port: int | None = typer.Option(None, "--port"),
+    interval: float | None = typer.Option(None, "--interval", help="Seconds between evaluations."),
+    profile: Path | None = typer.Option(None, "--profile", help="perf_analyzer CSV for the capacity."),
+    capacity_rps: float | None = typer.Option(None, "--capacity-rps", help="Capacity per replica at the SLO."),
+    slo_p99: float | None = typer.Option(None, "--slo-p99"),
+    once: bool = typer.Option(False, "--once", help="Evaluate once, print JSON, exit."),
+) -> None:
+    """Run the recommender service (`/metrics`, `/healthz`), or one evaluation with --once."""
+    from autoscaler.service import RecommenderService, RecommenderSettings, make_app
+    from tidescale.settings import load_settings
+
+    settings = load_settings(RecommenderSettings, config, prometheus_url=prometheus_url, host=host, port=port,
+                             interval_s=interval, profile=profile, capacity_rps=capacity_rps, slo_p99_s=slo_p99)
+    service = RecommenderService(settings)
+    if once:
+        states = service.evaluate()
+        typer.echo(json.dumps({f"{ns}/{dep}": {"desired": st.published, "failsafe": st.failsafe,
+                                               "detail": st.detail,
+                                               "capacity_rps": round(st.recommender.capacity_rps, 2)}
+                               for (ns, dep), st in states.items()}))
+        return
+    import threading
+
+    import uvicorn
+
+    stop = threading.Event()
+    worker = threading.Thread(target=service.run_loop, args=(stop,), daemon=True, name="recommender")
+    worker.start()
+    try:
+        uvicorn.run(make_app(service), host=settings.host, port=settings.port, log_level="warning")
+    finally:
+        stop.set()
+        worker.join(timeout=5)
+
+
 def register_bench(bench: typer.Typer) -> None:
     """Add `bench autoscale`."""
+
+    @bench.command("autoscale")
+    def bench_autoscale(
+        json_only: bool = typer.Option(False, "--json", help="Only the JSON result on stdout."),
+        quick: bool = typer.Option(False, "--quick", help="20-minute scenarios instead of an hour."),
+        scenario: list[str] = typer.Option([], "--scenario", help="Scenario name (repeatable); default all."),
+        policy: list[str] = typer.Option([], "--policy", help="Policy name (repeatable); default all."),
+        trace: Path | None = typer.Option(None, "--trace", help="CSV whose first column is a timestamp."),
+        target_rps: float | None = typer.Option(None, "--target-rps", help="Mean rate the trace is rescaled to."),
+        slo_p99: float = typer.Option(0.5, "--slo-p99", help="Latency SLO, P99 seconds."),
+        seed: int = typer.Option(0, "--seed"),
+        write: bool = typer.Option(True, "--write/--no-write", help="Record docs/benchmarks/autoscale.md + PNG."),
+    ) -> None:
+        """Closed-loop autoscaling: tidescale vs HPA CPU/GPU, Triton queue time, KEDA, KPA, Ray Serve, oracle."""
+        from rich.console import Console
+
+        from autoscaler import benchreport
+        from autoscaler.policies import ALL_POLICIES
+        from tidescale.errors import UsageError
+
+        if target_rps is not None and trace is None:
+            raise UsageError("--target-rps needs --trace")
+        if slo_p99 <= 0:
+            raise UsageError(f"--slo-p99 must be > 0, got {slo_p99}")
+        err = Console(stderr=True)
+        with err.status("autoscale benchmark") as status:
+            doc, runs = benchreport.run(scenario or None, policy or list(ALL_POLICIES), quick, seed, slo_p99,
+                                        trace, target_rps, progress=lambda m: status.update(m))
+        if write:
+            benchreport.write(doc, runs)
+            err.print(f"wrote {benchreport.DOC} and {benchreport.PNG}")
+        if json_only:
+            sys.stdout.write(json.dumps(doc) + "\n")
+        else:
+            typer.echo(benchreport.markdown(doc))

@@ -52,7 +52,7 @@ class Target:
 
 
 def tidescale_behavior(legacy: bool = False) -> Behavior:
-    """Fast up (double or +4 pods per 15 s, no window), cautious down (120 s window, 25 % per minute).
+    """Fast up (double or +4 pods per 15 s, no window), measured down (30 s window, at most half per 30 s).
 
     The recommender already looks ahead and holds down; the HPA's own window only guards
     against flapping of the metric path.
@@ -60,7 +60,7 @@ def tidescale_behavior(legacy: bool = False) -> Behavior:
     tol = None if legacy else 0.0
     return Behavior(
         scaleUp=ScalingRules(0, "Max", (ScalingPolicy("Percent", 100, 15), ScalingPolicy("Pods", 4, 15)), tol),
-        scaleDown=ScalingRules(60, "Max", (ScalingPolicy("Percent", 25, 60), ScalingPolicy("Pods", 2, 60)), tol),
+        scaleDown=ScalingRules(30, "Max", (ScalingPolicy("Percent", 50, 30),), tol),
     )
 
 

@@ -26,10 +26,11 @@ class RecommenderConfig:
     cold_start_s: float = 60.0
     lookahead_extra_s: float = 30.0  # sync period + metric lag on top of the cold start
     trend_window_s: float = 60.0
+    queue_window_s: float = 30.0  # queue growth over this window counts as unserved arrivals
     utilisation: float = 0.9  # scale up when the projected load needs more than this share
-    down_utilisation: float = 0.75  # scale down only when the smaller fleet runs at most this share
+    down_utilisation: float = 0.8  # scale down only when the smaller fleet runs at most this share
     down_delay_s: float = 120.0
-    drain_s: float = 20.0  # clear a backlog within this long
+    drain_s: float = 60.0  # clear a backlog within this long
     max_capacity_gain: float = 1.2  # online refinement bounds, relative to the profile
     min_capacity_ratio: float = 0.5
 
@@ -51,7 +52,7 @@ class Observation:
     """What the recommender sees at one evaluation (all from Prometheus, maybe lagging)."""
 
     t: float
-    arrival_rps: float  # requests/s arriving for the Deployment
+    arrival_rps: float  # requests/s completed (Triton's counters), the queue growth is added here
     queue_depth: float  # pending requests summed over replicas
     ready_replicas: int
     current_replicas: int
@@ -68,8 +69,8 @@ class Recommendation:
 
 
 def trend_slope(samples: list[tuple[float, float]]) -> float:
-    """Least-squares slope (units per second) of (t, value) samples; 0 with fewer than 3."""
-    if len(samples) < 3:
+    """Least-squares slope (units per second) of (t, value) samples; 0 with fewer than 2."""
+    if len(samples) < 2:
         return 0.0
     n = len(samples)
     mt = sum(t for t, _ in samples) / n
@@ -109,6 +110,7 @@ class Recommender:
         self.capacity_rps = config.capacity_rps
         self._rates: deque[tuple[float, float]] = deque(maxlen=512)
         self._down_candidates: deque[tuple[float, int]] = deque(maxlen=512)
+        self._queue: deque[tuple[float, float]] = deque(maxlen=512)
         self.last: Recommendation | None = None
 
     def refine_capacity(self, obs: Observation) -> None:
@@ -124,23 +126,32 @@ class Recommender:
             target = min(cfg.capacity_rps * cfg.max_capacity_gain, per_replica)
             self.capacity_rps += 0.1 * (target - self.capacity_rps)
 
+    def arrival_rate(self, obs: Observation) -> float:
+        """Arrivals = completions + queue growth: Triton counts a request only when it completes,
+        so under overload the completion rate flattens at capacity while the queue absorbs the rest."""
+        self._queue.append((obs.t, obs.queue_depth))
+        while self._queue and self._queue[0][0] < obs.t - self.config.queue_window_s:
+            self._queue.popleft()
+        return max(0.0, obs.arrival_rps + trend_slope(list(self._queue)))
+
     def recommend(self, obs: Observation) -> Recommendation:
         cfg = self.config
         if not all(math.isfinite(x) and x >= 0 for x in (obs.arrival_rps, obs.queue_depth)):
             raise ValueError("arrival rate and queue depth must be finite and >= 0")
         self.refine_capacity(obs)
-        self._rates.append((obs.t, obs.arrival_rps))
+        arrival = self.arrival_rate(obs)
+        self._rates.append((obs.t, arrival))
         while self._rates and self._rates[0][0] < obs.t - cfg.trend_window_s:
             self._rates.popleft()
         slope = max(0.0, trend_slope(list(self._rates)))
         lookahead = cfg.cold_start_s + cfg.lookahead_extra_s
-        projected = obs.arrival_rps + slope * lookahead
+        projected = arrival + slope * lookahead
         backlog_rps = obs.queue_depth / cfg.drain_s
         up_need = replicas_for(projected + backlog_rps, self.capacity_rps, cfg.utilisation)
-        down_need = replicas_for(max(projected, obs.arrival_rps) + backlog_rps, self.capacity_rps,
+        down_need = replicas_for(max(projected, arrival) + backlog_rps, self.capacity_rps,
                                  cfg.down_utilisation)
         reason = "queue" if backlog_rps > 0.1 * max(projected, 1e-9) and up_need > obs.current_replicas else (
-            "lookahead" if slope > 0 and up_need > replicas_for(obs.arrival_rps, self.capacity_rps,
+            "lookahead" if slope > 0 and up_need > replicas_for(arrival, self.capacity_rps,
                                                                 cfg.utilisation) else "rate")
         current = obs.current_replicas
         if up_need > current:

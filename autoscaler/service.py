@@ -1,0 +1,325 @@
+"""The recommender service: reads Prometheus, exports `tidescale_desired_replicas` for the HPA.
+
+Each interval, per target Deployment: completions/s and queue depth of its model (Triton's
+counters, summed over pods), its replica counts (kube-state-metrics, or callbacks in the demo),
+optionally the observed P99 (tidescale's histogram recording rule). Fail-safe: when Prometheus
+is down or a value is missing, NaN or stale, the last good recommendation is held (never a
+scale-down on missing data) and `tidescale_recommender_failsafe{reason}` says why.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import httpx
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+from pydantic import BaseModel, Field, model_validator
+from pydantic_settings import SettingsConfigDict
+
+from alerts import names
+from autoscaler.capacity import load_capacity
+from autoscaler.manifests import Target
+from autoscaler.recommend import (
+    Observation,
+    Recommendation,
+    Recommender,
+    RecommenderConfig,
+    reachable_under_tolerance,
+)
+from tidescale import catalog
+from tidescale.errors import UsageError
+from tidescale.promql import selector
+from tidescale.settings import ComponentSettings
+
+log = logging.getLogger(__name__)
+
+FAILSAFE_REASONS = ("prometheus_down", "missing", "nan", "stale")
+MAX_TARGETS = 200
+RATE_WINDOW = "1m"
+
+
+class TargetSettings(BaseModel):
+    """One Deployment to recommend for."""
+
+    model_config = SettingsConfigDict(extra="forbid")
+    deployment: str
+    namespace: str
+    model: str
+    min_replicas: int = Field(default=1, ge=1)
+    max_replicas: int = Field(default=20, ge=1)
+    capacity_rps: float | None = Field(default=None, gt=0)  # overrides the profile for this target
+
+    @model_validator(mode="after")
+    def _min_le_max(self) -> TargetSettings:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"min_replicas ({self.min_replicas}) must not exceed max_replicas ({self.max_replicas})")
+        return self
+
+
+class RecommenderSettings(ComponentSettings):
+    """`recommender:` section / `TIDESCALE_RECOMMENDER_*`."""
+
+    section: ClassVar[str] = "recommender"
+    model_config = SettingsConfigDict(env_prefix="TIDESCALE_RECOMMENDER_", extra="forbid")
+
+    prometheus_url: str = "http://localhost:9090"
+    host: str = "0.0.0.0"
+    port: int = Field(default=9108, ge=0, le=65535)
+    interval_s: float = Field(default=15.0, gt=0)
+    query_timeout_s: float = Field(default=5.0, gt=0)
+    stale_after_s: float = Field(default=120.0, gt=0)
+    slo_p99_s: float = Field(default=0.5, gt=0)
+    profile: Path | None = None  # perf_analyzer CSV: capacity at the SLO
+    capacity_rps: float | None = Field(default=None, gt=0)
+    cold_start_s: float = Field(default=60.0, ge=0)
+    hpa_tolerance_rounding: bool = False  # cluster without behavior.*.tolerance (k8s < 1.33)
+    targets: list[TargetSettings] = Field(default_factory=list, max_length=MAX_TARGETS)
+
+    def capacity_for(self, t: TargetSettings) -> float:
+        if t.capacity_rps is not None:
+            return t.capacity_rps
+        if self.capacity_rps is not None:
+            return self.capacity_rps
+        if self.profile is not None:
+            return load_capacity(self.profile, self.slo_p99_s)
+        raise UsageError(f"target {t.namespace}/{t.deployment}: give capacity_rps or a profile (perf_analyzer CSV)")
+
+
+class PrometheusUnavailable(Exception):
+    """Prometheus could not answer (down, timeout, HTTP error, bad body)."""
+
+
+class DataProblem(Exception):
+    """A value is missing, NaN or stale; `reason` is one of FAILSAFE_REASONS."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+class PromClient:
+    """Instant queries over Prometheus' HTTP API."""
+
+    def __init__(self, url: str, timeout_s: float = 5.0) -> None:
+        self.url = url.rstrip("/")
+        self.http = httpx.Client(timeout=timeout_s)
+
+    def instant(self, expr: str) -> list[tuple[float, float]]:
+        """[(sample timestamp, value)] of a vector result."""
+        try:
+            r = self.http.get(f"{self.url}/api/v1/query", params={"query": expr})
+            body = r.json()
+        except (httpx.HTTPError, ValueError) as exc:
+            raise PrometheusUnavailable(f"{type(exc).__name__}: {exc}") from None
+        if r.status_code != 200 or body.get("status") != "success":
+            raise PrometheusUnavailable(f"HTTP {r.status_code}: {str(body.get('error', ''))[:200]}")
+        out = []
+        for item in body.get("data", {}).get("result", []):
+            ts, raw = item["value"]
+            out.append((float(ts), float(raw)))
+        return out
+
+    def close(self) -> None:
+        self.http.close()
+
+
+@dataclass(frozen=True)
+class TargetQueries:
+    """PromQL for one target; every label value escaped, counters summed before any division."""
+
+    completions: str
+    queue: str
+    queue_age: str
+    p99: str
+    spec_replicas: str
+    ready_replicas: str
+
+    @classmethod
+    def for_target(cls, t: TargetSettings) -> TargetQueries:
+        triton = {"namespace": t.namespace, "model": t.model}
+        dep = {"namespace": t.namespace, "deployment": t.deployment}
+        success = selector(catalog.get("nv_inference_request_success").name, **triton)
+        pending = selector(catalog.get("nv_inference_pending_request_count").name, **triton)
+        return cls(
+            completions=f"sum(rate({success}[{RATE_WINDOW}]))",
+            queue=f"sum({pending})",
+            queue_age=f"time() - max(timestamp({pending}))",
+            p99=f'max({selector(names.P99, **triton, stage="request")})',
+            spec_replicas=f"max({selector(catalog.get('kube_deployment_spec_replicas').name, **dep)})",
+            ready_replicas=f"max({selector(catalog.get('kube_deployment_status_replicas_ready').name, **dep)})",
+        )
+
+
+ReplicasFn = Callable[[TargetSettings], tuple[int, int]]
+
+
+@dataclass
+class TargetState:
+    """What the service knows and exports about one target."""
+
+    settings: TargetSettings
+    recommender: Recommender
+    queries: TargetQueries
+    last_good: Recommendation | None = None
+    published: int | None = None
+    failsafe: str | None = None
+    detail: str = ""
+    last_success: float | None = None
+    history: list[str] = field(default_factory=list)
+
+
+class RecommenderService:
+    """Evaluates every target each interval; `collect()` exports the results (a prometheus_client Collector)."""
+
+    def __init__(self, settings: RecommenderSettings, client: PromClient | None = None,
+                 replicas_fn: ReplicasFn | None = None, clock: Callable[[], float] = time.time) -> None:
+        if not settings.targets:
+            raise UsageError("the recommender needs at least one target (recommender.targets in the config file)")
+        self.settings = settings
+        self.client = client or PromClient(settings.prometheus_url, settings.query_timeout_s)
+        self.replicas_fn = replicas_fn
+        self.clock = clock
+        self.states: dict[tuple[str, str], TargetState] = {}
+        for t in settings.targets:
+            key = (t.namespace, t.deployment)
+            if key in self.states:
+                raise UsageError(f"target {t.namespace}/{t.deployment} is listed twice")
+            Target(t.deployment, t.namespace, t.model, t.min_replicas, t.max_replicas)  # validates the names
+            cfg = RecommenderConfig(settings.capacity_for(t), t.min_replicas, t.max_replicas,
+                                    cold_start_s=settings.cold_start_s)
+            self.states[key] = TargetState(t, Recommender(cfg), TargetQueries.for_target(t))
+        self._lock = threading.Lock()
+
+    # --- reading ---------------------------------------------------------------------------------
+    def _value(self, expr: str, what: str, required: bool = True) -> float | None:
+        rows = self.client.instant(expr)
+        if not rows:
+            if required:
+                raise DataProblem("missing", f"{what}: no series")
+            return None
+        value = rows[0][1]
+        if math.isnan(value) or math.isinf(value):
+            if required:
+                raise DataProblem("nan", f"{what}: {value}")
+            return None
+        return value
+
+    def _replicas(self, st: TargetState) -> tuple[int, int]:
+        if self.replicas_fn is not None:
+            return self.replicas_fn(st.settings)
+        current = self._value(st.queries.spec_replicas, "spec replicas")
+        ready = self._value(st.queries.ready_replicas, "ready replicas")
+        return int(current or 0), int(ready or 0)
+
+    def observe(self, st: TargetState, now: float) -> Observation:
+        """One Observation from Prometheus; raises PrometheusUnavailable or DataProblem."""
+        completions = self._value(st.queries.completions, "completion rate")
+        queue = self._value(st.queries.queue, "queue depth")
+        age = self._value(st.queries.queue_age, "queue sample age")
+        if age is not None and age > self.settings.stale_after_s:
+            raise DataProblem("stale", f"newest queue sample is {age:.0f}s old")
+        current, ready = self._replicas(st)
+        p99 = self._value(st.queries.p99, "p99", required=False)
+        return Observation(now, completions or 0.0, queue or 0.0, ready, current, p99, self.settings.slo_p99_s)
+
+    # --- one evaluation ----------------------------------------------------------------------------
+    def evaluate(self, now: float | None = None) -> dict[tuple[str, str], TargetState]:
+        now = self.clock() if now is None else now
+        with self._lock:
+            for st in self.states.values():
+                self._evaluate_one(st, now)
+            return dict(self.states)
+
+    def _evaluate_one(self, st: TargetState, now: float) -> None:
+        try:
+            obs = self.observe(st, now)
+            rec = st.recommender.recommend(obs)
+        except PrometheusUnavailable as exc:
+            self._hold(st, "prometheus_down", str(exc))
+            return
+        except DataProblem as exc:
+            self._hold(st, exc.reason, str(exc))
+            return
+        except ValueError as exc:
+            self._hold(st, "nan", str(exc))
+            return
+        desired = rec.desired
+        if self.settings.hpa_tolerance_rounding:
+            desired = min(st.settings.max_replicas, reachable_under_tolerance(obs.current_replicas, desired))
+        st.last_good, st.published, st.failsafe, st.detail, st.last_success = rec, desired, None, rec.reason, now
+
+    def _hold(self, st: TargetState, reason: str, detail: str) -> None:
+        """Keep publishing the last good value (no scale-down on missing data) and say why."""
+        if st.failsafe != reason:
+            log.warning("recommender %s/%s holds %s: %s (%s)", st.settings.namespace, st.settings.deployment,
+                        st.published, reason, detail)
+        st.failsafe, st.detail = reason, detail
+
+    # --- export -----------------------------------------------------------------------------------
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        def family(name: str, extra: tuple[str, ...] = ()) -> GaugeMetricFamily:
+            fam = catalog.get(name)
+            return GaugeMetricFamily(fam.name, fam.help, labels=["namespace", "deployment", *extra])
+
+        desired = family("tidescale_desired_replicas")
+        failsafe = family("tidescale_recommender_failsafe", ("reason",))
+        capacity = family("tidescale_recommender_capacity_rps")
+        success = family("tidescale_recommender_last_success_timestamp_seconds")
+        with self._lock:
+            for (ns, dep), st in self.states.items():
+                if st.published is not None:
+                    desired.add_metric([ns, dep], float(st.published))
+                for reason in FAILSAFE_REASONS:
+                    failsafe.add_metric([ns, dep, reason], 1.0 if st.failsafe == reason else 0.0)
+                capacity.add_metric([ns, dep], st.recommender.capacity_rps)
+                if st.last_success is not None:
+                    success.add_metric([ns, dep], st.last_success)
+        yield from (desired, failsafe, capacity, success)
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        return iter(())
+
+    # --- running ----------------------------------------------------------------------------------
+    def run_loop(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            started = time.monotonic()
+            self.evaluate()
+            stop.wait(max(0.0, self.settings.interval_s - (time.monotonic() - started)))
+
+
+def make_app(service: RecommenderService) -> Any:
+    """FastAPI app: `/metrics` (the service's collector only) and `/healthz`."""
+    from fastapi import FastAPI
+    from fastapi.responses import Response
+    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_as_collector(service))
+    app = FastAPI(title="tidescale recommender")
+
+    @app.get("/metrics")
+    def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, Any]:
+        held = {f"{ns}/{dep}": st.failsafe for (ns, dep), st in service.states.items() if st.failsafe}
+        return {"status": "ok", "targets": len(service.states), "failsafe": held}
+
+    return app
+
+
+def _as_collector(service: RecommenderService) -> Collector:
+    class _C(Collector):
+        def collect(self) -> Iterator[GaugeMetricFamily]:
+            return service.collect()
+
+    return _C()
