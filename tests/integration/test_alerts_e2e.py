@@ -84,12 +84,10 @@ def fast_config(work: Path, reviews_url: str) -> AlertsConfig:
 
 
 def scrape_targets(stack: FleetStack, exporter_port: int) -> list[ScrapeTarget]:
-    targets = stack.targets()
-    out = [ScrapeTarget("triton", address, labels) for address, labels in targets.triton]
-    out += [ScrapeTarget("dcgm-exporter", address, labels) for address, labels in targets.dcgm]
-    out += [ScrapeTarget("kube-state-metrics", a, labels) for a, labels in targets.kube_state_metrics]
-    out.append(ScrapeTarget("tidescale-exporter", f"{LOOPBACK}:{exporter_port}"))
-    return out
+    found = stack.targets()
+    jobs = {"triton": found.triton, "dcgm-exporter": found.dcgm, "kube-state-metrics": found.kube_state_metrics}
+    return [ScrapeTarget(job, address, labels) for job, items in jobs.items() for address, labels in items] + [
+        ScrapeTarget("tidescale-exporter", f"{LOOPBACK}:{exporter_port}")]
 
 
 @pytest.fixture(scope="module")

@@ -124,3 +124,11 @@ def test_short_for_durations_render_for_fast_end_to_end_runs() -> None:
     review = next(r for g in groups for r in g["rules"] if r["alert"] == "TritonModelReviewRequired")
     assert review["for"] == "5s"
     assert {g["interval"] for g in groups} == {"1s"}
+
+
+def test_committed_rules_ignore_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TIDESCALE_ALERTS_QUEUE_DEPTH_PER_REPLICA_LIMIT", "3")
+    assert default_config().queue_depth_per_replica_limit == 8.0
+    assert default_config().model_dump() == AlertsConfig.model_validate({}).model_dump() | {
+        "queue_depth_per_replica_limit": 8.0}
+    assert artifacts()[ALERTING] == (REPO / ALERTING).read_text()
