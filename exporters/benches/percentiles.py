@@ -48,6 +48,7 @@ JOB_OURS = "bench-tidescale-buckets"
 JOB_DEFAULT = "bench-default-buckets"
 MODEL, VERSION = "ranker", "1"
 RESULT_MD = Path("docs/benchmarks/percentiles.md")
+RESULT_PNG = RESULT_MD.with_suffix(".png")
 
 
 # --- the workload ------------------------------------------------------------------------------
@@ -191,7 +192,34 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.2f} %"
 
 
+def plot(result: dict[str, Any], path: Path) -> None:
+    """Grouped bars of the relative error per method and quantile (log scale)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    methods = list(result["methods"])
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    width = 0.8 / len(QUANTILES)
+    for i, key in enumerate(QUANTILES):
+        errors = [100 * max(result["methods"][m][key] or 0.0, 1e-4) for m in methods]
+        ax.bar([j + i * width for j in range(len(methods))], errors, width, label=key.upper())
+    ax.set_xticks([j + width for j in range(len(methods))], [m.replace("_", " ") for m in methods])
+    ax.set_yscale("log")
+    ax.set_ylabel("relative error, %")
+    ax.axhline(1, color="grey", lw=0.8, ls=":")
+    ax.axhline(5, color="grey", lw=0.8, ls="--")
+    ax.legend(frameon=False)
+    ax.set_title(f"Fleet quantiles: {result['requests']:,} latencies over {result['pods']} pods")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def markdown(result: dict[str, Any]) -> str:
+    plot(result, RESULT_PNG)
     rows = []
     for name, errs in result["methods"].items():
         buckets = errs.get("buckets", "")
@@ -214,6 +242,8 @@ def markdown(result: dict[str, Any]) -> str:
         *rows,
         "",
         "Goals: quantile gauges ≤ 1 %, our buckets ≤ 5 % with ≤ 60 buckets.",
+        "",
+        f"![relative error per method]({RESULT_PNG.name})",
         "",
         "```json",
         json.dumps(result["methods"], indent=1, sort_keys=True),

@@ -32,7 +32,7 @@ def test_real_trace_file_gives_every_stage_of_every_request(tmp_path: Path) -> N
     assert tailer.poll() == []  # nothing new
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(st.lists(st.integers(min_value=1, max_value=180_000), max_size=6))
 def test_any_split_of_a_growing_file_gives_the_same_samples(cuts: list[int]) -> None:
     data = REAL.read_bytes()
