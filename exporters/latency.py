@@ -308,6 +308,9 @@ def samples_for(model: str, version: str, stamps: dict[str, int], namespace: str
 # --- the collector -----------------------------------------------------------------------------
 
 QUANTILES: tuple[float, ...] = (0.5, 0.95, 0.99)
+# Per-interval sketch bins: 512 bins at α = 0.5 % span a 167× range at full accuracy (lower values
+# collapse), and bound memory at max_series × slots × 512 bins whatever clients send.
+WINDOW_SKETCH_MAX_BINS = 512
 SeriesKey = tuple[str, str, str, str]  # model, version, stage, namespace
 
 
@@ -329,11 +332,13 @@ class LatencyAggregator(Collector):
 
     def __init__(self, bounds: Sequence[float], *, window_s: float = 60.0, slots: int = 12,
                  max_series: int = 2000, sample_rate: int = 1, idle_ttl_s: float = 3600.0,
+                 sketch_max_bins: int = WINDOW_SKETCH_MAX_BINS,
                  selfmetrics: SelfMetrics | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.bounds = tuple(bounds)
         self.window_s = window_s
         self.slots = slots
+        self.sketch_max_bins = sketch_max_bins
         self.cap = SeriesCap(max_series)
         self.sample_rate = sample_rate
         self.idle_ttl_s = idle_ttl_s
@@ -357,8 +362,8 @@ class LatencyAggregator(Collector):
                     if self.selfmetrics is not None:
                         self.selfmetrics.drop_series(self._hist_family.name)
                     return False
-                series = self._series[key] = _Series(
-                    BucketHistogram(self.bounds), SlidingSketch(self.window_s, self.slots), now)
+                window = SlidingSketch(self.window_s, self.slots, max_bins=self.sketch_max_bins)
+                series = self._series[key] = _Series(BucketHistogram(self.bounds), window, now)
             series.histogram.observe(sample.seconds)
             series.window.add(sample.seconds, now)
             series.last_seen = now

@@ -62,6 +62,7 @@ def build_state(settings: ExporterSettings) -> ExporterState:
                          settings.max_buckets)
     latency = LatencyAggregator(bounds, window_s=settings.window_s, slots=settings.window_slots,
                                 max_series=settings.max_series, sample_rate=settings.trace_sample_rate,
+                                sketch_max_bins=settings.sketch_max_bins,
                                 selfmetrics=selfmetrics)
     joiner = SpanJoiner(settings.join_max_pending, settings.join_ttl_s, on_drop=selfmetrics.drop_spans)
     tailers = [TraceFileTailer(p, settings.join_max_pending, on_drop=selfmetrics.drop_spans)
