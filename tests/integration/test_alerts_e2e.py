@@ -15,15 +15,18 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
+from alerts import names
 from alerts.config import AlertsConfig
 from alerts.generate import rendered
 from alerts.summary import demo_summary
 from tests.unit.alerts.reviews_helpers import TOKEN as REVIEWS_TOKEN
+from tidescale.fleet.loadgen import LoadGenerator
 from tidescale.fleet.stack import FleetStack
 from tidescale.fleet.testing import running_stack
 from tidescale.ports import LOOPBACK, free_port
 from tidescale.procs import ManagedProcess
 from tidescale.promstack import AlertmanagerServer, PrometheusServer, ScrapeTarget
+from tidescale.traffic import scenario
 
 pytestmark = pytest.mark.integration
 EXPORTER_TOKEN = "e2e-exporter-token"
@@ -121,6 +124,9 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
                 "model": MODEL, "version": VERSION, "filename": "string_heavy.trace_viewer.json"},
                 content=string_heavy_trace(), headers={"Authorization": f"Bearer {EXPORTER_TOKEN}"}, timeout=30)
             assert resp.status_code == 200, resp.text
+            load = LoadGenerator(scenario("steady", 20.0, 600.0), stack.fleet.ready_urls,
+                                 ["resnet50", MODEL], seed=3).start()
+            procs.append(load)
             yield {"prom": prom, "am": am, "reviews": reviews_url, "exporter": exporter_url, "stack": stack}
     finally:
         for proc in reversed(procs):
@@ -150,6 +156,30 @@ def test_string_heavy_profile_opens_exactly_one_review(pipeline: dict[str, Any])
                for a in am_alerts)
     metrics = httpx.get(f"{pipeline['reviews']}/metrics", timeout=10).text
     assert 'tidescale_model_reviews{state="open"} 1.0' in metrics
+
+
+@pytest.mark.parametrize(
+    ("record", "labels"),
+    [
+        (f'{names.STAGE_AVG_SECONDS_RATE5M}{{stage="compute_infer"}}', {"namespace", "model", "stage"}),
+        (names.ERROR_RATIO_RATE5M, {"namespace", "model"}),
+        (names.INFERENCES_PER_EXEC_RATE5M, {"namespace", "model"}),
+        (names.QUEUE_TO_COMPUTE_RATIO_RATE5M, {"namespace", "model"}),
+        (names.DEPLOYMENT_QUEUE_DEPTH_PER_REPLICA, {"namespace", "deployment"}),
+        (names.DEPLOYMENT_INFLIGHT_PER_REPLICA, {"namespace", "deployment"}),
+        (names.POD_GPU_UTILIZATION, {"namespace", "pod"}),
+        (names.MODEL_GPU_FB_USED_BYTES, {"namespace", "model"}),
+        (names.MODEL_GPU_POWER_WATTS, {"namespace", "model"}),
+    ],
+)
+def test_recording_rules_have_data_from_the_fleet(pipeline: dict[str, Any], record: str, labels: set[str]) -> None:
+    """The joins hold on the fleet's real labels: Triton pods, simulated dcgm-exporter, Deployment names."""
+    stack: FleetStack = pipeline["stack"]
+    result = pipeline["prom"].wait_for(record, timeout=60)
+    for series in result:
+        assert labels <= set(series["metric"]), series
+        assert series["metric"].get("deployment", stack.fleet.deployment) == stack.fleet.deployment
+        assert series["metric"].get("pod", stack.fleet.replicas[0].pod) in {r.pod for r in stack.fleet.replicas}
 
 
 def test_demo_summary_counts_alerts_and_reviews(pipeline: dict[str, Any]) -> None:
