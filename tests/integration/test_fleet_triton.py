@@ -99,6 +99,17 @@ def test_gpu_node_and_kube_state_follow_the_fleet(stack: FleetStack, played: Loa
     ksm = parse(httpx.get(stack.kube.metrics_url).text)
     assert ksm["kube_deployment_status_replicas_ready"].samples[0].value == 2
 
+    # Throttling the pod's GPU from outside (POST /faults) stretches that replica's executions.
+    placed = stack.gpus.node_of(pod)
+    assert placed is not None
+    node, index = placed
+    auth = {"Authorization": f"Bearer {node.fault_token}"}
+    resp = httpx.post(f"{node.url}/faults", json={"gpu": index, "throttle_bits": 0x8}, headers=auth)
+    assert resp.status_code == 200
+    assert float(fleet.replicas[-1].slowdown_file.read_text()) > 1.0
+    httpx.post(f"{node.url}/faults", json={"gpu": index, "clear": True}, headers=auth)
+    assert float(fleet.replicas[-1].slowdown_file.read_text()) == 1.0
+
 
 def test_trace_file_records_request_timestamps(stack: FleetStack, played: LoadGenerator) -> None:
     """Runs last in this module: it stops replica 0 so Triton completes its trace file."""

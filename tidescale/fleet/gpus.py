@@ -72,6 +72,8 @@ class Workload(Protocol):
 
     def alive(self) -> bool: ...
 
+    def set_slowdown(self, factor: float) -> None: ...
+
 
 BusyReader = Callable[[Workload], float | None]
 
@@ -261,9 +263,12 @@ class SimulatedGpuNode(ServesHttp):
     def assign(self, index: int, replica: Workload | None, model_memory_mib: int = 0) -> None:
         with self._lock:
             gpu = self.gpus[index]
-            if gpu.replica is not replica:
+            changed = gpu.replica is not replica
+            if changed:
                 self.states[index].last_busy_s = None  # a new pod: its counters start afresh
             gpu.replica, gpu.model_memory_mib = replica, model_memory_mib
+        if changed and replica is not None and self.states[index].faults.throttle_bits & THROTTLING_BITS:
+            self._apply_slowdown(index)
 
     def sample(self) -> None:
         """Advance every GPU to now: read busy time deltas, integrate energy and leaks."""
@@ -344,16 +349,28 @@ class SimulatedGpuNode(ServesHttp):
                 s.faults.xid = code
 
     def inject_throttle(self, reason_bits: int, gpu: int | None = None) -> None:
+        """Set clock-event reason bits; slowdown reasons also stretch the pod's executions."""
         if not 0 <= reason_bits <= MAX_REASON_BITS:
             raise UsageError(f"reason bits must be in 0..{MAX_REASON_BITS}")
         with self._lock:
             for s in self._targets(gpu):
                 s.faults.throttle_bits = reason_bits
+        self._apply_slowdown(gpu)
 
     def clear_faults(self, gpu: int | None = None) -> None:
         with self._lock:
             for s in self._targets(gpu):
                 s.faults = Faults()
+        self._apply_slowdown(gpu)
+
+    def _apply_slowdown(self, gpu: int | None) -> None:
+        """Throttled clocks make the assigned replica's model executions slower, as on a real GPU."""
+        indices = range(len(self.gpus)) if gpu is None else [gpu]
+        for i in indices:
+            replica = self.gpus[i].replica
+            if replica is not None:
+                throttled = self.states[i].faults.throttle_bits & THROTTLING_BITS
+                replica.set_slowdown(self.board.sm_clock_max / self.board.sm_clock_throttled if throttled else 1.0)
 
     def _post_faults(self, headers: dict[str, str], body: bytes) -> Response:
         auth = headers.get("authorization", "")

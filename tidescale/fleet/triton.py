@@ -12,7 +12,7 @@ import httpx
 
 from tidescale import tools
 from tidescale.errors import TidescaleError, UsageError
-from tidescale.fleet.model_repo import model_names
+from tidescale.fleet.model_repo import SLOWDOWN_ENV, model_names
 from tidescale.ports import LOOPBACK, free_ports
 from tidescale.procs import ManagedProcess
 
@@ -103,6 +103,19 @@ class TritonReplica:
         return {"namespace": self.namespace, "pod": self.pod}
 
     @property
+    def slowdown_file(self) -> Path:
+        return self.workdir / "gpu-slowdown"
+
+    def set_slowdown(self, factor: float) -> None:
+        """Stretch every model execution by *factor* (>= 1), e.g. while the pod's GPU is throttled."""
+        if factor < 1.0:
+            raise UsageError(f"slowdown factor must be >= 1, got {factor}")
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        tmp = self.slowdown_file.with_suffix(".tmp")
+        tmp.write_text(repr(float(factor)))
+        tmp.replace(self.slowdown_file)  # atomic: the model never reads a half-written number
+
+    @property
     def log_path(self) -> Path:
         return self.workdir / "tritonserver.log"
 
@@ -129,8 +142,9 @@ class TritonReplica:
     def start(self) -> TritonReplica:
         install = tools.triton()
         self.workdir.mkdir(parents=True, exist_ok=True)
+        env = {**install.env(), SLOWDOWN_ENV: str(self.slowdown_file)}
         self._proc = ManagedProcess(f"tritonserver[{self.pod}]", self.argv(install), self.log_path,
-                                    env=install.env(), cwd=self.workdir).start()
+                                    env=env, cwd=self.workdir).start()
         return self
 
     def alive(self) -> bool:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
 import pytest
@@ -36,9 +36,13 @@ class FakeReplica:
     namespace: str = "tidescale-demo"
     http_url: str = "http://127.0.0.1:1"
     up: bool = True
+    slowdowns: list[float] = field(default_factory=list)
 
     def alive(self) -> bool:
         return self.up
+
+    def set_slowdown(self, factor: float) -> None:
+        self.slowdowns.append(factor)
 
 
 class Clock:
@@ -197,3 +201,19 @@ def test_placement_keeps_slots_and_reuses_freed_ones() -> None:
     slots = place(slots, ["b", "c", "d"])  # a left, c takes its slot, d the free one
     assert slots == ["c", "b", "d"]
     assert place(["x"], ["y", "z"]) == ["y"]  # more pods than GPUs
+
+
+def test_throttling_slows_the_assigned_pod_and_clearing_restores_it() -> None:
+    node = make_node([0.0], Clock())
+    pod = node.gpus[0].replica
+    assert isinstance(pod, FakeReplica)
+    node.inject_throttle(CLOCKS_HW_SLOWDOWN, gpu=0)
+    board = GpuModel()
+    assert pod.slowdowns == [pytest.approx(board.sm_clock_max / board.sm_clock_throttled)]
+    node.inject_throttle(0x2, gpu=0)  # a clocks-setting reason is not a slowdown
+    node.clear_faults(gpu=0)
+    assert pod.slowdowns[1:] == [1.0, 1.0]
+    node.inject_throttle(CLOCKS_HW_SLOWDOWN, gpu=1)  # an unassigned GPU has nobody to slow down
+    late = FakeReplica(pod="late-pod")
+    node.assign(1, late)
+    assert late.slowdowns and late.slowdowns[0] > 1.0

@@ -16,6 +16,7 @@ from tidescale.errors import UsageError
 from tidescale.fleet.model_repo import (
     DEFAULT_MODELS,
     MODEL_PY,
+    SLOWDOWN_ENV,
     ModelSpec,
     model_names,
     render_config,
@@ -87,8 +88,11 @@ def _fake_pb_utils() -> types.ModuleType:
     return mod
 
 
-def test_generated_model_sleeps_the_curve_time_of_the_whole_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_generated_model_sleeps_the_curve_time_of_the_whole_batch(monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path) -> None:
     """execute() sums the batch over requests and sleeps exec_seconds(batch) (jitter off)."""
+    slowdown = tmp_path / "gpu-slowdown"
+    monkeypatch.setenv(SLOWDOWN_ENV, str(slowdown))
     monkeypatch.setitem(sys.modules, "triton_python_backend_utils", _fake_pb_utils())
     namespace: dict[str, Any] = {}
     exec(compile(MODEL_PY, "model.py", "exec"), namespace)  # the file Triton's stub runs
@@ -106,3 +110,9 @@ def test_generated_model_sleeps_the_curve_time_of_the_whole_batch(monkeypatch: p
     assert slept[1] == pytest.approx(spec.curve.exec_seconds(3))
     assert len(responses) == 2
     assert responses[1][0].array.shape == (2, 1) and responses[1][0].array[0, 0] == 16.0
+    slowdown.write_text("1.5")  # the pod's GPU is throttled
+    model.execute(requests[:1])
+    assert slept[2] == pytest.approx(1.5 * spec.curve.exec_seconds(1))
+    slowdown.write_text("garbage")
+    model.execute(requests[:1])
+    assert slept[3] == pytest.approx(spec.curve.exec_seconds(1))
