@@ -15,6 +15,7 @@ from prometheus_client.registry import Collector
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
+from alerts.reviews.kube_events import KubeEventPoster
 from alerts.reviews.profiles import fetch_profile
 from alerts.reviews.schema import (
     MAX_VALUE_CHARS,
@@ -70,9 +71,10 @@ def alert_problem(alert: WebhookAlert) -> tuple[str, str] | None:
 class ReviewService:
     """What the HTTP handlers call; holds the store, the settings and the rejection counter."""
 
-    def __init__(self, settings: ReviewsSettings, store: ReviewStore) -> None:
+    def __init__(self, settings: ReviewsSettings, store: ReviewStore, events: KubeEventPoster | None = None) -> None:
         self.settings = settings
         self.store = store
+        self.events = events or (KubeEventPoster(settings.model_deployments) if settings.kube_events else None)
         self.registry = CollectorRegistry()
         self.registry.register(ReviewCountCollector(store))
         rejected = catalog.get("tidescale_reviews_webhook_rejected_total")
@@ -95,13 +97,22 @@ class ReviewService:
             review_id, outcome = self.store.apply_firing(alert)
             result.opened += outcome == "opened"
             result.reopened += outcome == "reopened"
-            if outcome in ("opened", "reopened") and self.settings.exporter_url:
-                profile, error = fetch_profile(
-                    self.settings.exporter_url, alert.labels["model"], alert.labels["version"],
-                    self.settings.profile_timeout_s,
-                )
-                self.store.attach_profile(review_id, profile, error)
+            if outcome in ("opened", "reopened"):
+                self.on_open(review_id, alert)
         return result
+
+    def on_open(self, review_id: int, alert: WebhookAlert) -> None:
+        """Evidence and notice for a newly (re)opened review: the profile report, a Kubernetes Event."""
+        if self.settings.exporter_url:
+            profile, error = fetch_profile(
+                self.settings.exporter_url, alert.labels["model"], alert.labels["version"],
+                self.settings.profile_timeout_s,
+            )
+            self.store.attach_profile(review_id, profile, error)
+        if self.events is not None:
+            review = self.store.get(review_id)
+            if review is not None:
+                self.events.post(review)
 
     def reject_payload(self, status: int, reason: str, detail: str) -> HTTPException:
         self.rejected.labels(reason).inc()
@@ -121,14 +132,16 @@ async def read_limited(request: Request, limit: int) -> bytes:
     return bytes(body)
 
 
-def create_app(settings: ReviewsSettings, store: ReviewStore | None = None) -> FastAPI:
+def create_app(
+    settings: ReviewsSettings, store: ReviewStore | None = None, events: KubeEventPoster | None = None
+) -> FastAPI:
     """The FastAPI app; refuses to build without a token (write endpoints are never open)."""
     if settings.token is None or not settings.token.get_secret_value():
         from tidescale.errors import UsageError
 
         raise UsageError("the review service needs a bearer token: set TIDESCALE_REVIEWS_TOKEN")
     token = settings.token.get_secret_value().encode()
-    service = ReviewService(settings, store or ReviewStore(settings.database))
+    service = ReviewService(settings, store or ReviewStore(settings.database), events)
     app = FastAPI(title="tidescale model reviews", docs_url=None, redoc_url=None)
     app.state.service = service
 

@@ -25,3 +25,7 @@ class ReviewsSettings(ComponentSettings):
     profile_timeout_s: float = Field(2.0, gt=0, le=60)
     max_body_bytes: int = Field(1 << 20, ge=1024)
     max_alerts_per_payload: int = Field(1000, ge=1)
+    # Post a Kubernetes Event on the model's Deployment when a review opens (needs RBAC: create events).
+    kube_events: bool = False
+    # model -> "namespace/deployment", for alerts without a `deployment` label.
+    model_deployments: dict[str, str] = Field(default_factory=dict)

@@ -1,0 +1,81 @@
+"""Optional: a Kubernetes Event on the model's Deployment when a review opens (`kubectl describe`
+then shows it next to rollouts). Best effort: failures are logged and never block a review."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
+COMPONENT = "tidescale-reviews"
+
+
+class EventsApi(Protocol):
+    """The one call of kubernetes.client.CoreV1Api we use (a fake in tests)."""
+
+    def create_namespaced_event(self, namespace: str, body: Any) -> Any: ...
+
+
+def event_body(namespace: str, deployment: str, review: dict[str, Any], now: datetime) -> dict[str, Any]:
+    stamp = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    message = (f"model {review['model']} version {review['version']} needs a review ({review['reason']}); "
+               f"review #{review['id']}")
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{deployment}.tidescale-review-", "namespace": namespace},
+        "involvedObject": {"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment,
+                           "namespace": namespace},
+        "reason": "ModelReviewOpened",
+        "message": message[:1024],
+        "type": "Normal",
+        "source": {"component": COMPONENT},
+        "reportingComponent": COMPONENT,
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    }
+
+
+def deployment_of(review: dict[str, Any], model_deployments: dict[str, str]) -> tuple[str, str] | None:
+    """(namespace, deployment): the alert's `deployment` label, else the configured `model: ns/deploy`."""
+    labels = review.get("labels") or {}
+    if labels.get("deployment") and review.get("namespace"):
+        return review["namespace"], labels["deployment"]
+    target = model_deployments.get(review["model"], "")
+    namespace, sep, deployment = target.partition("/")
+    return (namespace, deployment) if sep and namespace and deployment else None
+
+
+class KubeEventPoster:
+    """Posts review Events through the Kubernetes API (in-cluster config, else kubeconfig)."""
+
+    def __init__(self, model_deployments: dict[str, str], api: EventsApi | None = None) -> None:
+        self.model_deployments = model_deployments
+        self._api = api
+
+    def _client(self) -> EventsApi:
+        if self._api is None:
+            from kubernetes import client, config
+
+            try:
+                config.load_incluster_config()
+            except config.ConfigException:
+                config.load_kube_config()
+            self._api = client.CoreV1Api()
+        return self._api
+
+    def post(self, review: dict[str, Any]) -> bool:
+        target = deployment_of(review, self.model_deployments)
+        if target is None:
+            log.info("no Deployment known for model %s; no Kubernetes Event", review["model"])
+            return False
+        namespace, deployment = target
+        try:
+            self._client().create_namespaced_event(
+                namespace, event_body(namespace, deployment, review, datetime.now(UTC)))
+        except Exception as exc:  # the API server being away must not lose the review
+            log.warning("posting a Kubernetes Event for review %s failed: %s", review["id"], exc)
+            return False
+        return True
