@@ -200,6 +200,7 @@ def parse_fault_request(body: bytes, gpu_count: int) -> dict[str, Any]:
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise UsageError(f"unknown fields {unknown}; allowed: {sorted(allowed)}")
+    data = {k: v for k, v in data.items() if v is not None}  # null means "not given"
     gpu = data.get("gpu")
     if gpu is not None and (not isinstance(gpu, int) or isinstance(gpu, bool) or not 0 <= gpu < gpu_count):
         raise UsageError(f"gpu must be an integer in 0..{gpu_count - 1}")

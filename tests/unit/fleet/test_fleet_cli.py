@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tidescale.errors import UsageError
 from tidescale.fleet_cli import build_scenario, parse_model_mix
@@ -91,3 +93,13 @@ def test_bad_config_file_exits_2(tmp_path: Path, run: Callable[..., Outcome]) ->
     cfg.write_text("sim:\n  duration: -3\n")
     out = run("run", "--config", str(cfg))
     assert out.returncode == 2 and "sim.duration" in out.stderr
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.text(alphabet="resnt50_=,. 1x-e", max_size=30))
+def test_model_mix_parser_fuzz(text: str) -> None:
+    try:
+        mix = parse_model_mix(text)
+    except UsageError:
+        return
+    assert mix and all(isinstance(w, float) for w in mix.values())

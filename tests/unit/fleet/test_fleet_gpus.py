@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.paths import FIXTURES
 from tidescale import catalog
@@ -217,3 +219,22 @@ def test_throttling_slows_the_assigned_pod_and_clearing_restores_it() -> None:
     late = FakeReplica(pod="late-pod")
     node.assign(1, late)
     assert late.slowdowns and late.slowdowns[0] > 1.0
+
+
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
+                                                                                         max_size=3), max_leaves=8)
+fault_keys = st.sampled_from(["gpu", "fb_leak_mib_per_s", "xid", "throttle_bits", "clear", "other"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.one_of(st.binary(max_size=40), st.dictionaries(fault_keys, json_values, max_size=4).map(
+    lambda d: json.dumps(d).encode())))
+def test_fault_request_parser_fuzz(body: bytes) -> None:
+    try:
+        req = parse_fault_request(body, gpu_count=2)
+    except UsageError:
+        return
+    node = make_node([0.0], Clock())
+    status, _, _ = node._post_faults({"authorization": f"Bearer {node.fault_token}"}, body)
+    assert status == 200, req
