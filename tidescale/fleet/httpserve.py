@@ -30,6 +30,14 @@ def json_response(status: int, payload: Any) -> Response:
     return status, "application/json", json.dumps(payload).encode()
 
 
+def _guarded(call: Callable[[], Response]) -> Response:
+    """A handler's response, or a 500 with the error's type (never its text: it may hold request data)."""
+    try:
+        return call()
+    except Exception as exc:
+        return json_response(500, {"detail": f"internal error ({type(exc).__name__})"})
+
+
 class LoopbackHttpServer:
     """Serves GET/POST routes on 127.0.0.1 from a daemon thread; `stop()` closes the socket."""
 
@@ -63,7 +71,10 @@ class LoopbackHttpServer:
 
             def do_GET(self) -> None:
                 handler = routes_get.get(self.path.split("?", 1)[0])
-                self._send(handler() if handler else json_response(404, {"detail": f"no route {self.path}"}))
+                if handler is None:
+                    self._send(json_response(404, {"detail": f"no route {self.path}"}))
+                else:
+                    self._send(_guarded(handler))
 
             def do_POST(self) -> None:
                 handler = routes_post.get(self.path.split("?", 1)[0])
@@ -78,7 +89,8 @@ class LoopbackHttpServer:
                     self._send(json_response(413, {"detail": f"body must be 0..{MAX_BODY_BYTES} bytes"}))
                     return
                 body = self.rfile.read(length)
-                self._send(handler({k.lower(): v for k, v in self.headers.items()}, body))
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                self._send(_guarded(lambda: handler(headers, body)))
 
             def log_message(self, format: str, *args: Any) -> None:
                 return  # quiet: never log request lines (they may carry tokens in headers)

@@ -118,3 +118,20 @@ def test_model_mix() -> None:
     for bad in ({}, {"a": -1.0}, {"a": 0.0}):
         with pytest.raises(UsageError):
             normalize_mix(bad)
+
+
+def test_a_failing_handler_answers_500_and_the_server_keeps_serving() -> None:
+    import httpx
+
+    def broken() -> Response:
+        raise RuntimeError("secret detail")
+
+    server = LoopbackHttpServer("broken")
+    server.get_routes["/metrics"] = broken
+    server.start()
+    try:
+        first = httpx.get(f"{server.url}/metrics")
+        assert first.status_code == 500 and "secret" not in first.text
+        assert httpx.get(f"{server.url}/metrics").status_code == 500
+    finally:
+        server.stop()
