@@ -131,6 +131,31 @@ def fetch_panels(
     return out
 
 
+def _le(series: Series) -> float:
+    try:
+        return float(series.labels.get("le", "inf"))
+    except ValueError:
+        return math.inf
+
+
+def bucket_counts(buckets: Sequence[Series]) -> list[Series]:
+    """Cumulative `le` bucket series -> one series per bucket (its own count), empty buckets dropped.
+
+    Grafana's heatmap does this itself for `format: heatmap`; the preview draws the result as lines.
+    """
+    ordered = sorted(buckets, key=_le)
+    out, previous = [], None
+    for s in ordered:
+        if previous is not None and previous.times == s.times:
+            values = tuple(max(0.0, v - p) for v, p in zip(s.values, previous.values, strict=True))
+        else:
+            values = s.values
+        previous = s
+        if any(v > 0 for v in values):
+            out.append(Series(s.labels, s.times, values))
+    return out
+
+
 def _draw_panel(ax: Any, panel: PanelData, end: float) -> None:
     ax.set_title(panel.title, fontsize=9)
     ax.tick_params(labelsize=7)
@@ -151,7 +176,7 @@ def _draw_panel(ax: Any, panel: PanelData, end: float) -> None:
         ax.set_xlabel(panel.unit, fontsize=7)
         return
     for r in panel.results:
-        for s in r.series:
+        for s in bucket_counts(r.series) if panel.type == "heatmap" else r.series:
             ax.plot([t - end for t in s.times], s.values, linewidth=1, label=legend(r.legend, s.labels)[:40])
     ax.set_xlabel("seconds before now", fontsize=7)
     ax.set_ylabel(panel.unit, fontsize=7)

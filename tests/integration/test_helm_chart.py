@@ -25,10 +25,11 @@ MONITORING_API = ("--api-versions", "monitoring.coreos.com/v1")
 FULL_VALUES: dict[str, Any] = {
     "serving": {"namespace": "serving", "selector": {"app.kubernetes.io/name": "triton-server"}},
     "exporter": {"replicas": 2, "settings": {"poll_interval_s": 2.0}},
+    "recommender": {"capacityRps": 50.0},
     "reviews": {"database": {"existingSecret": "reviews-db", "key": "url"}},
     "autoscaling": {"targets": [
         {"deployment": "triton-resnet", "model": "resnet50", "minReplicas": 2, "maxReplicas": 12},
-        {"deployment": "triton-ctr", "model": "ctr", "minReplicas": 1, "maxReplicas": 20},
+        {"deployment": "triton-ctr", "model": "ctr", "minReplicas": 1, "maxReplicas": 20, "capacityRps": 120.0},
     ]},
     "monitoring": {"additionalLabels": {"release": "kps"}, "prometheusRule": {"additionalLabels": {"team": "ml"}}},
     "dashboards": {"namespace": "monitoring", "annotations": {"grafana_folder": "tidescale"}},
@@ -197,6 +198,16 @@ def test_hpa_and_scaledobject_match_the_autoscaler_manifests(full_docs: list[dic
         assert obj["spec"] == expected["spec"]
 
 
+def test_legacy_tolerance_leaves_the_field_out(tmp: Path) -> None:
+    from autoscaler.manifests import Target, hpa_manifest
+
+    values = {**FULL_VALUES, "autoscaling": {**FULL_VALUES["autoscaling"], "legacyTolerance": True}}
+    hpa = next(d for d in template(tmp, values) if d["kind"] == "HorizontalPodAutoscaler")
+    expected = hpa_manifest(Target("triton-resnet", "serving", "resnet50", 2, 12), legacy=True)
+    assert hpa["spec"] == expected["spec"]
+    assert "tolerance" not in json.dumps(hpa["spec"]["behavior"])
+
+
 def _pod_specs(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for d in docs:
@@ -221,7 +232,8 @@ def test_production_defaults_on_every_pod(full_docs: list[dict[str, Any]]) -> No
     services = [s for s in specs if "restartPolicy" not in s]
     for spec in services:
         [c] = spec["containers"]
-        assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+        # Only the exporter has a separate readiness endpoint (its background tasks running).
+        assert c["readinessProbe"]["httpGet"]["path"] == ("/readyz" if c["name"] == "exporter" else "/healthz")
         assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
 
 
@@ -256,6 +268,8 @@ def test_commands_tokens_and_storage(default_docs: list[dict[str, Any]], full_do
     # With a PostgreSQL URL from a Secret: no PVC, no sqlite flag, the URL from the Secret.
     full = containers(full_docs)
     assert "--database" not in full["reviews"]["args"] and "PersistentVolumeClaim" not in kinds(full_docs)
+    exporter_url = next(e for e in full["reviews"]["env"] if e["name"] == "TIDESCALE_REVIEWS_EXPORTER_URL")
+    assert exporter_url["value"] == "http://t-tidescale-exporter.tidescale.svc:9105"
     db = next(e for e in full["reviews"]["env"] if e["name"] == "TIDESCALE_REVIEWS_DATABASE")
     assert db["valueFrom"]["secretKeyRef"] == {"name": "reviews-db", "key": "url"}
     config = next(d for d in full_docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-config"))
@@ -266,16 +280,22 @@ def test_commands_tokens_and_storage(default_docs: list[dict[str, Any]], full_do
     assert [t["deployment"] for t in settings["recommender"]["targets"]] == ["triton-resnet", "triton-ctr"]
 
 
-def test_exporter_settings_in_the_configmap_load(full_docs: list[dict[str, Any]], tmp: Path) -> None:
-    """The chart's `exporter:` section is accepted by the exporter's own settings class."""
+def test_the_configmap_sections_load_with_the_components_settings(full_docs: list[dict[str, Any]],
+                                                                    tmp: Path) -> None:
+    """The chart's `exporter:` and `recommender:` sections are accepted by the services' own settings."""
+    from autoscaler.service import RecommenderSettings
     from exporters.settings import ExporterSettings
     from tidescale.settings import load_settings
 
     config = next(d for d in full_docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-config"))
     path = tmp / "config.yaml"
     path.write_text(config["data"]["config.yaml"])
-    settings = load_settings(ExporterSettings, path)
-    assert settings.host == "0.0.0.0" and settings.kube_selector == "app.kubernetes.io/name=triton-server"
+    exporter = load_settings(ExporterSettings, path)
+    assert exporter.host == "0.0.0.0" and exporter.kube_selector == "app.kubernetes.io/name=triton-server"
+    recommender = load_settings(RecommenderSettings, path)
+    assert recommender.port == 9106 and recommender.host == "0.0.0.0"
+    assert [recommender.capacity_for(t) for t in recommender.targets] == [50.0, 120.0]
+    assert {t.namespace for t in recommender.targets} == {"serving"}
 
 
 def test_network_policies_and_pdb(default_docs: list[dict[str, Any]], full_docs: list[dict[str, Any]]) -> None:

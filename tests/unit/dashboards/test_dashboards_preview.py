@@ -134,3 +134,11 @@ def test_query_errors_are_shown_not_raised() -> None:
 def test_render_previews_rejects_a_bad_window(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="window"):
         preview.render_previews("http://127.0.0.1:1", tmp_path, window_s=0)
+
+
+def test_bucket_counts_decumulate_histogram_buckets() -> None:
+    times = (1.0, 2.0)
+    cumulative = [preview.Series({"le": le}, times, vals) for le, vals in
+                  (("+Inf", (10.0, 12.0)), ("1.0", (4.0, 4.0)), ("2.0", (4.0, 4.0)), ("4.0", (9.0, 12.0)))]
+    counts = {s.labels["le"]: s.values for s in preview.bucket_counts(cumulative)}
+    assert counts == {"1.0": (4.0, 4.0), "4.0": (5.0, 8.0), "+Inf": (1.0, 0.0)}  # le=2.0 is empty: dropped

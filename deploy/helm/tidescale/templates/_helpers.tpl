@@ -95,7 +95,7 @@ affinity:
   resources:
     {{- toYaml .resources | nindent 4 }}
   readinessProbe:
-    httpGet: {path: /readyz, port: http}
+    httpGet: {path: {{ .readyPath | default "/healthz" }}, port: http}
     periodSeconds: 10
     timeoutSeconds: 3
   livenessProbe:
@@ -125,25 +125,3 @@ affinity:
 {{- if .Values.serviceAccount.create -}}{{ include "tidescale.fullname" . }}-exporter{{- else -}}default{{- end -}}
 {{- end -}}
 
-{{/* HPA behavior: fast up (100 % or 4 pods per 15 s), cautious down (60 s window, 25 % or 2 pods
-     per minute), tolerance 0 unless the cluster predates HPAConfigurableTolerance (1.33). */}}
-{{- define "tidescale.hpaBehavior" -}}
-scaleUp:
-  stabilizationWindowSeconds: 0
-  selectPolicy: Max
-  policies:
-    - {type: Percent, value: 100, periodSeconds: 15}
-    - {type: Pods, value: 4, periodSeconds: 15}
-  {{- if not .legacyTolerance }}
-  tolerance: "0"
-  {{- end }}
-scaleDown:
-  stabilizationWindowSeconds: 60
-  selectPolicy: Max
-  policies:
-    - {type: Percent, value: 25, periodSeconds: 60}
-    - {type: Pods, value: 2, periodSeconds: 60}
-  {{- if not .legacyTolerance }}
-  tolerance: "0"
-  {{- end }}
-{{- end -}}
