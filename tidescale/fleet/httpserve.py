@@ -97,7 +97,7 @@ class LoopbackHttpServer:
 
         self._server = ThreadingHTTPServer((LOOPBACK, self.port), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name=self.name, daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.1,), name=self.name, daemon=True)
         self._thread.start()
         return self
 
