@@ -14,6 +14,7 @@ import itertools
 import math
 import threading
 import time
+from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -35,17 +36,28 @@ DEFAULT_MAX_BINS = 2048
 MIN_TRACKED_SECONDS = 1e-9
 
 
+def _zeros(n: int) -> array[float]:
+    return array("d", bytes(8 * n))
+
+
+def _view(counts: array[float]) -> np.ndarray:
+    """A numpy view sharing *counts*' memory (for vectorised reads and in-place adds)."""
+    return np.frombuffer(counts, dtype=np.float64)
+
+
 class DDSketch:
     """Log-bucketed quantile sketch: every quantile within `relative_accuracy` of a true value.
 
     Bucket i holds values in (γ^(i-1), γ^i] with γ = (1+α)/(1-α); the estimate 2γ^i/(γ+1) is
     within α of every value in the bucket. Merging adds bucket counts, so a merge of per-pod
-    sketches equals the sketch of all values. When more than `max_bins` buckets exist the
-    lowest ones collapse into one (tail quantiles keep their accuracy; latency SLOs care about
-    the top, not the bottom). Counts are floats so sampled data can be weighted.
+    sketches equals the sketch of all values. Buckets live in a dense array of at most
+    `max_bins` consecutive keys (8 bytes each: 2048 bins at α = 0.5 % span a 10^8 range); when
+    values need a wider span the lowest buckets collapse into one (tail quantiles keep their
+    accuracy; latency SLOs care about the top, not the bottom). Counts are floats so sampled
+    data can be weighted.
     """
 
-    __slots__ = ("_log_gamma", "bins", "count", "max_bins", "relative_accuracy", "zero_count")
+    __slots__ = ("_counts", "_log_gamma", "_offset", "count", "max_bins", "relative_accuracy", "zero_count")
 
     def __init__(self, relative_accuracy: float = DEFAULT_RELATIVE_ACCURACY,
                  max_bins: int = DEFAULT_MAX_BINS) -> None:
@@ -57,9 +69,20 @@ class DDSketch:
         self.max_bins = max_bins
         gamma = (1.0 + relative_accuracy) / (1.0 - relative_accuracy)
         self._log_gamma = math.log(gamma)
-        self.bins: dict[int, float] = {}
+        self._counts = _zeros(0)
+        self._offset = 0  # key of _counts[0]
         self.zero_count = 0.0
         self.count = 0.0
+
+    @property
+    def bins(self) -> dict[int, float]:
+        """Non-empty buckets as {key: count} (for inspection and tests)."""
+        return {i + self._offset: c for i, c in enumerate(self._counts) if c}
+
+    @property
+    def span(self) -> int:
+        """Buckets held in memory (the dense array's length, ≤ max_bins)."""
+        return len(self._counts)
 
     def key(self, value: float) -> int:
         """The bucket index of a positive value."""
@@ -70,16 +93,41 @@ class DDSketch:
         gamma = math.exp(self._log_gamma)
         return 2.0 * math.exp(key * self._log_gamma) / (gamma + 1.0)
 
+    def _cover(self, low: int, high: int) -> None:
+        """Grow the array to hold keys low..high, collapsing the lowest keys beyond max_bins."""
+        if not self._counts:
+            high = max(high, low)
+            low = max(low, high - self.max_bins + 1)
+            self._offset, self._counts = low, _zeros(high - low + 1)
+            return
+        cur_low, cur_high = self._offset, self._offset + len(self._counts) - 1
+        new_low, new_high = min(low, cur_low), max(high, cur_high)
+        if new_low == cur_low and new_high == cur_high:
+            return
+        grown = _zeros(new_high - new_low + 1)
+        grown[cur_low - new_low: cur_low - new_low + len(self._counts)] = self._counts
+        if len(grown) > self.max_bins:
+            cut = len(grown) - self.max_bins
+            moved = sum(grown[:cut])
+            grown = grown[cut:]
+            grown[0] += moved
+            new_low += cut
+        self._offset, self._counts = new_low, grown
+
+    def _index(self, key: int) -> int:
+        """Array index of *key*, clamped into the lowest bucket when it was collapsed away."""
+        return max(key - self._offset, 0)
+
     def add(self, value: float, weight: float = 1.0) -> None:
         if not math.isfinite(value) or value < 0.0 or weight <= 0.0:
             return
         if value <= MIN_TRACKED_SECONDS:
             self.zero_count += weight
         else:
-            k = self.key(value)
-            self.bins[k] = self.bins.get(k, 0.0) + weight
-            if len(self.bins) > self.max_bins:
-                self._collapse()
+            k = math.ceil(math.log(value) / self._log_gamma)
+            if not 0 <= k - self._offset < len(self._counts):
+                self._cover(k, k)
+            self._counts[self._index(k)] += weight
         self.count += weight
 
     def add_many(self, values: np.ndarray) -> None:
@@ -88,31 +136,23 @@ class DDSketch:
         arr = arr[np.isfinite(arr) & (arr >= 0.0)]
         zero = arr <= MIN_TRACKED_SECONDS
         self.zero_count += float(zero.sum())
-        keys = np.ceil(np.log(arr[~zero]) / self._log_gamma).astype(np.int64)
-        uniq, counts = np.unique(keys, return_counts=True)
-        for k, c in zip(uniq.tolist(), counts.tolist(), strict=True):
-            self.bins[k] = self.bins.get(k, 0.0) + c
         self.count += float(arr.size)
-        if len(self.bins) > self.max_bins:
-            self._collapse()
-
-    def _collapse(self) -> None:
-        """Fold the lowest buckets into one until at most `max_bins` remain."""
-        keys = sorted(self.bins)
-        excess = len(keys) - self.max_bins
-        target = keys[excess]
-        moved = sum(self.bins.pop(k) for k in keys[:excess])
-        self.bins[target] += moved
+        keys = np.ceil(np.log(arr[~zero]) / self._log_gamma).astype(np.int64)
+        if keys.size:
+            self._cover(int(keys.min()), int(keys.max()))
+            idx = np.maximum(keys - self._offset, 0)
+            _view(self._counts)[:] += np.bincount(idx, minlength=len(self._counts))
 
     def merge(self, other: DDSketch) -> None:
         if other._log_gamma != self._log_gamma:
             raise ValueError("cannot merge sketches with different relative accuracy")
-        for k, c in other.bins.items():
-            self.bins[k] = self.bins.get(k, 0.0) + c
+        if other._counts:
+            other_high = other._offset + len(other._counts) - 1
+            self._cover(other._offset, other_high)
+            idx = np.maximum(np.arange(other._offset, other_high + 1) - self._offset, 0)
+            np.add.at(_view(self._counts), idx, _view(other._counts))
         self.zero_count += other.zero_count
         self.count += other.count
-        if len(self.bins) > self.max_bins:
-            self._collapse()
 
     def quantile(self, q: float) -> float | None:
         """The q-quantile estimate (0 ≤ q ≤ 1), or None for an empty sketch."""
@@ -121,18 +161,19 @@ class DDSketch:
         if self.count <= 0.0:
             return None
         rank = q * (self.count - 1.0)
-        seen = self.zero_count
-        if seen > rank:
+        if self.zero_count > rank:
             return 0.0
-        for k in sorted(self.bins):
-            seen += self.bins[k]
-            if seen > rank:
-                return self.value_of(k)
-        return self.value_of(max(self.bins))
+        counts = _view(self._counts)
+        cumulative = np.cumsum(counts) + self.zero_count
+        i = int(np.searchsorted(cumulative, rank, side="right"))
+        nonzero = np.flatnonzero(counts)
+        i = min(i, int(nonzero[-1])) if nonzero.size else i
+        return self.value_of(i + self._offset)
 
     def copy(self) -> DDSketch:
         out = DDSketch(self.relative_accuracy, self.max_bins)
-        out.bins = dict(self.bins)
+        out._counts = array("d", self._counts)
+        out._offset = self._offset
         out.zero_count = self.zero_count
         out.count = self.count
         return out
@@ -308,9 +349,9 @@ def samples_for(model: str, version: str, stamps: dict[str, int], namespace: str
 # --- the collector -----------------------------------------------------------------------------
 
 QUANTILES: tuple[float, ...] = (0.5, 0.95, 0.99)
-# Per-interval sketch bins: 512 bins at α = 0.5 % span a 167× range at full accuracy (lower values
-# collapse), and bound memory at max_series × slots × 512 bins whatever clients send.
-WINDOW_SKETCH_MAX_BINS = 512
+# Per-interval sketch bins: 1024 dense bins (8 KiB) at α = 0.5 % span a 28,000× range at full
+# accuracy (lower values collapse), and bound memory at max_series × slots × 8 KiB.
+WINDOW_SKETCH_MAX_BINS = 1024
 SeriesKey = tuple[str, str, str, str]  # model, version, stage, namespace
 
 

@@ -31,7 +31,7 @@ class ExporterSettings(ComponentSettings):
     max_buckets: int = Field(60, ge=4, le=60)
     window_s: float = Field(60.0, gt=0, le=3600)
     window_slots: int = Field(12, ge=1, le=120)
-    sketch_max_bins: int = Field(512, ge=16, le=4096, description="bins per window-interval sketch")
+    sketch_max_bins: int = Field(1024, ge=16, le=4096, description="bins per window-interval sketch")
     trace_sample_rate: int = Field(1, ge=1, description="Triton --trace-config rate=N")
     max_series: int = Field(2000, ge=1, description="cap on latency label sets (model, version, stage, ns)")
     join_ttl_s: float = Field(30.0, gt=0, le=600)

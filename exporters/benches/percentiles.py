@@ -30,7 +30,7 @@ from prometheus_client.core import HistogramMetricFamily, SummaryMetricFamily
 from prometheus_client.registry import Collector
 
 from exporters.benches.common import bench_main
-from exporters.latency import BucketHistogram, DDSketch, log_buckets, merge_all
+from exporters.latency import WINDOW_SKETCH_MAX_BINS, BucketHistogram, DDSketch, log_buckets, merge_all
 from tidescale import catalog
 from tidescale.fleet.httpserve import LoopbackHttpServer, text_response
 from tidescale.promql import selector
@@ -83,7 +83,7 @@ def relative_errors(estimates: dict[str, float | None], truth: dict[str, float])
 def merged_sketch_quantiles(pods: list[np.ndarray]) -> dict[str, float | None]:
     sketches = []
     for values in pods:
-        sketch = DDSketch()
+        sketch = DDSketch(max_bins=WINDOW_SKETCH_MAX_BINS)  # as the exporter's window sketches
         sketch.add_many(values)
         sketches.append(sketch)
     merged = merge_all(sketches)
