@@ -19,7 +19,7 @@ import codecs
 import io
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from exporters.errors import BadInput
@@ -29,10 +29,18 @@ from exporters.profiles.selftime import OpTotals, SelfTimeAggregator
 READ_CHUNK = 1 << 20
 MAX_EVENT_CHARS = 4 << 20
 MAX_CLASS_CACHE = 50_000
+BOUNDARY_SEARCH_CHARS = 1 << 16
+_BOUNDARY = re.compile(r"\}\s*,\s*\{")
 _SKIP = re.compile(r"[\s,]*")
 _WS = re.compile(r"\s*")
 _DECODER = json.JSONDecoder()
-_ID_TYPES = (int, str, float, type(None))
+_loads: Callable[[str], Any]
+try:  # orjson decodes batches ~1.4x faster; the stdlib decoder is the fallback
+    from orjson import loads as _loads
+except ImportError:  # pragma: no cover
+    _loads = json.loads
+_NUMBERS = (int, float)
+_INF = float("inf")
 
 
 class _TextWindow:
@@ -61,6 +69,11 @@ class _TextWindow:
         self.text = self.text[self.pos:] + chunk
         self.pos = 0
         return True
+
+    def ensure(self, chars: int) -> None:
+        """Read until the window holds *chars* unconsumed characters (or the input ends)."""
+        while len(self.text) - self.pos < chars and self.more():
+            pass
 
     def skip(self, pattern: re.Pattern[str]) -> None:
         while True:
@@ -100,11 +113,18 @@ class _TextWindow:
 
 def iter_trace_events(stream: io.BufferedReader, metadata: dict[str, Any] | None = None) -> Iterator[Any]:
     """Yield each element of `traceEvents` (or of a bare top-level array) one at a time."""
+    for batch in iter_trace_event_batches(stream, metadata):
+        yield from batch
+
+
+def iter_trace_event_batches(stream: io.BufferedReader, metadata: dict[str, Any] | None = None
+                             ) -> Iterator[list[Any]]:
+    """The elements of `traceEvents` (or of a bare top-level array) in decoded batches."""
     win = _TextWindow(stream)
     first = win.peek_char()
     if first == "[":
         win.pos += 1
-        yield from _iter_array(win)
+        yield from _iter_batches(win)
         return
     win.expect("{")
     found = False
@@ -118,7 +138,7 @@ def iter_trace_events(stream: io.BufferedReader, metadata: dict[str, Any] | None
         if key == "traceEvents":
             win.expect("[")
             found = True
-            yield from _iter_array(win)
+            yield from _iter_batches(win)
         else:
             val = win.value()
             if metadata is not None and len(metadata) < 64:
@@ -130,7 +150,8 @@ def iter_trace_events(stream: io.BufferedReader, metadata: dict[str, Any] | None
         raise BadInput(400, "not a Chrome trace: no traceEvents array")
 
 
-def _iter_array(win: _TextWindow) -> Iterator[Any]:
+def _iter_batches(win: _TextWindow) -> Iterator[list[Any]]:
+    """The array's elements in batches: every complete event in the window decoded at once."""
     while True:
         win.skip(_SKIP)
         if win.pos >= len(win.text):
@@ -138,38 +159,73 @@ def _iter_array(win: _TextWindow) -> Iterator[Any]:
         if win.text[win.pos] == "]":
             win.pos += 1
             return
-        yield win.value()
+        win.ensure(READ_CHUNK)
+        yield _batch(win) or [win.value()]
+
+
+def _batch(win: _TextWindow) -> list[Any] | None:
+    """Decode the window's complete events with one C call, or None when no safe cut is found.
+
+    A cut is made at the last `},{` (whitespace allowed) in the window. Inside an event
+    `},` is always followed by a key, and a `},{` inside a string or a nested array leaves
+    the segment unbalanced, so the segment decodes as a JSON array only when the cut is a
+    real event boundary; otherwise the previous candidate is tried, then the slow path.
+    """
+    text, pos = win.text, win.pos
+    if text[pos] != "{":
+        return None
+    hi = len(text)
+    for _ in range(3):
+        last = None
+        for last in _BOUNDARY.finditer(text, max(pos, hi - BOUNDARY_SEARCH_CHARS), hi):  # noqa: B007
+            pass
+        if last is None:
+            return None
+        cut = last.start() + 1
+        try:
+            events: list[Any] = _loads("[" + text[pos:cut] + "]")
+        except json.JSONDecodeError:
+            hi = last.start()
+            continue
+        win.pos = cut
+        return events
+    return None
 
 
 class ChromeOpMapper:
     """Turns trace events into (thread, start, duration, (op, class)) for the aggregator."""
 
     def __init__(self) -> None:
-        self._cache: dict[tuple[Any, str], tuple[str, OpClass] | None] = {}
+        self.cache: dict[tuple[Any, Any], tuple[str, OpClass] | None] = {}
         self.tf_op_counts: dict[str, int] = {}
+
+    def tf_key(self, long_name: Any) -> tuple[str, OpClass] | None:
+        """A TF op from `args.long_name = "<op_name>:<op_type>"` (counted per op name)."""
+        if not isinstance(long_name, str):
+            return None
+        op_name, sep, op_type = long_name.rpartition(":")
+        if not sep or not op_type:
+            return None
+        if len(self.tf_op_counts) < MAX_CLASS_CACHE or op_name in self.tf_op_counts:
+            self.tf_op_counts[op_name] = self.tf_op_counts.get(op_name, 0) + 1
+        return self._cached(("tf", op_type), op_type)
 
     def key(self, ev: dict[str, Any]) -> tuple[str, OpClass] | None:
         args = ev.get("args")
-        long_name = args.get("long_name") if isinstance(args, dict) else None
-        if isinstance(long_name, str):
-            op_name, sep, op_type = long_name.rpartition(":")
-            if not sep or not op_type:
-                return None
-            if len(self.tf_op_counts) < MAX_CLASS_CACHE or op_name in self.tf_op_counts:
-                self.tf_op_counts[op_name] = self.tf_op_counts.get(op_name, 0) + 1
-            return self._cached(("tf", op_type), op_type)
+        if isinstance(args, dict) and "long_name" in args:
+            return self.tf_key(args["long_name"])
         name, cat = ev.get("name"), ev.get("cat")
         if not isinstance(name, str) or not isinstance(cat, str):
             return None
         return self._cached((cat, name), name)
 
     def _cached(self, cache_key: tuple[Any, str], name: str) -> tuple[str, OpClass] | None:
-        hit = self._cache.get(cache_key, False)
+        hit = self.cache.get(cache_key, False)
         if hit is not False:
             return hit  # type: ignore[return-value]
         result = _classify(cache_key[0], name)
-        if len(self._cache) < MAX_CLASS_CACHE:
-            self._cache[cache_key] = result
+        if len(self.cache) < MAX_CLASS_CACHE:
+            self.cache[cache_key] = result
         return result
 
 
@@ -184,22 +240,53 @@ def _classify(cat: Any, name: str) -> tuple[str, OpClass] | None:
 
 
 def chrome_op_totals(stream: io.BufferedReader) -> tuple[OpTotals, dict[str, int], dict[str, Any]]:
-    """Self time per op of a Chrome trace, the TF op-name counts and the top-level metadata."""
+    """Self time per op of a Chrome trace, the TF op-name counts and the top-level metadata.
+
+    The inner loop is the hot path of a 1 GB trace, so it is written flat: the class of a
+    (cat, name) pair is cached, events go straight into the thread's reorder buffer.
+    """
     agg = SelfTimeAggregator()
     mapper = ChromeOpMapper()
     metadata: dict[str, Any] = {}
-    add = agg.add
-    for ev in iter_trace_events(stream, metadata):
-        if not isinstance(ev, dict) or ev.get("ph") != "X":
-            continue
-        key = mapper.key(ev)
-        if key is None:
-            continue
-        ts, dur = ev.get("ts"), ev.get("dur")
-        if not isinstance(ts, int | float) or not isinstance(dur, int | float):
-            agg.totals.dropped_events += 1
-            continue
-        pid, tid = ev.get("pid"), ev.get("tid")
-        thread = (pid, tid) if isinstance(pid, _ID_TYPES) and isinstance(tid, _ID_TYPES) else None
-        add(thread, float(ts), float(dur), key)
+    totals = agg.totals
+    cache = mapper.cache
+    buffers: dict[Any, list[Any] | None] = {}
+    limit = agg.limit
+    dropped = 0
+    for batch in iter_trace_event_batches(stream, metadata):
+        for ev in batch:
+            if ev.__class__ is not dict or ev.get("ph") != "X":
+                continue
+            args = ev.get("args")
+            if args.__class__ is dict and "long_name" in args:
+                key = mapper.tf_key(args["long_name"])
+            else:
+                try:
+                    key = cache[(ev.get("cat"), ev.get("name"))]
+                except KeyError:
+                    key = mapper.key(ev)
+                except TypeError:  # unhashable cat/name: not an op we know
+                    continue
+            if key is None:
+                continue
+            ts, dur = ev.get("ts"), ev.get("dur")
+            if ts.__class__ not in _NUMBERS or dur.__class__ not in _NUMBERS or not 0 <= dur < _INF or ts != ts:
+                dropped += 1
+                continue
+            thread = (ev.get("pid"), ev.get("tid"))
+            try:
+                buf = buffers[thread]
+            except KeyError:
+                buf = buffers[thread] = agg.buffer(thread)
+            except TypeError:  # unhashable pid/tid
+                dropped += 1
+                continue
+            if buf is None:
+                dropped += 1
+                continue
+            buf.append((ts, -dur, key))
+            if len(buf) >= limit:
+                agg.drain_if_full(thread)
+                buffers[thread] = agg.buffer(thread)
+    totals.dropped_events += dropped
     return agg.finish(), mapper.tf_op_counts, metadata

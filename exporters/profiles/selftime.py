@@ -64,61 +64,83 @@ class _Thread:
     __slots__ = ("buffer", "horizon", "stack")
 
     def __init__(self) -> None:
+        # Buffer entries: (start, -duration, key), so plain tuple order puts parents first.
         self.buffer: list[tuple[float, float, tuple[str, OpClass]]] = []
         # Stack entries: [end, start, key, child_time]
         self.stack: list[list] = []  # type: ignore[type-arg]
         self.horizon = float("-inf")
 
 
-def _sort_key(ev: tuple[float, float, tuple[str, OpClass]]) -> tuple[float, float]:
-    # Parents first: same start, longer first.
-    return (ev[0], -ev[1])
-
-
 class SelfTimeAggregator:
-    """Feed op intervals with `add(thread, start_us, dur_us, key)`, then `finish()`."""
+    """Feed op intervals with `add(thread, start_us, dur_us, key)` (or straight into
+    `buffer(thread)` for speed, then `drain_if_full`), then call `finish()`."""
 
     def __init__(self, reorder_events: int = REORDER_EVENTS) -> None:
         self._threads: dict[Hashable, _Thread] = {}
-        self._reorder = reorder_events
+        self.reorder = reorder_events
+        self.limit = 2 * reorder_events
         self.totals = OpTotals()
 
-    def add(self, thread: Hashable, start_us: float, dur_us: float, key: tuple[str, OpClass]) -> None:
+    def buffer(self, thread: Hashable) -> list[tuple[float, float, tuple[str, OpClass]]] | None:
+        """The thread's reorder buffer (append `(start, -dur, key)`); None past the thread cap."""
         state = self._threads.get(thread)
         if state is None:
             if len(self._threads) >= MAX_THREADS:
-                self.totals.dropped_events += 1
-                return
+                return None
             state = self._threads[thread] = _Thread()
-        if dur_us < 0 or dur_us != dur_us:
+        return state.buffer
+
+    def drain_if_full(self, thread: Hashable) -> None:
+        state = self._threads[thread]
+        if len(state.buffer) >= self.limit:
+            self._drain(state, keep=self.reorder)
+
+    def add(self, thread: Hashable, start_us: float, dur_us: float, key: tuple[str, OpClass]) -> None:
+        if dur_us < 0 or dur_us != dur_us or start_us != start_us:
             self.totals.dropped_events += 1
             return
-        self.totals.events += 1
-        state.buffer.append((start_us, dur_us, key))
-        if len(state.buffer) >= 2 * self._reorder:
-            self._drain(state, keep=self._reorder)
+        buf = self.buffer(thread)
+        if buf is None:
+            self.totals.dropped_events += 1
+            return
+        buf.append((start_us, -dur_us, key))
+        if len(buf) >= self.limit:
+            self.drain_if_full(thread)
 
     def _drain(self, state: _Thread, keep: int) -> None:
         buf = state.buffer
-        buf.sort(key=_sort_key)
-        ready, state.buffer = buf[: len(buf) - keep], buf[len(buf) - keep:]
+        buf.sort()
+        cut = len(buf) - keep
+        ready, state.buffer = buf[:cut], buf[cut:]
         stack = state.stack
         totals = self.totals
-        for start, dur, key in ready:
-            if start < state.horizon - _EPS_US:
-                totals.late_events += 1
+        totals.events += len(ready)
+        self_us, occurrences = totals.self_us, totals.occurrences
+        horizon = state.horizon
+        late = 0
+        for start, neg_dur, key in ready:
+            if start < horizon - _EPS_US:
+                late += 1
             else:
-                state.horizon = start
-            end = start + dur
+                horizon = start
+            end = start - neg_dur
             while stack and stack[-1][0] <= start + _EPS_US:
-                self._close(stack.pop())
+                c_end, c_start, c_key, child = stack.pop()
+                us = c_end - c_start - child
+                if c_key in self_us:
+                    self_us[c_key] += us if us > 0 else 0.0
+                    occurrences[c_key] += 1
+                else:
+                    totals.add(c_key, max(0.0, us))
             if stack:
                 parent = stack[-1]
-                parent[3] += min(end, parent[0]) - start
+                parent[3] += (end if end < parent[0] else parent[0]) - start
                 if len(stack) >= MAX_STACK_DEPTH:
                     totals.dropped_events += 1
                     continue
             stack.append([end, start, key, 0.0])
+        state.horizon = horizon
+        totals.late_events += late
 
     def _close(self, entry: list) -> None:  # type: ignore[type-arg]
         end, start, key, child = entry
