@@ -31,7 +31,14 @@ class ProfileRow:
 
 def parse_profile(text: str, source: str = "profile") -> list[ProfileRow]:
     """Rows of a perf_analyzer CSV; UsageError naming missing columns or bad cells."""
-    reader = csv.DictReader(io.StringIO(text))
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    try:
+        return _rows(reader, source)
+    except csv.Error as exc:
+        raise UsageError(f"{source}: not a CSV file ({exc})") from None
+
+
+def _rows(reader: csv.DictReader[str], source: str) -> list[ProfileRow]:
     header = [h.strip() for h in (reader.fieldnames or [])]
     missing = [c for c in (CONCURRENCY_COLUMN, THROUGHPUT_COLUMN, P99_COLUMN) if c not in header]
     if missing:

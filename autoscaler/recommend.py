@@ -159,7 +159,8 @@ class Recommender:
             self._down_candidates.clear()
         else:
             # Scale down to the largest count that sufficed (at the lower utilisation) over the delay.
-            self._down_candidates.append((obs.t, max(down_need, up_need)))
+            now_need = max(down_need, up_need)
+            self._down_candidates.append((obs.t, now_need))
             while self._down_candidates and self._down_candidates[0][0] < obs.t - cfg.down_delay_s:
                 self._down_candidates.popleft()
             span = obs.t - self._down_candidates[0][0]
@@ -167,7 +168,7 @@ class Recommender:
             if span >= cfg.down_delay_s * 0.999 and held < current:
                 desired = held
             else:
-                desired, reason = current, "hold-down" if held < current else reason
+                desired, reason = current, "hold-down" if now_need < current else reason
         if desired < cfg.min_replicas:
             desired, reason = cfg.min_replicas, "min"
         if desired > cfg.max_replicas:

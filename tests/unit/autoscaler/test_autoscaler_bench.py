@@ -1,0 +1,127 @@
+"""The closed loop, the scores and the benchmark's plumbing (short runs on the real fast simulator)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autoscaler import bench
+from autoscaler import policies as pol
+from autoscaler.closedloop import RunResult, SimParams, recovery_seconds, replica_hours, score, window_p99
+from autoscaler.live import LiveAutoscaler
+from tidescale import cli
+from tidescale.fastsim import BatcherConfig
+from tidescale.servicecurve import ServiceCurve
+from tidescale.traffic import scenario
+
+CURVE, CFG = ServiceCurve.v100(), BatcherConfig()
+
+
+def test_replica_hours_and_windows() -> None:
+    assert replica_hours([0, 1800], [2, 4], 0, 3600) == pytest.approx(3.0)
+    assert replica_hours([0, 1800], [2, 4], 1800, 3600) == pytest.approx(2.0)
+    arr = np.array([1.0, 2.0, 61.0, 62.0])
+    p99 = window_p99(arr, np.array([0.1, 0.2, 5.0, np.inf]), 60, 120)
+    assert p99[0] == pytest.approx(0.2) and np.isinf(p99[1])
+
+
+def test_recovery_seconds() -> None:
+    arr = np.arange(0, 300, 0.5)
+    lat = np.where((arr >= 100) & (arr < 150), 2.0, 0.1)
+    assert recovery_seconds(arr, lat, 0.5, 90.0, 300) == pytest.approx(60.0)  # bad 100..150 -> good from 150
+    assert recovery_seconds(arr, np.full(len(arr), 0.1), 0.5, 90.0, 300) == 0.0
+    assert recovery_seconds(arr, lat, 0.5, None, 300) is None
+
+
+def test_score_counts_unserved_requests_as_misses() -> None:
+    r = RunResult("x", np.array([130.0, 140.0, 150.0, 10.0]), np.array([0.1, np.inf, 0.2, 9.0]),
+                  [0.0, 120.0], [1, 2], [1, 2])
+    s = score(r, 0.5, 120.0, 180.0, None)
+    assert s["requests_within_slo"] == pytest.approx(2 / 3)  # the warm-up request at t=10 is not scored
+    assert s["unserved_requests"] == 1
+
+
+def test_dominated_by() -> None:
+    scores = {"a": {"replica_hours": 2.0, "requests_within_slo": 0.99, "windows_within_slo": 0.9},
+              "b": {"replica_hours": 1.0, "requests_within_slo": 0.99, "windows_within_slo": 0.95},
+              "c": {"replica_hours": 0.5, "requests_within_slo": 0.5, "windows_within_slo": 0.5},
+              "oracle": {"replica_hours": 0.1, "requests_within_slo": 1.0, "windows_within_slo": 1.0}}
+    assert bench.dominated_by(scores, "a") == ["b"]
+    assert bench.dominated_by(scores, "b") == []
+
+
+def test_oracle_needed_follows_the_rate() -> None:
+    arr = np.sort(np.random.default_rng(0).uniform(0, 10, 3000))  # 300 req/s
+    assert set(bench.oracle_needed(arr, 10, 100.0)) <= {3, 4, 5}
+
+
+def test_closed_loop_tidescale_meets_slo_on_steady_traffic_near_oracle_cost() -> None:
+    sc = bench.BenchScenario("steady", scenario("steady", 800.0, 300.0), 30.0)
+    params = SimParams(CURVE, CFG, 30.0, 0.5)
+    scores, runs = bench.run_scenario(sc, ["tidescale", "oracle", "hpa-cpu"], params, 370.0)
+    assert scores["tidescale"]["requests_within_slo"] >= 0.999
+    assert scores["tidescale"]["cost_vs_oracle"] <= 1.5
+    assert scores["oracle"]["requests_within_slo"] >= 0.999
+    # CPU is irrelevant on GPU pods: the CPU HPA scales in and the fleet saturates
+    assert scores["hpa-cpu"]["requests_within_slo"] < 0.5
+    assert len(runs["tidescale"].arrivals) == len(runs["oracle"].arrivals)  # identical traffic
+
+
+def test_measure_capacity_is_below_peak_throughput() -> None:
+    cap = bench.measure_capacity(CURVE, CFG, 0.5, run_s=60.0)
+    assert 0.5 * CURVE.max_throughput() < cap <= CURVE.max_throughput() * 1.01
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--scenario", "nope"], "unknown scenario nope"),
+    (["--policy", "magic"], "unknown policy magic"),
+    (["--target-rps", "5"], "--target-rps needs --trace"),
+    (["--slo-p99", "0"], "--slo-p99 must be > 0"),
+])
+def test_bench_bad_input_exits_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["bench", "autoscale", "--no-write", *argv])
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_policy_names() -> None:
+    assert pol.check_policies(["tidescale"]) == ["tidescale"]
+    assert len(pol.ALL_POLICIES) == 8
+
+
+class _Prom:
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+
+    def instant(self, expr: str) -> list[tuple[float, float]]:
+        if "rate(" in expr:
+            return [(0.0, self.rate)]
+        if "time()" in expr:
+            return [(0.0, 1.0)]
+        if "pending" in expr:
+            return [(0.0, 0.0)]
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+def test_live_autoscaler_scales_the_fleet_and_reports_status() -> None:
+    fleet = {"spec": 1, "ready": 1}
+    calls: list[int] = []
+
+    def scale(n: int) -> None:
+        calls.append(n)
+        fleet["spec"] = fleet["ready"] = n
+
+    live = LiveAutoscaler("http://unused:9090", scale, lambda: fleet["spec"], lambda: fleet["ready"],
+                          capacity_rps=10.0, max_replicas=8)
+    live.service.client = _Prom(45.0)  # type: ignore[assignment]
+    live.step(0.0)
+    assert calls == [5] and live.status().desired_replicas == 5
+    live.service.client = _Prom(1000.0)  # type: ignore[assignment]
+    live.step(15.0)
+    assert fleet["spec"] == 8 and live.status().max_replicas == 8
+    with pytest.raises(Exception, match="unknown live policy"):
+        LiveAutoscaler("http://x", scale, lambda: 1, lambda: 1, policy="magic")

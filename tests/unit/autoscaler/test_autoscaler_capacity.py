@@ -1,0 +1,92 @@
+"""perf_analyzer profiles: capacity at the SLO, and clear errors for bad files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autoscaler.capacity import capacity_at_slo, curve_capacity, load_capacity, parse_profile
+from tidescale.errors import UsageError
+from tidescale.servicecurve import ServiceCurve
+
+# The column layout perf_analyzer -f writes (latencies in µs).
+PROFILE = """Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,Server Compute Input,\
+Server Compute Infer,Server Compute Output,Client Recv,p50 latency,p90 latency,p95 latency,p99 latency,Avg latency
+1,58.2,20,300,40,30,17000,20,5,17200,17900,18100,45000,17300
+8,210.5,20,300,900,30,37000,20,5,38000,60000,70000,88000,39000
+16,320.1,20,300,5000,30,48000,20,5,50000,90000,110000,132000,51000
+32,380.4,20,300,40000,30,84000,20,5,120000,170000,190000,210000,125000
+64,381.0,20,300,90000,30,84000,20,5,170000,260000,300000,350000,175000
+"""
+
+
+def test_highest_throughput_within_slo() -> None:
+    rows = parse_profile(PROFILE)
+    assert capacity_at_slo(rows, 0.5) == pytest.approx(381.0)
+    assert capacity_at_slo(rows, 0.2) == pytest.approx(320.1)
+    assert capacity_at_slo(rows, 0.1) == pytest.approx(210.5)
+
+
+def test_load_capacity_from_file(tmp_path: Path) -> None:
+    p = tmp_path / "profile.csv"
+    p.write_text(PROFILE)
+    assert load_capacity(p, 0.15) == pytest.approx(320.1)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("Concurrency,Inferences/Second\n1,2\n", "missing column\\(s\\) p99 latency"),
+    ("", "missing column"),
+    ("Concurrency,Inferences/Second,p99 latency\n", "no data rows"),
+    ("Concurrency,Inferences/Second,p99 latency\n1,abc,5\n", ":2: .* must be numbers"),
+    ("Concurrency,Inferences/Second,p99 latency\n1,-5,5\n", "finite and >= 0"),
+])
+def test_bad_profiles(text: str, message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        parse_profile(text)
+
+
+def test_no_row_within_slo_and_zero_capacity() -> None:
+    rows = parse_profile(PROFILE)
+    with pytest.raises(UsageError, match="no row has P99 within"):
+        capacity_at_slo(rows, 0.01)
+    zero = parse_profile("Concurrency,Inferences/Second,p99 latency\n1,0,100\n")
+    with pytest.raises(UsageError, match="zero"):
+        capacity_at_slo(zero, 1.0)
+    with pytest.raises(UsageError, match="> 0"):
+        capacity_at_slo(rows, 0)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="does not exist"):
+        load_capacity(tmp_path / "nope.csv", 0.5)
+
+
+def test_curve_capacity_is_a_fraction_of_peak() -> None:
+    curve = ServiceCurve.v100()
+    assert curve_capacity(curve) == pytest.approx(0.85 * curve.max_throughput())
+
+
+@given(st.text(max_size=400))
+@settings(max_examples=150, deadline=None)
+def test_parser_fuzz_only_raises_usage_errors(text: str) -> None:
+    try:
+        rows = parse_profile(text)
+    except UsageError:
+        return
+    assert rows and all(r.throughput_rps >= 0 and r.p99_s >= 0 for r in rows)
+
+
+@given(st.lists(st.tuples(st.integers(1, 512), st.floats(0.1, 1e4), st.floats(1, 1e7)), min_size=1, max_size=20),
+       st.floats(1e-4, 20))
+@settings(max_examples=150, deadline=None)
+def test_capacity_is_the_best_row_within_slo(rows: list[tuple[int, float, float]], slo: float) -> None:
+    text = "Concurrency,Inferences/Second,p99 latency\n" + "".join(f"{c},{t!r},{p!r}\n" for c, t, p in rows)
+    ok = [t for _, t, p in rows if p / 1e6 <= slo]
+    if not ok:
+        with pytest.raises(UsageError):
+            capacity_at_slo(parse_profile(text), slo)
+    else:
+        assert capacity_at_slo(parse_profile(text), slo) == pytest.approx(max(ok))

@@ -1,0 +1,136 @@
+"""Rendered manifests validate against Kubernetes/KEDA schemas; adapter rules do correct math."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import promql_parser
+import pytest
+import yaml
+
+from alerts import names
+from autoscaler import adapter, generate
+from autoscaler.manifests import Target, hpa_manifest, keda_manifest, keda_query, render
+from tests.paths import FIXTURES
+from tidescale import artifacts, catalog, cli
+from tidescale.promql import metric_names, substitute_templates
+
+TARGET = Target("triton-resnet", "ml-serving", "resnet50", 2, 30, 0.25)
+
+
+def keda_schema() -> dict[str, Any]:
+    crd = yaml.safe_load((FIXTURES / "crds" / "crd-keda-scaledobjects.yaml").read_text())
+    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1")
+    return version["schema"]["openAPIV3Schema"]
+
+
+def test_hpa_validates_against_kubernetes_1_35_strict() -> None:
+    kubernetes_validate.validate(hpa_manifest(TARGET), "1.35.0", strict=True)
+
+
+def test_legacy_hpa_validates_on_1_29_and_has_no_tolerance() -> None:
+    doc = hpa_manifest(TARGET, legacy=True)
+    kubernetes_validate.validate(doc, "1.29.0", strict=True)
+    assert "tolerance" not in yaml.safe_dump(doc)
+
+
+def test_hpa_is_autoscaling_v2_with_exact_target() -> None:
+    doc = hpa_manifest(TARGET)
+    assert doc["apiVersion"] == "autoscaling/v2"
+    (metric,) = doc["spec"]["metrics"]
+    assert metric["type"] == "External"
+    assert metric["external"]["metric"]["selector"]["matchLabels"] == {"deployment": "triton-resnet"}
+    assert metric["external"]["target"] == {"type": "AverageValue", "averageValue": "1"}
+    beh = doc["spec"]["behavior"]
+    assert beh["scaleUp"]["tolerance"] == "0" and beh["scaleDown"]["tolerance"] == "0"
+    assert beh["scaleUp"]["stabilizationWindowSeconds"] == 0
+    assert (doc["spec"]["minReplicas"], doc["spec"]["maxReplicas"]) == (2, 30)
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_keda_scaled_object_validates_against_the_crd(legacy: bool) -> None:
+    doc = keda_manifest(TARGET, "http://prometheus:9090", legacy)
+    jsonschema.validate(doc, keda_schema())
+    trigger = doc["spec"]["triggers"][0]
+    assert trigger["type"] == "prometheus" and trigger["metadata"]["threshold"] == "1"
+    assert trigger["metadata"]["ignoreNullValues"] == "false"
+
+
+def test_keda_query_returns_one_series() -> None:
+    q = keda_query(TARGET)
+    tree = promql_parser.parse(q)
+    assert isinstance(tree, promql_parser.AggregateExpr) and not tree.modifier  # max() without by: one series
+    assert 'namespace="ml-serving"' in q and 'deployment="triton-resnet"' in q
+
+
+def test_render_prints_valid_documents() -> None:
+    docs = list(yaml.safe_load_all(render(TARGET)))
+    assert [d["kind"] for d in docs] == ["HorizontalPodAutoscaler", "ConfigMap"]
+    for d in docs:
+        kubernetes_validate.validate(d, "1.35.0", strict=True)
+    config = yaml.safe_load(docs[1]["data"]["config.yaml"])
+    assert config == adapter.adapter_config()
+    keda_docs = list(yaml.safe_load_all(render(TARGET, keda=True)))
+    assert [d["kind"] for d in keda_docs] == ["ScaledObject"]
+
+
+def all_rules() -> list[dict[str, Any]]:
+    return adapter.custom_rules() + adapter.external_rules()
+
+
+@pytest.mark.parametrize("rule", all_rules(), ids=lambda r: r["name"]["as"])
+def test_adapter_rule_math_and_names(rule: dict[str, Any]) -> None:
+    q = rule["metricsQuery"]
+    promql_parser.parse(substitute_templates(q))
+    promql_parser.parse(rule["seriesQuery"])
+    known = catalog.names() | set(names.all_names())
+    assert metric_names(q) <= known, metric_names(q) - known
+    assert "<<.LabelMatchers>>" in q                      # selectors and namespace come from the HPA
+    assert not re.search(r"namespace\s*=\s*\"", q)          # never a hard-coded namespace
+    assert "1 +" not in q and "1+" not in q                  # no biased denominators
+    assert "avg(" not in q                                   # no average of per-pod ratios
+    for m in re.finditer(r"rate\(", q):
+        assert q[:m.start()].rstrip().endswith("(") and "sum by" in q[:m.start()]  # every rate is summed
+
+
+def test_adapter_exposes_the_documented_metrics() -> None:
+    exposed = {r["name"]["as"] for r in all_rules()}
+    assert exposed == {adapter.QUEUE_DEPTH, adapter.INFLIGHT, adapter.QUEUE_TO_COMPUTE, adapter.GPU_UTILIZATION,
+                       adapter.P99_SECONDS, adapter.DESIRED_REPLICAS}
+
+
+def test_generated_artifacts_are_committed_and_fresh() -> None:
+    produced = generate.artifacts()
+    assert set(produced) >= {generate.CHART_RULES, generate.ADAPTER_VALUES, generate.ADAPTER_CONFIG}
+    stale = [p for p in artifacts.drift() if p in produced]
+    assert not stale, f"run `tidescale generate`: {stale}"
+    assert yaml.safe_load(produced[generate.CHART_RULES]) == adapter.adapter_values()
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--min-replicas", "5", "--max-replicas", "2"], "must not exceed"),
+    (["--min-replicas", "0"], ">= 1"),
+    (["--slo-p99", "0"], "--slo-p99 must be > 0"),
+    (["--deployment", "Bad_Name"], "not a valid Kubernetes name"),
+])
+def test_render_bad_input_exits_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    base = {"--deployment": "triton", "--namespace": "ml", "--model": "m"}
+    args = ["autoscale", "render"]
+    for k, v in base.items():
+        if k not in argv:
+            args += [k, v]
+    with pytest.raises(SystemExit) as exc:
+        cli.main([*args, *argv])
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_render_cli_prints_yaml(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["autoscale", "render", "--deployment", "triton", "--namespace", "ml", "--model", "m", "--keda"])
+    assert exc.value.code == 0
+    (doc,) = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert doc["kind"] == "ScaledObject"

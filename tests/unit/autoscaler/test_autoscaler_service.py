@@ -1,0 +1,164 @@
+"""The recommender service: queries, export, and the fail-safe (hold, never scale down on bad data)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from autoscaler.service import (
+    PrometheusUnavailable,
+    RecommenderService,
+    RecommenderSettings,
+    TargetQueries,
+    TargetSettings,
+    make_app,
+)
+from tidescale.errors import UsageError
+from tidescale.settings import load_settings
+
+
+class FakeProm:
+    """Answers by query shape; `down` makes every query fail like a dead Prometheus."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, float | None] = {"rate(": 450.0, "sum(nv_inference_pending": 0.0, "time()": 5.0,
+                                                "spec_replicas": 5.0, "replicas_ready": 5.0, "p99": None}
+        self.down = False
+        self.queries: list[str] = []
+
+    def instant(self, expr: str) -> list[tuple[float, float]]:
+        self.queries.append(expr)
+        if self.down:
+            raise PrometheusUnavailable("connection refused")
+        for key, value in self.values.items():
+            if key in expr:
+                return [] if value is None else [(0.0, value)]
+        raise AssertionError(f"unexpected query {expr}")
+
+    def close(self) -> None:
+        pass
+
+
+def make(**kw: object) -> tuple[RecommenderService, FakeProm]:
+    target = TargetSettings(deployment="triton", namespace="ml", model='re"snet', min_replicas=1, max_replicas=50)
+    settings = RecommenderSettings(targets=[target], capacity_rps=100.0, **kw)  # type: ignore[arg-type]
+    fake = FakeProm()
+    return RecommenderService(settings, fake), fake  # type: ignore[arg-type]
+
+
+def exported(svc: RecommenderService) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(svc)  # type: ignore[arg-type]
+    out = {}
+    for fam in text_string_to_metric_families(generate_latest(reg).decode()):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def desired(svc: RecommenderService) -> float:
+    return exported(svc)[("tidescale_desired_replicas", (("deployment", "triton"), ("namespace", "ml")))]
+
+
+def failsafe(svc: RecommenderService) -> dict[str, float]:
+    return {dict(k[1])["reason"]: v for k, v in exported(svc).items() if k[0] == "tidescale_recommender_failsafe"}
+
+
+def test_queries_escape_labels_and_sum_before_dividing() -> None:
+    q = TargetQueries.for_target(TargetSettings(deployment="d", namespace="n", model='a"b\\c'))
+    assert 'model="a\\"b\\\\c"' in q.completions
+    assert q.completions.startswith("sum(rate(")
+
+
+def test_evaluates_and_exports() -> None:
+    svc, _ = make()
+    svc.evaluate(1000.0)
+    assert desired(svc) == 5  # ceil(450 / 90)
+    assert set(failsafe(svc).values()) == {0.0}
+    metrics = exported(svc)
+    assert metrics[("tidescale_recommender_capacity_rps", (("deployment", "triton"), ("namespace", "ml")))] == 100
+    assert metrics[("tidescale_recommender_last_success_timestamp_seconds",
+                    (("deployment", "triton"), ("namespace", "ml")))] == 1000.0
+
+
+@pytest.mark.parametrize(("mutate", "reason"), [
+    (lambda f: setattr(f, "down", True), "prometheus_down"),
+    (lambda f: f.values.update({"rate(": None}), "missing"),
+    (lambda f: f.values.update({"rate(": float("nan")}), "nan"),
+    (lambda f: f.values.update({"time()": 600.0}), "stale"),
+])
+def test_fail_safe_holds_the_last_good_value(mutate, reason: str) -> None:  # type: ignore[no-untyped-def]
+    svc, fake = make()
+    fake.values["rate("] = 1800.0
+    svc.evaluate(0.0)
+    assert desired(svc) == 20
+    fake.values["rate("] = 10.0  # the load fell... and then the data went bad
+    mutate(fake)
+    for t in range(15, 1000, 15):
+        svc.evaluate(float(t))
+    assert desired(svc) == 20  # held: never a scale-down on missing data
+    assert failsafe(svc)[reason] == 1.0
+    assert sum(failsafe(svc).values()) == 1.0
+    last = exported(svc)[("tidescale_recommender_last_success_timestamp_seconds",
+                          (("deployment", "triton"), ("namespace", "ml")))]
+    assert last == 0.0
+
+
+def test_recovers_after_failsafe() -> None:
+    svc, fake = make()
+    svc.evaluate(0.0)
+    fake.down = True
+    svc.evaluate(15.0)
+    assert failsafe(svc)["prometheus_down"] == 1.0
+    fake.down = False
+    svc.evaluate(30.0)
+    assert sum(failsafe(svc).values()) == 0.0
+
+
+def test_no_desired_series_before_the_first_success() -> None:
+    svc, fake = make()
+    fake.down = True
+    svc.evaluate(0.0)
+    assert not [k for k in exported(svc) if k[0] == "tidescale_desired_replicas"]
+
+
+def test_tolerance_rounding_for_legacy_clusters() -> None:
+    svc, fake = make(hpa_tolerance_rounding=True)
+    fake.values.update({"spec_replicas": 10.0, "replicas_ready": 10.0, "rate(": 950.0})  # needs 11
+    svc.evaluate(0.0)
+    assert desired(svc) == 12
+
+
+def test_http_endpoints() -> None:
+    svc, fake = make()
+    svc.evaluate(0.0)
+    client = TestClient(make_app(svc))
+    body = client.get("/metrics").text
+    assert 'tidescale_desired_replicas{deployment="triton",namespace="ml"} 5.0' in body
+    assert client.get("/healthz").json() == {"status": "ok", "targets": 1, "failsafe": {}}
+    fake.down = True
+    svc.evaluate(15.0)
+    assert client.get("/healthz").json()["failsafe"] == {"ml/triton": "prometheus_down"}
+
+
+def test_settings_errors(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("recommender:\n  targets:\n  - {deployment: a, namespace: b, model: m, min_replicas: 5, "
+                   "max_replicas: 2}\n")
+    with pytest.raises(UsageError, match="must not exceed"):
+        load_settings(RecommenderSettings, cfg)
+    with pytest.raises(UsageError, match="at least one target"):
+        RecommenderService(RecommenderSettings(capacity_rps=1.0), FakeProm())  # type: ignore[arg-type]
+    t = TargetSettings(deployment="a", namespace="b", model="m")
+    with pytest.raises(UsageError, match="capacity_rps or a profile"):
+        RecommenderService(RecommenderSettings(targets=[t]), FakeProm())  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="listed twice"):
+        RecommenderService(RecommenderSettings(targets=[t, t], capacity_rps=1.0), FakeProm())  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="zero"):
+        prof = tmp_path / "p.csv"
+        prof.write_text("Concurrency,Inferences/Second,p99 latency\n1,0,10\n")
+        RecommenderService(RecommenderSettings(targets=[t], profile=prof), FakeProm())  # type: ignore[arg-type]
