@@ -148,7 +148,8 @@ def triton_alerts(cfg: AlertsConfig) -> list[AlertSpec]:
         ),
         AlertSpec(
             "TritonPodRestarting",
-            f'increase({restarts}{{container=~"{cfg.triton_container_regex}"}}[15m]) >= {cfg.pod_restarts_limit}',
+            f'increase({restarts}{{{matcher("container", cfg.triton_container_regex, "=~")}}}[15m]) '
+            f">= {cfg.pod_restarts_limit}",
             cfg.for_.pod_restarting, "warning",
             "Triton container {{ $labels.container }} in pod {{ $labels.pod }} keeps restarting.",
             "Container {{ $labels.namespace }}/{{ $labels.pod }}/{{ $labels.container }} restarted "
@@ -263,10 +264,11 @@ def meta_alerts(cfg: AlertsConfig) -> list[AlertSpec]:
     ts = metric("tidescale_profile_timestamp_seconds")
     ok = metric("nv_inference_request_success")
     job = cfg.exporter_job
+    up_job = f"{up}{{{matcher('job', job)}}}"
     return [
         AlertSpec(
             "TidescaleExporterDown",
-            f'{up}{{job="{job}"}} == 0 or absent({up}{{job="{job}"}})',
+            f"{up_job} == 0 or absent({up_job})",
             cfg.for_.exporter_down, "warning",
             "The tidescale exporter is down.",
             f"Prometheus cannot scrape job {job} ({{{{ $labels.instance }}}}): latency percentiles, "

@@ -22,6 +22,7 @@ DEFAULT_SLO_THRESHOLDS_S: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0)
 _DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _OP_CLASS = re.compile(r"^[a-z][a-z0-9_]*$")
+_JOB = re.compile(r"^[A-Za-z0-9_.:/-]{1,128}$")
 
 
 def le_value(threshold_s: float) -> str:
@@ -104,6 +105,22 @@ class AlertsConfig(ComponentSettings):
     extra_labels: dict[str, str] = Field(default_factory=dict)
     for_: ForDurations = Field(default_factory=ForDurations, alias="for")
     alertmanager: AlertmanagerRouting = Field(default_factory=AlertmanagerRouting)
+
+    @field_validator("triton_container_regex", "pod_deployment_regex")
+    @classmethod
+    def _regex(cls, v: str) -> str:
+        try:
+            re.compile(v)
+        except re.error as exc:
+            raise ValueError(f"{v!r} is not a valid regular expression: {exc}") from None
+        return v
+
+    @field_validator("exporter_job")
+    @classmethod
+    def _job(cls, v: str) -> str:
+        if not _JOB.match(v):
+            raise ValueError(f"job name {v!r} must match {_JOB.pattern}")
+        return v
 
     @field_validator("op_class_limits")
     @classmethod

@@ -16,6 +16,7 @@ from alerts.promql_parts import (
     sum_rate,
     with_label,
 )
+from tidescale.promql import escape_label_value
 
 Rule = dict[str, Any]
 Group = dict[str, Any]
@@ -110,7 +111,7 @@ def latency_group(cfg: AlertsConfig) -> Group:
 
 def by_deployment(pod_series: str, cfg: AlertsConfig) -> str:
     """Average a per-pod series over the pods of a Deployment (`<deploy>-<rs>-<pod>` names)."""
-    regex = cfg.pod_deployment_regex.replace("\\", "\\\\")
+    regex = escape_label_value(cfg.pod_deployment_regex)
     return f'avg by (namespace, deployment) (label_replace({pod_series}, "deployment", "$1", "pod", "{regex}"))'
 
 

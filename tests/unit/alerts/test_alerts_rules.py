@@ -113,7 +113,8 @@ def test_a_threshold_that_is_not_a_bucket_boundary_is_refused() -> None:
 @pytest.mark.parametrize(
     "bad",
     [{"op_class_limits": {"String Ops": 0.1}}, {"op_class_limits": {"string": 1.5}},
-     {"for": {"model_review": "15 minutes"}}, {"extra_labels": {"severity": "x"}}],
+     {"for": {"model_review": "15 minutes"}}, {"extra_labels": {"severity": "x"}},
+     {"triton_container_regex": "(unclosed"}, {"exporter_job": "x{{ $value }}"}],
 )
 def test_bad_config_values_are_refused_with_the_field_named(bad: dict) -> None:
     with pytest.raises(ValueError):
@@ -134,3 +135,13 @@ def test_committed_rules_ignore_the_environment(monkeypatch: pytest.MonkeyPatch)
     assert default_config().model_dump() == AlertsConfig.model_validate({}).model_dump() | {
         "queue_depth_per_replica_limit": 8.0}
     assert artifacts()[ALERTING] == (REPO / ALERTING).read_text()
+
+
+def test_configured_strings_reaching_promql_are_escaped(tmp_path: Path) -> None:
+    cfg = AlertsConfig.model_validate({"triton_container_regex": 'triton"|x\\d', "pod_deployment_regex": '(.+)-"x"'})
+    files = rendered(cfg)
+    assert 'container=~"triton\\"|x\\\\d"' in files["tidescale-alerts.yaml"]
+    for name, content in files.items():
+        (tmp_path / name).write_text(content)
+    run = tooling.check_rules([tmp_path / "tidescale-recording.yaml", tmp_path / "tidescale-alerts.yaml"])
+    assert run.ok, run.output
