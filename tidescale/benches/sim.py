@@ -10,6 +10,7 @@ latencies, which the result records.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -109,6 +110,7 @@ def run_bench(quick: bool, progress: Callable[[float], None] | None = None) -> d
     full_projection = fast["wall_seconds"] * (3600.0 / duration)
     return {
         **fast,
+        "load_average_1m": round(os.getloadavg()[0], 2),
         "quick": quick,
         "goal_wall_seconds": GOAL_WALL_SECONDS,
         "meets_goal": full_projection <= GOAL_WALL_SECONDS,
@@ -139,6 +141,9 @@ def render(result: dict[str, Any]) -> str:
         f"{result['speedup_vs_peer']}x the naive peer's throughput. On a {peer['slice_simulated_seconds']:g} s "
         f"slice ({peer['slice_requests']} requests) both simulators produced "
         f"{'identical' if peer['identical_latencies_on_slice'] else 'DIFFERENT'} per-request latencies.\n"
+        f"\nCPU seconds are the one-core cost; wall seconds also include waiting for the CPU on the shared "
+        f"machine (1-minute load average {result.get('load_average_1m', 'n/a')} on 2 cores at the end of the run)."
+        "\n"
         f"\nMean batch size {result['mean_batch_size']}, mean latency {result['mean_latency_ms']} ms, "
         f"P99 (last 45 s) {result['p99_latency_ms_last_45s']} ms.\n"
     )
