@@ -14,7 +14,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -81,6 +81,7 @@ class RecommenderSettings(ComponentSettings):
     capacity_rps: float | None = Field(default=None, gt=0)
     cold_start_s: float = Field(default=60.0, ge=0)
     hpa_tolerance_rounding: bool = False  # cluster without behavior.*.tolerance (k8s < 1.33)
+    rate_window: str = Field(default=RATE_WINDOW, pattern=r"^[0-9]+[smh]$")  # PromQL range of rate()
     targets: list[TargetSettings] = Field(default_factory=list, max_length=MAX_TARGETS)
 
     def capacity_for(self, t: TargetSettings) -> float:
@@ -143,13 +144,13 @@ class TargetQueries:
     ready_replicas: str
 
     @classmethod
-    def for_target(cls, t: TargetSettings) -> TargetQueries:
+    def for_target(cls, t: TargetSettings, rate_window: str = RATE_WINDOW) -> TargetQueries:
         triton = {"namespace": t.namespace, "model": t.model}
         dep = {"namespace": t.namespace, "deployment": t.deployment}
         success = selector(catalog.get("nv_inference_request_success").name, **triton)
         pending = selector(catalog.get("nv_inference_pending_request_count").name, **triton)
         return cls(
-            completions=f"sum(rate({success}[{RATE_WINDOW}]))",
+            completions=f"sum(rate({success}[{rate_window}]))",
             queue=f"sum({pending})",
             queue_age=f"time() - max(timestamp({pending}))",
             p99=f'max({selector(names.P99, **triton, stage="request")})',
@@ -173,7 +174,6 @@ class TargetState:
     failsafe: str | None = None
     detail: str = ""
     last_success: float | None = None
-    history: list[str] = field(default_factory=list)
 
 
 class RecommenderService:
@@ -195,7 +195,7 @@ class RecommenderService:
             Target(t.deployment, t.namespace, t.model, t.min_replicas, t.max_replicas)  # validates the names
             cfg = RecommenderConfig(settings.capacity_for(t), t.min_replicas, t.max_replicas,
                                     cold_start_s=settings.cold_start_s)
-            self.states[key] = TargetState(t, Recommender(cfg), TargetQueries.for_target(t))
+            self.states[key] = TargetState(t, Recommender(cfg), TargetQueries.for_target(t, settings.rate_window))
         self._lock = threading.Lock()
 
     # --- reading ---------------------------------------------------------------------------------

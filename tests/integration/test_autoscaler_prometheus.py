@@ -1,0 +1,79 @@
+"""The recommender against a real Prometheus: it recommends from scraped Triton counters, and when
+Prometheus stops mid-run the recommendation holds and the fail-safe metric says why."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from autoscaler.service import RecommenderService, RecommenderSettings, TargetSettings, make_app
+from tidescale.ports import LOOPBACK
+from tidescale.promstack import PrometheusServer, ScrapeTarget
+
+pytestmark = pytest.mark.integration
+RATE = 450.0  # requests/s the fake Triton reports completing
+
+
+class FakeTriton(BaseHTTPRequestHandler):
+    """Triton's always-on counters growing at RATE req/s, plus an empty queue."""
+
+    started = time.time()
+
+    def do_GET(self) -> None:
+        count = RATE * (time.time() - self.started)
+        body = (
+            "# TYPE nv_inference_request_success counter\n"
+            f'nv_inference_request_success{{model="resnet",version="1"}} {count:.1f}\n'
+            "# TYPE nv_inference_pending_request_count gauge\n"
+            'nv_inference_pending_request_count{model="resnet",version="1"} 0\n'
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def triton_metrics() -> Iterator[str]:
+    server = ThreadingHTTPServer((LOOPBACK, 0), FakeTriton)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"{LOOPBACK}:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_prometheus_stops_mid_run_recommendation_holds(tmp_path: Path, triton_metrics: str) -> None:
+    prom = PrometheusServer(tmp_path, [ScrapeTarget("triton", triton_metrics, {"namespace": "ml", "pod": "t-0"})])
+    prom.start()
+    try:
+        prom.wait_for_targets_up()
+        prom.wait_for('sum(rate(nv_inference_request_success{namespace="ml"}[10s])) > 400', timeout=40)
+        settings = RecommenderSettings(
+            prometheus_url=prom.url, capacity_rps=100.0, query_timeout_s=2.0, rate_window="10s",
+            targets=[TargetSettings(deployment="triton", namespace="ml", model="resnet", max_replicas=20)])
+        service = RecommenderService(settings, replicas_fn=lambda _t: (3, 3))
+        client = TestClient(make_app(service))
+        (state,) = service.evaluate().values()
+        assert state.failsafe is None, state.detail
+        assert state.published == 5  # ceil(450 / (100 * 0.9))
+        assert 'tidescale_desired_replicas{deployment="triton",namespace="ml"} 5.0' in client.get("/metrics").text
+    finally:
+        prom.stop()
+    (state,) = service.evaluate().values()
+    assert state.published == 5
+    assert state.failsafe == "prometheus_down"
+    body = client.get("/metrics").text
+    assert 'tidescale_desired_replicas{deployment="triton",namespace="ml"} 5.0' in body
+    assert 'tidescale_recommender_failsafe{deployment="triton",namespace="ml",reason="prometheus_down"} 1.0' in body
+    assert client.get("/healthz").json()["failsafe"] == {"ml/triton": "prometheus_down"}
