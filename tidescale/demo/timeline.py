@@ -1,0 +1,48 @@
+"""What the demo saw, second by second: load, replicas, latency, queue, alerts."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Sample:
+    t: float
+    offered_rps: float
+    completed_rps: float
+    p50_s: float | None
+    p95_s: float | None
+    p99_s: float | None
+    replicas_ready: int
+    replicas_total: int
+    replicas_desired: int | None
+    queue_depth: float | None
+    firing: tuple[str, ...] = ()
+
+
+def _finite(values: list[float | None]) -> list[float]:
+    return [v for v in values if v is not None and math.isfinite(v)]
+
+
+@dataclass
+class Timeline:
+    samples: list[Sample] = field(default_factory=list)
+
+    def add(self, sample: Sample) -> None:
+        self.samples.append(sample)
+
+    def replicas_range(self) -> dict[str, int]:
+        totals = [s.replicas_ready for s in self.samples] or [0]
+        return {"min": min(totals), "max": max(totals)}
+
+    def alerts_seen(self) -> list[str]:
+        return sorted({a for s in self.samples for a in s.firing})
+
+    def worst(self, attr: str) -> float | None:
+        vals = _finite([getattr(s, attr) for s in self.samples])
+        return max(vals) if vals else None
+
+    def to_rows(self) -> list[dict[str, Any]]:
+        return [{**asdict(s), "firing": list(s.firing)} for s in self.samples]
