@@ -112,6 +112,7 @@ def triton_alerts(cfg: AlertsConfig) -> list[AlertSpec]:
     hpa_cur = metric("kube_horizontalpodautoscaler_status_current_replicas")
     hpa_info = metric("kube_horizontalpodautoscaler_info")
     restarts = metric("kube_pod_container_status_restarts_total")
+    ready = metric("kube_pod_status_ready")
     maxed = (
         f"({hpa_cur} >= on (namespace, horizontalpodautoscaler) {hpa_max})\n"
         f"* on (namespace, horizontalpodautoscaler) group_left (scaletargetref_name) {hpa_info}"
@@ -145,6 +146,18 @@ def triton_alerts(cfg: AlertsConfig) -> list[AlertSpec]:
             "Model {{ $labels.model }} fails every request.",
             "Model {{ $labels.namespace }}/{{ $labels.model }} fails {{ $value | printf \"%.3g\" }} "
             "requests/s and serves none: it is unavailable or failed to load.",
+            labels=(("trigger", "requests_failing"),),
+        ),
+        AlertSpec(
+            # Triton's readiness (strict by default) fails while any model is not loaded.
+            "TritonModelNotReady",
+            f'{ready}{{condition="true"}} == 0\n'
+            f"and on (namespace, pod)\ngroup by (namespace, pod) ({n.MODEL_POD_SERVING})",
+            cfg.for_.model_not_ready, "critical",
+            "Triton pod {{ $labels.pod }} is not Ready.",
+            "Triton pod {{ $labels.namespace }}/{{ $labels.pod }} is not Ready: with strict readiness a model "
+            "failed to load or is unavailable (see the repository index).",
+            labels=(("trigger", "pod_not_ready"),),
         ),
         AlertSpec(
             "TritonPodRestarting",
