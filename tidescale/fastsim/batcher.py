@@ -191,10 +191,8 @@ class ReplicaBatcher:
             t = ai if ai > gate else gate
             if t > to_t:
                 break
-            hi = i + maxb
-            if hi > n:
-                hi = n
-            q = bisect_right(a, t, i, hi) - i
+            j = i + 1  # light load: usually one request pending, so look before bisecting
+            q = 1 if j == n or a[j] > t else bisect_right(a, t, j, i + maxb if i + maxb < n else n) - i
             if waits and t >= ai + delay:
                 b = q
             else:
@@ -206,7 +204,9 @@ class ReplicaBatcher:
                         t = a[k] if k < n and a[k] < deadline else deadline
                         if t > to_t:
                             break
-                        q = bisect_right(a, t, i, hi) - i
+                        m = i + q  # a[i:m] are already counted; count later ones only if needed
+                        if m < n and a[m] <= t:
+                            q = bisect_right(a, t, m, i + maxb if i + maxb < n else n) - i
                         b = q if t >= deadline else (best[q] or q)
                     else:
                         b = q
@@ -225,10 +225,11 @@ class ReplicaBatcher:
                 starts.append(t)
             if single:
                 f = t + e
-                free[0] = f
             else:
                 free[free.index(f)] = t + e
                 f = min(free)
+        if single:
+            free[0] = f
         self.head = i
         self._jpos = jp
 

@@ -21,6 +21,7 @@ from tidescale.servicecurve import ServiceCurve
 
 ROUTINGS = ("round-robin", "random", "least-loaded")
 FLUSH_RECORDS = 20_000  # fold a replica's batch records into counters past this many (bounded memory)
+Chunk = tuple[float, CompletedRequests]  # (last completion time, the requests) of one flush
 
 
 @dataclass
@@ -33,7 +34,7 @@ class Replica:
     batcher: ReplicaBatcher
     counters: ReplicaCounters
     removed_at: float | None = None
-    history: list[CompletedRequests] = field(default_factory=list)
+    history: list[Chunk] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -74,7 +75,7 @@ class FleetSim:
         self._last_offered = 0.0
         self._retired = ReplicaCounters(name="retired", batch_counts=np.zeros(config.max_batch_size + 1, np.int64))
         self._retired_alive_s = 0.0
-        self._retired_history: list[CompletedRequests] = []
+        self._retired_history: list[Chunk] = []
         self._dropped = 0
         for _ in range(initial_replicas):
             self._add_replica(ready_at=0.0)
@@ -168,12 +169,12 @@ class FleetSim:
 
     def completed(self, since_t: float = float("-inf")) -> CompletedRequests:
         """Requests completed in (since_t, now], as far back as keep_history_s allows."""
-        parts: list[CompletedRequests] = []
+        chunks: list[Chunk] = []
         for r in self._replicas:
             self._flush(r)
-            parts.extend(r.history)
-        parts.extend(self._retired_history)
-        allc = CompletedRequests.concat(parts)
+            chunks.extend(r.history)
+        chunks.extend(self._retired_history)
+        allc = CompletedRequests.concat([c for last, c in chunks if last > since_t])
         return allc.select((allc.completion > since_t) & (allc.completion <= self.now))
 
     # --- internals --------------------------------------------------------------------------------
@@ -193,15 +194,16 @@ class FleetSim:
             return
         r.counters.add(rec, self.config.max_batch_size)
         if self.keep_history_s is None or self.keep_history_s > 0:
-            r.history.append(CompletedRequests.from_records(rec))
+            chunk = CompletedRequests.from_records(rec)
+            r.history.append((float(chunk.completion.max()), chunk))
             self._trim_history(r.history)
 
-    def _trim_history(self, history: list[CompletedRequests]) -> None:
+    def _trim_history(self, history: list[Chunk]) -> None:
         if self.keep_history_s is None:
             return
         horizon = self.now - self.keep_history_s
-        while history and (not len(history[0]) or float(history[0].completion.max()) < horizon):
-            history.pop(0)
+        if history and history[0][0] < horizon:
+            history[:] = [c for c in history if c[0] >= horizon]
 
     def _retire_drained(self) -> None:
         keep = []
