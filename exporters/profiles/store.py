@@ -24,7 +24,7 @@ from exporters.selfmetrics import SelfMetrics
 from tidescale import catalog
 
 DEFAULT_MAX_BYTES = 64 << 20
-DEFAULT_MAX_INFLATION = 32          # an upload may inflate to at most this many times its size
+DEFAULT_MAX_INFLATED_BYTES = 1 << 30  # what a gzip upload may inflate to (the rest is a bomb)
 DEFAULT_MAX_MODELS = 500
 MAX_NAME_CHARS = 200
 
@@ -48,7 +48,7 @@ class ProfileStore(Collector):
                  clock: Callable[[], float] = time.time) -> None:
         self.max_bytes = max_bytes
         self.max_models = max_models
-        self.max_inflated_bytes = max_inflated_bytes or max_bytes * DEFAULT_MAX_INFLATION
+        self.max_inflated_bytes = max_inflated_bytes or max(max_bytes, DEFAULT_MAX_INFLATED_BYTES)
         self.self_metrics = self_metrics
         self._clock = clock
         self._lock = threading.Lock()

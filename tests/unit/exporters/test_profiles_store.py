@@ -89,8 +89,8 @@ def test_oversized_upload_is_413(store: ProfileStore) -> None:
 
 
 def test_bomb_upload_is_413() -> None:
-    store = ProfileStore(max_bytes=1 << 20)
-    assert store.max_inflated_bytes == 32 << 20
+    assert ProfileStore(max_bytes=1 << 20).max_inflated_bytes == 1 << 30  # the default cap
+    store = ProfileStore(max_bytes=1 << 20, max_inflated_bytes=16 << 20)
     bomb = gzip.compress(b'{"traceEvents": [' + b" " * (40 << 20), compresslevel=6)
     assert len(bomb) < store.max_bytes
     with pytest.raises(BadInput) as exc:
