@@ -191,7 +191,7 @@ class TargetSet:
                 func, args, kwargs = self._list_call()
                 w = self._watch_factory()
                 for event in w.stream(func, *args, resource_version=version, timeout_seconds=WATCH_TIMEOUT_S,
-                                      **kwargs):
+                                      allow_watch_bookmarks=True, **kwargs):
                     if self._stop.is_set():
                         w.stop()
                         break
