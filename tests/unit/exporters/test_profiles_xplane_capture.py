@@ -1,0 +1,96 @@
+"""A hand-built XSpace (host nesting, a device plane) and the capture command's argument checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from exporters.profiles.capture import capture, check_target, parse_duration_ms
+from exporters.profiles.ingest import parse_profile
+from exporters.profiles.xplane import op_of_host_event
+from tidescale.errors import MissingToolError, UsageError
+
+
+def varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def field(num: int, value: int | bytes | str) -> bytes:
+    if isinstance(value, int):
+        return varint(num << 3) + varint(value)
+    data = value.encode() if isinstance(value, str) else value
+    return varint(num << 3 | 2) + varint(len(data)) + data
+
+
+def event(meta_id: int, offset_ps: int, dur_ps: int) -> bytes:
+    return field(1, meta_id) + field(2, offset_ps) + field(3, dur_ps)
+
+
+def plane(name: str, metadata: dict[int, str], lines: list[list[bytes]]) -> bytes:
+    body = field(2, name)
+    for i, events in enumerate(lines):
+        body += field(3, field(1, i) + field(3, 1_000_000) + b"".join(field(4, e) for e in events))
+    for meta_id, ev_name in metadata.items():
+        body += field(4, field(1, meta_id) + field(2, field(1, meta_id) + field(2, ev_name)))
+    return field(1, body)
+
+
+US = 1_000_000  # picoseconds per microsecond
+
+
+def test_hand_built_xspace_nesting_and_device_plane() -> None:
+    host = plane("/host:CPU", {1: "outer/Call:StatefulPartitionedCall", 2: "f/hash:StringToHashBucketFast",
+                               3: "ExecutorState::Process", 4: "f/parse:ParseExampleV2"},
+                 [[event(1, 0, 100 * US), event(2, 10 * US, 30 * US), event(3, 50 * US, 40 * US),
+                   event(4, 50 * US, 20 * US)]])
+    device = plane("/device:GPU:0", {7: "volta_sgemm_128x64_nn", 8: "MemcpyH2D"},
+                   [[event(7, 0, 50 * US), event(8, 60 * US, 50 * US)]])
+    rep = parse_profile(host + device + field(4, "hostname"), "h.xplane.pb")
+    top = {t.op: t for t in rep.top_ops}
+    assert rep.format == "xplane"
+    assert top["StatefulPartitionedCall"].self_time_us == pytest.approx(50)   # 100 - 30 - 20
+    assert top["StringToHashBucketFast"].op_class == "string"
+    assert "ExecutorState::Process" not in top
+    assert top["volta_sgemm_128x64_nn"].op_class == "compute"
+    assert top["MemcpyH2D"].op_class == "memcpy"
+    assert rep.total_self_time_us == pytest.approx(200)
+    assert rep.op_class_share["string"] == pytest.approx(30 / 200)
+
+
+@pytest.mark.parametrize(("name", "op"), [("a/b:MatMul", "MatMul"), ("x:_TensorToHash", "_TensorToHash"),
+                                          ("ExecutorState::Process", None), ("EagerLocalExecute: __inf", None),
+                                          ("NoColon", None), (":Bare", None), ("a:b c", None)])
+def test_host_event_op_types(name: str, op: str | None) -> None:
+    assert op_of_host_event(name) == op
+
+
+@pytest.mark.parametrize(("text", "ms"), [("2s", 2000), ("500ms", 500), ("1m", 60000), ("3", 3000), ("1.5s", 1500)])
+def test_durations(text: str, ms: int) -> None:
+    assert parse_duration_ms(text) == ms
+
+
+@pytest.mark.parametrize("text", ["", "2h", "0s", "11m", "-1s", "fast"])
+def test_bad_durations(text: str) -> None:
+    with pytest.raises(UsageError):
+        parse_duration_ms(text)
+
+
+def test_targets() -> None:
+    assert check_target("grpc://tf-serving:6009") == "tf-serving:6009"
+    for bad in ("tf-serving", "host:port", ":6009", "h:70000"):
+        with pytest.raises(UsageError):
+            check_target(bad)
+
+
+def test_capture_without_xprof_names_the_fix(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    import sys
+
+    monkeypatch.setitem(sys.modules, "xprof", None)
+    monkeypatch.setitem(sys.modules, "xprof.convert", None)
+    with pytest.raises(MissingToolError, match="xprof"):
+        capture("localhost:6009", "1s", tmp_path)
