@@ -4,7 +4,6 @@ model version must open exactly one review for it, with the exporter's report at
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -20,6 +19,7 @@ from alerts.config import AlertsConfig
 from alerts.generate import rendered
 from alerts.summary import demo_summary
 from tests.unit.alerts.reviews_helpers import TOKEN as REVIEWS_TOKEN
+from tidescale.demo.faults import string_heavy_trace_viewer
 from tidescale.fleet.loadgen import LoadGenerator
 from tidescale.fleet.stack import FleetStack
 from tidescale.fleet.testing import running_stack
@@ -32,20 +32,6 @@ pytestmark = pytest.mark.integration
 EXPORTER_TOKEN = "e2e-exporter-token"
 MODEL, VERSION = "ctr_ranker", "1"
 T = TypeVar("T")
-
-
-def string_heavy_trace(string_share: float = 0.3, events: int = 200) -> bytes:
-    """A TF trace-viewer JSON whose string ops (AsString) take *string_share* of op self time."""
-    out, ts = [], 0
-    for i in range(events):
-        for name, op_type, dur in (
-            (f"hash_{i}", "AsString", round(100 * string_share)),
-            (f"dense_{i}/MatMul", "MatMul", round(100 * (1 - string_share))),
-        ):
-            out.append({"ph": "X", "name": op_type, "pid": 1, "tid": 1, "ts": ts, "dur": dur,
-                        "args": {"long_name": f"{name}:{op_type}"}})
-            ts += dur
-    return json.dumps({"displayTimeUnit": "ns", "traceEvents": out}).encode()
 
 
 def wait_for(check: Callable[[], T | None], timeout: float, what: str) -> T:
@@ -122,7 +108,8 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
             procs.append(prom)
             resp = httpx.post(f"{exporter_url}/v1/profiles", params={
                 "model": MODEL, "version": VERSION, "filename": "string_heavy.trace_viewer.json"},
-                content=string_heavy_trace(), headers={"Authorization": f"Bearer {EXPORTER_TOKEN}"}, timeout=30)
+                content=string_heavy_trace_viewer(0.3), headers={"Authorization": f"Bearer {EXPORTER_TOKEN}"},
+                timeout=30)
             assert resp.status_code == 200, resp.text
             load = LoadGenerator(scenario("steady", 20.0, 600.0), stack.fleet.ready_urls,
                                  ["resnet50", MODEL], seed=3).start()
