@@ -55,7 +55,7 @@ def serve_command(
     host: str | None = typer.Option(None, "--host", help="Listen address (default 127.0.0.1)."),
     database: str | None = typer.Option(None, "--database", help="SQLAlchemy URL (default sqlite:///reviews.db)."),
     exporter_url: str | None = typer.Option(None, "--exporter-url", help="Exporter base URL for profile reports."),
-    config: Path | None = CONFIG_OPTION,
+    config: Path | None = typer.Option(None, "--config", help="tidescale YAML file; its `reviews:` section."),
 ) -> None:
     """Serve the Alertmanager webhook and the review API; the token comes from TIDESCALE_REVIEWS_TOKEN."""
     import uvicorn
