@@ -90,7 +90,8 @@ def oracle_needed(arrivals: np.ndarray, duration_s: float, capacity_rps: float) 
     return [max(1, math.ceil(c / ORACLE_SLOT_S / capacity_rps)) for c in counts]
 
 
-def make_policy(name: str, initial: int, capacity_rps: float, cold_start_s: float, needed: list[int]) -> pol.Policy:
+def make_policy(name: str, initial: int, capacity_rps: float, cold_start_s: float, needed: list[int],
+                slo_s: float) -> pol.Policy:
     lo, hi = MIN_REPLICAS, MAX_REPLICAS
     factories: dict[str, Callable[[], pol.Policy]] = {
         "hpa-cpu": lambda: pol.hpa_cpu(initial, lo, hi),
@@ -99,7 +100,7 @@ def make_policy(name: str, initial: int, capacity_rps: float, cold_start_s: floa
         "keda-rps": lambda: pol.keda_rps(initial, lo, hi),
         "knative-kpa": lambda: pol.KnativeKpa(initial, lo, hi),
         "ray-serve": lambda: pol.RayServe(initial, lo, hi),
-        "tidescale": lambda: pol.TidescalePolicy(initial, lo, hi, capacity_rps, cold_start_s),
+        "tidescale": lambda: pol.TidescalePolicy(initial, lo, hi, capacity_rps, cold_start_s, slo_s),
         "oracle": lambda: pol.Oracle(needed, ORACLE_SLOT_S, cold_start_s, lo, hi),
     }
     return factories[name]()
@@ -122,14 +123,14 @@ def run_scenario(sc: BenchScenario, policy_names: list[str], params: SimParams, 
     arrivals = np.concatenate([warmup_arrivals(sc, params.seed), sc.traffic.arrivals(params.seed) + WARMUP_S])
     end = sc.traffic.duration_s + WARMUP_S
     needed = oracle_needed(arrivals, end, capacity_rps)
-    initial = max(needed[: max(1, int(WARMUP_S / ORACLE_SLOT_S))])
+    initial = max(needed[: int((WARMUP_S + 60.0) / ORACLE_SLOT_S)])  # a fair start: the first minute covered
     p = SimParams(params.curve, params.batcher, sc.cold_start_s, params.slo_p99_s, params.seed, params.hold_s)
     surge_at = None if sc.surge_at_s is None else sc.surge_at_s
     scores: dict[str, dict[str, Any]] = {}
     runs: dict[str, RunResult] = {}
     for name in policy_names:
         progress(f"{sc.name}: {name}")
-        policy = make_policy(name, initial, capacity_rps, sc.cold_start_s, needed)
+        policy = make_policy(name, initial, capacity_rps, sc.cold_start_s, needed, params.slo_p99_s)
         runs[name] = run_policy(policy, arrivals, end, initial, p)
         scores[name] = score(runs[name], params.slo_p99_s, WARMUP_S, end, surge_at)
     oracle_hours = scores.get("oracle", {}).get("replica_hours")

@@ -22,7 +22,8 @@ DRAIN_S = 60.0
 WINDOW_S = 60.0
 RECOVERY_WINDOW_S = 10.0
 RECOVERY_STREAK_S = 60.0
-COLLECT_EVERY_S = 300.0  # well inside FleetSim's 600 s completion history
+HISTORY_S = 150.0  # completions the simulator keeps (the P99 of the last minute reads them)
+COLLECT_EVERY_S = 60.0  # well inside HISTORY_S
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,8 @@ class RunResult:
 
 def run_policy(policy: Policy, arrivals: np.ndarray, duration_s: float, initial: int, params: SimParams
                ) -> RunResult:
-    sim = FleetSim(params.curve, params.batcher, initial, params.cold_start_s, seed=params.seed)
+    sim = FleetSim(params.curve, params.batcher, initial, params.cold_start_s, seed=params.seed,
+                   keep_history_s=HISTORY_S)
     lag = MetricsLag(sim, SCRAPE_INTERVAL_S)
     sim.offer(arrivals)
     result = RunResult(policy.name, arrivals, np.full(len(arrivals), np.inf))

@@ -220,17 +220,19 @@ class TidescalePolicy:
     """The recommender feeding the HPA it renders (External AverageValue 1, tolerance 0).
 
     The recommender evaluates every sync on scraped metrics; its answer reaches the HPA one scrape
-    later (Prometheus scrapes the recommender, the adapter serves it).
+    of the recommender later (its ServiceMonitor scrapes every 5 s; the adapter then serves it).
     """
 
     name = "tidescale"
     period_s = HPA_SYNC_S
 
     def __init__(self, initial: int, min_r: int, max_r: int, capacity_rps: float, cold_start_s: float,
-                 publish_delay_s: float = 15.0) -> None:
+                 slo_s: float, publish_delay_s: float = 5.0) -> None:
+        self.slo_s = slo_s
         target = Target("triton", "bench", "model", min_r, max_r)
         self.hpa = HpaEmulator(tidescale_hpa_spec(target), initial)
-        self.recommender = Recommender(RecommenderConfig(capacity_rps, min_r, max_r, cold_start_s=cold_start_s))
+        self.recommender = Recommender(RecommenderConfig(capacity_rps, min_r, max_r, cold_start_s=cold_start_s,
+                                                         p99_window_s=RATE_WINDOW_S))
         self.published: deque[tuple[float, int]] = deque()
         self.publish_delay = publish_delay_s
 
@@ -238,7 +240,10 @@ class TidescalePolicy:
         rate, pending = lag.rate("requests", RATE_WINDOW_S), lag.gauge("pending")
         ready = lag.gauge("replicas_ready")
         if rate is not None and pending is not None and ready is not None:
-            rec = self.recommender.recommend(Observation(now, rate, pending, int(ready), self.hpa.replicas))
+            recent = sim.completed(since_t=now - RATE_WINDOW_S)  # tidescale's latency histogram, P99 over 1 m
+            p99 = recent.latency_quantile(0.99) if len(recent) else None
+            rec = self.recommender.recommend(Observation(now, rate, pending, int(ready), self.hpa.replicas,
+                                                         p99, self.slo_s))
             if DEBUG:
                 print(int(now), round(rate), pending, int(ready), self.hpa.replicas, rec)
             self.published.append((now, rec.desired))

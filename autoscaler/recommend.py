@@ -25,14 +25,16 @@ class RecommenderConfig:
     max_replicas: int = 100
     cold_start_s: float = 60.0
     lookahead_extra_s: float = 30.0  # sync period + metric lag on top of the cold start
-    trend_window_s: float = 60.0
+    trend_window_s: float = 30.0
     queue_window_s: float = 30.0  # queue growth over this window counts as unserved arrivals
     utilisation: float = 0.9  # scale up when the projected load needs more than this share
     down_utilisation: float = 0.8  # scale down only when the smaller fleet runs at most this share
     down_delay_s: float = 120.0
-    drain_s: float = 60.0  # clear a backlog within this long
-    max_capacity_gain: float = 1.2  # online refinement bounds, relative to the profile
+    drain_s: float = math.inf  # clear a backlog within this long; off: Triton queues are per pod, so new
+    # replicas cannot take over requests already queued (the queue's growth still counts as demand)
+    max_capacity_gain: float = 1.0  # online refinement bounds, relative to the profile
     min_capacity_ratio: float = 0.5
+    p99_window_s: float = 300.0  # range of the P99 the refinement reads (the 5m recording rule)
 
     def __post_init__(self) -> None:
         if self.capacity_rps <= 0:
@@ -111,20 +113,26 @@ class Recommender:
         self._rates: deque[tuple[float, float]] = deque(maxlen=512)
         self._down_candidates: deque[tuple[float, int]] = deque(maxlen=512)
         self._queue: deque[tuple[float, float]] = deque(maxlen=512)
+        self._disturbed_at = -math.inf
         self.last: Recommendation | None = None
 
     def refine_capacity(self, obs: Observation) -> None:
-        """Lower capacity when replicas saturate below it; raise it slowly when they serve more within SLO."""
+        """AIMD on the capacity: cut it by 10 % while fully Ready replicas miss the SLO (bursty traffic,
+        a slower model version), give back 1 % of the profile value per evaluation while P99 is
+        comfortably within it. Misses within a P99 window of a backlog (queue > SLO × rate) or of
+        starting replicas are explained by those, so they cut nothing.
+        Bounded to [min_capacity_ratio, max_capacity_gain] × the profile."""
         cfg = self.config
-        if obs.ready_replicas <= 0 or obs.p99_s is None or obs.slo_p99_s is None:
+        if obs.p99_s is None or obs.slo_p99_s is None or obs.ready_replicas <= 0:
             return
-        per_replica = obs.arrival_rps / obs.ready_replicas
-        if obs.p99_s > obs.slo_p99_s and obs.ready_replicas == obs.current_replicas and per_replica > 0:
-            self.capacity_rps = max(cfg.capacity_rps * cfg.min_capacity_ratio,
-                                    min(self.capacity_rps, 0.95 * per_replica))
-        elif obs.p99_s < 0.5 * obs.slo_p99_s and per_replica > self.capacity_rps:
-            target = min(cfg.capacity_rps * cfg.max_capacity_gain, per_replica)
-            self.capacity_rps += 0.1 * (target - self.capacity_rps)
+        lo, hi = cfg.capacity_rps * cfg.min_capacity_ratio, cfg.capacity_rps * cfg.max_capacity_gain
+        if obs.queue_depth > obs.arrival_rps * obs.slo_p99_s or obs.ready_replicas < obs.current_replicas:
+            self._disturbed_at = obs.t  # a backlog or missing replicas explain misses for a P99 window
+        settled = obs.t - self._disturbed_at > cfg.p99_window_s
+        if obs.p99_s > obs.slo_p99_s and settled:
+            self.capacity_rps = max(lo, self.capacity_rps * 0.9)
+        elif obs.p99_s < 0.5 * obs.slo_p99_s:
+            self.capacity_rps = min(hi, self.capacity_rps + 0.01 * cfg.capacity_rps)
 
     def arrival_rate(self, obs: Observation) -> float:
         """Arrivals = completions + queue growth: Triton counts a request only when it completes,
@@ -150,7 +158,8 @@ class Recommender:
         up_need = replicas_for(projected + backlog_rps, self.capacity_rps, cfg.utilisation)
         down_need = replicas_for(max(projected, arrival) + backlog_rps, self.capacity_rps,
                                  cfg.down_utilisation)
-        reason = "queue" if backlog_rps > 0.1 * max(projected, 1e-9) and up_need > obs.current_replicas else (
+        queue_driven = arrival - obs.arrival_rps + backlog_rps > 0.1 * max(projected, 1e-9)
+        reason = "queue" if queue_driven and up_need > obs.current_replicas else (
             "lookahead" if slope > 0 and up_need > replicas_for(arrival, self.capacity_rps,
                                                                 cfg.utilisation) else "rate")
         current = obs.current_replicas

@@ -56,7 +56,7 @@ def test_queue_growth_counts_as_arrivals() -> None:
     assert out.desired == math.ceil(700 / 90)
 
 
-def test_backlog_is_drained() -> None:
+def test_backlog_is_drained_when_configured() -> None:
     r = rec(cold_start_s=0.0, drain_s=10.0, queue_window_s=0.0)
     out = r.recommend(obs(0, 100.0, queue=900.0, current=2))
     assert out.desired == math.ceil((100 + 90) / 90)
@@ -108,14 +108,32 @@ def test_config_errors(kwargs: dict, message: str) -> None:
         RecommenderConfig(**kwargs)
 
 
-def test_capacity_refinement_lowers_on_saturation_and_is_bounded() -> None:
-    r = rec()
-    o = Observation(0, 400.0, 0.0, 5, 5, p99_s=2.0, slo_p99_s=0.5)  # 80 req/s per replica misses the SLO
-    r.recommend(o)
-    assert r.capacity_rps == pytest.approx(0.95 * 80)
-    for t in range(15, 600, 15):
-        r.recommend(Observation(t, 100.0, 0.0, 5, 5, p99_s=9.0, slo_p99_s=0.5))
-    assert r.capacity_rps >= CAP * 0.5
+def miss(t: float, p99: float, queue: float = 0.0, ready: int = 5) -> Observation:
+    return Observation(t, 400.0, queue, ready, 5, p99_s=p99, slo_p99_s=0.5)
+
+
+def test_capacity_aimd_cuts_on_misses_and_recovers_slowly_within_bounds() -> None:
+    r = rec(p99_window_s=60.0)
+    r.recommend(miss(0, 2.0))
+    assert r.capacity_rps == pytest.approx(90.0)  # multiplicative decrease
+    for t in range(15, 900, 15):
+        r.recommend(miss(t, 9.0))
+    assert r.capacity_rps == pytest.approx(CAP * 0.5)  # bounded below
+    r.recommend(miss(900, 0.1))
+    assert r.capacity_rps == pytest.approx(CAP * 0.51)  # additive increase
+    for t in range(915, 9000, 15):
+        r.recommend(miss(t, 0.1))
+    assert r.capacity_rps == pytest.approx(CAP)  # never above the profile
+
+
+@pytest.mark.parametrize("disturbance", [{"queue": 10_000.0}, {"ready": 3}])
+def test_misses_explained_by_a_backlog_or_starting_replicas_cut_nothing(disturbance: dict) -> None:
+    r = rec(p99_window_s=60.0)
+    r.recommend(miss(0, 2.0, **disturbance))
+    r.recommend(miss(30, 2.0))  # the P99 window still holds the disturbance
+    assert r.capacity_rps == CAP
+    r.recommend(miss(75, 2.0))
+    assert r.capacity_rps == pytest.approx(90.0)
 
 
 def test_helpers() -> None:
