@@ -90,3 +90,17 @@ def queue_growth(arrival: np.ndarray, queue: np.ndarray) -> dict[str, float]:
 
 def within_goal(*diffs: float | None) -> bool:
     return all(d is not None and abs(d) <= GOAL_REL for d in diffs)
+
+
+def arrival_shape(arrivals: np.ndarray, window_s: float = 0.5) -> dict[str, float]:
+    """How Poisson-like a stream is: mean rate, coefficient of variation of the gaps (1 for Poisson)
+    and the most arrivals in any *window_s* window."""
+    if len(arrivals) < 3:
+        return {"rps": float("nan"), "gap_cv": float("nan"), "max_in_window": float(len(arrivals))}
+    a = np.sort(arrivals)
+    gaps = np.diff(a)
+    span = float(a[-1] - a[0])
+    peak = int(np.max(np.searchsorted(a, a + window_s) - np.arange(len(a))))
+    return {"rps": round(len(a) / span, 1) if span > 0 else float("inf"),
+            "gap_cv": round(float(gaps.std() / gaps.mean()), 2) if gaps.mean() > 0 else float("inf"),
+            "span_s": round(span, 1), "max_in_window": float(peak), "window_s": window_s}
