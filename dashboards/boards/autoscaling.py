@@ -13,8 +13,19 @@ NS_DEPLOY = f'{NS}, deployment=~"$deployment"'
 HPA_TOLERANCE = 0.1
 
 
-def _by_deployment(name: str, extra: str = "") -> str:
-    return f"max by (deployment{extra}) ({sel(name, NS_DEPLOY)})"
+def _by_deployment(name: str, extra: str = "", matchers: str = NS_DEPLOY) -> str:
+    return f"max by (deployment{extra}) ({sel(name, matchers)})"
+
+
+def replica_queries(matchers: str = NS_DEPLOY, deployments: str = "$deployment") -> list[Query]:
+    """Recommended, HPA desired, current and ready replicas per Deployment (shared with the fleet view)."""
+    return [
+        Query(_by_deployment("tidescale_desired_replicas", matchers=matchers), "{{deployment}} recommended"),
+        Query(hpa_by_deployment("kube_horizontalpodautoscaler_status_desired_replicas", deployments),
+              "{{deployment}} HPA desired"),
+        Query(_by_deployment("kube_deployment_status_replicas", matchers=matchers), "{{deployment}} current"),
+        Query(_by_deployment("kube_deployment_status_replicas_ready", matchers=matchers), "{{deployment}} ready"),
+    ]
 
 
 def build() -> dash_b.Dashboard:
@@ -23,7 +34,6 @@ def build() -> dash_b.Dashboard:
         f"label_values({metric('kube_horizontalpodautoscaler_info')}{{{NS}, scaletargetref_kind=\"Deployment\"}}, "
         "scaletargetref_name)",
         "Deployments scaled by an HPA (the serving Deployments tidescale scales).")
-    hpa_desired = hpa_by_deployment("kube_horizontalpodautoscaler_status_desired_replicas", "$deployment")
     return (
         new_dashboard(AUTOSCALING, extra_variables=[deployment])
         .with_row(row("Replicas"))
@@ -31,12 +41,7 @@ def build() -> dash_b.Dashboard:
             "Recommended vs HPA desired vs current vs ready",
             "The recommender's replica count (tidescale_desired_replicas), the HPA's decision after its "
             "tolerance and stabilisation windows, the Deployment's pods, and the Ready ones.",
-            "short", [
-                Query(_by_deployment("tidescale_desired_replicas"), "{{deployment}} recommended"),
-                Query(hpa_desired, "{{deployment}} HPA desired"),
-                Query(_by_deployment("kube_deployment_status_replicas"), "{{deployment}} current"),
-                Query(_by_deployment("kube_deployment_status_replicas_ready"), "{{deployment}} ready"),
-            ], span=24, min_value=0))
+            "short", replica_queries(), span=24, min_value=0))
         .with_panel(graph(
             "Scaling metric per replica vs target",
             "What the HPA sees: recommended replicas / current replicas, against an AverageValue target of 1. "

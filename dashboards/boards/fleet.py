@@ -7,13 +7,13 @@ from grafana_foundation_sdk.builders import dashboard as dash_b
 from alerts import names as rules
 from alerts.config import default_config, le_value
 from dashboards.base import FLEET, new_dashboard
+from dashboards.boards.autoscaling import replica_queries
 from dashboards.panels import Query, Threshold, graph, row, single_stat, table_of
 from dashboards.queries import (
     NS,
     NS_MODEL,
     QUANTILES,
     STAGE_REQUEST,
-    hpa_by_deployment,
     ratio,
     sel,
     stage_quantile,
@@ -81,15 +81,7 @@ def build() -> dash_b.Dashboard:
             "Replicas: recommended, HPA desired, current, ready",
             "Per serving Deployment: what the tidescale recommender wants, what the HPA decided, pods that "
             "exist and pods that are Ready. A gap between current and ready is a cold start or a crash.",
-            "short", [
-                Query(f"max by (deployment) ({sel('tidescale_desired_replicas', NS)})", "{{deployment}} recommended"),
-                Query(hpa_by_deployment("kube_horizontalpodautoscaler_status_desired_replicas"),
-                      "{{deployment}} HPA desired"),
-                Query(f"max by (deployment) ({sel('kube_deployment_status_replicas', NS)})",
-                      "{{deployment}} current"),
-                Query(f"max by (deployment) ({sel('kube_deployment_status_replicas_ready', NS)})",
-                      "{{deployment}} ready"),
-            ], span=24, min_value=0))
+            "short", replica_queries(NS, ".*"), span=24, min_value=0))
         .with_row(row("Alerts and reviews"))
         .with_panel(table_of(
             "Firing alerts", "Alerts firing now in Prometheus (ALERTS), by name, severity and model.",
