@@ -170,3 +170,15 @@ def test_fuzz_mutated_real_protobuf(position: int, junk: bytes) -> None:
     except BadInput as exc:
         assert exc.status_code == 400
 
+
+
+def test_json_encoder_round_trips_and_gc_is_restored() -> None:
+    import gc
+
+    from exporters.otlp import encode_json
+
+    spans = decode_json(BODIES[2].read_bytes())
+    assert decode_json(encode_json(spans)) == spans
+    with pytest.raises(BadInput):
+        decode_traces(b"{", "application/json")
+    assert gc.isenabled()
