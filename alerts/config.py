@@ -56,7 +56,7 @@ class ForDurations(BaseModel):
     gpu_idle_while_queueing: Duration = "10m"
     model_review: Duration = "15m"
     exporter_down: Duration = "5m"
-    profile_stale: Duration = "1h"
+    profile_stale: Duration = "10m"
     metrics_absent: Duration = "10m"
 
 
