@@ -51,6 +51,12 @@ class ExporterSettings(ComponentSettings):
             raise ValueError("SLO thresholds must be positive seconds")
         return sorted(set(value))
 
+    @field_validator("token")
+    @classmethod
+    def _empty_token_is_none(cls, value: SecretStr | None) -> SecretStr | None:
+        """An empty TIDESCALE_EXPORTER_TOKEN means "not set": write endpoints refuse everything."""
+        return value if value is not None and value.get_secret_value().strip() else None
+
     @field_validator("triton_urls")
     @classmethod
     def _http_urls(cls, value: list[str]) -> list[str]:

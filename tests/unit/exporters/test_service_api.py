@@ -182,3 +182,10 @@ def test_readyz_fails_when_a_background_task_dies_but_not_when_one_finishes() ->
     with TestClient(app) as c:
         r = c.get("/readyz")
         assert r.status_code == 503 and "stopped" in r.json()["detail"]
+
+
+def test_empty_token_means_no_token() -> None:
+    with make_client(token="  ") as c:
+        r = c.post("/v1/traces", content=b"{}", headers={"content-type": "application/json",
+                                                          "authorization": "Bearer   "})
+        assert r.status_code == 401 and "TIDESCALE_EXPORTER_TOKEN" in r.json()["detail"]
