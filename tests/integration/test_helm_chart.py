@@ -341,3 +341,19 @@ def test_notes_explain_rules_and_dashboards() -> None:
     # With prometheus-operator the notes say how to check that Prometheus loaded the rules.
     with_operator = (CHART / "templates" / "NOTES.txt").read_text()
     assert "get servicemonitors,podmonitors,prometheusrules" in with_operator and "/rules" in with_operator
+
+
+def test_adapter_values_and_alertmanager_secret_carry_the_generated_files(full_docs: list[dict[str, Any]],
+                                                                          keda_docs: list[dict[str, Any]]) -> None:
+    adapter_file = CHART / "files" / "adapter" / "prometheus-adapter-rules.yaml"
+    if not adapter_file.exists():
+        pytest.skip("autoscaler/ has not generated the adapter rules yet")
+    [values_cm] = [d for d in full_docs
+                   if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-adapter-values")]
+    values = yaml.safe_load(values_cm["data"]["values.yaml"])
+    assert values["prometheus"] == {"url": "http://prometheus-operated.monitoring.svc", "port": 9090}
+    assert values["rules"] == yaml.safe_load(adapter_file.read_text())["rules"]
+    assert not [d for d in keda_docs if d["metadata"]["name"].endswith("-adapter-values")]  # KEDA: no adapter
+    [secret] = [d for d in full_docs if d["kind"] == "Secret" and d["metadata"]["name"].endswith("-alertmanager")]
+    expected = (CHART / "files" / "alertmanager" / "alertmanager.yaml").read_text()
+    assert yaml.safe_load(secret["stringData"]["alertmanager.yaml"]) == yaml.safe_load(expected)
