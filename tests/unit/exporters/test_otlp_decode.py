@@ -182,3 +182,31 @@ def test_json_encoder_round_trips_and_gc_is_restored() -> None:
     with pytest.raises(BadInput):
         decode_traces(b"{", "application/json")
     assert gc.isenabled()
+
+
+def test_ensemble_children_are_attributed_to_their_own_model() -> None:
+    """One trace: InferRequest → ensemble model span → child model span → its compute span."""
+    def span(span_id: str, parent: str, name: str, events: dict[str, int], model: str | None = None):  # type: ignore[no-untyped-def]
+        out = {"traceId": "ab" * 16, "spanId": span_id * 8, "parentSpanId": parent * 8 if parent else "",
+               "name": name, "events": [{"name": k, "timeUnixNano": str(v)} for k, v in events.items()]}
+        if model:
+            out["attributes"] = [{"key": "triton.model_name", "value": {"stringValue": model}},
+                                 {"key": "triton.model_version", "value": {"intValue": "1"}}]
+        return out
+
+    spans = [
+        span("01", "", "InferRequest", {"HTTP_RECV_START": 0}),
+        span("02", "01", "pipeline", {"REQUEST_START": 0, "QUEUE_START": 10, "REQUEST_END": 1000}, "pipeline"),
+        span("04", "03", "compute", {"COMPUTE_START": 300, "COMPUTE_INPUT_END": 310, "COMPUTE_OUTPUT_START": 700,
+                                     "COMPUTE_END": 720}),
+        span("03", "02", "tokenizer", {"REQUEST_START": 100, "QUEUE_START": 110, "REQUEST_END": 800},
+             "tokenizer"),
+    ]
+    body = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}).encode()
+    joiner = SpanJoiner()
+    samples, accepted = joiner.add(decode_json(body))
+    got = {(s.model, s.stage): round(s.seconds * 1e9) for s in samples}
+    assert got == {("pipeline", "request"): 1000, ("tokenizer", "request"): 700, ("tokenizer", "queue"): 190,
+                   ("tokenizer", "compute_input"): 10, ("tokenizer", "compute_infer"): 390,
+                   ("tokenizer", "compute_output"): 20}
+    assert accepted == 4
