@@ -23,7 +23,7 @@ K8S_VERSION = "1.35.0"
 NAMESPACE = "tidescale"
 MONITORING_API = ("--api-versions", "monitoring.coreos.com/v1")
 FULL_VALUES: dict[str, Any] = {
-    "serving": {"namespace": "serving", "selector": {"app.kubernetes.io/name": "triton-server"}},
+    "serving": {"namespace": "serving", "selector": {"app.kubernetes.io/name": "triton-server"}, "metricsPort": 8002},
     "exporter": {"replicas": 2, "settings": {"poll_interval_s": 2.0}},
     "recommender": {"capacityRps": 50.0},
     "reviews": {"database": {"existingSecret": "reviews-db", "key": "url"}},
@@ -153,6 +153,9 @@ def test_monitors_and_rules_only_with_prometheus_operator(default_docs: list[dic
         assert rule["metadata"]["labels"]["team"] == "ml"
     triton = by_kind["PodMonitor"][0]["spec"]
     assert triton["namespaceSelector"]["matchNames"] == ["serving"]
+    assert triton["podMetricsEndpoints"][0]["portNumber"] == 8002  # a number when the port has no name
+    default_port = helm("template", "t", str(CHART), *MONITORING_API, "--show-only", "templates/monitors.yaml")
+    assert "- port: \"metrics\"" in default_port.stdout
     assert triton["selector"]["matchLabels"] == {"app.kubernetes.io/name": "triton-server"}
 
 
