@@ -81,20 +81,37 @@ def _signed(v: int) -> int:
     return v - (1 << 64) if v >= 1 << 63 else v
 
 
+def _stream_varint(stream: io.BufferedReader) -> int | None:
+    """A varint read byte by byte from *stream*; None at a clean end of input."""
+    result = shift = 0
+    while True:
+        byte = stream.read(1)
+        if not byte:
+            if shift:
+                raise BadInput(400, "truncated xplane protobuf (varint)")
+            return None
+        result |= (byte[0] & 0x7F) << shift
+        if byte[0] < 0x80:
+            return result
+        shift += 7
+        if shift > 63:
+            raise BadInput(400, "corrupt xplane protobuf (varint too long)")
+
+
 def iter_planes(stream: io.BufferedReader) -> Iterator[memoryview]:
     """Each XPlane's bytes, read from the XSpace stream one at a time."""
     while True:
-        head = stream.peek(20)[:20]
-        if not head:
+        tag = _stream_varint(stream)
+        if tag is None:
             return
-        tag, used = _varint(head, 0)
         num, wire = tag >> 3, tag & 7
         if wire != _WIRE_LEN:
             raise BadInput(400, "not an XSpace protobuf (unexpected top-level field)")
-        length, used = _varint(head, used)
+        length = _stream_varint(stream)
+        if length is None:
+            raise BadInput(400, "truncated xplane protobuf (length missing)")
         if length > MAX_PLANE_BYTES:
             raise BadInput(413, f"xplane plane of {length} bytes exceeds {MAX_PLANE_BYTES}")
-        stream.read(used)
         data = stream.read(length)
         if len(data) != length:
             raise BadInput(400, "truncated xplane protobuf (plane cut short)")
