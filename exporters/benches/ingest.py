@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -26,8 +25,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from exporters.benches.common import bench_main
 from exporters.otlp import Span, encode_json, encode_protobuf
-from tidescale.ports import LOOPBACK, free_port
-from tidescale.procs import ManagedProcess
+from exporters.service import spawn
 
 REQUESTS_PER_BODY = 512
 SPANS_PER_REQUEST = 3
@@ -84,17 +82,6 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def start_exporter(workdir: Path) -> tuple[ManagedProcess, str]:
-    port = free_port()
-    env = {**os.environ, "TIDESCALE_EXPORTER_TOKEN": TOKEN, "TIDESCALE_EXPORTER_LOG_FORMAT": "json"}
-    env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
-    argv = [sys.executable, "-m", "tidescale.cli", "exporter", "serve", "--port", str(port)]
-    proc = ManagedProcess("exporter", argv, workdir / "exporter.log", env=env).start()
-    url = f"http://{LOOPBACK}:{port}"
-    proc.wait_http(f"{url}/readyz", timeout=60)
-    return proc, url
-
-
 def exporter_rate(url: str, pid: int, payloads: list[bytes], content_type: str) -> dict[str, float]:
     headers = {"content-type": content_type, "authorization": f"Bearer {TOKEN}"}
     with httpx.Client(timeout=30) as client:
@@ -118,7 +105,7 @@ def run(quick: bool = False, progress: Callable[[str], None] = lambda _: None) -
     json_payloads = bodies(n, encode=encode_json)
     decode = bare_decode_rate(payloads)
     with tempfile.TemporaryDirectory(prefix="tidescale-bench-ingest-") as tmp:
-        proc, url = start_exporter(Path(tmp))
+        proc, url = spawn(Path(tmp), token=TOKEN)
         try:
             progress(f"posting protobuf to {url}")
             served = exporter_rate(url, proc.pid, payloads, "application/x-protobuf")

@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,13 +13,12 @@ import httpx
 import numpy as np
 import pytest
 
+from exporters.service import spawn
 from tests.paths import FIXTURES
 from tidescale.fleet.fleet import TritonFleet
 from tidescale.fleet.loadgen import LoadGenerator
 from tidescale.fleet.testing import running_fleet
 from tidescale.fleet.triton import TraceSettings
-from tidescale.ports import LOOPBACK, free_port
-from tidescale.procs import ManagedProcess
 from tidescale.promql import selector
 from tidescale.promstack import PrometheusServer, ScrapeTarget
 from tidescale.traffic import scenario
@@ -34,16 +31,9 @@ HIST = "tidescale_request_duration_seconds"
 
 
 @contextmanager
-def running_exporter(workdir: Path, **env_extra: str) -> Iterator[str]:
-    port = free_port()
-    env = {**os.environ, "TIDESCALE_EXPORTER_TOKEN": TOKEN, "TIDESCALE_EXPORTER_JOIN_TTL_S": "5", **env_extra}
-    if "OTEL_EXPORTER_OTLP_ENDPOINT" not in env_extra:
-        env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
-    proc = ManagedProcess("exporter", [sys.executable, "-m", "tidescale.cli", "exporter", "serve", "--port",
-                                       str(port)], workdir / "exporter.log", env=env).start()
-    url = f"http://{LOOPBACK}:{port}"
+def running_exporter(workdir: Path, **env: str) -> Iterator[str]:
+    proc, url = spawn(workdir, token=TOKEN, env={"TIDESCALE_EXPORTER_JOIN_TTL_S": "5", **env})
     try:
-        proc.wait_http(f"{url}/readyz", timeout=60)
         yield url
     finally:
         proc.stop()
