@@ -276,7 +276,9 @@ class SpanJoiner:
         samples: list[StageSample] = []
         accepted = 0
         for span in spans:
-            if span.model is not None:
+            if len(span.trace_id) != 16 or len(span.span_id) != 8:  # protobuf does not check sizes
+                self.on_drop("bad_ids", 1)
+            elif span.model is not None:
                 accepted += 1
                 self._model_span(span, now, samples)
             elif span.name == COMPUTE_SPAN:

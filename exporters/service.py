@@ -238,7 +238,7 @@ def create_app(settings: ExporterSettings) -> FastAPI:
             span.set_attribute("spans", len(spans))
             span.set_attribute("samples", len(samples))
         rejected = len(spans) - accepted
-        message = f"{rejected} span(s) were not Triton spans" if rejected else ""
+        message = f"{rejected} span(s) were not usable Triton spans" if rejected else ""
         if refused:
             message = (message + "; " if message else "") + f"{refused} sample(s) over the series cap"
         return _otlp_response(content_type, rejected, message)

@@ -210,3 +210,13 @@ def test_ensemble_children_are_attributed_to_their_own_model() -> None:
                    ("tokenizer", "compute_input"): 10, ("tokenizer", "compute_infer"): 390,
                    ("tokenizer", "compute_output"): 20}
     assert accepted == 4
+
+
+def test_protobuf_ids_of_the_wrong_size_are_dropped() -> None:
+    from exporters.otlp import Span
+
+    drops: Counter[str] = Counter()
+    bad = Span(b"\x01" * 15, b"\x02" * 8, b"", "m", "m", "1", "", {"REQUEST_START": 0, "REQUEST_END": 5})
+    samples, accepted = SpanJoiner(on_drop=lambda r, n: drops.update({r: n})).add(
+        decode_protobuf(encode_protobuf([bad])))
+    assert samples == [] and accepted == 0 and drops["bad_ids"] == 1
