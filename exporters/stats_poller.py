@@ -37,6 +37,7 @@ from exporters.tritonstats import (
     ModelStats,
     batch_deltas,
     batching_efficiency,
+    is_reset,
     parse_stats,
     queue_depth_estimate,
 )
@@ -264,12 +265,14 @@ class StatsPoller(Collector):
 
     @staticmethod
     def _fold(series: _Series, cur: ModelStats, now: float, estimate_queue: bool) -> None:
-        for size, n in batch_deltas(series.prev, cur).items():
-            series.hist.observe(float(size), n)
-        if series.prev is not None:
-            prev = series.prev
+        prev = series.prev
+        idle = prev is not None and prev.execution_count == cur.execution_count and not is_reset(prev, cur)
+        if not idle:  # an idle model (the common case) has no batch deltas to fold
+            for size, n in batch_deltas(prev, cur).items():
+                series.hist.observe(float(size), n)
+        if prev is not None:
             series.efficiency = (batching_efficiency(prev, cur, series.max_batch_size)
-                                 if series.max_batch_size else None)
+                                 if series.max_batch_size and not idle else None)
             series.queue_depth = queue_depth_estimate(prev, cur, now - series.prev_t) if estimate_queue else None
         series.memory = cur.memory
         series.prev, series.prev_t = cur, now

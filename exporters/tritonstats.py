@@ -11,10 +11,17 @@ go negative. Parsing is bounded: body size, model count and label lengths.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from exporters.errors import BadInput
+
+_loads: Callable[[bytes | str], Any]
+try:  # orjson decodes ~2x faster; its JSONDecodeError subclasses the stdlib one
+    from orjson import loads as _loads
+except ImportError:  # pragma: no cover
+    _loads = json.loads
 
 MAX_BODY_BYTES = 16 << 20
 MAX_MODELS = 10_000
@@ -142,13 +149,15 @@ def _batches(items: Any, where: str) -> dict[int, int]:
         raise BadInput(502, f"{where}: batch_stats must be a list of at most {MAX_BATCH_SIZES} entries")
     out: dict[int, int] = {}
     for item in items:
-        if not isinstance(item, dict):
+        if item.__class__ is not dict:
             raise BadInput(502, f"{where}: batch_stats entry is not an object")
-        size = _uint(_get(item, "batch_size"), f"{where} batch_size")
+        size = item.get("batch_size")
+        if size.__class__ is not int or size < 0:
+            size = _uint(_get(item, "batch_size"), f"{where} batch_size")
         # Each duration object carries the execution count; compute_infer is set whenever
         # the count is non-zero (gRPC-as-JSON writes a zero object as {}).
-        infer = _get(item, "compute_infer")
-        if isinstance(infer, dict) and "count" in infer:
+        infer = item.get("compute_infer") or item.get("computeInfer")
+        if infer.__class__ is dict and "count" in infer:
             count = _uint(infer["count"], f"{where} batch {size} count")
         else:
             count = max(_duration(_get(item, k), f"{where} batch {size}").count
@@ -178,7 +187,7 @@ def parse_stats(body: bytes | str | dict[str, Any]) -> list[ModelStats]:
         if len(body) > MAX_BODY_BYTES:
             raise BadInput(502, f"stats response larger than {MAX_BODY_BYTES} bytes")
         try:
-            doc = json.loads(body)
+            doc = _loads(body)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise BadInput(502, f"stats response is not JSON: {exc}") from None
     else:
