@@ -10,6 +10,7 @@ targets added and removed, so the poller drops the series of vanished targets.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterable
@@ -144,10 +145,30 @@ class TargetSet:
         self._notify(sorted(after - before), sorted(before - after))
 
     async def run(self) -> None:
-        """Keep discovered targets current until `stop()`; returns at once without discovery."""
+        """Keep discovered targets current until `stop()` or cancellation; returns at once
+        without discovery. The blocking kubernetes watch runs in a daemon thread, so a
+        shutdown never waits for the watch's server-side timeout."""
         if not self.discovers:
             return
-        await asyncio.to_thread(self._watch_forever)
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+
+        def finished() -> None:
+            if not done.done():
+                done.set_result(None)
+
+        def watch() -> None:
+            try:
+                self._watch_forever()
+            finally:
+                with contextlib.suppress(RuntimeError):  # the loop may already be closed
+                    loop.call_soon_threadsafe(finished)
+
+        threading.Thread(target=watch, name="tidescale-pod-watch", daemon=True).start()
+        try:
+            await done
+        finally:
+            self.stop()
 
     def stop(self) -> None:
         self._stop.set()

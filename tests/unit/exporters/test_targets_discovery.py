@@ -122,3 +122,37 @@ def test_run_returns_at_once_without_discovery() -> None:
     import asyncio
 
     asyncio.run(asyncio.wait_for(TargetSet(["http://a:8000"]).run(), 2))
+
+
+def test_cancelling_run_stops_the_watch_thread() -> None:
+    import asyncio
+    import time
+
+    api = FakeApi([[pod("a")]])
+    ts = TargetSet(kube_namespace="serving", kube_selector="app=triton", api=api)
+
+    class BlockingWatch:
+        def stream(self, *args: Any, **kwargs: Any) -> Any:
+            while not ts._stop.is_set():
+                time.sleep(0.01)
+            yield from ()
+
+        def stop(self) -> None:
+            pass
+
+    ts._watch_factory = BlockingWatch  # type: ignore[assignment]
+
+    async def main() -> None:
+        task = asyncio.create_task(ts.run())
+        await asyncio.sleep(0.2)
+        assert [t.pod for t in ts.targets()] == ["a"]
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert ts._stop.is_set()
+    deadline = time.monotonic() + 5
+    while any(t.name == "tidescale-pod-watch" for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(t.name == "tidescale-pod-watch" for t in threading.enumerate())
