@@ -13,6 +13,11 @@ NS_DEPLOY = f'{NS}, deployment=~"$deployment"'
 HPA_TOLERANCE = 0.1
 
 
+POD_OF_DEPLOYMENT = 'namespace=~"$namespace", pod=~"($deployment)-.+"'
+COLD_START = (f"max by (pod) ({sel('kube_pod_status_ready_time', POD_OF_DEPLOYMENT)}"
+              f" - on (namespace, pod) {sel('kube_pod_start_time', POD_OF_DEPLOYMENT)})")
+
+
 def _by_deployment(name: str, extra: str = "", matchers: str = NS_DEPLOY) -> str:
     return f"max by (deployment{extra}) ({sel(name, matchers)})"
 
@@ -61,8 +66,9 @@ def build() -> dash_b.Dashboard:
         .with_row(row("Control loop health"))
         .with_panel(graph(
             "Cold-start time",
-            "Seconds from replica start to Ready (model load). Scale-up has to lead demand by this much.",
-            "s", [Query(_by_deployment("tidescale_sim_cold_start_seconds"), "{{deployment}}")],
+            "Seconds from pod start to Ready (model load), per pod, from kube-state-metrics "
+            "(kube_pod_status_ready_time - kube_pod_start_time). Scale-up has to lead demand by this much.",
+            "s", [Query(COLD_START, "{{pod}}")],
             span=8, min_value=0))
         .with_panel(single_stat(
             "Fail-safe active",

@@ -137,6 +137,10 @@ KUBE_STATE_METRICS: list[MetricFamily] = [
          "Describes whether the pod is ready to serve requests.", ("namespace", "pod", "condition")),
     _ksm("kube_pod_container_status_restarts_total", "counter", "restarts",
          "The number of container restarts per container.", ("namespace", "pod", "container")),
+    _ksm("kube_pod_start_time", "gauge", "seconds",
+         "Start time in unix timestamp for a pod.", ("namespace", "pod", "uid")),
+    _ksm("kube_pod_status_ready_time", "gauge", "seconds",
+         "Readiness achieved time in unix timestamp for a pod.", ("namespace", "pod", "uid")),
     _ksm("kube_pod_owner", "gauge", "info",
          "Information about the Pod's owner.", ("namespace", "pod", "owner_kind", "owner_name")),
 ]
@@ -212,10 +216,6 @@ TIDESCALE: list[MetricFamily] = [
          "Per-replica capacity at the SLO the recommender currently uses.", ("namespace", "deployment")),
     _own("tidescale_recommender_last_success_timestamp_seconds", "gauge", "seconds",
          "Unix time of the recommender's last successful evaluation.", ("namespace", "deployment")),
-    # --- local fleet (simulated Kubernetes) ---------------------------------------------------------
-    _own("tidescale_sim_cold_start_seconds", "gauge", "seconds",
-         "Time a replica took from start to Ready (model load), in the local fleet.",
-         ("namespace", "deployment")),
 ]
 
 ALL_FAMILIES: list[MetricFamily] = [*TRITON, *DCGM, *KUBE_STATE_METRICS, *PROMETHEUS, *TIDESCALE]

@@ -24,6 +24,8 @@ Labels = list[tuple[str, str]]
 
 class Pod(Protocol):
     pod: str
+    started_at: float | None
+    ready_at: float | None
 
     @property
     def ready(self) -> bool: ...
@@ -59,14 +61,21 @@ def pod_uid(pod: str) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"tidescale/pod/{pod}"))
 
 
-def _family(name: str, samples: list[tuple[Labels, int]]) -> str:
+def _family(name: str, samples: list[tuple[Labels, int]] | list[tuple[Labels, float]]) -> str:
     fam = catalog.get(name)
-    return render_family(name, fam.type, fam.help, [(labels, str(v)) for labels, v in samples])
+    return render_family(name, fam.type, fam.help, [(labels, _value(v)) for labels, v in samples])
+
+
+def _value(v: float) -> str:
+    return str(v) if isinstance(v, int) else f"{v:.3f}"
 
 
 def render_kube_state(namespace: str, deployment: str, pods: list[tuple[str, bool, int]],
-                      hpas: list[HpaStatus]) -> str:
-    """The exposition for one Deployment's pods ((name, ready, restarts), oldest first) and its HPAs."""
+                      hpas: list[HpaStatus], times: dict[str, tuple[float | None, float | None]] | None = None) -> str:
+    """The exposition for one Deployment's pods ((name, ready, restarts), oldest first) and its HPAs.
+
+    *times* maps a pod to its (start, ready) unix times for kube_pod_start_time/kube_pod_status_ready_time.
+    """
     dep: Labels = [("namespace", namespace), ("deployment", deployment)]
     ready_count = sum(1 for _, ready, _ in pods if ready)
     pod_labels = {name: [("namespace", namespace), ("pod", name), ("uid", pod_uid(name))] for name, _, _ in pods}
@@ -87,6 +96,13 @@ def render_kube_state(namespace: str, deployment: str, pods: list[tuple[str, boo
               ("owner_is_controller", "true")], 1) for name, _, _ in pods
         ]),
     ]
+    times = times or {}
+    starts = [(pod_labels[n], t[0]) for n, _, _ in pods if (t := times.get(n)) and t[0] is not None]
+    readies = [(pod_labels[n], t[1]) for n, _, _ in pods if (t := times.get(n)) and t[1] is not None]
+    if starts:
+        parts.append(_family("kube_pod_start_time", starts))
+    if readies:
+        parts.append(_family("kube_pod_status_ready_time", readies))
     if hpas:
         def hpa_family(metric: str, value: Callable[[HpaStatus], int]) -> str:
             return _family(metric, [([("namespace", namespace), ("horizontalpodautoscaler", h.name)], value(h))
@@ -123,10 +139,12 @@ class KubeStateMetricsServer(ServesHttp):
             self._hpas[name] = status
 
     def render(self) -> str:
-        pods = [(p.pod, p.ready, self.fleet.restarts.get(p.pod, 0)) for p in self.fleet.replicas]
+        replicas = list(self.fleet.replicas)
+        pods = [(p.pod, p.ready, self.fleet.restarts.get(p.pod, 0)) for p in replicas]
+        times = {p.pod: (getattr(p, "started_at", None), getattr(p, "ready_at", None)) for p in replicas}
         with self._lock:
             hpas = list(self._hpas.values())
-        return render_kube_state(self.fleet.namespace, self.fleet.deployment, pods, hpas)
+        return render_kube_state(self.fleet.namespace, self.fleet.deployment, pods, hpas, times)
 
     def start(self) -> KubeStateMetricsServer:
         self._server.start()

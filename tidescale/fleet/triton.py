@@ -79,6 +79,9 @@ class TritonReplica:
             raise UsageError(f"model repository {repo} has no models (no */config.pbtxt)")
         self._proc: ManagedProcess | None = None
         self._ready = False
+        # Unix times like kube-state-metrics' kube_pod_start_time / kube_pod_status_ready_time.
+        self.started_at: float | None = None
+        self.ready_at: float | None = None
         self.terminating = False  # set once we asked it to stop: a dead process then is no crash
 
     # --- addresses -------------------------------------------------------------------------------
@@ -143,6 +146,7 @@ class TritonReplica:
         install = tools.triton()
         self.workdir.mkdir(parents=True, exist_ok=True)
         env = {**install.env(), SLOWDOWN_ENV: str(self.slowdown_file)}
+        self.started_at, self.ready_at = time.time(), None
         self._proc = ManagedProcess(f"tritonserver[{self.pod}]", self.argv(install), self.log_path,
                                     env=env, cwd=self.workdir).start()
         return self
@@ -172,6 +176,7 @@ class TritonReplica:
                                if client.get(f"{self.http_url}/v2/models/{m}/ready").status_code != 200]
                 if pending:
                     time.sleep(0.1)
+        self.ready_at = time.time()
         self._ready = True
 
     def terminate(self) -> None:

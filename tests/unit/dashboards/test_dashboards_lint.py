@@ -169,7 +169,7 @@ def test_the_issue_panels_exist(boards: dict[str, dict[str, Any]]) -> None:
                           "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_POWER_USAGE",
                           "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_XID_ERRORS", "exported_pod"],
         "tidescale-autoscaling": ["tidescale_desired_replicas", "kube_horizontalpodautoscaler_status_desired_replicas",
-                                  "changes(kube_deployment_spec_replicas", "tidescale_sim_cold_start_seconds",
+                                  "changes(kube_deployment_spec_replicas", "kube_pod_status_ready_time",
                                   "tidescale_recommender_failsafe"],
         "tidescale-profiler": ["tidescale_op_time_share", "tidescale_op_top_share", "tidescale_profile_age_seconds"],
     }

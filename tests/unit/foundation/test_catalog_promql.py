@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -50,12 +51,25 @@ def recorded_names() -> set[str]:
     return names
 
 
+LABEL_VALUES = re.compile(r"^\s*label_values\((.*),\s*\w+\s*\)\s*$", re.S)
+
+
 def promql_in_repo() -> list[tuple[Path, str]]:
+    """PromQL in rules, adapter config, manifests and dashboards (Grafana templating queries too)."""
     out = []
     for path, doc in _documents():
-        for key, value in _walk(doc):
+        templating = doc.get("templating", {}) if isinstance(doc, dict) else {}
+        for key, value in _walk({k: v for k, v in doc.items() if k != "templating"} if templating else doc):
             if key in PROMQL_KEYS and isinstance(value, str) and value.strip():
                 out.append((path, value))
+        for var in templating.get("list", []) if isinstance(templating, dict) else []:
+            if var.get("type") != "query":
+                continue
+            query = var.get("query")
+            text = query.get("query") if isinstance(query, dict) else query
+            match = LABEL_VALUES.match(text or "")
+            if match:
+                out.append((path, match.group(1)))
     return out
 
 
