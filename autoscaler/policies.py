@@ -129,12 +129,13 @@ class ConcurrencyProbe:
     def __init__(self) -> None:
         self._last: tuple[float, float] | None = None
 
-    def sample(self, sim: FleetSim) -> float:
+    def sample(self, sim: FleetSim) -> float | None:
+        """None until two samples exist (a rate needs an interval)."""
         c = sim.counters()
         now, dur = sim.now, c.request_duration_s
         prev, self._last = self._last, (now, dur)
         if prev is None or now <= prev[0]:
-            return float(c.pending)
+            return None
         return (dur - prev[1]) / (now - prev[0]) + c.pending
 
 
@@ -155,13 +156,18 @@ class KnativeKpa:
         self.probe = ConcurrencyProbe()
         self.current = initial
         self.panic_until: float | None = None
+        self.first_sample: float | None = None
 
     def _avg(self, now: float, window: float) -> float:
         vals = [v for t, v in self.samples if t > now - window]
         return sum(vals) / len(vals) if vals else 0.0
 
     def decide(self, now: float, lag: MetricsLag, sim: FleetSim) -> int:
-        self.samples.append((now, self.probe.sample(sim)))
+        value = self.probe.sample(sim)
+        if value is None:
+            return self.current
+        self.samples.append((now, value))
+        self.first_sample = now if self.first_sample is None else self.first_sample
         while self.samples and self.samples[0][0] <= now - self.stable_s:
             self.samples.popleft()
         ready = max(1, sim.replicas_ready)
@@ -171,6 +177,8 @@ class KnativeKpa:
             self.panic_until = now + self.stable_s
         if self.panic_until is not None and now < self.panic_until:
             desired = max(panic, self.current)  # never scale down while panicking
+        elif now - self.first_sample < self.stable_s:
+            desired = max(stable, self.current)  # no scale-down before a full stable window of data
         else:
             self.panic_until = None
             desired = max(stable, math.ceil(ready / self.max_down))
@@ -196,7 +204,10 @@ class RayServe:
         self.down_since: float | None = None
 
     def decide(self, now: float, lag: MetricsLag, sim: FleetSim) -> int:
-        self.samples.append((now, self.probe.sample(sim)))
+        value = self.probe.sample(sim)
+        if value is None:
+            return self.current
+        self.samples.append((now, value))
         while self.samples and self.samples[0][0] <= now - self.look_back:
             self.samples.popleft()
         ongoing = sum(v for _, v in self.samples) / len(self.samples)
