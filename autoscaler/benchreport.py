@@ -97,9 +97,33 @@ def markdown(doc: dict[str, Any]) -> str:
                          f"| {r['replica_hours']:.2f} | {cost} | {r['scale_events']:g} | {r['max_replicas']:g} "
                          f"| {rec} | {', '.join(r['dominated_by']) or '–'} |")
         lines.append("")
+    lines += goal_lines(doc)
     lines += ["![replicas vs load per policy](autoscale.png)", "",
               f"Wall time {s['wall_s']:g} s on {s['host']}.", ""]
     return "\n".join(lines)
+
+
+GOALS = {"requests_within_slo": 0.999, "windows_within_slo": 0.99, "cost_vs_oracle": 1.15}
+
+
+def goal_lines(doc: dict[str, Any]) -> list[str]:
+    """tidescale against the issue's goals, scenario by scenario (computed, not written by hand)."""
+    out = ["## tidescale against the goals", "",
+           "Goal: ≥ 99.9 % of requests and ≥ 99 % of windows within the SLO, ≤ 1.15× the oracle's "
+           "replica-hours, no peer both cheaper and at least as good.", "",
+           "| scenario | requests | windows | cost | undominated | all met |", "|---|---|---|---|---|---|"]
+    for name, res in doc["scenarios"].items():
+        r = res.get("tidescale")
+        if r is None:
+            continue
+        req = r["requests_within_slo"] >= GOALS["requests_within_slo"]
+        win = r["windows_within_slo"] >= GOALS["windows_within_slo"]
+        cost = r["cost_vs_oracle"] is not None and r["cost_vs_oracle"] <= GOALS["cost_vs_oracle"]
+        free = not r["dominated_by"]
+        marks = ["yes" if ok else "no" for ok in (req, win, cost, free)]
+        out.append(f"| {name} | {marks[0]} | {marks[1]} | {marks[2]} | {marks[3]} | "
+                   f"{'yes' if all((req, win, cost, free)) else 'no'} |")
+    return [*out, ""]
 
 
 def plot(runs: dict[str, dict[str, RunResult]], path: Path, warmup_s: float = bench.WARMUP_S) -> None:
@@ -136,9 +160,13 @@ def plot(runs: dict[str, dict[str, RunResult]], path: Path, warmup_s: float = be
     plt.close(fig)
 
 
-def write(doc: dict[str, Any], runs: dict[str, dict[str, RunResult]], doc_path: Path = DOC,
-          png_path: Path = PNG) -> None:
+def write_markdown(doc: dict[str, Any], doc_path: Path = DOC) -> None:
     doc_path.parent.mkdir(parents=True, exist_ok=True)
     doc_path.write_text(markdown(doc) + "\n<!-- raw -->\n```json\n" + json.dumps(doc["scenarios"], indent=1)
                         + "\n```\n")
+
+
+def write(doc: dict[str, Any], runs: dict[str, dict[str, RunResult]], doc_path: Path = DOC,
+          png_path: Path = PNG) -> None:
+    write_markdown(doc, doc_path)
     plot(runs, png_path)
