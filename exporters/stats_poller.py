@@ -155,7 +155,10 @@ class StatsPoller(Collector):
     def _get_session(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
         if self._session is None or self._session.closed or self._session_loop is not loop:
-            connector = aiohttp.TCPConnector(limit=self.concurrency, ttl_dns_cache=300)
+            # No pool-wide limit: the semaphore bounds requests in flight, and every target keeps
+            # its keep-alive connection (a pool of `concurrency` would reconnect to most targets
+            # on every cycle).
+            connector = aiohttp.TCPConnector(limit=0, limit_per_host=2, ttl_dns_cache=300)
             self._session = aiohttp.ClientSession(connector=connector, raise_for_status=False,
                                                   timeout=aiohttp.ClientTimeout(total=self.timeout_s))
             self._session_loop = loop
