@@ -139,6 +139,32 @@ class ConcurrencyProbe:
         return (dur - prev[1]) / (now - prev[0]) + c.pending
 
 
+class ConcurrencyWindow:
+    """Proxy concurrency samples over the last `window_s`, as KPA and Ray Serve keep them."""
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = window_s
+        self.samples: deque[tuple[float, float]] = deque()
+        self.probe = ConcurrencyProbe()
+        self.first: float | None = None
+
+    def sample(self, now: float, sim: FleetSim) -> bool:
+        """Record one sample; False while no rate can be formed yet."""
+        value = self.probe.sample(sim)
+        if value is None:
+            return False
+        self.samples.append((now, value))
+        self.first = now if self.first is None else self.first
+        while self.samples and self.samples[0][0] <= now - self.window_s:
+            self.samples.popleft()
+        return True
+
+    def mean(self, now: float, window_s: float | None = None) -> float:
+        span = self.window_s if window_s is None else window_s
+        vals = [v for t, v in self.samples if t > now - span]
+        return sum(vals) / len(vals) if vals else 0.0
+
+
 class KnativeKpa:
     """Knative KPA: concurrency target × 70 %, 60 s stable / 6 s panic windows, panic at 200 %."""
 
@@ -152,32 +178,21 @@ class KnativeKpa:
         self.min_r, self.max_r = min_r, max_r
         self.stable_s, self.panic_s = stable_s, panic_s
         self.panic_threshold, self.max_down = panic_threshold, max_scale_down_rate
-        self.samples: deque[tuple[float, float]] = deque()
-        self.probe = ConcurrencyProbe()
+        self.window = ConcurrencyWindow(stable_s)
         self.current = initial
         self.panic_until: float | None = None
-        self.first_sample: float | None = None
-
-    def _avg(self, now: float, window: float) -> float:
-        vals = [v for t, v in self.samples if t > now - window]
-        return sum(vals) / len(vals) if vals else 0.0
 
     def decide(self, now: float, lag: MetricsLag, sim: FleetSim) -> int:
-        value = self.probe.sample(sim)
-        if value is None:
+        if not self.window.sample(now, sim):
             return self.current
-        self.samples.append((now, value))
-        self.first_sample = now if self.first_sample is None else self.first_sample
-        while self.samples and self.samples[0][0] <= now - self.stable_s:
-            self.samples.popleft()
         ready = max(1, sim.replicas_ready)
-        stable = math.ceil(self._avg(now, self.stable_s) / self.target)
-        panic = math.ceil(self._avg(now, self.panic_s) / self.target)
+        stable = math.ceil(self.window.mean(now) / self.target)
+        panic = math.ceil(self.window.mean(now, self.panic_s) / self.target)
         if panic / ready >= self.panic_threshold:
             self.panic_until = now + self.stable_s
         if self.panic_until is not None and now < self.panic_until:
             desired = max(panic, self.current)  # never scale down while panicking
-        elif now - self.first_sample < self.stable_s:
+        elif now - (self.window.first or now) < self.stable_s:
             desired = max(stable, self.current)  # no scale-down before a full stable window of data
         else:
             self.panic_until = None
@@ -197,20 +212,15 @@ class RayServe:
         self.target, self.look_back = target_ongoing, look_back_s
         self.up_delay, self.down_delay = upscale_delay_s, downscale_delay_s
         self.min_r, self.max_r = min_r, max_r
-        self.samples: deque[tuple[float, float]] = deque()
-        self.probe = ConcurrencyProbe()
+        self.window = ConcurrencyWindow(look_back_s)
         self.current = initial
         self.up_since: float | None = None
         self.down_since: float | None = None
 
     def decide(self, now: float, lag: MetricsLag, sim: FleetSim) -> int:
-        value = self.probe.sample(sim)
-        if value is None:
+        if not self.window.sample(now, sim):
             return self.current
-        self.samples.append((now, value))
-        while self.samples and self.samples[0][0] <= now - self.look_back:
-            self.samples.popleft()
-        ongoing = sum(v for _, v in self.samples) / len(self.samples)
+        ongoing = self.window.mean(now)
         desired = max(self.min_r, min(self.max_r, math.ceil(ongoing / self.target)))
         if desired > self.current:
             self.down_since = None
