@@ -1,0 +1,52 @@
+"""LiveAutoscaler against the local fleet: real Triton replicas under load, a real Prometheus, the
+recommender and the emulated HPA scale the Deployment up; with Prometheus gone it holds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autoscaler.live import LiveAutoscaler
+from tidescale.fleet.loadgen import LoadGenerator
+from tidescale.fleet.testing import running_stack
+from tidescale.promstack import PrometheusServer, ScrapeTarget
+from tidescale.traffic import scenario
+
+pytestmark = pytest.mark.integration
+RPS, CAPACITY = 30.0, 10.0  # a deliberately small capacity so modest load needs several replicas
+
+
+def test_live_autoscaler_scales_real_replicas(tmp_path: Path) -> None:
+    with running_stack(tmp_path / "fleet", replicas=1, gpus_per_node=1) as stack:
+        found = stack.targets()
+        targets = [ScrapeTarget(job, address, labels) for job, items in
+                   (("triton", found.triton), ("kube-state-metrics", found.kube_state_metrics))
+                   for address, labels in items]
+        prom = PrometheusServer(tmp_path / "prom", targets).start()
+        load = LoadGenerator(scenario("steady", RPS, 600.0), stack.fleet.ready_urls, ["resnet50"], seed=4).start()
+        live: LiveAutoscaler | None = None
+        try:
+            fleet = stack.fleet
+            live = LiveAutoscaler(prom.url, fleet.scale_to, lambda: fleet.spec_replicas,
+                                  lambda: len(fleet.ready_replicas()), namespace=fleet.namespace,
+                                  deployment=fleet.deployment, model="resnet50", min_replicas=1, max_replicas=3,
+                                  capacity_rps=CAPACITY, cold_start_s=5.0, rate_window="10s")
+            prom.wait_for_targets_up()
+            prom.wait_for(f'sum(rate(nv_inference_request_success{{model="resnet50"}}[10s])) > {RPS * 0.6}',
+                          timeout=60)
+            assert live.step() == 3  # ceil(30 / (10 * 0.9)) = 4, clamped to maxReplicas
+            status = live.status()
+            assert (status.current_replicas, status.desired_replicas, status.max_replicas) == (1, 3, 3)
+            stack.kube.set_hpa(fleet.deployment, status.min_replicas, status.max_replicas,
+                               current=status.current_replicas, desired=status.desired_replicas)
+            assert fleet.spec_replicas == 3
+            fleet.wait_ready(3, timeout=120)
+            prom.stop()
+            assert live.step() == 3  # Prometheus gone: the recommendation holds, no scale-down
+            assert live.target_state.failsafe == "prometheus_down"
+        finally:
+            load.stop()
+            prom.stop()
+            if live is not None:
+                live.stop()
