@@ -109,9 +109,9 @@ class DataProblem(Exception):
 class PromClient:
     """Instant queries over Prometheus' HTTP API."""
 
-    def __init__(self, url: str, timeout_s: float = 5.0) -> None:
+    def __init__(self, url: str, timeout_s: float = 5.0, transport: httpx.BaseTransport | None = None) -> None:
         self.url = url.rstrip("/")
-        self.http = httpx.Client(timeout=timeout_s)
+        self.http = httpx.Client(timeout=timeout_s, transport=transport)
 
     def instant(self, expr: str) -> list[tuple[float, float]]:
         """[(sample timestamp, value)] of a vector result."""
@@ -120,13 +120,13 @@ class PromClient:
             body = r.json()
         except (httpx.HTTPError, ValueError) as exc:
             raise PrometheusUnavailable(f"{type(exc).__name__}: {exc}") from None
-        if r.status_code != 200 or body.get("status") != "success":
-            raise PrometheusUnavailable(f"HTTP {r.status_code}: {str(body.get('error', ''))[:200]}")
-        out = []
-        for item in body.get("data", {}).get("result", []):
-            ts, raw = item["value"]
-            out.append((float(ts), float(raw)))
-        return out
+        if not isinstance(body, dict) or r.status_code != 200 or body.get("status") != "success":
+            detail = body.get("error", "") if isinstance(body, dict) else ""
+            raise PrometheusUnavailable(f"HTTP {r.status_code}: {str(detail)[:200]}")
+        try:
+            return [(float(item["value"][0]), float(item["value"][1])) for item in body["data"]["result"]]
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise PrometheusUnavailable(f"unexpected response body ({type(exc).__name__})") from None
 
     def close(self) -> None:
         self.http.close()

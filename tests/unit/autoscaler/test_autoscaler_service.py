@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from autoscaler.service import (
+    PromClient,
     PrometheusUnavailable,
     RecommenderService,
     RecommenderSettings,
@@ -162,3 +167,49 @@ def test_settings_errors(tmp_path: Path) -> None:
         prof = tmp_path / "p.csv"
         prof.write_text("Concurrency,Inferences/Second,p99 latency\n1,0,10\n")
         RecommenderService(RecommenderSettings(targets=[t], profile=prof), FakeProm())  # type: ignore[arg-type]
+
+
+def client_answering(status: int, content: bytes) -> PromClient:
+    transport = httpx.MockTransport(lambda _req: httpx.Response(status, content=content))
+    return PromClient("http://prom", transport=transport)
+
+
+def test_prom_client_reads_vectors() -> None:
+    body = b'{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[12.5,"3.5"]}]}}'
+    assert client_answering(200, body).instant("up") == [(12.5, 3.5)]
+
+
+@pytest.mark.parametrize(("status", "content"), [
+    (503, b"unavailable"),
+    (400, b'{"status":"error","error":"parse error"}'),
+    (200, b'{"status":"success","data":{"result":[{}]}}'),
+    (200, b'{"status":"success","data":{"result":[{"value":[1,"x"]}]}}'),
+    (200, b"[]"),
+])
+def test_prom_client_bad_answers_are_unavailable(status: int, content: bytes) -> None:
+    with pytest.raises(PrometheusUnavailable):
+        client_answering(status, content).instant("up")
+
+
+@given(st.binary(max_size=300), st.sampled_from([200, 400, 500]))
+@settings(max_examples=150, deadline=None)
+def test_prom_client_fuzz(content: bytes, status: int) -> None:
+    try:
+        rows = client_answering(status, content).instant("up")
+    except PrometheusUnavailable:
+        return
+    assert all(isinstance(t, float) and isinstance(v, float) for t, v in rows)
+
+
+@given(st.recursive(st.none() | st.booleans() | st.floats() | st.text(max_size=8),
+                    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=8), kids, max_size=3),
+                    max_leaves=12))
+@settings(max_examples=150, deadline=None)
+def test_prom_client_fuzz_json_shapes(data: object) -> None:
+    """Whatever the result's shape: a list of float pairs or PrometheusUnavailable, nothing else."""
+    body = json.dumps({"status": "success", "data": {"result": data}}).encode()
+    try:
+        rows = client_answering(200, body).instant("up")
+    except PrometheusUnavailable:
+        return
+    assert all(isinstance(t, float) and isinstance(v, float) for t, v in rows)
