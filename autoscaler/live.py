@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -12,6 +13,7 @@ from autoscaler.manifests import Target, tidescale_hpa_spec
 from autoscaler.service import PromClient, RecommenderService, RecommenderSettings, TargetSettings, TargetState
 from tidescale.errors import UsageError
 
+log = logging.getLogger(__name__)
 LIVE_POLICIES = ("tidescale",)
 
 
@@ -69,7 +71,10 @@ class LiveAutoscaler:
         """Step every sync period in a daemon thread."""
         def loop() -> None:
             while not self._stop.is_set():
-                self.step()
+                try:
+                    self.step()
+                except Exception:  # keep syncing, as the controller would
+                    log.exception("live autoscaler step failed")
                 self._stop.wait(self.interval_s)
 
         self._thread = threading.Thread(target=loop, name="live-autoscaler", daemon=True)

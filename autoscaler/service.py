@@ -291,7 +291,10 @@ class RecommenderService:
     def run_loop(self, stop: threading.Event) -> None:
         while not stop.is_set():
             started = time.monotonic()
-            self.evaluate()
+            try:
+                self.evaluate()
+            except Exception:  # a bug must not stop the loop: the exported values go stale, alerts fire
+                log.exception("recommender evaluation failed")
             stop.wait(max(0.0, self.settings.interval_s - (time.monotonic() - started)))
 
 
