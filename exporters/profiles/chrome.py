@@ -30,7 +30,14 @@ READ_CHUNK = 1 << 20
 MAX_EVENT_CHARS = 4 << 20
 MAX_CLASS_CACHE = 50_000
 BOUNDARY_SEARCH_CHARS = 1 << 16
-_BOUNDARY = re.compile(r"\}\s*,\s*\{")
+# `},{"` — a `{"` cannot occur inside a JSON string (quotes there are escaped), so a match is
+# never inside a string; inside a nested array the segment does not decode and is retried.
+_BOUNDARY = re.compile(r'\}\s*,\s*(?=\{\s*")')
+# Flat `args` objects without a TF `long_name` are not needed for op shares; emptying them
+# before decoding halves the work on torch.profiler traces (their args hold shapes and inputs).
+_ARGS = re.compile(r'"args":\s*\{(?![^{}]*"long_name")[^{}]*\}')
+_EMPTY_ARGS = '"args":{}'
+
 _SKIP = re.compile(r"[\s,]*")
 _WS = re.compile(r"\s*")
 _DECODER = json.JSONDecoder()
@@ -52,6 +59,7 @@ class _TextWindow:
         self.text = ""
         self.pos = 0
         self.eof = False
+        self.strip_args = False
 
     def more(self) -> bool:
         """Append a chunk (dropping consumed text); False at end of input."""
@@ -117,10 +125,15 @@ def iter_trace_events(stream: io.BufferedReader, metadata: dict[str, Any] | None
         yield from batch
 
 
-def iter_trace_event_batches(stream: io.BufferedReader, metadata: dict[str, Any] | None = None
-                             ) -> Iterator[list[Any]]:
-    """The elements of `traceEvents` (or of a bare top-level array) in decoded batches."""
+def iter_trace_event_batches(stream: io.BufferedReader, metadata: dict[str, Any] | None = None,
+                             keep_args: bool = True) -> Iterator[list[Any]]:
+    """The elements of `traceEvents` (or of a bare top-level array) in decoded batches.
+
+    With `keep_args=False`, flat `args` objects without a `long_name` may come back empty
+    (all op shares need), which halves decoding of torch.profiler traces.
+    """
     win = _TextWindow(stream)
+    win.strip_args = not keep_args
     first = win.peek_char()
     if first == "[":
         win.pos += 1
@@ -166,10 +179,10 @@ def _iter_batches(win: _TextWindow) -> Iterator[list[Any]]:
 def _batch(win: _TextWindow) -> list[Any] | None:
     """Decode the window's complete events with one C call, or None when no safe cut is found.
 
-    A cut is made at the last `},{` (whitespace allowed) in the window. Inside an event
-    `},` is always followed by a key, and a `},{` inside a string or a nested array leaves
-    the segment unbalanced, so the segment decodes as a JSON array only when the cut is a
-    real event boundary; otherwise the previous candidate is tried, then the slow path.
+    A cut is made at the last `},{"` (whitespace allowed) in the window: never inside a
+    string, and a cut inside a nested array leaves the segment unbalanced, so the segment
+    decodes only when the cut is a real event boundary; otherwise the previous candidate is
+    tried, then the one-event slow path.
     """
     text, pos = win.text, win.pos
     if text[pos] != "{":
@@ -182,14 +195,31 @@ def _batch(win: _TextWindow) -> list[Any] | None:
         if last is None:
             return None
         cut = last.start() + 1
-        try:
-            events: list[Any] = _loads("[" + text[pos:cut] + "]")
-        except json.JSONDecodeError:
+        segment = text[pos:cut]
+        events = _decode_segment(segment, win.strip_args)
+        if events is None:
             hi = last.start()
             continue
         win.pos = cut
         return events
     return None
+
+
+def _decode_segment(segment: str, strip_args: bool) -> list[Any] | None:
+    """The events of `segment` (args emptied if asked), or None if it is not a JSON sequence.
+
+    If emptying args broke the JSON (a brace inside an args string), the segment is decoded
+    as written.
+    """
+    if strip_args:
+        try:
+            return _loads("[" + _ARGS.sub(_EMPTY_ARGS, segment) + "]")  # type: ignore[no-any-return]
+        except json.JSONDecodeError:
+            pass
+    try:
+        return _loads("[" + segment + "]")  # type: ignore[no-any-return]
+    except json.JSONDecodeError:
+        return None
 
 
 class ChromeOpMapper:
@@ -253,7 +283,7 @@ def chrome_op_totals(stream: io.BufferedReader) -> tuple[OpTotals, dict[str, int
     buffers: dict[Any, list[Any] | None] = {}
     limit = agg.limit
     dropped = 0
-    for batch in iter_trace_event_batches(stream, metadata):
+    for batch in iter_trace_event_batches(stream, metadata, keep_args=False):
         for ev in batch:
             if ev.__class__ is not dict or ev.get("ph") != "X":
                 continue
