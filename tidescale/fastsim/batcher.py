@@ -23,6 +23,7 @@ from tidescale.errors import UsageError
 from tidescale.servicecurve import ServiceCurve
 
 JITTER_BLOCK = 8192
+SCHEDULERS = ("stepped", "triton-2.51")
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,9 @@ class BatcherConfig:
     # formed (an approximation of Triton's rate-limiter payload queue). 0, the default, forms a
     # batch when an instance is free, which matched real Triton 2.51 best (docs/fastsim.md).
     prefetch_depth: int = 0
+    # "stepped": the fast batch-by-batch model; "triton-2.51": Triton's batcher thread replayed
+    # event by event (payload slots, wake-up conditions), slower but closer to real traces.
+    scheduler: str = "stepped"
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1:
@@ -51,6 +55,8 @@ class BatcherConfig:
             raise UsageError(f"instance_count must be >= 1, got {self.instance_count}")
         if self.prefetch_depth < 0:
             raise UsageError(f"prefetch_depth must be >= 0, got {self.prefetch_depth}")
+        if self.scheduler not in SCHEDULERS:
+            raise UsageError(f"unknown scheduler {self.scheduler!r}; choose one of {', '.join(SCHEDULERS)}")
         object.__setattr__(self, "preferred_batch_sizes", prefs)
 
     @property

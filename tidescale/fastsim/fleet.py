@@ -17,6 +17,7 @@ import numpy as np
 from tidescale.errors import UsageError
 from tidescale.fastsim.batcher import BatcherConfig, JitterStream, ReplicaBatcher
 from tidescale.fastsim.results import CompletedRequests, FleetCounters, ReplicaCounters
+from tidescale.fastsim.triton_batcher import TritonBatcher
 from tidescale.servicecurve import ServiceCurve
 
 ROUTINGS = ("round-robin", "random", "least-loaded")
@@ -185,7 +186,8 @@ class FleetSim:
         jitter = JitterStream(self.curve.jitter_sigma, self.seed, i)
         counters = ReplicaCounters(name=f"replica-{i}",
                                    batch_counts=np.zeros(self.config.max_batch_size + 1, dtype=np.int64))
-        batcher = ReplicaBatcher(self.config, self.curve, jitter)
+        batcher = (TritonBatcher if self.config.scheduler == "triton-2.51" else ReplicaBatcher)(
+            self.config, self.curve, jitter)
         self._replicas.append(Replica(i, self.now, ready_at, batcher, counters))
 
     def _flush(self, r: Replica) -> None:

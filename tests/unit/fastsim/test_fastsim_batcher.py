@@ -176,3 +176,51 @@ def batches_in_order(sim: FleetSim) -> list[int]:
             seen.add(c)
             sizes.append(int(b))
     return sizes
+
+
+TRITON = "triton-2.51"
+
+
+def test_triton_mode_single_request_waits_the_delay() -> None:
+    sim = run(FLAT, BatcherConfig(max_queue_delay_s=0.002, scheduler=TRITON), [1.0])
+    assert list(sim.completed().batch_size) == [1]
+    assert sim.completed().queue[0] == pytest.approx(0.002)
+
+
+def test_triton_mode_lone_early_request_runs_alone() -> None:
+    """The pattern of real Triton traces: while the instance is busy, the first request forms a payload
+    once its delay expires; later arrivals only join it in groups of next_preferred, so they wait."""
+    slow = ServiceCurve(((1, 0.100), (16, 0.100)), jitter_sigma=0.0)
+    cfg = BatcherConfig(max_batch_size=16, preferred_batch_sizes=(8, 16), max_queue_delay_s=0.002,
+                        scheduler=TRITON)
+    arrivals = [0.0, 0.010, 0.020, 0.030, 0.040]  # 0.0 runs alone; 0.010 forms a payload at 0.012
+    sim = run(slow, cfg, arrivals)
+    assert batches_in_order(sim) == [1, 1, 3]
+    stepped = run(slow, dataclasses.replace(cfg, scheduler="stepped"), arrivals)
+    assert batches_in_order(stepped) == [1, 4]
+
+
+def test_triton_mode_merges_once_next_preferred_requests_queue() -> None:
+    slow = ServiceCurve(((1, 0.100), (16, 0.100)), jitter_sigma=0.0)
+    cfg = BatcherConfig(max_batch_size=16, preferred_batch_sizes=(8, 16), max_queue_delay_s=0.002,
+                        scheduler=TRITON)
+    # busy from 0.002 to 0.102; a payload of 1 forms at 0.012 (next_preferred was computed as 8 while
+    # the payload was empty); the 8th request queued behind it wakes the batcher, which merges all 8.
+    arrivals = [0.0, 0.010] + [0.020 + 0.005 * k for k in range(8)]
+    sim = run(slow, cfg, arrivals)
+    assert batches_in_order(sim) == [1, 9]
+
+
+@settings(max_examples=100, deadline=None)
+@given(cfg=configs, arrivals=arrival_lists, replicas=st.integers(1, 3))
+def test_triton_mode_conserves_requests(cfg: BatcherConfig, arrivals: np.ndarray, replicas: int) -> None:
+    cfg = dataclasses.replace(cfg, scheduler=TRITON)
+    sim = FleetSim(ServiceCurve.v100().scaled(0.05), cfg, replicas, cold_start_s=0.0, keep_history_s=None)
+    sim.offer(arrivals)
+    for t in (0.1, 0.25, 10.0):
+        sim.advance(t)
+    done = sim.completed()
+    assert sim.counters().requests == len(arrivals) == len(done) and sim.queue_depth == 0
+    assert np.array_equal(np.sort(done.arrival), arrivals)
+    assert done.batch_size.max() <= cfg.max_batch_size
+    assert np.all(done.queue >= 0) and np.all(done.latency > done.queue)
