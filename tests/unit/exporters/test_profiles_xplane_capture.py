@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from exporters.profiles.capture import capture, check_target, parse_duration_ms
 from exporters.profiles.ingest import parse_profile
@@ -94,3 +98,13 @@ def test_capture_without_xprof_names_the_fix(tmp_path, monkeypatch: pytest.Monke
     monkeypatch.setitem(sys.modules, "xprof.convert", None)
     with pytest.raises(MissingToolError, match="xprof"):
         capture("localhost:6009", "1s", tmp_path)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=20))
+def test_fuzz_duration_and_limit_parsing(text: str) -> None:
+    from exporters.profiles.report import parse_limits
+
+    for parse in (parse_duration_ms, lambda t: parse_limits([t])):
+        with contextlib.suppress(UsageError):
+            parse(text)

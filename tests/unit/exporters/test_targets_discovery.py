@@ -7,6 +7,8 @@ from types import SimpleNamespace as NS
 from typing import Any, ClassVar
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from exporters.targets import Target, TargetSet, normalize_url, pod_target
 from tidescale.errors import UsageError
@@ -156,3 +158,14 @@ def test_cancelling_run_stops_the_watch_thread() -> None:
     while any(t.name == "tidescale-pod-watch" for t in threading.enumerate()) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(t.name == "tidescale-pod-watch" for t in threading.enumerate())
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=60))
+def test_fuzz_url_parsing(text: str) -> None:
+    try:
+        url = normalize_url(text)
+    except UsageError:
+        return
+    assert url.startswith(("http://", "https://")) and not url.endswith("/")
+    assert normalize_url(url) == url
