@@ -60,6 +60,9 @@ class _TextWindow:
         self.pos = 0
         self.eof = False
         self.strip_args = False
+        # After a batch fails to decode, the rest of that window goes event by event, so a
+        # corrupt region costs one failed batch, never one per event (quadratic).
+        self.slow_until = -1
 
     def more(self) -> bool:
         """Append a chunk (dropping consumed text); False at end of input."""
@@ -75,6 +78,7 @@ class _TextWindow:
         if len(self.text) - self.pos > MAX_EVENT_CHARS:
             raise BadInput(413, f"one JSON value in the trace is longer than {MAX_EVENT_CHARS} characters")
         self.text = self.text[self.pos:] + chunk
+        self.slow_until -= self.pos
         self.pos = 0
         return True
 
@@ -173,7 +177,12 @@ def _iter_batches(win: _TextWindow) -> Iterator[list[Any]]:
             win.pos += 1
             return
         win.ensure(READ_CHUNK)
-        yield _batch(win) or [win.value()]
+        batch = None
+        if win.pos >= win.slow_until:
+            batch = _batch(win)
+            if batch is None:
+                win.slow_until = len(win.text)
+        yield batch or [win.value()]
 
 
 def _batch(win: _TextWindow) -> list[Any] | None:

@@ -123,3 +123,31 @@ def test_stream_is_read_not_loaded() -> None:
 
     parse_profile(Spy(TRACE_GZ))  # type: ignore[arg-type]
     assert all(0 < n <= 1 << 20 for n in reads)
+
+
+def test_a_corrupt_spot_does_not_slow_the_rest(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After one window with an undecodable batch, batching resumes (no quadratic slow path)."""
+    from exporters.profiles import chrome
+
+    calls = {"batch": 0, "value": 0}
+    real_batch, real_value = chrome._batch, chrome._TextWindow.value
+
+    def count_batch(win):  # type: ignore[no-untyped-def]
+        calls["batch"] += 1
+        return real_batch(win)
+
+    def count_value(self):  # type: ignore[no-untyped-def]
+        calls["value"] += 1
+        return real_value(self)
+
+    monkeypatch.setattr(chrome, "_batch", count_batch)
+    monkeypatch.setattr(chrome._TextWindow, "value", count_value)
+    monkeypatch.setattr(chrome, "READ_CHUNK", 64 * 1024)
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": i, "dur": 0.5,
+               "args": {"v": 1}} for i in range(20_000)]
+    text = json.dumps({"traceEvents": events})
+    # orjson refuses NaN, so the batch holding event 5000 falls back to the one-event path
+    text = text.replace('"ts": 5000,', '"x": NaN, "ts": 5000,', 1)
+    rep = parse_profile(text.encode())
+    assert rep.total_self_time_us == pytest.approx(10_000)
+    assert 0 < calls["value"] < 2_000 and calls["batch"] < 100
