@@ -24,6 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
+from exporters.benches.common import bench_main
 from tidescale.ports import free_port
 from tidescale.tools import REPO_ROOT
 
@@ -244,19 +245,8 @@ poll errors: {result['results']['tidescale_poller'].get('errors')}.
 
 
 def run_command(json_only: bool = False, quick: bool = False, targets: int = 500) -> None:
-    from rich.console import Console
-
-    console = Console(stderr=True)
-
-    def progress(msg: str) -> None:
-        if not json_only:
-            console.log(msg)
-
-    result = run(targets=targets, quick=quick, progress=progress)
-    RESULT_MD.parent.mkdir(parents=True, exist_ok=True)
-    RESULT_MD.write_text(markdown(result))
-    progress(f"wrote {RESULT_MD}")
-    print(json.dumps(result, indent=None if json_only else 1, sort_keys=True))
+    """Run the benchmark, write docs/benchmarks/poll.md, print the JSON result."""
+    bench_main(lambda progress: run(targets=targets, quick=quick, progress=progress), markdown, RESULT_MD, json_only)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from exporters.benches.common import bench_main
 from tidescale.tools import REPO_ROOT
 
 FIXTURE = REPO_ROOT.parent / "shared" / "fixtures" / "profiles" / "pytorch" / "ranker_pystring.pt.trace.json.gz"
@@ -136,16 +137,7 @@ thread, classes, top ops); `json_load` only decodes the document and does no ana
 
 
 def run_command(json_only: bool = False, quick: bool = False, size_mb: int = 220) -> None:
-    from rich.console import Console
+    """Run the benchmark, write docs/benchmarks/profiles.md, print the JSON result (--quick: 200 MB)."""
+    size = 200 if quick else max(200, size_mb)
+    bench_main(lambda progress: run(size_mb=size, progress=progress), markdown, RESULT_MD, json_only)
 
-    console = Console(stderr=True)
-
-    def progress(msg: str) -> None:
-        if not json_only:
-            console.log(msg)
-
-    result = run(size_mb=max(200, min(size_mb, 200) if quick else size_mb), progress=progress)
-    RESULT_MD.parent.mkdir(parents=True, exist_ok=True)
-    RESULT_MD.write_text(markdown(result))
-    progress(f"wrote {RESULT_MD}")
-    print(json.dumps(result, indent=None if json_only else 1, sort_keys=True))
