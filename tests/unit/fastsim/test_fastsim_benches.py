@@ -125,3 +125,15 @@ def test_published_case_queue_rises_steeply_towards_capacity() -> None:
 def test_sim_bench_peer_agrees_with_the_fast_simulator() -> None:
     peer = sim.run_peer(1.0, 500.0, 5)
     assert peer["identical_latencies_on_slice"] and peer["slice_requests"] > 300
+
+
+def test_measured_curve_fits_instance_time_per_execution() -> None:
+    curve = fidelity.model_curve()
+    counts = np.zeros(33)
+    counts[[1, 8, 32]] = [10, 5, 2]
+    measured = {1: 0.060, 8: 0.130, 32: 0.370}  # 0.05 s + 10 ms per request
+    fitted = fidelity.measured_curve(curve, measured, counts, 32)
+    assert fitted.exec_seconds(1) == pytest.approx(0.060, abs=1e-3)
+    assert fitted.exec_seconds(32) == pytest.approx(0.370, abs=1e-3)
+    one_size = fidelity.measured_curve(curve, {4: curve.exec_seconds(4) + 0.005}, counts + np.eye(33)[4], 32)
+    assert one_size.exec_seconds(4) == pytest.approx(curve.exec_seconds(4) + 0.005)
