@@ -34,9 +34,9 @@ def poisson_chunk(rng: np.random.Generator, rate: float, start: float, end: floa
 
 
 def run_fast(duration_s: float, rps: float, replicas: int, seed: int = 0,
-             progress: Callable[[float], None] | None = None) -> dict[str, Any]:
+             progress: Callable[[float], None] | None = None, scheduler: str = "stepped") -> dict[str, Any]:
     """Run the simulator over the whole duration; times only the simulation, not arrival generation."""
-    sim = FleetSim(ServiceCurve.v100(), BatcherConfig(), replicas, cold_start_s=45.0, seed=seed,
+    sim = FleetSim(ServiceCurve.v100(), BatcherConfig(scheduler=scheduler), replicas, cold_start_s=45.0, seed=seed,
                    keep_history_s=STEP_S * 4)
     lag = MetricsLag(sim, scrape_interval_s=STEP_S)
     rng = np.random.default_rng(seed)
@@ -119,6 +119,18 @@ def run_bench(quick: bool, progress: Callable[[float], None] | None = None) -> d
         "speedup_vs_peer": round(fast["requests_per_wall_second"] / peer["requests_per_wall_second"], 1),
         "peer": peer,
         "batching_variant": run_variant(duration / 6, rps, BATCHING_REPLICAS),
+        "triton_mode": run_triton_mode(duration / 6, rps, replicas),
+    }
+
+
+def run_triton_mode(duration_s: float, rps: float, replicas: int) -> dict[str, Any]:
+    """The same workload with the event-by-event triton-2.51 scheduler model, projected to 1 h."""
+    fast = run_fast(duration_s, rps, replicas, scheduler="triton-2.51")
+    return {
+        "simulated_seconds": duration_s,
+        "cpu_seconds": fast["cpu_seconds"],
+        "requests_per_wall_second": fast["requests_per_wall_second"],
+        "projected_cpu_seconds_for_1h": round(fast["cpu_seconds"] * 3600.0 / duration_s, 1),
     }
 
 
@@ -161,6 +173,9 @@ def render(result: dict[str, Any]) -> str:
         f"slice ({peer['slice_requests']} requests) both simulators produced "
         f"{'identical' if peer['identical_latencies_on_slice'] else 'DIFFERENT'} per-request latencies.\n"
         f"\nWith real batching ({_variant_line(result)}).\n"
+        f"\nThe event-by-event `triton-2.51` scheduler model on the same workload: "
+        f"{result['triton_mode']['requests_per_wall_second']} requests per wall second, "
+        f"{result['triton_mode']['projected_cpu_seconds_for_1h']} CPU s projected for 1 h.\n"
         f"\nCPU seconds are the one-core cost; wall seconds also include waiting for the CPU on the shared "
         f"machine (1-minute load average {result.get('load_average_1m', 'n/a')} on 2 cores at the end of the run)."
         "\n"
