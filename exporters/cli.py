@@ -27,6 +27,8 @@ def serve_command(
     triton: list[str] | None = typer.Option(None, "--triton", help="Triton HTTP URL to poll (repeatable)."),
     kube_namespace: str | None = typer.Option(None, help="Namespace of Triton pods to discover."),
     kube_selector: str | None = typer.Option(None, help="Label selector of Triton pods, e.g. app=triton."),
+    targets_file: Path | None = typer.Option(None, "--targets-file",
+                                             help="file_sd JSON of Triton HTTP targets, re-read when it changes."),
     trace_file: list[Path] | None = typer.Option(None, "--trace-file",
                                                  help="Triton mode=triton trace file to tail (repeatable)."),
     trace_sample_rate: int | None = typer.Option(None, help="Triton trace rate=N (1 in N requests traced)."),
@@ -39,7 +41,8 @@ def serve_command(
 
     settings = load_settings(
         ExporterSettings, config, port=port, host=host, triton_urls=triton or None,
-        kube_namespace=kube_namespace, kube_selector=kube_selector, trace_files=trace_file or None,
+        kube_namespace=kube_namespace, kube_selector=kube_selector, targets_file=targets_file,
+        trace_files=trace_file or None,
         trace_sample_rate=trace_sample_rate,
     )
     serve(settings)

@@ -85,9 +85,10 @@ def build_state(settings: ExporterSettings) -> ExporterState:
 def _add_discovery_and_polling(state: ExporterState) -> None:
     """Target discovery (a kube watch) and the stats poller, when there is anything to poll."""
     settings = state.settings
-    if not settings.triton_urls and settings.kube_selector is None:
+    if not settings.triton_urls and settings.kube_selector is None and settings.targets_file is None:
         return
-    targets = TargetSet(settings.triton_urls, settings.kube_namespace, settings.kube_selector)
+    targets = TargetSet(settings.triton_urls, settings.kube_namespace, settings.kube_selector,
+                        targets_file=settings.targets_file)
     poller = StatsPoller(targets, interval_s=settings.poll_interval_s, self_metrics=state.selfmetrics)
     state.registry.register(poller)
     state.background += [targets.run, poller.run]

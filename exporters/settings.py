@@ -23,6 +23,7 @@ class ExporterSettings(ComponentSettings):
     triton_urls: list[str] = Field(default_factory=list)
     kube_namespace: str | None = None
     kube_selector: str | None = None
+    targets_file: Path | None = Field(None, description="file_sd JSON of Triton HTTP targets, re-read on change")
     poll_interval_s: float = Field(5.0, gt=0, le=3600)
     # Latency aggregation.
     slo_thresholds_s: list[float] = Field(default_factory=lambda: [0.1, 0.25, 0.5, 1.0])

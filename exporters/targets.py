@@ -1,5 +1,7 @@
 """Which Triton servers to poll: static URLs, or Ready pods found by a label selector.
 
+A targets file (Prometheus file_sd JSON: `[{"targets": ["host:port"], "labels": {"namespace",
+"pod"}}]`) is re-read when it changes, for fleets outside Kubernetes (the local stack uses it).
 Kubernetes discovery lists the pods once, then follows a watch from that resourceVersion
 (never a list in a loop); a 410 Gone (the version expired) triggers one relist. Only pods
 that are Running, Ready, not terminating and have an IP become targets
@@ -11,10 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -25,6 +29,8 @@ log = logging.getLogger(__name__)
 DEFAULT_PORT = 8000
 MAX_TARGETS = 5000
 WATCH_TIMEOUT_S = 60
+MAX_TARGETS_FILE_BYTES = 4 << 20
+TARGETS_FILE_POLL_S = 1.0
 
 
 @dataclass(frozen=True, order=True)
@@ -37,6 +43,32 @@ class Target:
 
 
 ChangeCallback = Callable[[list[Target], list[Target]], None]
+
+
+def parse_targets_file(text: str, max_targets: int = MAX_TARGETS) -> list[Target]:
+    """Targets from file_sd JSON; UsageError names what is wrong (the caller keeps the old set)."""
+    try:
+        groups = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"targets file is not JSON: {exc}") from None
+    if not isinstance(groups, list):
+        raise UsageError("targets file must be a JSON list of {targets, labels} groups")
+    out: list[Target] = []
+    for i, group in enumerate(groups):
+        if not isinstance(group, dict) or not isinstance(group.get("targets"), list):
+            raise UsageError(f"targets file group {i} needs a 'targets' list")
+        labels = group.get("labels", {})
+        labels = {} if labels is None else labels
+        if not isinstance(labels, dict):
+            raise UsageError(f"targets file group {i}: 'labels' must be an object")
+        for address in group["targets"]:
+            if not isinstance(address, str):
+                raise UsageError(f"targets file group {i}: target {address!r} is not a string")
+            url = normalize_url(address if "://" in address else f"http://{address}")
+            out.append(Target(url, labels.get("namespace"), labels.get("pod")))
+            if len(out) > max_targets:
+                raise UsageError(f"targets file lists more than {max_targets} targets")
+    return out
 
 
 def normalize_url(url: str) -> str:
@@ -74,7 +106,8 @@ class TargetSet:
 
     def __init__(self, static_urls: Iterable[str] = (), kube_namespace: str | None = None,
                  kube_selector: str | None = None, *, port: int = DEFAULT_PORT, api: Any = None,
-                 watch_factory: Callable[[], Any] | None = None, max_targets: int = MAX_TARGETS) -> None:
+                 watch_factory: Callable[[], Any] | None = None, max_targets: int = MAX_TARGETS,
+                 targets_file: Path | None = None) -> None:
         self._static = {Target(u) for u in (normalize_url(u) for u in static_urls)}
         self.kube_namespace = kube_namespace or None
         self.kube_selector = kube_selector
@@ -83,6 +116,9 @@ class TargetSet:
         self._api = api
         self._watch_factory = watch_factory
         self._pods: dict[tuple[str | None, str | None], Target] = {}
+        self.targets_file = targets_file
+        self._from_file: set[Target] = set()
+        self._file_mtime: float | None = None
         self._callbacks: list[ChangeCallback] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -94,7 +130,32 @@ class TargetSet:
 
     def targets(self) -> list[Target]:
         with self._lock:
-            return sorted(self._static | set(self._pods.values()))
+            return sorted(self._static | self._from_file | set(self._pods.values()))
+
+    def reload_targets_file(self) -> bool:
+        """Re-read the targets file if it changed; a bad file is logged and the old targets kept."""
+        if self.targets_file is None:
+            return False
+        try:
+            st = self.targets_file.stat()
+            if st.st_mtime == self._file_mtime:
+                return False
+            self._file_mtime = st.st_mtime
+            if st.st_size > MAX_TARGETS_FILE_BYTES:
+                raise UsageError(f"larger than {MAX_TARGETS_FILE_BYTES} bytes")
+            fresh = set(parse_targets_file(self.targets_file.read_text(), self.max_targets))
+        except (OSError, UsageError) as exc:
+            log.warning("targets file %s ignored: %s", self.targets_file, exc)
+            return False
+        with self._lock:
+            before, self._from_file = self._from_file, fresh
+        self._notify(sorted(fresh - before), sorted(before - fresh))
+        return True
+
+    async def _follow_targets_file(self) -> None:
+        while not self._stop.is_set():
+            self.reload_targets_file()
+            await asyncio.sleep(TARGETS_FILE_POLL_S)
 
     def on_change(self, callback: ChangeCallback) -> None:
         """Call *callback(added, removed)* after every change of the discovered targets."""
@@ -148,6 +209,12 @@ class TargetSet:
         """Keep discovered targets current until `stop()` or cancellation; returns at once
         without discovery. The blocking kubernetes watch runs in a daemon thread, so a
         shutdown never waits for the watch's server-side timeout."""
+        if self.targets_file is not None:
+            self.reload_targets_file()
+            if not self.discovers:
+                await self._follow_targets_file()
+                return
+            asyncio.get_running_loop().create_task(self._follow_targets_file())
         if not self.discovers:
             return
         loop = asyncio.get_running_loop()

@@ -271,7 +271,9 @@ class LocalStack:
         return out
 
     def _write_exporter_targets(self, replicas: list[Any]) -> None:
-        items = [{"url": r.http_url, "namespace": r.labels["namespace"], "pod": r.labels["pod"]} for r in replicas]
+        # Prometheus file_sd format: the exporter polls these HTTP endpoints' /v2/models/stats.
+        items = [{"targets": [r.http_url.split("://", 1)[1]],
+                  "labels": {"namespace": r.labels["namespace"], "pod": r.labels["pod"]}} for r in replicas]
         tmp = self.targets_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(items, indent=1))
         os.replace(tmp, self.targets_file)
