@@ -47,5 +47,8 @@ def _arrival_and_queue(side: fidelity.SideResult) -> tuple:
 
 
 def test_server_side_p99_is_close(overload_point: dict) -> None:
-    # Loose bound for a shared CI CPU; the benchmark records the exact figures.
-    assert abs(overload_point["vs_sim"]["p99_rel_diff"]) < 0.35
+    # With the service times the replica really had (Python backend overhead included); loose bound
+    # for a shared CI CPU, the benchmark records the exact figures.
+    assert abs(overload_point["vs_sim_measured"]["p99_rel_diff"]) < 0.3
+    assert overload_point["sim_measured"]["batches"]["dominant_batch"] == overload_point["real"]["batches"][
+        "dominant_batch"]
