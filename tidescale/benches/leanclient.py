@@ -48,7 +48,10 @@ def content_length(header: bytes) -> int:
     for line in header.split(b"\r\n")[1:]:
         name, _, value = line.partition(b":")
         if name.strip().lower() == b"content-length":
-            return int(value.strip())
+            value = value.strip()
+            if not value.isdigit():
+                raise TidescaleError(f"bad Content-Length {value[:20]!r}")
+            return int(value)
     raise TidescaleError("response without Content-Length (chunked responses are not supported)")
 
 
@@ -93,7 +96,7 @@ class LeanClient:
         status = 0
         try:
             status = await asyncio.wait_for(self._exchange(), self.timeout_s)
-        except (TimeoutError, OSError, asyncio.IncompleteReadError, TidescaleError, ValueError):
+        except (TimeoutError, OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TidescaleError):
             status = 0
         result.sent.append(sent)
         result.latency.append(time.monotonic() - t0)
