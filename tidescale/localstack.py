@@ -9,6 +9,7 @@ stopped by `stop()` (in parallel), also when start-up fails half-way.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import secrets
@@ -42,6 +43,9 @@ class StackOptions:
     min_replicas: int = 1
     max_replicas: int = 4
     cold_start_s: float = 0.0
+    # >1 slows every model's service curve: the demo's replicas then saturate at rates the
+    # 2-core machine can generate, so scaling shows at tens of req/s instead of hundreds.
+    curve_scale: float = 1.0
     models: Sequence[ModelSpec] = DEFAULT_MODELS
     namespace: str = "tidescale-demo"
     deployment: str = "triton"
@@ -210,7 +214,7 @@ class LocalStack:
         os.environ["OTEL_EXPORTER_OTLP_TRACES_HEADERS"] = f"Authorization=Bearer {self.exporter_token}"
         trace = TraceSettings(mode="opentelemetry", rate=o.trace_rate, url=f"{self.exporter_url}/v1/traces")
         self.fleet_stack = FleetStack(
-            self.workdir / "fleet", with_load_seconds(tuple(o.models), o.cold_start_s), replicas=o.replicas,
+            self.workdir / "fleet", self.models(), replicas=o.replicas,
             namespace=o.namespace, deployment=o.deployment, trace=trace, gpu_poll_interval=0.5, seed=o.seed,
         )
         self.fleet_stack.start()
@@ -229,10 +233,18 @@ class LocalStack:
         self._syncer = Periodic("stack-target-sync", 1.0, self.sync_targets)
         self._syncer.start()
 
+    def models(self) -> tuple[ModelSpec, ...]:
+        """The models as served: cold start and curve scale applied."""
+        specs = with_load_seconds(tuple(self.opts.models), self.opts.cold_start_s)
+        if self.opts.curve_scale == 1.0:
+            return specs
+        return tuple(dataclasses.replace(m, curve=m.curve.scaled(self.opts.curve_scale)) for m in specs)
+
     def _capacity_rps(self) -> float:
         if self.opts.capacity_rps is not None:
             return self.opts.capacity_rps
-        spec = next((m for m in self.opts.models if m.name == self.opts.autoscale_model), self.opts.models[0])
+        models = self.models()
+        spec = next((m for m in models if m.name == self.opts.autoscale_model), models[0])
         # Sustainable throughput at the preferred batch size, with 30 % headroom for the SLO.
         batch = max(spec.preferred_batch_sizes or (1,))
         return 0.7 * spec.curve.throughput(batch) * spec.instance_count

@@ -175,7 +175,8 @@ def run_demo(s: DemoSettings, out: Path) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     console = Console(stderr=True)
     opts = StackOptions(replicas=s.min_replicas, min_replicas=s.min_replicas, max_replicas=s.max_replicas,
-                        cold_start_s=s.cold_start_s, slo_p99_s=s.slo_p99_s, seed=s.seed)
+                        cold_start_s=s.cold_start_s, slo_p99_s=s.slo_p99_s, seed=s.seed,
+                        curve_scale=s.curve_scale)
     stack = LocalStack(out / "run", opts)
     timeline = Timeline()
     with _sigterm_as_interrupt():
