@@ -242,13 +242,9 @@ class TargetSet:
 
     def _load_api(self) -> Any:
         if self._api is None:
-            from kubernetes import client, config
+            from tidescale.kubeapi import core_v1_api
 
-            try:
-                config.load_incluster_config()
-            except config.ConfigException:
-                config.load_kube_config()
-            self._api = client.CoreV1Api()
+            self._api = core_v1_api()
         return self._api
 
     def _list_call(self) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:

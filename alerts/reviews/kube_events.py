@@ -57,13 +57,9 @@ class KubeEventPoster:
 
     def _client(self) -> EventsApi:
         if self._api is None:
-            from kubernetes import client, config
+            from tidescale.kubeapi import core_v1_api
 
-            try:
-                config.load_incluster_config()
-            except config.ConfigException:
-                config.load_kube_config()
-            self._api = client.CoreV1Api()
+            self._api = core_v1_api()
         return self._api
 
     def post(self, review: dict[str, Any]) -> bool:
