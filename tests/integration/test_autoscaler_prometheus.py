@@ -17,7 +17,7 @@ from tidescale.ports import LOOPBACK
 from tidescale.promstack import PrometheusServer, ScrapeTarget
 
 pytestmark = pytest.mark.integration
-RATE = 450.0  # requests/s the fake Triton reports completing
+RATE = 430.0  # requests/s the fake Triton reports completing (well inside ceil(x / 90) == 5)
 
 
 class FakeTriton(BaseHTTPRequestHandler):
@@ -58,7 +58,7 @@ def test_prometheus_stops_mid_run_recommendation_holds(tmp_path: Path, triton_me
     prom.start()
     try:
         prom.wait_for_targets_up()
-        prom.wait_for('sum(rate(nv_inference_request_success{namespace="ml"}[10s])) > 400', timeout=40)
+        prom.wait_for('sum(rate(nv_inference_request_success{namespace="ml"}[10s])) > 380', timeout=40)
         settings = RecommenderSettings(
             prometheus_url=prom.url, capacity_rps=100.0, query_timeout_s=2.0, rate_window="10s",
             targets=[TargetSettings(deployment="triton", namespace="ml", model="resnet", max_replicas=20)])
@@ -66,7 +66,7 @@ def test_prometheus_stops_mid_run_recommendation_holds(tmp_path: Path, triton_me
         client = TestClient(make_app(service))
         (state,) = service.evaluate().values()
         assert state.failsafe is None, state.detail
-        assert state.published == 5  # ceil(450 / (100 * 0.9))
+        assert state.published == 5  # ceil(430 / (100 * 0.9)); scrape jitter moves the rate by far less than ±20
         assert 'tidescale_desired_replicas{deployment="triton",namespace="ml"} 5.0' in client.get("/metrics").text
     finally:
         prom.stop()
