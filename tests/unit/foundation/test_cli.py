@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -32,3 +33,23 @@ def test_generated_artifacts_have_no_drift() -> None:
     from tidescale.artifacts import drift
 
     assert drift() == []
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["demo", "--scenario", "tsunami"], "unknown scenario 'tsunami'"),
+    (["demo", "--min-replicas", "5", "--max-replicas", "2"], "min_replicas (5) > max_replicas (2)"),
+    (["demo", "--duration", "-3"], "demo.duration_s"),
+])
+def test_demo_rejects_bad_settings_before_starting_anything(args: list[str], message: str) -> None:
+    out = run(*args)
+    assert out.returncode == 2, out.stderr
+    assert message in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_demo_names_the_bad_line_of_a_trace_csv(tmp_path: Path) -> None:
+    bad = tmp_path / "trace.csv"
+    bad.write_text("TIMESTAMP,x\n2023-11-16 18:15:46.68,1\nnot-a-time,2\n")
+    out = run("demo", "--trace-csv", str(bad), "--duration", "5")
+    assert out.returncode == 2
+    assert "trace.csv:3" in out.stderr
