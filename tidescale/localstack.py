@@ -117,7 +117,7 @@ class LocalStack:
     """Start, observe and stop the local stack."""
 
     def __init__(self, workdir: Path, options: StackOptions | None = None) -> None:
-        self.workdir = workdir
+        self.workdir = workdir.resolve()
         self.opts = options or StackOptions()
         self.exporter_token = secrets.token_urlsafe(24)
         self.reviews_token = secrets.token_urlsafe(24)

@@ -54,7 +54,7 @@ class PrometheusServer:
         external_labels: dict[str, str] | None = None,
         alert_resend_delay: str = "2s",
     ) -> None:
-        self.workdir = workdir
+        self.workdir = workdir.resolve()
         self.rule_files = [Path(p) for p in rule_files]
         self.alertmanager_url = alertmanager_url
         self.scrape_interval = scrape_interval
@@ -238,8 +238,8 @@ class AlertmanagerServer:
     """`prometheus-alertmanager` on a loopback port, clustering off."""
 
     def __init__(self, workdir: Path, config_path: Path, port: int | None = None) -> None:
-        self.workdir = workdir
-        self.config_path = config_path
+        self.workdir = workdir.resolve()
+        self.config_path = config_path.resolve()
         self.port = port_or_free(port, "alertmanager")
         self.proc: ManagedProcess | None = None
 

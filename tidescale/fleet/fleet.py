@@ -60,7 +60,7 @@ class TritonFleet:
                  ready_timeout: float = 180.0, seed: int = 0) -> None:
         if not 0 <= replicas <= MAX_REPLICAS:
             raise UsageError(f"replicas must be in 0..{MAX_REPLICAS}, got {replicas}")
-        self.workdir = workdir
+        self.workdir = workdir.resolve()
         self.models = tuple(models)
         self.namespace = namespace
         self.deployment = deployment

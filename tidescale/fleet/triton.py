@@ -69,8 +69,8 @@ class TritonReplica:
                  ports: ReplicaPorts | None = None) -> None:
         self.pod = pod
         self.namespace = namespace
-        self.repo = repo
-        self.workdir = workdir
+        self.repo = repo.resolve()
+        self.workdir = workdir.resolve()
         self.trace = trace
         self.summary_latencies = summary_latencies
         self.ports = ports or ReplicaPorts.allocate()
