@@ -1,0 +1,51 @@
+"""The local stack's wiring that needs no servers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+from tidescale.fleet.fleet import TritonFleet
+from tidescale.localstack import LocalStack, NotificationSink, StackOptions
+from tidescale.promstack import PrometheusServer
+
+
+def test_relative_work_directories_become_absolute(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # tritonserver runs in its pod folder, so a relative --out (the demo default) must be resolved first.
+    monkeypatch.chdir(tmp_path)
+    assert LocalStack(Path("demo-out/run")).workdir == tmp_path / "demo-out" / "run"
+    assert TritonFleet(Path("fleet")).workdir.is_absolute()
+    assert PrometheusServer(Path("prom")).workdir.is_absolute()
+
+
+def test_curve_scale_slows_every_model_and_the_capacity_follows(tmp_path: Path) -> None:
+    fast = LocalStack(tmp_path, StackOptions(curve_scale=1.0))
+    slow = LocalStack(tmp_path, StackOptions(curve_scale=4.0, cold_start_s=3))
+    for a, b in zip(fast.models(), slow.models(), strict=True):
+        assert b.curve.exec_seconds(8) == pytest.approx(4 * a.curve.exec_seconds(8))
+        assert b.load_seconds == 3
+    assert slow._capacity_rps() == pytest.approx(fast._capacity_rps() / 4)
+
+
+def test_exporter_targets_are_written_in_file_sd_format(tmp_path: Path) -> None:
+    class Replica:
+        http_url = "http://127.0.0.1:8000"
+        labels: ClassVar[dict[str, str]] = {"namespace": "ns", "pod": "triton-abc-1"}
+
+    stack = LocalStack(tmp_path)
+    stack._write_exporter_targets([Replica()])
+    from exporters.targets import Target, parse_targets_file
+
+    assert parse_targets_file(stack.targets_file.read_text()) == [Target("http://127.0.0.1:8000", "ns", "triton-abc-1")]
+
+
+def test_notification_sink_records_alert_names() -> None:
+    sink = NotificationSink()
+    handler = sink._handler("pager")
+    assert handler({}, b"not json")[0] == 400
+    body = json.dumps({"alerts": [{"labels": {"alertname": "GPUXidErrors"}}]}).encode()
+    assert handler({}, body)[0] == 200
+    assert sink.alert_names() == {"pager": ["GPUXidErrors"]}
