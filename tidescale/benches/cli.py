@@ -44,6 +44,8 @@ def register(bench: typer.Typer) -> None:
     def fidelity_command(
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
         quick: bool = typer.Option(False, "--quick", help="~10 s per load point instead of ~25 s."),
+        seconds: float | None = typer.Option(None, "--seconds", min=2.0, max=600.0,
+                                             help="Seconds of traffic per load point (overrides --quick)."),
         real: bool = typer.Option(True, "--real/--no-real",
                                   help="Run a real Triton replica (--no-real: simulator-only parts)."),
         workdir: Path | None = typer.Option(None, help="Keep Triton's model repository, logs and traces here."),
@@ -56,7 +58,7 @@ def register(bench: typer.Typer) -> None:
         from tidescale.benches import fidelity
 
         console = Console(stderr=True)
-        result = fidelity.run_bench(quick=quick, real=real, workdir=workdir, log=console.log)
+        result = fidelity.run_bench(quick=quick, real=real, workdir=workdir, log=console.log, seconds=seconds)
         if record:
             fidelity.record(result)
         _emit(result, as_json, fidelity.render(result))

@@ -289,8 +289,10 @@ def _pct(x: float | None) -> str:
 
 def render(result: dict[str, Any]) -> str:
     m = result["model"]
+    per_point = result["points"][0]["seconds"] if result["points"] else 0
     out = ["# bench fidelity: fast simulator vs real Triton\n",
-           f"`tidescale bench fidelity{' --quick' if result['quick'] else ''}`. Model: the V100 curve x"
+           f"`tidescale bench fidelity{' --quick' if result['quick'] else ''}` ({per_point:g} s of traffic per "
+           "load point). Model: the V100 curve x"
            f"{m['curve_scale_vs_v100']:g} (batch 1 = {1e3 * m['curve'][0][1]:.0f} ms, batch 32 = "
            f"{1e3 * m['curve'][-1][1]:.0f} ms, jitter sigma {m['jitter_sigma']}), max batch {m['max_batch_size']}, "
            f"preferred {m['preferred_batch_sizes']}, queue delay {1e3 * m['max_queue_delay_s']:g} ms, "
