@@ -15,6 +15,8 @@ import numpy as np
 
 from autoscaler.policies import Policy
 from tidescale.fastsim import BatcherConfig, FleetSim, MetricsLag
+from tidescale.fastsim.lag import DEFAULT_EXTRACTORS
+from tidescale.fastsim.results import FleetCounters
 from tidescale.servicecurve import ServiceCurve
 
 SCRAPE_INTERVAL_S = 15.0
@@ -49,11 +51,16 @@ class RunResult:
     scale_events: int = 0
 
 
+def _pending_max(sim: FleetSim, c: FleetCounters) -> float:
+    """`max(nv_inference_pending_request_count)` by pod: the worst queue (Triton's queues are per pod)."""
+    return float(max((r.pending for r in c.replicas if not r.draining), default=0))
+
+
 def run_policy(policy: Policy, arrivals: np.ndarray, duration_s: float, initial: int, params: SimParams
                ) -> RunResult:
     sim = FleetSim(params.curve, params.batcher, initial, params.cold_start_s, seed=params.seed,
                    keep_history_s=HISTORY_S)
-    lag = MetricsLag(sim, SCRAPE_INTERVAL_S)
+    lag = MetricsLag(sim, SCRAPE_INTERVAL_S, extractors={**DEFAULT_EXTRACTORS, "pending_max": _pending_max})
     sim.offer(arrivals)
     result = RunResult(policy.name, arrivals, np.full(len(arrivals), np.inf))
     done_arrival, done_latency = [], []

@@ -35,6 +35,12 @@ class RecommenderConfig:
     max_capacity_gain: float = 1.0  # online refinement bounds, relative to the profile
     min_capacity_ratio: float = 0.5
     p99_window_s: float = 300.0  # range of the P99 the refinement reads (the 5m recording rule)
+    rate_window_s: float = 60.0  # range of the completion rate (`arrival_rps`)
+    fast_window_s: float = 30.0  # range of the short completion rate (`fast_arrival_rps`), when given
+    max_drain_factor: float = 2.0  # the drain term asks for at most this many times the rate's need
+    fast_jump: float = 1.1  # the short window's estimate wins when it exceeds the long one by this factor
+    pod_drain_s: float = math.inf  # drain the worst pod's backlog within this long by diverting new
+    # arrivals to more replicas (round robin gives each of N pods 1/N of them); off by default
 
     def __post_init__(self) -> None:
         if self.capacity_rps <= 0:
@@ -45,8 +51,9 @@ class RecommenderConfig:
                              f"min replicas must be >= 1, got {self.min_replicas}")
         if not 0 < self.down_utilisation <= self.utilisation <= 1:
             raise UsageError("need 0 < down_utilisation <= utilisation <= 1")
-        if self.cold_start_s < 0 or self.down_delay_s < 0 or self.drain_s <= 0:
-            raise UsageError("cold start and down delay must be >= 0 s, drain time > 0 s")
+        if self.cold_start_s < 0 or self.down_delay_s < 0 or self.drain_s <= 0 or self.pod_drain_s <= 0 \
+                or self.max_drain_factor < 1:
+            raise UsageError("cold start and down delay must be >= 0 s, drain times > 0 s, drain factor >= 1")
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,8 @@ class Observation:
     current_replicas: int
     p99_s: float | None = None  # observed P99 (for capacity refinement), if known
     slo_p99_s: float | None = None
+    fast_arrival_rps: float | None = None  # completions over a short rate window (reacts sooner), if known
+    max_pod_queue: float | None = None  # max by pod of the pending gauge, if known (else queue / ready)
 
 
 @dataclass(frozen=True)
@@ -83,11 +92,41 @@ def trend_slope(samples: list[tuple[float, float]]) -> float:
     return sum((t - mt) * (v - mv) for t, v in samples) / var
 
 
+def queue_growth(samples: list[tuple[float, float]], window_s: float) -> float:
+    """Change per second of a gauge over the samples a `[window]` range selector ending at the newest
+    sample holds (left-open, as Prometheus selects them for `rate()`): the same samples the
+    completion rate over that window came from. 0 with fewer than 2 such samples."""
+    if len(samples) < 2:
+        return 0.0
+    t_end, v_end = samples[-1]
+    inside = [(t, v) for t, v in samples if t > t_end - window_s + 1e-9]
+    t0, v0 = inside[0]
+    return (v_end - v0) / (t_end - t0) if t_end > t0 else 0.0
+
+
 def replicas_for(rate_rps: float, capacity_rps: float, utilisation: float) -> int:
     """Fewest replicas that carry *rate_rps* at *utilisation* of their capacity."""
     if rate_rps <= 0:
         return 0
     return math.ceil(rate_rps / (capacity_rps * utilisation) - 1e-9)
+
+
+def drain_replicas(rate_rps: float, pod_backlog: float, capacity_rps: float, horizon_s: float,
+                   max_replicas: int) -> int:
+    """Fewest replicas that let a pod holding *pod_backlog* queued requests clear it within *horizon_s*.
+
+    Triton's queues are per pod and a round-robin Service gives each of N pods rate/N of the
+    arrivals, so a backlogged pod drains at capacity - rate/N: new replicas cannot take over its
+    queue, but they divert the arrivals that would otherwise wait behind it. Needs
+    N >= rate / (capacity - backlog / horizon); when the backlog cannot clear within the horizon
+    even with no new arrivals on it, *max_replicas*. 0 without a backlog.
+    """
+    if pod_backlog <= 0 or rate_rps <= 0 or math.isinf(horizon_s):
+        return 0
+    spare = capacity_rps - pod_backlog / horizon_s
+    if spare <= 0:
+        return max_replicas
+    return min(max_replicas, math.ceil(rate_rps / spare - 1e-9))
 
 
 def reachable_under_tolerance(current: int, desired: int, tolerance: float = 0.1) -> int:
@@ -137,10 +176,28 @@ class Recommender:
     def arrival_rate(self, obs: Observation) -> float:
         """Arrivals = completions + queue growth: Triton counts a request only when it completes,
         so under overload the completion rate flattens at capacity while the queue absorbs the rest."""
+        cfg = self.config
         self._queue.append((obs.t, obs.queue_depth))
-        while self._queue and self._queue[0][0] < obs.t - self.config.queue_window_s:
+        keep = max(cfg.queue_window_s, cfg.rate_window_s, cfg.fast_window_s)
+        while self._queue and self._queue[0][0] < obs.t - keep:
             self._queue.popleft()
-        return max(0.0, obs.arrival_rps + trend_slope(list(self._queue)))
+        if obs.fast_arrival_rps is None:
+            recent = [(t, q) for t, q in self._queue if t >= obs.t - cfg.queue_window_s]
+            return max(0.0, obs.arrival_rps + trend_slope(recent))
+        # Arrivals over a window = completions over it + the queue's change over the same window:
+        # matched windows, or a draining backlog's completions would read as arrivals.
+        # The short window is noisier: it counts only when it reads a jump (a surge under way).
+        samples = list(self._queue)
+        slow = obs.arrival_rps + queue_growth(samples, cfg.rate_window_s)
+        fast = obs.fast_arrival_rps + queue_growth(samples, cfg.fast_window_s)
+        return max(0.0, fast if fast > slow * cfg.fast_jump else slow)
+
+    def pod_backlog(self, obs: Observation) -> float:
+        """Queued requests on the worst pod beyond what it serves within the SLO (0 if none)."""
+        even = obs.queue_depth / max(1, obs.ready_replicas)  # round robin spreads it over Ready pods
+        worst = even if obs.max_pod_queue is None else obs.max_pod_queue
+        slo = obs.slo_p99_s if obs.slo_p99_s is not None else 0.0
+        return max(0.0, worst - self.capacity_rps * slo)
 
     def recommend(self, obs: Observation) -> Recommendation:
         cfg = self.config
@@ -148,6 +205,7 @@ class Recommender:
             raise ValueError("arrival rate and queue depth must be finite and >= 0")
         self.refine_capacity(obs)
         arrival = self.arrival_rate(obs)
+        pod_backlog = self.pod_backlog(obs)
         self._rates.append((obs.t, arrival))
         while self._rates and self._rates[0][0] < obs.t - cfg.trend_window_s:
             self._rates.popleft()
@@ -155,11 +213,15 @@ class Recommender:
         lookahead = cfg.cold_start_s + cfg.lookahead_extra_s
         projected = arrival + slope * lookahead
         backlog_rps = obs.queue_depth / cfg.drain_s
-        up_need = replicas_for(projected + backlog_rps, self.capacity_rps, cfg.utilisation)
-        down_need = replicas_for(max(projected, arrival) + backlog_rps, self.capacity_rps,
-                                 cfg.down_utilisation)
+        drain_need = drain_replicas(arrival, pod_backlog, self.capacity_rps, cfg.pod_drain_s, cfg.max_replicas)
+        rate_need = replicas_for(projected + backlog_rps, self.capacity_rps, cfg.utilisation)
+        drain_need = min(drain_need, math.ceil(cfg.max_drain_factor * max(rate_need, 1)))
+        up_need = max(rate_need, drain_need)
+        down_need = max(drain_need, replicas_for(max(projected, arrival) + backlog_rps, self.capacity_rps,
+                                                 cfg.down_utilisation))
         queue_driven = arrival - obs.arrival_rps + backlog_rps > 0.1 * max(projected, 1e-9)
-        reason = "queue" if queue_driven and up_need > obs.current_replicas else (
+        reason = "drain" if drain_need > rate_need and up_need > obs.current_replicas else \
+            "queue" if queue_driven and up_need > obs.current_replicas else (
             "lookahead" if slope > 0 and up_need > replicas_for(arrival, self.capacity_rps,
                                                                 cfg.utilisation) else "rate")
         current = obs.current_replicas

@@ -12,6 +12,8 @@ from autoscaler.recommend import (
     Observation,
     Recommender,
     RecommenderConfig,
+    drain_replicas,
+    queue_growth,
     reachable_under_tolerance,
     replicas_for,
     trend_slope,
@@ -102,6 +104,8 @@ def test_rejects_nan() -> None:
     ({"capacity_rps": 10.0, "min_replicas": 5, "max_replicas": 2}, "min replicas <= max"),
     ({"capacity_rps": 10.0, "min_replicas": 0}, ">= 1"),
     ({"capacity_rps": 10.0, "utilisation": 0.5, "down_utilisation": 0.8}, "down_utilisation"),
+    ({"capacity_rps": 10.0, "pod_drain_s": 0.0}, "drain times > 0"),
+    ({"capacity_rps": 10.0, "max_drain_factor": 0.5}, "drain factor >= 1"),
 ])
 def test_config_errors(kwargs: dict, message: str) -> None:
     with pytest.raises(UsageError, match=message):
@@ -153,3 +157,64 @@ def test_reachable_counts_escape_the_dead_band(n: int, d: int) -> None:
         assert out == n or (out == d and d / n < 0.9)
     else:
         assert out == n
+
+
+@pytest.mark.parametrize(("rate", "backlog", "horizon", "expected"), [
+    (2400.0, 0.0, 240.0, 0),  # no backlog: no drain term
+    (2400.0, 12000.0, math.inf, 0),  # drain off
+    (2400.0, 12000.0, 240.0, 48),  # 100 - 50 spare per pod: 2400 / 50 = 48 -> capped below
+    (600.0, 12000.0, 240.0, 12),  # 600 / 50
+    (600.0, 6000.0, 120.0, 12),  # same spare (50 req/s)
+    (600.0, 24000.0, 240.0, 40),  # backlog / horizon = capacity: cannot clear, the maximum
+    (0.0, 5000.0, 240.0, 0),
+])
+def test_drain_replicas_divert_arrivals_from_a_backlogged_pod(rate: float, backlog: float, horizon: float,
+                                                               expected: int) -> None:
+    assert drain_replicas(rate, backlog, CAP, horizon, max_replicas=40) == min(expected, 40)
+
+
+@pytest.mark.parametrize(("samples", "window", "expected"), [
+    ([], 30.0, 0.0),
+    ([(0.0, 5.0)], 30.0, 0.0),
+    ([(0.0, 0.0), (15.0, 150.0), (30.0, 600.0)], 45.0, 20.0),  # endpoints, not a fit
+    ([(0.0, 0.0), (15.0, 150.0), (30.0, 600.0)], 30.0, 30.0),  # left-open: the sample at t - 30 is out
+    ([(0.0, 0.0), (15.0, 150.0), (30.0, 600.0)], 15.0, 0.0),  # one sample: no change to read
+    ([(0.0, 900.0), (30.0, 0.0)], 60.0, -30.0),  # a draining queue reads negative
+])
+def test_queue_growth_over_a_window(samples: list[tuple[float, float]], window: float, expected: float) -> None:
+    assert queue_growth(samples, window) == pytest.approx(expected)
+
+
+def test_short_window_counts_only_when_it_reads_a_jump() -> None:
+    r = rec(cold_start_s=0.0, lookahead_extra_s=0.0, fast_jump=1.1)
+    out = None
+    for t in (0, 15, 30):
+        out = r.recommend(Observation(t, 400.0, 0.0, 5, 5, fast_arrival_rps=420.0))  # +5 %: noise
+    assert out is not None and out.projected_rps == pytest.approx(400.0)
+    out = r.recommend(Observation(45, 400.0, 0.0, 5, 5, fast_arrival_rps=480.0))  # +20 %: a surge
+    assert out.projected_rps >= 480.0
+
+
+def test_fast_estimate_matches_the_queue_window() -> None:
+    """A draining backlog's completions are not arrivals: completions + the queue's change."""
+    r = rec(cold_start_s=0.0, lookahead_extra_s=0.0, rate_window_s=60.0, fast_window_s=30.0)
+    r.recommend(Observation(0, 500.0, 6000.0, 5, 5, fast_arrival_rps=500.0))
+    r.recommend(Observation(15, 500.0, 6000.0, 5, 5, fast_arrival_rps=500.0))
+    out = r.recommend(Observation(30, 500.0, 3000.0, 5, 5, fast_arrival_rps=700.0))  # 700 done, 200/s from the queue
+    assert out.projected_rps == pytest.approx(500.0)
+
+
+def test_a_backlogged_pod_asks_for_replicas_that_divert_its_arrivals() -> None:
+    r = rec(cold_start_s=0.0, lookahead_extra_s=0.0, pod_drain_s=100.0, max_replicas=40)
+    out = r.recommend(Observation(0, 300.0, 5000.0, 3, 3, slo_p99_s=0.5, max_pod_queue=5050.0))
+    # worst pod 5050 - 50 served within the SLO = 5000 -> 50 req/s to spare -> 300 / 50 = 6
+    assert out.desired == 6 and out.reason == "drain"
+    even = rec(cold_start_s=0.0, lookahead_extra_s=0.0, pod_drain_s=100.0, max_replicas=40)
+    assert even.recommend(Observation(0, 300.0, 15150.0, 3, 3, slo_p99_s=0.5)).desired == 6  # queue / ready
+
+
+def test_the_drain_term_at_most_doubles_the_rates_need() -> None:
+    """A backlog no count can clear within the horizon asks for at most max_drain_factor × the rate's need."""
+    r = rec(cold_start_s=0.0, lookahead_extra_s=0.0, pod_drain_s=100.0, max_replicas=40, max_drain_factor=2.0)
+    out = r.recommend(Observation(0, 300.0, 60000.0, 3, 3, slo_p99_s=0.5, max_pod_queue=20000.0))
+    assert out.desired == 2 * math.ceil(300 / 90) and out.reason == "drain"
