@@ -2,7 +2,10 @@
 
 desired = ceil((projected rate + backlog / drain time) / (capacity × utilisation)), where the
 projected rate looks ahead by the cold start (a replica asked for now helps only once Ready),
-extrapolating the recent rate trend upwards only. Scale-up is immediate; scale-down needs the
+extrapolating the recent rate trend upwards only, and at least the count that lets the worst pod
+clear its backlog within a horizon by diverting new arrivals (`drain_replicas`; Triton's queues are
+per pod). Arrivals are completions plus the queue's change over the same samples, from the 1-minute
+rate or, when it reads a jump, a short one. Scale-up is immediate; scale-down needs the
 lower count to have been enough for `down_delay_s` and to fit at a lower utilisation (asymmetric
 hysteresis). Capacity starts at the load-test value and is refined from observed saturation.
 """
