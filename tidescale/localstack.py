@@ -15,7 +15,6 @@ import os
 import secrets
 import sys
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -364,13 +363,3 @@ class LocalStack:
                  tb: TracebackType | None) -> None:
         self.stop()
 
-
-def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.5) -> bool:
-    """Poll *predicate* until true or *timeout* seconds passed."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(Exception):
-            if predicate():
-                return True
-        time.sleep(interval)
-    return False

@@ -18,7 +18,7 @@ from tidescale.demo.faults import string_heavy_trace_viewer
 from tidescale.demo.plots import write_plots
 from tidescale.demo.settings import DemoSettings
 from tidescale.demo.timeline import Sample, Timeline
-from tidescale.localstack import LocalStack, StackOptions, wait_until
+from tidescale.localstack import LocalStack, StackOptions
 from tidescale.traffic import Scenario, replay, scenario
 
 FAULT_MODEL, FAULT_VERSION = "ctr_ranker", "1"
@@ -75,6 +75,11 @@ class Sampler:
         self._queue: float | None = None
         self._firing: tuple[str, ...] = ()
         self._n = 0
+
+    def final_read(self) -> None:
+        """One more read of Prometheus and Alertmanager after the traffic stopped."""
+        self._n = 0
+        self._prometheus_reads()
 
     def _prometheus_reads(self) -> None:
         prom = self.stack.prometheus
@@ -211,9 +216,8 @@ def run_demo(s: DemoSettings, out: Path) -> dict[str, Any]:
             loadgen.stop()
             elapsed = time.monotonic() - start
             # Let Prometheus scrape and Alertmanager notify once more before reading the results.
-            wait_until(lambda: False, timeout=3)
-            sampler._n = 0
-            sampler._prometheus_reads()
+            time.sleep(3)
+            sampler.final_read()
             summary = summarise(s, sc, stack, timeline, sampler, loadgen, faults, elapsed)
             summary["plots"] = [p.name for p in write_plots(timeline, out, s.slo_p99_s)]
             summary["dashboard_previews"] = _dashboard_previews(stack, out, console)
