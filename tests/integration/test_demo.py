@@ -33,6 +33,7 @@ def test_summary_reports_a_healthy_run(demo_out: Path) -> None:
     assert {"triton", "dcgm-exporter", "kube-state-metrics", "tidescale-exporter"} <= set(prom["jobs"])
     assert 0 < summary["latency_p50_s"] <= summary["latency_p99_s"]
     assert summary["requests"]["ok"] > 0
+    assert sum(summary["requests"]["errors_by_status"].values()) == summary["requests"]["errors"]
     assert 1 <= summary["replicas"]["min"] <= summary["replicas"]["max"]
     assert isinstance(summary["alerts_fired"], list) and isinstance(summary["reviews_opened"], list)
     # The injected XID error pages through the real Alertmanager to the local pager receiver.

@@ -129,6 +129,19 @@ def inject_faults(stack: LocalStack) -> dict[str, Any]:
     return done
 
 
+_STATUS_NAMES = {-1: "dropped_max_in_flight", -2: "no_ready_replica", 0: "connect_error_or_timeout"}
+
+
+def error_breakdown(records: list[Any]) -> dict[str, int]:
+    """Failed requests by cause: the load generator's own codes named, HTTP statuses as numbers."""
+    out: dict[str, int] = {}
+    for r in records:
+        if not r.ok:
+            key = _STATUS_NAMES.get(r.status, f"http_{r.status}")
+            out[key] = out.get(key, 0) + 1
+    return dict(sorted(out.items()))
+
+
 def _percentile(values: list[float], q: float) -> float:
     if not values:
         return 0.0
@@ -154,7 +167,8 @@ def summarise(s: DemoSettings, sc: Scenario, stack: LocalStack, timeline: Timeli
         "latency_p50_s": _percentile(ok, 0.50),
         "latency_p95_s": _percentile(ok, 0.95),
         "latency_p99_s": _percentile(ok, 0.99),
-        "requests": {"sent": len(records), "ok": len(ok), "errors": len(records) - len(ok)},
+        "requests": {"sent": len(records), "ok": len(ok), "errors": len(records) - len(ok),
+                     "errors_by_status": error_breakdown(records)},
         "replicas": timeline.replicas_range(),
         "alerts_fired": sorted(sampler.alerts_seen | set(timeline.alerts_seen())),
         "notifications": stack.sink.alert_names(),
