@@ -20,7 +20,7 @@ class DemoSettings(ComponentSettings):
 
     duration_s: float = Field(300.0, gt=0, le=24 * 3600)
     scenario: str = "diurnal-surge"
-    base_rps: float = Field(30.0, gt=0, le=2000)
+    base_rps: float = Field(22.0, gt=0, le=2000)
     trace_csv: Path | None = None
     time_scale: float = Field(0.05, gt=0)
     min_replicas: int = Field(1, ge=1, le=16)
