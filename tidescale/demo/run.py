@@ -112,6 +112,25 @@ class Sampler:
         )
 
 
+# The generated alert groups evaluate every 30 s: a fault needs that long (plus a scrape and
+# Alertmanager's group_wait) before its alert can reach the receivers.
+ALERT_GROUP_INTERVAL_S = 30.0
+ALERT_DELIVERY_S = 5.0
+
+
+def fault_time(duration_s: float) -> float:
+    """Half-way, but early enough in short runs that one alert evaluation follows the fault."""
+    return min(duration_s / 2, max(duration_s / 6, duration_s - ALERT_GROUP_INTERVAL_S - ALERT_DELIVERY_S))
+
+
+def settle_seconds(elapsed_s: float, fault_at_s: float | None) -> float:
+    """How long to wait after the traffic stops so alerts caused by the faults can be delivered."""
+    if fault_at_s is None:
+        return 3.0
+    since = elapsed_s - fault_at_s
+    return max(3.0, min(ALERT_GROUP_INTERVAL_S + ALERT_DELIVERY_S - since, ALERT_GROUP_INTERVAL_S + ALERT_DELIVERY_S))
+
+
 def inject_faults(stack: LocalStack) -> dict[str, Any]:
     """A GPU XID error on the first GPU and a string-heavy profile for one model version."""
     done: dict[str, Any] = {}
@@ -218,8 +237,9 @@ def run_demo(s: DemoSettings, out: Path) -> dict[str, Any]:
                     t = time.monotonic() - start
                     if t >= sc.duration_s or not loadgen.running:
                         break
-                    if s.inject_faults and not faults and t >= sc.duration_s / 2:
+                    if s.inject_faults and not faults and t >= fault_time(sc.duration_s):
                         faults = inject_faults(stack)
+                        faults["at_s"] = round(t, 1)
                     sample = sampler.sample(t)
                     timeline.add(sample)
                     if live is not None:
@@ -230,7 +250,7 @@ def run_demo(s: DemoSettings, out: Path) -> dict[str, Any]:
             loadgen.stop()
             elapsed = time.monotonic() - start
             # Let Prometheus scrape and Alertmanager notify once more before reading the results.
-            time.sleep(3)
+            time.sleep(settle_seconds(elapsed, faults.get("at_s")))
             sampler.final_read()
             summary = summarise(s, sc, stack, timeline, sampler, loadgen, faults, elapsed)
             summary["plots"] = [p.name for p in write_plots(timeline, out, s.slo_p99_s)]

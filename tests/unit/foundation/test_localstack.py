@@ -49,3 +49,14 @@ def test_notification_sink_records_alert_names() -> None:
     body = json.dumps({"alerts": [{"labels": {"alertname": "GPUXidErrors"}}]}).encode()
     assert handler({}, body)[0] == 200
     assert sink.alert_names() == {"pager": ["GPUXidErrors"]}
+
+
+@pytest.mark.parametrize("duration", [20.0, 30.0, 60.0, 300.0, 3600.0])
+def test_faults_leave_one_alert_evaluation_before_the_summary(duration: float) -> None:
+    from tidescale.demo.run import ALERT_DELIVERY_S, ALERT_GROUP_INTERVAL_S, fault_time, settle_seconds
+
+    at = fault_time(duration)
+    assert 0 < at <= duration / 2
+    # From the fault to the final read there is always a full group interval plus delivery time.
+    assert (duration - at) + settle_seconds(duration, at) >= ALERT_GROUP_INTERVAL_S + ALERT_DELIVERY_S
+    assert settle_seconds(duration, None) == 3.0
