@@ -100,6 +100,12 @@ def register_bench(bench: typer.Typer) -> None:
         target_rps: float | None = typer.Option(None, "--target-rps", help="Mean rate the trace is rescaled to."),
         slo_p99: float = typer.Option(0.5, "--slo-p99", help="Latency SLO, P99 seconds."),
         seed: int = typer.Option(0, "--seed"),
+        queue_timeout: float | None = typer.Option(
+            None, "--queue-timeout", help="Seconds a request may wait in a replica's queue before Triton rejects "
+            "it (default_queue_policy REJECT), for every policy; recorded as autoscale-queue-timeout.md."),
+        headroom: float = typer.Option(1.0, "--headroom", help="tidescale's standing headroom (x the load)."),
+        headroom_sweep: list[float] = typer.Option(
+            [], "--headroom-sweep", help="Also run tidescale at this headroom on surge scenarios (repeatable)."),
         write: bool = typer.Option(True, "--write/--no-write", help="Record docs/benchmarks/autoscale.md + PNG."),
     ) -> None:
         """Closed-loop autoscaling: tidescale vs HPA CPU/GPU, Triton queue time, KEDA, KPA, Ray Serve, oracle."""
@@ -107,19 +113,17 @@ def register_bench(bench: typer.Typer) -> None:
 
         from autoscaler import benchreport
         from autoscaler.policies import ALL_POLICIES
-        from tidescale.errors import UsageError
 
-        if target_rps is not None and trace is None:
-            raise UsageError("--target-rps needs --trace")
-        if slo_p99 <= 0:
-            raise UsageError(f"--slo-p99 must be > 0, got {slo_p99}")
+        opts = benchreport.BenchOptions(scenario or None, tuple(policy) or ALL_POLICIES, quick, seed, slo_p99,
+                                        trace, target_rps, queue_timeout_s=queue_timeout, headroom=headroom,
+                                        headroom_sweep=tuple(headroom_sweep))
         err = Console(stderr=True)
         with err.status("autoscale benchmark") as status:
-            doc, runs = benchreport.run(scenario or None, policy or list(ALL_POLICIES), quick, seed, slo_p99,
-                                        trace, target_rps, progress=lambda m: status.update(m))
+            doc, runs = benchreport.run(opts, progress=lambda m: status.update(m))
         if write:
-            benchreport.write(doc, runs)
-            err.print(f"wrote {benchreport.DOC} and {benchreport.PNG}")
+            doc_path, png_path = opts.paths
+            benchreport.write(doc, runs, doc_path, png_path)
+            err.print(f"wrote {doc_path} and {png_path}")
         if json_only:
             sys.stdout.write(json.dumps(doc) + "\n")
         else:

@@ -52,15 +52,15 @@ class Target:
 
 
 def tidescale_behavior(legacy: bool = False) -> Behavior:
-    """Fast up (5x or +8 pods per 15 s, no window: the recommender already looked ahead), measured down
-    (30 s window, at most half per 30 s).
+    """Fast up (11x or +8 pods per 15 s, no window: the recommender already looked ahead, and a 10x
+    flash crowd needs its replicas in one step), measured down (30 s window, at most half per 30 s).
 
     The recommender already looks ahead and holds down; the HPA's own window only guards
     against flapping of the metric path.
     """
     tol = None if legacy else 0.0
     return Behavior(
-        scaleUp=ScalingRules(0, "Max", (ScalingPolicy("Percent", 400, 15), ScalingPolicy("Pods", 8, 15)), tol),
+        scaleUp=ScalingRules(0, "Max", (ScalingPolicy("Percent", 1000, 15), ScalingPolicy("Pods", 8, 15)), tol),
         scaleDown=ScalingRules(30, "Max", (ScalingPolicy("Percent", 50, 30),), tol),
     )
 

@@ -256,25 +256,28 @@ class TidescalePolicy:
     period_s = HPA_SYNC_S
 
     def __init__(self, initial: int, min_r: int, max_r: int, capacity_rps: float, cold_start_s: float,
-                 slo_s: float, publish_delay_s: float = 5.0) -> None:
+                 slo_s: float, publish_delay_s: float = 5.0, headroom: float = 1.0) -> None:
         self.slo_s = slo_s
         target = Target("triton", "bench", "model", min_r, max_r)
         self.hpa = HpaEmulator(tidescale_hpa_spec(target), initial)
         self.recommender = Recommender(RecommenderConfig(capacity_rps, min_r, max_r, cold_start_s=cold_start_s,
-                                                         p99_window_s=RATE_WINDOW_S, **TIDESCALE_TUNING))
+                                                         p99_window_s=RATE_WINDOW_S, headroom=headroom,
+                                                         **TIDESCALE_TUNING))
         self.published: deque[tuple[float, int]] = deque()
         self.publish_delay = publish_delay_s
 
     def decide(self, now: float, lag: MetricsLag, sim: FleetSim) -> int:
         rate, pending = lag.rate("requests", RATE_WINDOW_S), lag.gauge("pending")
         fast = lag.rate("requests", FAST_RATE_WINDOW_S)
+        rejected, fast_rejected = lag.rate("failures", RATE_WINDOW_S), lag.rate("failures", FAST_RATE_WINDOW_S)
         worst = lag.gauge("pending_max") if "pending_max" in lag.series else None
         ready = lag.gauge("replicas_ready")
         if rate is not None and pending is not None and ready is not None:
             recent = sim.completed(since_t=now - RATE_WINDOW_S)  # tidescale's latency histogram, P99 over 1 m
             p99 = recent.latency_quantile(0.99) if len(recent) else None
             rec = self.recommender.recommend(Observation(now, rate, pending, int(ready), self.hpa.replicas,
-                                                         p99, self.slo_s, fast, worst))
+                                                         p99, self.slo_s, fast, worst, rejected or 0.0,
+                                                         fast_rejected))
             if DEBUG:
                 print(int(now), round(rate), pending, int(ready), self.hpa.replicas, rec)
             self.published.append((now, rec.desired))

@@ -1,6 +1,6 @@
 """The recommender's math: desired replicas from load, capacity, queue and cold start (pure).
 
-desired = ceil((projected rate + backlog / drain time) / (capacity × utilisation)), where the
+desired = ceil((projected rate × headroom + backlog / drain time) / (capacity × utilisation)), where the
 projected rate looks ahead by the cold start (a replica asked for now helps only once Ready),
 extrapolating the recent rate trend upwards only, and at least the count that lets the worst pod
 clear its backlog within a horizon by diverting new arrivals (`drain_replicas`; Triton's queues are
@@ -44,6 +44,8 @@ class RecommenderConfig:
     fast_jump: float = 1.1  # the short window's estimate wins when it exceeds the long one by this factor
     pod_drain_s: float = math.inf  # drain the worst pod's backlog within this long by diverting new
     # arrivals to more replicas (round robin gives each of N pods 1/N of them); off by default
+    headroom: float = 1.0  # size for this multiple of the load: standing capacity for a surge that
+    # arrives faster than detection + cold start (1 = none; see docs/autoscaler.md for the price)
 
     def __post_init__(self) -> None:
         if self.capacity_rps <= 0:
@@ -57,6 +59,8 @@ class RecommenderConfig:
         if self.cold_start_s < 0 or self.down_delay_s < 0 or self.drain_s <= 0 or self.pod_drain_s <= 0 \
                 or self.max_drain_factor < 1:
             raise UsageError("cold start and down delay must be >= 0 s, drain times > 0 s, drain factor >= 1")
+        if not (math.isfinite(self.headroom) and self.headroom >= 1):
+            raise UsageError(f"headroom must be a finite factor >= 1, got {self.headroom}")
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,8 @@ class Observation:
     slo_p99_s: float | None = None
     fast_arrival_rps: float | None = None  # completions over a short rate window (reacts sooner), if known
     max_pod_queue: float | None = None  # max by pod of the pending gauge, if known (else queue / ready)
+    rejected_rps: float = 0.0  # requests/s the queue policy rejected (timed out): demand too, never completed
+    fast_rejected_rps: float | None = None  # the same over the short window (else rejected_rps)
 
 
 @dataclass(frozen=True)
@@ -177,8 +183,9 @@ class Recommender:
             self.capacity_rps = min(hi, self.capacity_rps + 0.01 * cfg.capacity_rps)
 
     def arrival_rate(self, obs: Observation) -> float:
-        """Arrivals = completions + queue growth: Triton counts a request only when it completes,
-        so under overload the completion rate flattens at capacity while the queue absorbs the rest."""
+        """Arrivals = completions + rejections + queue growth: Triton counts a request only when it
+        completes, so under overload the completion rate flattens at capacity while the queue absorbs
+        the rest, or, with a queue timeout, the rejection counter does."""
         cfg = self.config
         self._queue.append((obs.t, obs.queue_depth))
         keep = max(cfg.queue_window_s, cfg.rate_window_s, cfg.fast_window_s)
@@ -186,13 +193,14 @@ class Recommender:
             self._queue.popleft()
         if obs.fast_arrival_rps is None:
             recent = [(t, q) for t, q in self._queue if t >= obs.t - cfg.queue_window_s]
-            return max(0.0, obs.arrival_rps + trend_slope(recent))
+            return max(0.0, obs.arrival_rps + obs.rejected_rps + trend_slope(recent))
         # Arrivals over a window = completions over it + the queue's change over the same window:
         # matched windows, or a draining backlog's completions would read as arrivals.
         # The short window is noisier: it counts only when it reads a jump (a surge under way).
         samples = list(self._queue)
-        slow = obs.arrival_rps + queue_growth(samples, cfg.rate_window_s)
-        fast = obs.fast_arrival_rps + queue_growth(samples, cfg.fast_window_s)
+        fast_rejected = obs.rejected_rps if obs.fast_rejected_rps is None else obs.fast_rejected_rps
+        slow = obs.arrival_rps + obs.rejected_rps + queue_growth(samples, cfg.rate_window_s)
+        fast = obs.fast_arrival_rps + fast_rejected + queue_growth(samples, cfg.fast_window_s)
         return max(0.0, fast if fast > slow * cfg.fast_jump else slow)
 
     def pod_backlog(self, obs: Observation) -> float:
@@ -204,8 +212,8 @@ class Recommender:
 
     def recommend(self, obs: Observation) -> Recommendation:
         cfg = self.config
-        if not all(math.isfinite(x) and x >= 0 for x in (obs.arrival_rps, obs.queue_depth)):
-            raise ValueError("arrival rate and queue depth must be finite and >= 0")
+        if not all(math.isfinite(x) and x >= 0 for x in (obs.arrival_rps, obs.queue_depth, obs.rejected_rps)):
+            raise ValueError("arrival rate, rejection rate and queue depth must be finite and >= 0")
         self.refine_capacity(obs)
         arrival = self.arrival_rate(obs)
         pod_backlog = self.pod_backlog(obs)
@@ -217,11 +225,11 @@ class Recommender:
         projected = arrival + slope * lookahead
         backlog_rps = obs.queue_depth / cfg.drain_s
         drain_need = drain_replicas(arrival, pod_backlog, self.capacity_rps, cfg.pod_drain_s, cfg.max_replicas)
-        rate_need = replicas_for(projected + backlog_rps, self.capacity_rps, cfg.utilisation)
+        rate_need = replicas_for(projected * cfg.headroom + backlog_rps, self.capacity_rps, cfg.utilisation)
         drain_need = min(drain_need, math.ceil(cfg.max_drain_factor * max(rate_need, 1)))
         up_need = max(rate_need, drain_need)
-        down_need = max(drain_need, replicas_for(max(projected, arrival) + backlog_rps, self.capacity_rps,
-                                                 cfg.down_utilisation))
+        down_need = max(drain_need, replicas_for(max(projected, arrival) * cfg.headroom + backlog_rps,
+                                                 self.capacity_rps, cfg.down_utilisation))
         queue_driven = arrival - obs.arrival_rps + backlog_rps > 0.1 * max(projected, 1e-9)
         reason = "drain" if drain_need > rate_need and up_need > obs.current_replicas else \
             "queue" if queue_driven and up_need > obs.current_replicas else (

@@ -1,7 +1,7 @@
 """The recommender service: reads Prometheus, exports `tidescale_desired_replicas` for the HPA.
 
-Each interval, per target Deployment: completions/s and queue depth of its model (Triton's
-counters, summed over pods), its replica counts (kube-state-metrics, or callbacks in the demo),
+Each interval, per target Deployment: completions/s, queue-policy rejections/s and queue depth of
+its model (Triton's counters, summed over pods), its replica counts (kube-state-metrics, or callbacks in the demo),
 optionally the observed P99 (tidescale's histogram recording rule). Fail-safe: when Prometheus
 is down or a value is missing, NaN or stale, the last good recommendation is held (never a
 scale-down on missing data) and `tidescale_recommender_failsafe{reason}` says why.
@@ -80,6 +80,7 @@ class RecommenderSettings(ComponentSettings):
     profile: Path | None = None  # perf_analyzer CSV: capacity at the SLO
     capacity_rps: float | None = Field(default=None, gt=0)
     cold_start_s: float = Field(default=60.0, ge=0)
+    headroom: float = Field(default=1.0, ge=1.0, allow_inf_nan=False)  # standing capacity for surges
     hpa_tolerance_rounding: bool = False  # cluster without behavior.*.tolerance (k8s < 1.33)
     rate_window: str = Field(default=RATE_WINDOW, pattern=r"^[0-9]+[smh]$")  # PromQL range of rate()
     targets: list[TargetSettings] = Field(default_factory=list, max_length=MAX_TARGETS)
@@ -137,6 +138,7 @@ class TargetQueries:
     """PromQL for one target; every label value escaped, counters summed before any division."""
 
     completions: str
+    rejections: str
     queue: str
     queue_age: str
     p99: str
@@ -149,8 +151,12 @@ class TargetQueries:
         dep = {"namespace": t.namespace, "deployment": t.deployment}
         success = selector(catalog.get("nv_inference_request_success").name, **triton)
         pending = selector(catalog.get("nv_inference_pending_request_count").name, **triton)
+        # Queue-policy timeouts (REJECTED; the reason label exists since Triton 24.08): demand that
+        # never completes. Absent on older servers, and then read as 0.
+        rejected = selector(catalog.get("nv_inference_request_failure").name, **triton, reason="REJECTED")
         return cls(
             completions=f"sum(rate({success}[{rate_window}]))",
+            rejections=f"sum(rate({rejected}[{rate_window}]))",
             queue=f"sum({pending})",
             queue_age=f"time() - max(timestamp({pending}))",
             p99=f'max({selector(names.P99, **triton, stage="request")})',
@@ -194,7 +200,7 @@ class RecommenderService:
                 raise UsageError(f"target {t.namespace}/{t.deployment} is listed twice")
             Target(t.deployment, t.namespace, t.model, t.min_replicas, t.max_replicas)  # validates the names
             cfg = RecommenderConfig(settings.capacity_for(t), t.min_replicas, t.max_replicas,
-                                    cold_start_s=settings.cold_start_s)
+                                    cold_start_s=settings.cold_start_s, headroom=settings.headroom)
             self.states[key] = TargetState(t, Recommender(cfg), TargetQueries.for_target(t, settings.rate_window))
         self._lock = threading.Lock()
 
@@ -228,7 +234,9 @@ class RecommenderService:
             raise DataProblem("stale", f"newest queue sample is {age:.0f}s old")
         current, ready = self._replicas(st)
         p99 = self._value(st.queries.p99, "p99", required=False)
-        return Observation(now, completions or 0.0, queue or 0.0, ready, current, p99, self.settings.slo_p99_s)
+        rejected = self._value(st.queries.rejections, "rejection rate", required=False)
+        return Observation(now, completions or 0.0, queue or 0.0, ready, current, p99, self.settings.slo_p99_s,
+                           rejected_rps=rejected or 0.0)
 
     # --- one evaluation ----------------------------------------------------------------------------
     def evaluate(self, now: float | None = None) -> dict[tuple[str, str], TargetState]:

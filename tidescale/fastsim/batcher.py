@@ -13,7 +13,7 @@ loop works on a Python list of floats with an index pointer and `bisect`, one it
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import deque
 from dataclasses import dataclass
 
@@ -41,6 +41,10 @@ class BatcherConfig:
     # "stepped": the fast batch-by-batch model; "triton-2.51": Triton's batcher thread replayed
     # event by event (payload slots, wake-up conditions), slower but closer to real traces.
     scheduler: str = "stepped"
+    # `dynamic_batching { default_queue_policy { timeout_action: REJECT default_timeout_microseconds } }`:
+    # a request still queued this long after it arrived is rejected when the scheduler next looks
+    # (server-side shedding: a backlog then cannot outlive the overload that built it). None: no timeout.
+    queue_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1:
@@ -57,6 +61,11 @@ class BatcherConfig:
             raise UsageError(f"prefetch_depth must be >= 0, got {self.prefetch_depth}")
         if self.scheduler not in SCHEDULERS:
             raise UsageError(f"unknown scheduler {self.scheduler!r}; choose one of {', '.join(SCHEDULERS)}")
+        if self.queue_timeout_s is not None:
+            if not self.queue_timeout_s > 0:
+                raise UsageError(f"queue_timeout_s must be > 0, got {self.queue_timeout_s}")
+            if self.scheduler != "stepped":
+                raise UsageError("queue_timeout_s is modelled by the stepped scheduler only")
         object.__setattr__(self, "preferred_batch_sizes", prefs)
 
     @property
@@ -119,24 +128,27 @@ class JitterStream:
 
 @dataclass
 class BatchRecords:
-    """Batches dispatched since the last flush, with the arrivals they served (FIFO order)."""
+    """Batches dispatched since the last flush, with the arrivals they served (FIFO order), and how
+    many requests the queue policy rejected meanwhile (Triton counts them as REJECTED failures)."""
 
     dispatch: np.ndarray
     exec_s: np.ndarray
     size: np.ndarray
     arrivals: np.ndarray
+    rejected: int = 0
 
 
 class ReplicaBatcher:
     """The batcher and instances of one replica: arrivals in, batch records out."""
 
     __slots__ = ("_best", "_delay", "_exec", "_jit", "_jitter", "_jpos", "_maxb", "_maxpref", "_next", "_slots",
-                 "arrivals", "disp", "execs", "free", "head", "sizes", "starts")
+                 "_timeout", "arrivals", "disp", "execs", "free", "head", "sizes", "starts")
 
     def __init__(self, cfg: BatcherConfig, curve: ServiceCurve, jitter: JitterStream) -> None:
         self._maxb = cfg.max_batch_size
         self._maxpref = cfg.max_preferred
         self._delay = cfg.max_queue_delay_s
+        self._timeout = float("inf") if cfg.queue_timeout_s is None else cfg.queue_timeout_s
         self._best = cfg.best_preferred_table()
         self._next = cfg.next_target_table()
         self._exec = mean_exec_table(curve, cfg.max_batch_size)
@@ -175,7 +187,9 @@ class ReplicaBatcher:
 
         Without prefetch a batch forms when an instance is free; with prefetch depth k a batch may
         form while the instances are busy as long as fewer than k x instances formed batches are
-        waiting to start, and it is then fixed (later arrivals go to the next batch).
+        waiting to start, and it is then fixed (later arrivals go to the next batch). With a queue
+        timeout, the requests that waited longer are rejected at formation time, recorded as a
+        "batch" of negative size and no execution.
         """
         a = self.arrivals
         n = len(a)
@@ -191,12 +205,20 @@ class ReplicaBatcher:
         nj = len(jit)
         disp, execs, sizes = self.disp.append, self.execs.append, self.sizes.append
         waits = delay > 0.0
+        timeout = self._timeout
         while i < n:
             ai = a[i]
             gate = (starts[0] if len(starts) == slots else ai) if slots else f
             t = ai if ai > gate else gate
             if t > to_t:
                 break
+            if ai < t - timeout:  # FIFO: the expired requests are a prefix of the pending ones
+                k = bisect_left(a, t - timeout, i, n)
+                disp(t)
+                execs(0.0)
+                sizes(i - k)
+                i = k
+                continue
             j = i + 1  # light load: usually one request pending, so look before bisecting
             q = 1 if j == n or a[j] > t else bisect_right(a, t, j, i + maxb if i + maxb < n else n) - i
             if waits and t >= ai + delay:
@@ -250,11 +272,15 @@ class ReplicaBatcher:
         if k == 0:
             return _EMPTY
         s = np.asarray(self.sizes[:k], dtype=np.int64)
-        nreq = int(s.sum())
+        nreq = int(np.abs(s).sum())
         arr = np.asarray(self.arrivals[:nreq])
         del self.disp[:k], self.execs[:k], self.sizes[:k], self.arrivals[:nreq]
         self.head -= nreq
-        return BatchRecords(d[:k], e[:k], s, arr)
+        served = s > 0
+        if bool(served.all()):
+            return BatchRecords(d[:k], e[:k], s, arr)
+        return BatchRecords(d[:k][served], e[:k][served], s[served], arr[np.repeat(served, np.abs(s))],
+                            rejected=int(-s[~served].sum()))
 
 
 _EMPTY = BatchRecords(np.empty(0), np.empty(0), np.empty(0, dtype=np.int64), np.empty(0))

@@ -192,9 +192,9 @@ class FleetSim:
 
     def _flush(self, r: Replica) -> None:
         rec = r.batcher.flush(self.now)
+        r.counters.add(rec, self.config.max_batch_size)
         if not len(rec.size):
             return
-        r.counters.add(rec, self.config.max_batch_size)
         if self.keep_history_s is None or self.keep_history_s > 0:
             chunk = CompletedRequests.from_records(rec)
             r.history.append((float(chunk.completion.max()), chunk))
@@ -279,7 +279,7 @@ class FleetSim:
             r.batcher.run(to_t)
 
 
-_SUMMED = ("requests", "inference_count", "exec_count", "request_duration_s", "queue_duration_s",
+_SUMMED = ("requests", "failures", "inference_count", "exec_count", "request_duration_s", "queue_duration_s",
            "compute_duration_s", "pending", "busy_seconds")
 
 

@@ -19,6 +19,7 @@ Extractor = Callable[[FleetSim, FleetCounters], float]
 
 DEFAULT_EXTRACTORS: dict[str, Extractor] = {
     "requests": lambda s, c: float(c.requests),
+    "failures": lambda s, c: float(c.failures),
     "inference_count": lambda s, c: float(c.inference_count),
     "exec_count": lambda s, c: float(c.exec_count),
     "request_duration_s": lambda s, c: c.request_duration_s,

@@ -17,6 +17,7 @@ class ReplicaCounters:
     ready: bool = False
     draining: bool = False
     requests: int = 0  # nv_inference_request_success
+    failures: int = 0  # nv_inference_request_failure{reason="REJECTED"} (queue-policy timeouts)
     inference_count: int = 0  # nv_inference_count (a batch of n counts n)
     exec_count: int = 0  # nv_inference_exec_count
     request_duration_s: float = 0.0  # nv_inference_request_duration_us / 1e6
@@ -29,6 +30,7 @@ class ReplicaCounters:
 
     def add(self, rec: BatchRecords, max_batch: int) -> None:
         """Fold completed batches into the counters (vectorised, no per-request Python)."""
+        self.failures += rec.rejected
         if not len(rec.size):
             return
         nreq = int(rec.size.sum())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -13,6 +15,7 @@ from tidescale import cli
 from tidescale.fastsim import BatcherConfig
 from tidescale.servicecurve import ServiceCurve
 from tidescale.traffic import scenario
+from tidescale.traffic import surge as surge_scenario
 
 CURVE, CFG = ServiceCurve.v100(), BatcherConfig()
 
@@ -48,6 +51,33 @@ def test_dominated_by() -> None:
               "oracle": {"replica_hours": 0.1, "requests_within_slo": 1.0, "windows_within_slo": 1.0}}
     assert bench.dominated_by(scores, "a") == ["b"]
     assert bench.dominated_by(scores, "b") == []
+    scores[bench.headroom_variant(2.0)] = {"replica_hours": 0.2, "requests_within_slo": 1.0, "windows_within_slo": 1.0}
+    assert bench.dominated_by(scores, "b") == []  # tidescale's own headroom variants are not peers
+
+
+def test_surge_bound_counts_what_the_pre_surge_fleet_cannot_take() -> None:
+    """1000 s at 100 req/s with a surge to 300 req/s over [500, 560): a 2-replica fleet of
+    100 req/s each is short by 100 req/s for the cold start (10 s here) = 1000 requests of 112 000."""
+    rates = np.full(1000, 100.0)
+    rates[500:560] = 300.0
+    arrivals = np.concatenate([k + (np.arange(int(r)) + 0.5) / r for k, r in enumerate(rates)])
+    b = bench.surge_bound(arrivals, 0.0, 1000.0, 500.0, 10.0, 100.0, 2, 0.999, 40)
+    assert b.requests_within_slo == pytest.approx(1 - 1000 / 112_000)
+    assert b.replicas_for_goal == 3 and b.headroom_for_goal == 1.5  # 3 replicas take the surge whole
+    unreachable = bench.surge_bound(arrivals, 0.0, 1000.0, 500.0, 10.0, 100.0, 1, 1.0, 2)
+    assert unreachable.replicas_for_goal is None and unreachable.headroom_for_goal is None
+    assert bench.excess_arrivals(np.array([50.0, 150.0, 250.0]), 100.0) == 200.0
+
+
+def test_bench_scenarios_report_their_bound() -> None:
+    scenarios = bench.build_scenarios(1200.0, 800.0)
+    assert bench.scenario_bound(scenarios["diurnal"], 0, 376.0, 380.0, 0.999) is None  # no surge
+    flash = bench.scenario_bound(scenarios["flash-crowd-10x"], 0, 376.0, 380.0, 0.999)
+    surge = bench.scenario_bound(scenarios["surge-3x"], 0, 376.0, 380.0, 0.999)
+    assert flash is not None and surge is not None
+    assert flash.fleet_at_surge == surge.fleet_at_surge == 3  # 800 req/s before either
+    assert flash.requests_within_slo < surge.requests_within_slo < 0.999  # the goal needs foresight or headroom
+    assert surge.replicas_for_goal is not None and surge.replicas_for_goal > 3
 
 
 def test_oracle_needed_follows_the_rate() -> None:
@@ -67,6 +97,22 @@ def test_closed_loop_tidescale_meets_slo_on_steady_traffic_near_oracle_cost() ->
     assert len(runs["tidescale"].arrivals) == len(runs["oracle"].arrivals)  # identical traffic
 
 
+def test_queue_timeout_and_headroom_reach_the_closed_loop() -> None:
+    """With a queue timeout the surge's overflow is rejected (fast failures, no lasting backlog) and
+    tidescale counts it as demand; a standing headroom buys replicas before the surge is visible."""
+    sc = bench.BenchScenario("surge", surge_scenario(800.0, 400.0, 3.0, at_s=150.0, ramp_s=10.0), 30.0, 150.0)
+    shed = SimParams(CURVE, dataclasses.replace(CFG, queue_timeout_s=0.4), 30.0, 0.5)
+    scores, runs = bench.run_scenario(sc, ["tidescale"], shed, 370.0, headroom_sweep=(3.0,))
+    plain = scores["tidescale"]
+    assert plain["unserved_requests"] > 0  # rejected while the new replicas start
+    roomy = scores[bench.headroom_variant(3.0)]
+    assert roomy["requests_within_slo"] > plain["requests_within_slo"]
+    assert roomy["replica_hours"] > plain["replica_hours"]
+    # rejections counted as demand: the first step already covers 2400 req/s (8 replicas at 90 %),
+    # where completions plus a bounded queue alone read as about 1100 req/s
+    assert next(n for n in runs["tidescale"].replicas if n > 3) >= 8
+
+
 def test_measure_capacity_is_below_peak_throughput() -> None:
     cap = bench.measure_capacity(CURVE, CFG, 0.5, run_s=60.0)
     assert 0.5 * CURVE.max_throughput() < cap <= CURVE.max_throughput() * 1.01
@@ -77,6 +123,9 @@ def test_measure_capacity_is_below_peak_throughput() -> None:
     (["--policy", "magic"], "unknown policy magic"),
     (["--target-rps", "5"], "--target-rps needs --trace"),
     (["--slo-p99", "0"], "--slo-p99 must be > 0"),
+    (["--headroom", "0.5"], "--headroom must be a finite factor >= 1"),
+    (["--headroom-sweep", "nan"], "--headroom must be a finite factor >= 1"),
+    (["--queue-timeout", "0"], "--queue-timeout must be > 0"),
 ])
 def test_bench_bad_input_exits_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
@@ -95,6 +144,8 @@ class _Prom:
         self.rate = rate
 
     def instant(self, expr: str) -> list[tuple[float, float]]:
+        if "nv_inference_request_failure" in expr:
+            return []  # a server without the reason label (Triton < 24.08): no rejection series
         if "rate(" in expr:
             return [(0.0, self.rate)]
         if "time()" in expr:

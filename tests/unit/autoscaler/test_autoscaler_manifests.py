@@ -13,7 +13,7 @@ import yaml
 
 from alerts import names
 from autoscaler import adapter, generate
-from autoscaler.manifests import Target, hpa_manifest, keda_manifest, keda_query, render
+from autoscaler.manifests import Target, hpa_manifest, keda_manifest, keda_query, render, tidescale_hpa_spec
 from tests.paths import FIXTURES, REPO
 from tidescale import catalog, cli
 from tidescale.promql import metric_names, substitute_templates
@@ -25,6 +25,17 @@ def keda_schema() -> dict[str, Any]:
     crd = yaml.safe_load((FIXTURES / "crds" / "crd-keda-scaledobjects.yaml").read_text())
     version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1")
     return version["schema"]["openAPIV3Schema"]
+
+
+def test_hpa_takes_a_flash_crowd_in_one_sync() -> None:
+    """The recommender already looked ahead: a 10x step in its answer reaches the Deployment in one
+    15 s sync, not over several (the scale-up policy allows 11x or +8 pods)."""
+    from autoscaler.hpa import HpaEmulator, Pod
+
+    target = Target("triton", "ml", "m", 1, 100)
+    hpa = HpaEmulator(tidescale_hpa_spec(target), 3)
+    pods = [Pod(f"p{i}", "Running", True) for i in range(3)]
+    assert hpa.step(0.0, {adapter.DESIRED_REPLICAS: 30.0}, pods) == 30
 
 
 def test_hpa_validates_against_kubernetes_1_35_strict() -> None:

@@ -58,6 +58,22 @@ def test_queue_growth_counts_as_arrivals() -> None:
     assert out.desired == math.ceil(700 / 90)
 
 
+def test_rejected_requests_count_as_arrivals() -> None:
+    """With a queue timeout the queue stays bounded and the overflow shows only as REJECTED failures."""
+    out = rec().recommend(Observation(0, 500.0, 0.0, 5, 5, rejected_rps=400.0))
+    assert out.desired == math.ceil(900 / 90)
+    fast = rec().recommend(Observation(0, 500.0, 0.0, 5, 5, fast_arrival_rps=500.0, rejected_rps=0.0,
+                                       fast_rejected_rps=400.0))
+    assert fast.desired == math.ceil(900 / 90)  # the short window's rejections read the jump
+
+
+def test_headroom_sizes_for_a_multiple_of_the_load() -> None:
+    r = rec(headroom=2.0)
+    for t in range(0, 120, 15):
+        out = r.recommend(obs(t, 450.0, current=10))
+    assert out.desired == math.ceil(2 * 450 / 90)  # 10 (and it holds there: 900 / 80 would need 12)
+
+
 def test_backlog_is_drained_when_configured() -> None:
     r = rec(cold_start_s=0.0, drain_s=10.0, queue_window_s=0.0)
     out = r.recommend(obs(0, 100.0, queue=900.0, current=2))
@@ -106,6 +122,8 @@ def test_rejects_nan() -> None:
     ({"capacity_rps": 10.0, "utilisation": 0.5, "down_utilisation": 0.8}, "down_utilisation"),
     ({"capacity_rps": 10.0, "pod_drain_s": 0.0}, "drain times > 0"),
     ({"capacity_rps": 10.0, "max_drain_factor": 0.5}, "drain factor >= 1"),
+    ({"capacity_rps": 10.0, "headroom": 0.9}, "headroom must be a finite factor >= 1"),
+    ({"capacity_rps": 10.0, "headroom": math.inf}, "headroom must be a finite factor >= 1"),
 ])
 def test_config_errors(kwargs: dict, message: str) -> None:
     with pytest.raises(UsageError, match=message):

@@ -30,7 +30,8 @@ class FakeProm:
     """Answers by query shape; `down` makes every query fail like a dead Prometheus."""
 
     def __init__(self) -> None:
-        self.values: dict[str, float | None] = {"rate(": 450.0, "sum(nv_inference_pending": 0.0, "time()": 5.0,
+        self.values: dict[str, float | None] = {"nv_inference_request_failure": None, "rate(": 450.0,  # first match
+                                                 "sum(nv_inference_pending": 0.0, "time()": 5.0,
                                                 "spec_replicas": 5.0, "replicas_ready": 5.0, "p99": None}
         self.down = False
         self.queries: list[str] = []
@@ -77,6 +78,24 @@ def test_queries_escape_labels_and_sum_before_dividing() -> None:
     q = TargetQueries.for_target(TargetSettings(deployment="d", namespace="n", model='a"b\\c'))
     assert 'model="a\\"b\\\\c"' in q.completions
     assert q.completions.startswith("sum(rate(")
+    assert q.rejections.startswith("sum(rate(nv_inference_request_failure{") and 'reason="REJECTED"' in q.rejections
+
+
+def test_queue_policy_rejections_count_as_demand() -> None:
+    """Requests Triton's queue timeout rejected never complete: without them a shedding fleet would
+    look exactly as loaded as it can serve, and never grow."""
+    svc, fake = make()
+    fake.values["nv_inference_request_failure"] = 90.0
+    svc.evaluate(1000.0)
+    assert desired(svc) == 6  # ceil((450 + 90) / 90)
+
+
+def test_headroom_provisions_for_a_multiple_of_the_load() -> None:
+    svc, _ = make(headroom=2.0)
+    svc.evaluate(1000.0)
+    assert desired(svc) == 10  # ceil(2 x 450 / 90)
+    with pytest.raises(ValueError, match="headroom"):
+        make(headroom=0.5)
 
 
 def test_evaluates_and_exports() -> None:

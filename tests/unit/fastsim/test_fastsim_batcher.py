@@ -102,7 +102,38 @@ def test_queue_grows_without_bound_above_capacity() -> None:
     assert late > 5 * early  # queue time keeps rising with arrival time
 
 
+def test_queue_timeout_rejects_what_waited_too_long_and_bounds_the_backlog() -> None:
+    """Triton's queue policy (REJECT after default_timeout_microseconds): under 2x overload the queue
+    stops growing, no served request waited longer than the timeout, and every arrival is either
+    served or rejected (nv_inference_request_failure)."""
+    cfg = BatcherConfig(max_batch_size=4, preferred_batch_sizes=(), max_queue_delay_s=0.001, queue_timeout_s=0.2)
+    arrivals = np.arange(0.0, 20.0, 1 / 800)  # capacity 400 req/s
+    sim = FleetSim(FLAT, cfg, 1, cold_start_s=0.0)
+    sim.offer(arrivals)
+    depths = []
+    for t in (5.0, 10.0, 15.0, 20.0):
+        sim.advance(t)
+        depths.append(sim.queue_depth)
+    assert max(depths) <= 0.2 * 800 + 4  # a timeout's worth of arrivals, not half of everything
+    sim.advance(30.0)  # no more arrivals: the rest is served or rejected
+    done, c = sim.completed(), sim.counters()
+    assert done.queue.max() <= 0.2 + 1e-9
+    assert c.failures == pytest.approx(0.5 * len(arrivals), rel=0.05)
+    assert c.requests + c.failures == len(done) + c.failures == len(arrivals) and sim.queue_depth == 0
+    assert batches(sim) and set(batches(sim)) <= {1, 2, 3, 4}  # rejections are not executions
+
+
+def test_queue_timeout_leaves_a_fleet_under_capacity_alone() -> None:
+    cfg = BatcherConfig(max_batch_size=4, preferred_batch_sizes=(), max_queue_delay_s=0.001, queue_timeout_s=0.2)
+    sim = run(FLAT, cfg, list(np.arange(0.0, 5.0, 1 / 200)))
+    assert sim.counters().failures == 0 and sim.counters().requests == 1000
+
+
 def test_batcher_config_rejects_bad_values() -> None:
+    with pytest.raises(UsageError, match="queue_timeout_s must be > 0"):
+        BatcherConfig(queue_timeout_s=0.0)
+    with pytest.raises(UsageError, match="stepped scheduler only"):
+        BatcherConfig(queue_timeout_s=0.1, scheduler="triton-2.51")
     with pytest.raises(UsageError, match="preferred batch size 64"):
         BatcherConfig(max_batch_size=32, preferred_batch_sizes=(64,))
     with pytest.raises(UsageError, match="max_queue_delay_s"):
