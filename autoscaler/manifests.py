@@ -130,6 +130,11 @@ def render(target: Target, keda: bool = False, prometheus_url: str = "http://pro
     head = f"# tidescale autoscaling for {target.namespace}/{target.deployment} (model {target.model})\n"
     head += "# recommender settings for this target:\n" + "".join(
         f"#   {line}\n" for line in dump(recommender_config_snippet(target, legacy)).splitlines())
+    if target.slo_p99_s is not None:
+        slo_us = round(target.slo_p99_s * 1e6)
+        head += ("# shed what cannot meet the SLO (docs/autoscaler.md#surges-queue-timeouts-and-standing-headroom):\n"
+                 "#   dynamic_batching { default_queue_policy { timeout_action: REJECT\n"
+                 f"#     default_timeout_microseconds: <{slo_us} minus the largest batch's execution µs> }} }}\n")
     if not keda:
         head += "# the prometheus-adapter config (ConfigMap) follows the HPA; chart users: see docs/autoscaler.md\n"
         docs.append(adapter.adapter_configmap(adapter_namespace))

@@ -1,13 +1,15 @@
 """The recommender's math: desired replicas from load, capacity, queue and cold start (pure).
 
-desired = ceil((projected rate × headroom + backlog / drain time) / (capacity × utilisation)), where the
+desired = ceil((projected rate + backlog / drain time) / (capacity × utilisation)), where the
 projected rate looks ahead by the cold start (a replica asked for now helps only once Ready),
 extrapolating the recent rate trend upwards only, and at least the count that lets the worst pod
 clear its backlog within a horizon by diverting new arrivals (`drain_replicas`; Triton's queues are
 per pod). Arrivals are completions plus the queue's change over the same samples, from the 1-minute
 rate or, when it reads a jump, a short one. Scale-up is immediate; scale-down needs the
 lower count to have been enough for `down_delay_s` and to fit at a lower utilisation (asymmetric
-hysteresis). Capacity starts at the load-test value and is refined from observed saturation.
+hysteresis). With `headroom` > 1 the fleet never drops below what headroom × the recent floor
+of the load needs (standing replicas for a surge faster than detection + cold start). Capacity
+starts at the load-test value and is refined from observed saturation.
 """
 
 from __future__ import annotations
@@ -44,8 +46,9 @@ class RecommenderConfig:
     fast_jump: float = 1.1  # the short window's estimate wins when it exceeds the long one by this factor
     pod_drain_s: float = math.inf  # drain the worst pod's backlog within this long by diverting new
     # arrivals to more replicas (round robin gives each of N pods 1/N of them); off by default
-    headroom: float = 1.0  # size for this multiple of the load: standing capacity for a surge that
-    # arrives faster than detection + cold start (1 = none; see docs/autoscaler.md for the price)
+    headroom: float = 1.0  # keep capacity for this multiple of the recent floor of the load: standing
+    # replicas for a surge that arrives faster than detection + cold start (1 = none; docs/autoscaler.md)
+    headroom_window_s: float = 600.0  # the floor is the lowest arrival rate over this window
 
     def __post_init__(self) -> None:
         if self.capacity_rps <= 0:
@@ -61,6 +64,8 @@ class RecommenderConfig:
             raise UsageError("cold start and down delay must be >= 0 s, drain times > 0 s, drain factor >= 1")
         if not (math.isfinite(self.headroom) and self.headroom >= 1):
             raise UsageError(f"headroom must be a finite factor >= 1, got {self.headroom}")
+        if not self.headroom_window_s > 0:
+            raise UsageError(f"headroom_window_s must be > 0, got {self.headroom_window_s}")
 
 
 @dataclass(frozen=True)
@@ -159,6 +164,7 @@ class Recommender:
         self.config = config
         self.capacity_rps = config.capacity_rps
         self._rates: deque[tuple[float, float]] = deque(maxlen=512)
+        self._floor: deque[tuple[float, float]] = deque()  # (t, arrivals), increasing arrivals: a sliding minimum
         self._down_candidates: deque[tuple[float, int]] = deque(maxlen=512)
         self._queue: deque[tuple[float, float]] = deque(maxlen=512)
         self._disturbed_at = -math.inf
@@ -203,6 +209,16 @@ class Recommender:
         fast = obs.fast_arrival_rps + fast_rejected + queue_growth(samples, cfg.fast_window_s)
         return max(0.0, fast if fast > slow * cfg.fast_jump else slow)
 
+    def recent_floor(self, t: float, arrival: float) -> float:
+        """The lowest arrival rate over the last `headroom_window_s` (a monotonic-deque sliding minimum):
+        headroom multiplies the load a surge starts from, not the surge once it is being served."""
+        while self._floor and self._floor[-1][1] >= arrival:
+            self._floor.pop()
+        self._floor.append((t, arrival))
+        while self._floor[0][0] < t - self.config.headroom_window_s:
+            self._floor.popleft()
+        return self._floor[0][1]
+
     def pod_backlog(self, obs: Observation) -> float:
         """Queued requests on the worst pod beyond what it serves within the SLO (0 if none)."""
         even = obs.queue_depth / max(1, obs.ready_replicas)  # round robin spreads it over Ready pods
@@ -221,15 +237,17 @@ class Recommender:
         while self._rates and self._rates[0][0] < obs.t - cfg.trend_window_s:
             self._rates.popleft()
         slope = max(0.0, trend_slope(list(self._rates)))
+        floor_rps = self.recent_floor(obs.t, arrival)
         lookahead = cfg.cold_start_s + cfg.lookahead_extra_s
         projected = arrival + slope * lookahead
         backlog_rps = obs.queue_depth / cfg.drain_s
         drain_need = drain_replicas(arrival, pod_backlog, self.capacity_rps, cfg.pod_drain_s, cfg.max_replicas)
-        rate_need = replicas_for(projected * cfg.headroom + backlog_rps, self.capacity_rps, cfg.utilisation)
+        standing = replicas_for(floor_rps * cfg.headroom, self.capacity_rps, cfg.utilisation) if cfg.headroom > 1 else 0
+        rate_need = max(standing, replicas_for(projected + backlog_rps, self.capacity_rps, cfg.utilisation))
         drain_need = min(drain_need, math.ceil(cfg.max_drain_factor * max(rate_need, 1)))
         up_need = max(rate_need, drain_need)
-        down_need = max(drain_need, replicas_for(max(projected, arrival) * cfg.headroom + backlog_rps,
-                                                 self.capacity_rps, cfg.down_utilisation))
+        down_need = max(drain_need, standing, replicas_for(max(projected, arrival) + backlog_rps,
+                                                           self.capacity_rps, cfg.down_utilisation))
         queue_driven = arrival - obs.arrival_rps + backlog_rps > 0.1 * max(projected, 1e-9)
         reason = "drain" if drain_need > rate_need and up_need > obs.current_replicas else \
             "queue" if queue_driven and up_need > obs.current_replicas else (

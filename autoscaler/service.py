@@ -80,7 +80,7 @@ class RecommenderSettings(ComponentSettings):
     profile: Path | None = None  # perf_analyzer CSV: capacity at the SLO
     capacity_rps: float | None = Field(default=None, gt=0)
     cold_start_s: float = Field(default=60.0, ge=0)
-    headroom: float = Field(default=1.0, ge=1.0, allow_inf_nan=False)  # standing capacity for surges
+    headroom: float = Field(default=1.0, ge=1.0, allow_inf_nan=False)  # standing capacity: x the 10-min floor
     hpa_tolerance_rounding: bool = False  # cluster without behavior.*.tolerance (k8s < 1.33)
     rate_window: str = Field(default=RATE_WINDOW, pattern=r"^[0-9]+[smh]$")  # PromQL range of rate()
     targets: list[TargetSettings] = Field(default_factory=list, max_length=MAX_TARGETS)

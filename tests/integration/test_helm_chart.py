@@ -296,7 +296,7 @@ def test_the_configmap_sections_load_with_the_components_settings(full_docs: lis
     exporter = load_settings(ExporterSettings, path)
     assert exporter.host == "0.0.0.0" and exporter.kube_selector == "app.kubernetes.io/name=triton-server"
     recommender = load_settings(RecommenderSettings, path)
-    assert recommender.port == 9106 and recommender.host == "0.0.0.0"
+    assert recommender.port == 9106 and recommender.host == "0.0.0.0" and recommender.headroom == 1.0
     assert [recommender.capacity_for(t) for t in recommender.targets] == [50.0, 120.0]
     assert {t.namespace for t in recommender.targets} == {"serving"}
 

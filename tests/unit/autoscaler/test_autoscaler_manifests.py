@@ -86,6 +86,10 @@ def test_render_prints_valid_documents() -> None:
     assert config == adapter.adapter_config()
     keda_docs = list(yaml.safe_load_all(render(TARGET, keda=True)))
     assert [d["kind"] for d in keda_docs] == ["ScaledObject"]
+    # with an SLO, a comment says how to shed what cannot meet it (Triton's queue policy)
+    assert "timeout_action: REJECT" in render(TARGET) and "<250000 minus" in render(TARGET)
+    no_slo = Target("triton-resnet", "ml-serving", "resnet50", 2, 30)
+    assert "default_queue_policy" not in render(no_slo)
 
 
 def all_rules() -> list[dict[str, Any]]:

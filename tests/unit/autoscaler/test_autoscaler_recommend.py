@@ -71,7 +71,21 @@ def test_headroom_sizes_for_a_multiple_of_the_load() -> None:
     r = rec(headroom=2.0)
     for t in range(0, 120, 15):
         out = r.recommend(obs(t, 450.0, current=10))
-    assert out.desired == math.ceil(2 * 450 / 90)  # 10 (and it holds there: 900 / 80 would need 12)
+    assert out.desired == math.ceil(2 * 450 / 90)  # 10: the standing count holds the fleet there
+
+
+def test_headroom_multiplies_the_recent_floor_not_the_surge() -> None:
+    """Spare replicas are for the jump a surge starts from; once a surge is being served, sizing it
+    x headroom again would double the bill exactly when the load is highest."""
+    r = rec(headroom=2.0, cold_start_s=0.0, lookahead_extra_s=0.0)
+    for t in range(0, 600, 15):
+        r.recommend(obs(t, 450.0, current=10))
+    out = r.recommend(obs(600, 1350.0, current=10))
+    assert out.desired == math.ceil(1350 / 90)  # 15, not 30
+    for t in range(615, 1300, 15):  # the surge outlasts the window: it becomes the floor
+        out = r.recommend(obs(t, 1350.0, current=out.desired))
+    assert out.desired == math.ceil(2 * 1350 / 90)
+    assert r.recent_floor(1300, 100.0) == 100.0  # a lower rate is the new floor at once
 
 
 def test_backlog_is_drained_when_configured() -> None:
@@ -124,6 +138,7 @@ def test_rejects_nan() -> None:
     ({"capacity_rps": 10.0, "max_drain_factor": 0.5}, "drain factor >= 1"),
     ({"capacity_rps": 10.0, "headroom": 0.9}, "headroom must be a finite factor >= 1"),
     ({"capacity_rps": 10.0, "headroom": math.inf}, "headroom must be a finite factor >= 1"),
+    ({"capacity_rps": 10.0, "headroom_window_s": 0.0}, "headroom_window_s must be > 0"),
 ])
 def test_config_errors(kwargs: dict, message: str) -> None:
     with pytest.raises(UsageError, match=message):

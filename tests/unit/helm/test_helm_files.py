@@ -59,6 +59,7 @@ def test_every_default_key_is_in_the_schema(schema: dict[str, Any]) -> None:
     {"reviews": {"persistence": {"size": "lots"}}},
     {"serving": {"selector": {}}},
     {"dashboards": {"labels": {"grafana_dashboard": 1}}},
+    {"recommender": {"headroom": 0.5}},
 ])
 def test_schema_rejects_wrong_values(schema: dict[str, Any], bad: dict[str, Any]) -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
