@@ -38,6 +38,8 @@ class ModelSpec:
     load_seconds: float = 45.0  # cold start: initialize() sleeps this long
     input_dims: tuple[int, ...] = (16,)
     gpu_memory_mib: int = 2048  # what the simulated GPU shows as used once loaded
+    # dynamic_batching.default_queue_policy: REJECT a request queued longer than this (None: wait forever)
+    queue_timeout_us: int | None = None
 
     def __post_init__(self) -> None:
         if not self.name or not all(c.isalnum() or c in "_-" for c in self.name):
@@ -48,6 +50,8 @@ class ModelSpec:
             raise UsageError(f"model {self.name}: preferred batch sizes must lie in 1..{self.max_batch_size}")
         if self.max_queue_delay_us < 0 or self.instance_count < 1 or self.load_seconds < 0:
             raise UsageError(f"model {self.name}: queue delay and load seconds must be >= 0, instances >= 1")
+        if self.queue_timeout_us is not None and self.queue_timeout_us < 1:
+            raise UsageError(f"model {self.name}: queue_timeout_us must be >= 1")
         if not self.input_dims or any(d < 1 for d in self.input_dims):
             raise UsageError(f"model {self.name}: input dims must be positive")
 
@@ -79,6 +83,9 @@ def render_config(spec: ModelSpec) -> str:
     """The model's complete `config.pbtxt`."""
     dims = ", ".join(str(d) for d in spec.input_dims)
     preferred = ", ".join(str(b) for b in spec.preferred_batch_sizes)
+    queue_policy = "" if spec.queue_timeout_us is None else (
+        "  default_queue_policy {\n    timeout_action: REJECT\n"
+        f"    default_timeout_microseconds: {spec.queue_timeout_us}\n  }}\n")
     params = {
         "exec_seconds": json.dumps(spec.exec_table()),
         "jitter_sigma": repr(float(spec.curve.jitter_sigma)),
@@ -95,9 +102,10 @@ def render_config(spec: ModelSpec) -> str:
         f'input [\n  {{\n    name: "{INPUT_NAME}"\n    data_type: TYPE_FP32\n    dims: [ {dims} ]\n  }}\n]\n'
         f'output [\n  {{\n    name: "{OUTPUT_NAME}"\n    data_type: TYPE_FP32\n    dims: [ 1 ]\n  }}\n]\n'
         "dynamic_batching {\n"
-        f"  preferred_batch_size: [ {preferred} ]\n"
-        f"  max_queue_delay_microseconds: {spec.max_queue_delay_us}\n"
-        "}\n"
+        + (f"  preferred_batch_size: [ {preferred} ]\n" if preferred else "")
+        + f"  max_queue_delay_microseconds: {spec.max_queue_delay_us}\n"
+        + queue_policy
+        + "}\n"
         f"instance_group [\n  {{\n    kind: KIND_CPU\n    count: {spec.instance_count}\n  }}\n]\n"
         + param_text
     )

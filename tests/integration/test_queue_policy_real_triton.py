@@ -1,0 +1,56 @@
+"""Triton's queue policy on a real tritonserver: what the fast simulator's `queue_timeout_s` models and
+what the recommender counts as demand (`nv_inference_request_failure{reason="REJECTED"}`)."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from autoscaler.service import TargetQueries, TargetSettings
+from tidescale.fleet.exposition import parse
+from tidescale.fleet.model_repo import INPUT_NAME, ModelSpec, render_config
+from tidescale.fleet.testing import running_fleet
+from tidescale.promql import metric_names
+from tidescale.servicecurve import ServiceCurve
+
+pytestmark = pytest.mark.integration
+
+# One request at a time, 300 ms each; a request still queued after 100 ms is rejected.
+SLOW = ModelSpec("slow", ServiceCurve(((1, 0.3),), jitter_sigma=0.0), max_batch_size=1, preferred_batch_sizes=(),
+                 max_queue_delay_us=0, queue_timeout_us=100_000, input_dims=(4,), gpu_memory_mib=256)
+BURST = 6
+
+
+def infer(url: str) -> httpx.Response:
+    body = {"inputs": [{"name": INPUT_NAME, "shape": [1, 4], "datatype": "FP32", "data": [0.0] * 4}]}
+    return httpx.post(f"{url}/v2/models/{SLOW.name}/infer", json=body, timeout=30.0)
+
+
+def test_rendered_config_carries_the_queue_policy() -> None:
+    text = render_config(SLOW)
+    assert "default_queue_policy {" in text and "timeout_action: REJECT" in text
+    assert "default_timeout_microseconds: 100000" in text and "preferred_batch_size" not in text
+
+
+def test_requests_queued_past_the_timeout_are_rejected_and_counted(tmp_path: Path) -> None:
+    with running_fleet(tmp_path, replicas=1, models=[SLOW]) as fleet:
+        url = fleet.ready_urls()[0]
+        with ThreadPoolExecutor(BURST) as pool:
+            replies = list(pool.map(lambda _: infer(url), range(BURST)))
+        metrics = parse(fleet.replicas[0].metrics_text())
+    served = [r for r in replies if r.status_code == 200]
+    rejected = [r for r in replies if r.status_code != 200]
+    # the first request runs at once; the others wait behind 300 ms executions, longer than 100 ms
+    assert served and rejected, [r.status_code for r in replies]
+    assert all(r.status_code == 503 and "timeout expired" in r.text.lower() for r in rejected), rejected[0].text
+    failures = {(s.label_dict["model"], s.label_dict.get("reason")): s.value
+                for s in metrics["nv_inference_request_failure"].samples}
+    success = {s.label_dict["model"]: s.value for s in metrics["nv_inference_request_success"].samples}
+    assert failures[(SLOW.name, "REJECTED")] == len(rejected)
+    assert success[SLOW.name] == len(served)
+    # and the recommender's rejection query selects exactly that family and label
+    query = TargetQueries.for_target(TargetSettings(deployment="triton", namespace="ml", model=SLOW.name)).rejections
+    assert metric_names(query) == {"nv_inference_request_failure"} and 'reason="REJECTED"' in query
