@@ -84,16 +84,25 @@ def test_two_instances_run_batches_in_parallel() -> None:
     assert sorted(sim.completed().completion) == pytest.approx([1.010, 1.011])
 
 
-def test_queue_grows_without_bound_above_capacity() -> None:
-    cfg = BatcherConfig(max_batch_size=4, preferred_batch_sizes=(), max_queue_delay_s=0.001)
-    # capacity is 4 / 10 ms = 400 req/s; offer 800 req/s
-    arrivals = np.arange(0.0, 20.0, 1 / 800)
+OVERLOAD = np.arange(0.0, 20.0, 1 / 800)  # twice the 400 req/s that batches of 4 in 10 ms serve
+
+
+def overloaded(queue_timeout_s: float | None = None) -> tuple[FleetSim, list[int]]:
+    """One replica offered OVERLOAD, and its queue depth every 5 s."""
+    cfg = BatcherConfig(max_batch_size=4, preferred_batch_sizes=(), max_queue_delay_s=0.001,
+                        queue_timeout_s=queue_timeout_s)
     sim = FleetSim(FLAT, cfg, 1, cold_start_s=0.0)
-    sim.offer(arrivals)
+    sim.offer(OVERLOAD)
     depths = []
     for t in (5.0, 10.0, 15.0, 20.0):
         sim.advance(t)
         depths.append(sim.queue_depth)
+    return sim, depths
+
+
+def test_queue_grows_without_bound_above_capacity() -> None:
+    sim, depths = overloaded()
+    arrivals = OVERLOAD
     assert all(b > a for a, b in itertools.pairwise(depths))
     assert depths[-1] == pytest.approx(0.5 * len(arrivals), rel=0.05)
     done = sim.completed()
@@ -106,14 +115,8 @@ def test_queue_timeout_rejects_what_waited_too_long_and_bounds_the_backlog() -> 
     """Triton's queue policy (REJECT after default_timeout_microseconds): under 2x overload the queue
     stops growing, no served request waited longer than the timeout, and every arrival is either
     served or rejected (nv_inference_request_failure)."""
-    cfg = BatcherConfig(max_batch_size=4, preferred_batch_sizes=(), max_queue_delay_s=0.001, queue_timeout_s=0.2)
-    arrivals = np.arange(0.0, 20.0, 1 / 800)  # capacity 400 req/s
-    sim = FleetSim(FLAT, cfg, 1, cold_start_s=0.0)
-    sim.offer(arrivals)
-    depths = []
-    for t in (5.0, 10.0, 15.0, 20.0):
-        sim.advance(t)
-        depths.append(sim.queue_depth)
+    sim, depths = overloaded(queue_timeout_s=0.2)
+    arrivals = OVERLOAD
     assert max(depths) <= 0.2 * 800 + 4  # a timeout's worth of arrivals, not half of everything
     sim.advance(30.0)  # no more arrivals: the rest is served or rejected
     done, c = sim.completed(), sim.counters()
