@@ -26,11 +26,15 @@ def render_command(
                                           help="Cluster without behavior.*.tolerance (Kubernetes < 1.33)."),
     adapter_namespace: str = typer.Option("monitoring", "--adapter-namespace",
                                           help="Namespace of prometheus-adapter's ConfigMap."),
+    prescale: list[str] = typer.Option(
+        [], "--prescale", help="A known peak, 'TIMEZONE;START CRON;END CRON;REPLICAS' (KEDA cron trigger; "
+        "repeatable; needs --keda)."),
 ) -> None:
     """Print the HPA (or KEDA ScaledObject) and the prometheus-adapter config as YAML."""
-    from autoscaler.manifests import Target, render
+    from autoscaler.manifests import PreScale, Target, render
 
-    target = Target(deployment, namespace, model, min_replicas, max_replicas, slo_p99)
+    target = Target(deployment, namespace, model, min_replicas, max_replicas, slo_p99,
+                    tuple(PreScale.parse(p) for p in prescale))
     typer.echo(render(target, keda=keda, prometheus_url=prometheus_url, legacy=legacy_tolerance,
                       adapter_namespace=adapter_namespace), nl=False)
 

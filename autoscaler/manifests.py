@@ -22,7 +22,54 @@ from tidescale.errors import UsageError
 from tidescale.promql import selector
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_CRON_FIELD = re.compile(r"^[0-9A-Za-z*/,\-?]+$")
 KEDA_POLLING_S = 15
+
+
+@dataclass(frozen=True)
+class PreScale:
+    """A known peak: from *start* to *end* (5-field cron in *timezone*) keep at least *replicas*.
+
+    Rendered as a KEDA `cron` trigger beside the prometheus one (the HPA takes the maximum), so
+    the replicas exist before the peak is visible: start it one cold start before the peak."""
+
+    timezone: str
+    start: str
+    end: str
+    replicas: int
+
+    @classmethod
+    def parse(cls, text: str) -> PreScale:
+        """`TIMEZONE;START CRON;END CRON;REPLICAS`, e.g. `Europe/Berlin;50 8 * * 1-5;0 11 * * 1-5;12`."""
+        parts = [p.strip() for p in text.split(";")]
+        if len(parts) != 4:
+            raise UsageError(f"--prescale {text!r}: expected TIMEZONE;START CRON;END CRON;REPLICAS")
+        tz, start, end, replicas = parts
+        try:
+            count = int(replicas)
+        except ValueError:
+            raise UsageError(f"--prescale {text!r}: replicas {replicas!r} is not a whole number") from None
+        return cls(tz, start, end, count)
+
+    def __post_init__(self) -> None:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(self.timezone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise UsageError(f"--prescale: unknown IANA time zone {self.timezone!r}") from None
+        for what, expr in (("start", self.start), ("end", self.end)):
+            fields = expr.split()
+            if len(fields) != 5 or not all(_CRON_FIELD.match(f) for f in fields):
+                raise UsageError(f"--prescale: {what} {expr!r} is not a 5-field cron expression")
+        if self.start.split() == self.end.split():
+            raise UsageError("--prescale: start and end must differ")
+        if self.replicas < 1:
+            raise UsageError(f"--prescale: replicas must be >= 1, got {self.replicas}")
+
+    def trigger(self) -> dict[str, Any]:
+        return {"type": "cron", "metadata": {"timezone": self.timezone, "start": self.start, "end": self.end,
+                                             "desiredReplicas": str(self.replicas)}}
 
 
 @dataclass(frozen=True)
@@ -35,6 +82,7 @@ class Target:
     min_replicas: int = 1
     max_replicas: int = 20
     slo_p99_s: float | None = None
+    prescale: tuple[PreScale, ...] = ()  # known peaks (KEDA cron triggers)
 
     def __post_init__(self) -> None:
         for what, value in (("deployment", self.deployment), ("namespace", self.namespace)):
@@ -49,6 +97,9 @@ class Target:
                              f"({self.max_replicas})")
         if self.slo_p99_s is not None and self.slo_p99_s <= 0:
             raise UsageError(f"--slo-p99 must be > 0 seconds, got {self.slo_p99_s}")
+        for p in self.prescale:
+            if p.replicas > self.max_replicas:
+                raise UsageError(f"--prescale: {p.replicas} replicas exceed --max-replicas ({self.max_replicas})")
 
 
 def tidescale_behavior(legacy: bool = False) -> Behavior:
@@ -109,7 +160,7 @@ def keda_manifest(target: Target, prometheus_url: str, legacy: bool = False) -> 
                     # An empty result is an error (the HPA then holds), not zero (a scale-down).
                     "ignoreNullValues": "false",
                 },
-            }],
+            }, *(p.trigger() for p in target.prescale)],
         },
     }
 
@@ -125,6 +176,8 @@ def recommender_config_snippet(target: Target, legacy: bool) -> dict[str, Any]:
 def render(target: Target, keda: bool = False, prometheus_url: str = "http://prometheus-operated:9090",
            legacy: bool = False, adapter_namespace: str = "monitoring") -> str:
     """The multi-document YAML `tidescale autoscale render` prints."""
+    if target.prescale and not keda:
+        raise UsageError("--prescale needs --keda (a cron trigger beside the prometheus one)")
     scaler = keda_manifest(target, prometheus_url, legacy) if keda else hpa_manifest(target, legacy)
     docs: list[Any] = [scaler]
     head = f"# tidescale autoscaling for {target.namespace}/{target.deployment} (model {target.model})\n"

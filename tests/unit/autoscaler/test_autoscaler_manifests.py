@@ -13,7 +13,15 @@ import yaml
 
 from alerts import names
 from autoscaler import adapter, generate
-from autoscaler.manifests import Target, hpa_manifest, keda_manifest, keda_query, render, tidescale_hpa_spec
+from autoscaler.manifests import (
+    PreScale,
+    Target,
+    hpa_manifest,
+    keda_manifest,
+    keda_query,
+    render,
+    tidescale_hpa_spec,
+)
 from tests.paths import FIXTURES, REPO
 from tidescale import catalog, cli
 from tidescale.promql import metric_names, substitute_templates
@@ -68,6 +76,17 @@ def test_keda_scaled_object_validates_against_the_crd(legacy: bool) -> None:
     trigger = doc["spec"]["triggers"][0]
     assert trigger["type"] == "prometheus" and trigger["metadata"]["threshold"] == "1"
     assert trigger["metadata"]["ignoreNullValues"] == "false"
+
+
+def test_prescale_adds_a_cron_trigger_the_crd_accepts() -> None:
+    """A known peak raises the floor through a KEDA cron trigger; the prometheus trigger stays first."""
+    peak = PreScale.parse("Europe/Berlin;50 8 * * 1-5;0 11 * * 1-5;12")
+    target = Target("triton-resnet", "ml-serving", "resnet50", 2, 30, 0.25, (peak,))
+    doc = yaml.safe_load(render(target, keda=True))
+    jsonschema.validate(doc, keda_schema())
+    assert [t["type"] for t in doc["spec"]["triggers"]] == ["prometheus", "cron"]
+    assert doc["spec"]["triggers"][1]["metadata"] == {"timezone": "Europe/Berlin", "start": "50 8 * * 1-5",
+                                                      "end": "0 11 * * 1-5", "desiredReplicas": "12"}
 
 
 def test_keda_query_returns_one_series() -> None:
@@ -130,6 +149,13 @@ def test_generated_artifacts_are_committed_and_fresh() -> None:
     (["--min-replicas", "0"], ">= 1"),
     (["--slo-p99", "0"], "--slo-p99 must be > 0"),
     (["--deployment", "Bad_Name"], "not a valid Kubernetes name"),
+    (["--prescale", "UTC;0 8 * * *;0 9 * * *;4"], "--prescale needs --keda"),
+    (["--keda", "--prescale", "Mars/Olympus;0 8 * * *;0 9 * * *;4"], "unknown IANA time zone"),
+    (["--keda", "--prescale", "UTC;0 8 * *;0 9 * * *;4"], "not a 5-field cron expression"),
+    (["--keda", "--prescale", "UTC;0 8 * * *;0 8 * * *;4"], "start and end must differ"),
+    (["--keda", "--prescale", "UTC;0 8 * * *;0 9 * * *;four"], "not a whole number"),
+    (["--keda", "--prescale", "UTC;0 8 * * *;0 9 * * *;99"], "exceed --max-replicas"),
+    (["--keda", "--prescale", "UTC;0 8 * * *"], "expected TIMEZONE;START CRON;END CRON;REPLICAS"),
 ])
 def test_render_bad_input_exits_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     base = {"--deployment": "triton", "--namespace": "ml", "--model": "m"}
