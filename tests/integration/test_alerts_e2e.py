@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -19,6 +19,7 @@ from alerts.config import AlertsConfig
 from alerts.generate import rendered
 from alerts.summary import demo_summary
 from tests.unit.alerts.reviews_helpers import TOKEN as REVIEWS_TOKEN
+from tests.waiting import wait_for
 from tidescale.demo.faults import string_heavy_trace_viewer
 from tidescale.fleet.loadgen import LoadGenerator
 from tidescale.fleet.stack import FleetStack
@@ -32,16 +33,6 @@ pytestmark = pytest.mark.integration
 EXPORTER_TOKEN = "e2e-exporter-token"
 MODEL, VERSION = "ctr_ranker", "1"
 T = TypeVar("T")
-
-
-def wait_for(check: Callable[[], T | None], timeout: float, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 def start(name: str, argv: list[str], work: Path, env: dict[str, str], ready: str) -> ManagedProcess:

@@ -15,6 +15,7 @@ import pytest
 
 from exporters.service import spawn
 from tests.paths import FIXTURES
+from tests.waiting import wait_for
 from tidescale.fleet.fleet import TritonFleet
 from tidescale.fleet.loadgen import LoadGenerator
 from tidescale.fleet.testing import running_fleet
@@ -64,15 +65,6 @@ def fleet(exporter: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[T
             yield running
 
 
-def wait_until(check, timeout: float = 45.0):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.5)
-
-
 def test_real_triton_spans_become_aggregatable_latency(fleet: TritonFleet, prometheus: PrometheusServer) -> None:
     load = LoadGenerator(scenario("steady", 40.0, 2.0), fleet.ready_urls, ["resnet50", "ctr_ranker"], seed=5)
     load.start()
@@ -85,7 +77,7 @@ def test_real_triton_spans_become_aggregatable_latency(fleet: TritonFleet, prome
         got = prometheus.query_value(f"sum({count})")
         return got is not None and got >= len(ok)
 
-    assert wait_until(all_counted), prometheus.query(f"sum({count})")
+    wait_for(all_counted, 45, f"every traced request counted in {count}")
     stages = {r["metric"]["stage"] for r in prometheus.query(
         f"sum by (stage) ({selector(HIST + '_count', model='resnet50')})")}
     assert stages == STAGES
@@ -173,7 +165,7 @@ def test_exporter_traces_its_own_work_over_otlp(exporter: str, tmp_path: Path) -
         body = (FIXTURES / "triton" / "real-2.51" / "otlp" / "00001.json").read_bytes()
         r = httpx.post(f"{second}/v1/traces", content=body, headers={"content-type": "application/json", **AUTH})
         assert r.status_code == 200
-        assert wait_until(lambda: dropped(exporter, "not_triton") > before, timeout=20)
+        wait_for(lambda: dropped(exporter, "not_triton") > before, 20, "the span dropped as not_triton")
 
 
 def test_triton_trace_file_is_tailed(tmp_path: Path) -> None:
@@ -187,7 +179,7 @@ def test_triton_trace_file_is_tailed(tmp_path: Path) -> None:
             sent = sum(1 for r in load.records() if r.ok)
         expected = f'{HIST}_count{{model="ctr_ranker",namespace="",stage="compute_infer",version="1"}} {sent}.0'
         assert sent >= 10
-        assert wait_until(lambda: expected in httpx.get(f"{url}/metrics").text, timeout=20)
+        wait_for(lambda: expected in httpx.get(f"{url}/metrics").text, 20, expected)
 
 
 def test_static_triton_targets_are_polled(fleet: TritonFleet, tmp_path: Path) -> None:
@@ -199,4 +191,4 @@ def test_static_triton_targets_are_polled(fleet: TritonFleet, tmp_path: Path) ->
             return "tidescale_exporter_targets 2.0" in text and all(
                 f'tidescale_exporter_poll_duration_seconds_count{{target="{u}"}}' in text for u in urls)
 
-        assert wait_until(polled_all, timeout=30)
+        wait_for(polled_all, 30, "every target polled")

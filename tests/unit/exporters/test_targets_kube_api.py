@@ -7,7 +7,7 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -15,6 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from exporters.targets import Target, TargetSet
+from tests.waiting import wait_for
 
 NS = "serving"
 
@@ -128,15 +129,6 @@ def kube() -> Iterator[tuple[FakeKube, str]]:
     server.shutdown()
 
 
-def wait_for(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.02)
-    raise AssertionError("condition not reached")
-
-
 def test_real_client_list_watch_relist(kube: tuple[FakeKube, str]) -> None:
     from kubernetes import client
 
@@ -152,20 +144,20 @@ def test_real_client_list_watch_relist(kube: tuple[FakeKube, str]) -> None:
         return [t.pod for t in ts.targets()]
 
     def scenario() -> None:
-        wait_for(lambda: pods() == ["triton-a"])
+        wait_for(lambda: pods() == ["triton-a"], 10, "pods [triton-a]", interval=0.02)
         assert ts.targets()[0].url == "http://10.0.0.1:8000"
         fake.apply("ADDED", "triton-b", "10.0.0.2", ready=False)
         time.sleep(0.2)
         assert pods() == ["triton-a"]                      # not Ready: not a target
         fake.apply("MODIFIED", "triton-b", "10.0.0.2", ready=True)
-        wait_for(lambda: pods() == ["triton-a", "triton-b"])
+        wait_for(lambda: pods() == ["triton-a", "triton-b"], 10, "pods [triton-a, triton-b]", interval=0.02)
         fake.apply("DELETED", "triton-a")
-        wait_for(lambda: pods() == ["triton-b"])
+        wait_for(lambda: pods() == ["triton-b"], 10, "pods [triton-b]", interval=0.02)
         assert [t.pod for t in removed] == ["triton-a"]
         # history expires; a pod changes without an event we could see: only a relist finds it
         fake.apply("ADDED", "triton-c", "10.0.0.3", silent=True)
         fake.expire_history()
-        wait_for(lambda: pods() == ["triton-b", "triton-c"])
+        wait_for(lambda: pods() == ["triton-b", "triton-c"], 10, "pods [triton-b, triton-c]", interval=0.02)
         assert fake.lists == 2, (fake.lists, fake.watch_versions)
 
     async def main() -> None:
