@@ -21,6 +21,7 @@ from autoscaler.closedloop import RunResult, SimParams, run_policy, score
 from tidescale.errors import UsageError
 from tidescale.fastsim import BatcherConfig, FleetSim
 from tidescale.servicecurve import ServiceCurve
+from tidescale.tools import FIXTURES
 from tidescale.traffic import Scenario, flash_crowd, replay, scenario, surge
 
 DEFAULT_SLO_S = 0.5
@@ -29,8 +30,7 @@ MIN_REPLICAS, MAX_REPLICAS = 1, 40
 DEFAULT_COLD_START_S = 60.0
 ORACLE_SLOT_S = 1.0
 WARMUP_S = 120.0
-AZURE_TRACE = Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures" / "traffic" / \
-    "azure_llm_conv_2023.csv"
+AZURE_TRACE = FIXTURES / "traffic" / "azure_llm_conv_2023.csv"
 
 
 @dataclass(frozen=True)

@@ -2,5 +2,6 @@
 
 from pathlib import Path
 
+from tidescale.tools import FIXTURES as FIXTURES
+
 REPO = Path(__file__).resolve().parent.parent
-FIXTURES = REPO.parent / "shared" / "fixtures"

@@ -9,6 +9,7 @@ import os
 import shutil
 import sys
 import sysconfig
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +18,18 @@ from tidescale.errors import MissingToolError
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TOOLS_BIN = REPO_ROOT / ".tools" / "bin"
 SETUP_HINT = "run `bash scripts/setup.sh` from the repository root"
+
+
+def find_fixtures(env: Mapping[str, str] | None = None) -> Path:
+    """The shared fixtures (real Triton/dcgm output, traces, CRDs): `$TIDESCALE_FIXTURES`, else
+    `shared/fixtures` inside or beside the checkout (a fresh clone elsewhere may set the variable)."""
+    given = (os.environ if env is None else env).get("TIDESCALE_FIXTURES")
+    candidates = [Path(given)] if given else []
+    candidates += [REPO_ROOT / "shared" / "fixtures", REPO_ROOT.parent / "shared" / "fixtures"]
+    return next((c for c in candidates if c.is_dir()), candidates[-1])
+
+
+FIXTURES = find_fixtures()
 
 
 def find_binary(*names: str) -> Path:

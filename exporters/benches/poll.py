@@ -26,9 +26,9 @@ from aiohttp import web
 
 from exporters.benches.common import bench_main
 from tidescale.ports import free_port
-from tidescale.tools import REPO_ROOT
+from tidescale.tools import FIXTURES, REPO_ROOT
 
-FIXTURE = REPO_ROOT.parent / "shared" / "fixtures" / "triton" / "real-2.51" / "stats.json"
+FIXTURE = FIXTURES / "triton" / "real-2.51" / "stats.json"
 RESULT_MD = REPO_ROOT / "docs" / "benchmarks" / "poll.md"
 MODELS = 10
 GOAL_S = 2.0

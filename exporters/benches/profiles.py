@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from exporters.benches.common import bench_main
-from tidescale.tools import REPO_ROOT
+from tidescale.tools import FIXTURES, REPO_ROOT
 
-FIXTURE = REPO_ROOT.parent / "shared" / "fixtures" / "profiles" / "pytorch" / "ranker_pystring.pt.trace.json.gz"
+FIXTURE = FIXTURES / "profiles" / "pytorch" / "ranker_pystring.pt.trace.json.gz"
 RESULT_MD = REPO_ROOT / "docs" / "benchmarks" / "profiles.md"
 GOAL_MB_S = 50.0
 GOAL_RSS_MB = 300.0
