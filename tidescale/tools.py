@@ -22,10 +22,11 @@ SETUP_HINT = "run `bash scripts/setup.sh` from the repository root"
 
 def find_fixtures(env: Mapping[str, str] | None = None) -> Path:
     """The shared fixtures (real Triton/dcgm output, traces, CRDs): `$TIDESCALE_FIXTURES`, else
-    `shared/fixtures` inside or beside the checkout (a fresh clone elsewhere may set the variable)."""
+    `shared/fixtures` inside or beside the checkout, else the machines' /work/shared/fixtures."""
     given = (os.environ if env is None else env).get("TIDESCALE_FIXTURES")
     candidates = [Path(given)] if given else []
-    candidates += [REPO_ROOT / "shared" / "fixtures", REPO_ROOT.parent / "shared" / "fixtures"]
+    candidates += [REPO_ROOT / "shared" / "fixtures", REPO_ROOT.parent / "shared" / "fixtures",
+                   Path("/work/shared/fixtures")]  # where this project's CI and dev machines keep them
     return next((c for c in candidates if c.is_dir()), candidates[-1])
 
 
