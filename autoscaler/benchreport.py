@@ -140,7 +140,8 @@ def markdown(doc: dict[str, Any]) -> str:
         "start until P99 holds within the SLO for a minute",
         "- queue policy: " + ("none (requests wait until served)" if s.get("queue_timeout_s") is None else
                               f"REJECT after {s['queue_timeout_s']:g} s in the queue (rejected = not within SLO)"),
-        f"- tidescale headroom: {s.get('tidescale_headroom', 1.0):g}× the load",
+        f"- tidescale headroom: {s.get('tidescale_headroom', 1.0):g}× the 10-minute floor of the load "
+        "(`tidescale+headroomNx` rows: the same policy at N×, not a peer)",
         "",
     ]
     for name, res in doc["scenarios"].items():

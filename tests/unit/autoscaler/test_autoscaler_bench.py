@@ -176,3 +176,17 @@ def test_live_autoscaler_scales_the_fleet_and_reports_status() -> None:
     assert fleet["spec"] == 8 and live.status().max_replicas == 8
     with pytest.raises(Exception, match="unknown live policy"):
         LiveAutoscaler("http://x", scale, lambda: 1, lambda: 1, policy="magic")
+
+
+def test_report_records_the_bound_and_where_a_queue_timeout_run_goes() -> None:
+    from autoscaler import benchreport
+
+    opts = benchreport.BenchOptions(["surge-3x"], ("oracle",), quick=True)
+    doc, runs = benchreport.run(opts)
+    bound = doc["bounds"]["surge-3x"]
+    assert bound["fleet_at_surge"] == 3 and bound["requests_within_slo_max"] < 0.999
+    text = benchreport.markdown(doc)
+    assert "| surge-3x | 3 |" in text and "standing replicas for 99.9 %" in text
+    assert opts.paths == (benchreport.DOC, benchreport.PNG)
+    shed = benchreport.BenchOptions(["surge-3x"], ("oracle",), quick=True, queue_timeout_s=0.4)
+    assert shed.paths == (benchreport.SHED_DOC, benchreport.SHED_PNG)
