@@ -182,7 +182,7 @@ def test_report_records_the_bound_and_where_a_queue_timeout_run_goes() -> None:
     from autoscaler import benchreport
 
     opts = benchreport.BenchOptions(["surge-3x"], ("oracle",), quick=True)
-    doc, runs = benchreport.run(opts)
+    doc, _runs = benchreport.run(opts)
     bound = doc["bounds"]["surge-3x"]
     assert bound["fleet_at_surge"] == 3 and bound["requests_within_slo_max"] < 0.999
     text = benchreport.markdown(doc)
