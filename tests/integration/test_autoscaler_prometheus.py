@@ -1,5 +1,6 @@
-"""The recommender against a real Prometheus: it recommends from scraped Triton counters, and when
-Prometheus stops mid-run the recommendation holds and the fail-safe metric says why."""
+"""The recommender against a real Prometheus: it recommends from scraped Triton counters (queue
+timeouts count as demand, model errors do not), and when Prometheus stops mid-run the
+recommendation holds and the fail-safe metric says why."""
 
 from __future__ import annotations
 
@@ -17,19 +18,25 @@ from tidescale.ports import LOOPBACK
 from tidescale.promstack import PrometheusServer, ScrapeTarget
 
 pytestmark = pytest.mark.integration
-RATE = 430.0  # requests/s the fake Triton reports completing (well inside ceil(x / 90) == 5)
+RATE = 430.0  # requests/s the fake Triton reports completing
+REJECTED = 90.0  # and rejecting by queue timeout: demand too, so ceil((430 + 90) / 90) == 6 (far from 450 and 540)
+BACKEND_ERRORS = 200.0  # failures of the model itself are not demand the fleet failed to serve
 
 
 class FakeTriton(BaseHTTPRequestHandler):
-    """Triton's always-on counters growing at RATE req/s, plus an empty queue."""
+    """Triton's always-on counters (success, failures by reason since 24.08) and an empty queue."""
 
     started = time.time()
 
     def do_GET(self) -> None:
-        count = RATE * (time.time() - self.started)
+        elapsed = time.time() - self.started
         body = (
             "# TYPE nv_inference_request_success counter\n"
-            f'nv_inference_request_success{{model="resnet",version="1"}} {count:.1f}\n'
+            f'nv_inference_request_success{{model="resnet",version="1"}} {RATE * elapsed:.1f}\n'
+            "# TYPE nv_inference_request_failure counter\n"
+            f'nv_inference_request_failure{{model="resnet",reason="REJECTED",version="1"}} {REJECTED * elapsed:.1f}\n'
+            f'nv_inference_request_failure{{model="resnet",reason="BACKEND",version="1"}} '
+            f"{BACKEND_ERRORS * elapsed:.1f}\n"
             "# TYPE nv_inference_pending_request_count gauge\n"
             'nv_inference_pending_request_count{model="resnet",version="1"} 0\n'
         ).encode()
@@ -66,14 +73,14 @@ def test_prometheus_stops_mid_run_recommendation_holds(tmp_path: Path, triton_me
         client = TestClient(make_app(service))
         (state,) = service.evaluate().values()
         assert state.failsafe is None, state.detail
-        assert state.published == 5  # ceil(430 / (100 * 0.9)); scrape jitter moves the rate by far less than ±20
-        assert 'tidescale_desired_replicas{deployment="triton",namespace="ml"} 5.0' in client.get("/metrics").text
+        assert state.published == 6  # ceil((430 + 90) / (100 * 0.9)); scrape jitter moves it by far less than ±20
+        assert 'tidescale_desired_replicas{deployment="triton",namespace="ml"} 6.0' in client.get("/metrics").text
     finally:
         prom.stop()
     (state,) = service.evaluate().values()
-    assert state.published == 5
+    assert state.published == 6
     assert state.failsafe == "prometheus_down"
     body = client.get("/metrics").text
-    assert 'tidescale_desired_replicas{deployment="triton",namespace="ml"} 5.0' in body
+    assert 'tidescale_desired_replicas{deployment="triton",namespace="ml"} 6.0' in body
     assert 'tidescale_recommender_failsafe{deployment="triton",namespace="ml",reason="prometheus_down"} 1.0' in body
     assert client.get("/healthz").json()["failsafe"] == {"ml/triton": "prometheus_down"}
