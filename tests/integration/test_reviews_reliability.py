@@ -1,7 +1,8 @@
 """kill -9 the real review service in the middle of 1,000 webhook posts with re-sends.
 
 Like Alertmanager, the poster re-sends every notification that did not get a 2xx. After a
-restart on the same SQLite (WAL) file, every acknowledged review must be there, once.
+restart on the same SQLite (WAL) file, every acknowledged review must be there, once
+(test_reviews_postgres.py runs the same on PostgreSQL).
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -26,21 +26,21 @@ RESENDS = 4  # 250 distinct reviews x 4 sends = 1,000 posts
 KILL_AFTER = 400
 
 
-def start_service(tmp_path: Path, port: int, run: int) -> ManagedProcess:
-    argv = [sys.executable, "-m", "tidescale.cli", "reviews", "serve", "--port", str(port),
-            "--database", f"sqlite:///{tmp_path / 'reviews.db'}"]
+def start_service(tmp_path: Path, port: int, run: int, database: str) -> ManagedProcess:
+    argv = [sys.executable, "-m", "tidescale.cli", "reviews", "serve", "--port", str(port), "--database", database]
     env = {**os.environ, "TIDESCALE_REVIEWS_TOKEN": TOKEN}
     proc = ManagedProcess(f"reviews-{run}", argv, tmp_path / f"reviews-{run}.log", env=env).start()
     proc.wait_http(f"http://127.0.0.1:{port}/healthz", timeout=60)
     return proc
 
 
-@pytest.fixture()
-def workdir(tmp_path: Path) -> Iterator[Path]:
-    yield tmp_path
+def test_kill_9_mid_stream_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+    kill_9_mid_stream(tmp_path, f"sqlite:///{tmp_path / 'reviews.db'}")
 
 
-def test_kill_9_mid_stream_loses_and_duplicates_nothing(workdir: Path) -> None:
+def kill_9_mid_stream(workdir: Path, database: str) -> None:
+    """Post with re-sends, kill -9 the service after KILL_AFTER acknowledgements, restart it on the
+    same database until every post is acknowledged; then every review is there exactly once."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     sends = [i % DISTINCT for i in range(DISTINCT * RESENDS)]  # interleaved re-sends
@@ -49,7 +49,7 @@ def test_kill_9_mid_stream_loses_and_duplicates_nothing(workdir: Path) -> None:
     lock = threading.Lock()
     posted = 0
     killed = threading.Event()
-    proc = start_service(workdir, port, 0)
+    proc = start_service(workdir, port, 0, database)
     try:
         def worker(items: list[tuple[int, int]], failed: list[tuple[int, int]]) -> None:
             nonlocal posted
@@ -85,7 +85,7 @@ def test_kill_9_mid_stream_loses_and_duplicates_nothing(workdir: Path) -> None:
             if pending:  # Alertmanager would retry: bring the service back on the same file
                 assert killed.is_set()
                 proc.stop()
-                proc = start_service(workdir, port, rounds)
+                proc = start_service(workdir, port, rounds, database)
         assert killed.is_set(), "the service was never killed"
         assert not pending, f"{len(pending)} posts never acknowledged"
         assert rounds >= 2, "the kill did not interrupt any post"
