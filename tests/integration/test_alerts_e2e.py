@@ -18,6 +18,7 @@ from alerts import names
 from alerts.config import AlertsConfig
 from alerts.generate import rendered
 from alerts.summary import demo_summary
+from exporters.service import spawn
 from tests.unit.alerts.reviews_helpers import TOKEN as REVIEWS_TOKEN
 from tests.waiting import wait_for
 from tidescale.demo.faults import string_heavy_trace_viewer
@@ -78,12 +79,9 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
     procs: list[Any] = []
     try:
         with running_stack(work / "fleet", replicas=1, gpus_per_node=1) as stack:
-            exporter_argv = ["exporter", "serve", "--port", str(exporter_port)]
-            for url in stack.fleet.ready_urls():
-                exporter_argv += ["--triton", url]
-            procs.append(start("exporter", exporter_argv, work, {
-                "TIDESCALE_EXPORTER_TOKEN": EXPORTER_TOKEN, "TIDESCALE_EXPORTER_POLL_INTERVAL_S": "1"},
-                f"{exporter_url}/healthz"))
+            procs.append(spawn(work, token=EXPORTER_TOKEN, port=exporter_port,
+                               env={"TIDESCALE_EXPORTER_POLL_INTERVAL_S": "1"},
+                               args=[arg for url in stack.fleet.ready_urls() for arg in ("--triton", url)])[0])
             procs.append(start("reviews", [
                 "reviews", "serve", "--port", str(reviews_port), "--database", f"sqlite:///{work / 'reviews.db'}",
                 "--exporter-url", exporter_url], work, {"TIDESCALE_REVIEWS_TOKEN": REVIEWS_TOKEN},

@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from dashboards import preview
+from exporters.service import spawn
 from tests.paths import FIXTURES, REPO
 from tidescale.fleet.loadgen import LoadGenerator
 from tidescale.fleet.stack import FleetStack
@@ -86,14 +87,9 @@ def prometheus_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def _start_exporter(work: Path, port: int, stack: FleetStack) -> ManagedProcess:
-    argv = [sys.executable, "-m", "tidescale.cli", "exporter", "serve", "--port", str(port)]
-    for url in stack.fleet.ready_urls():
-        argv += ["--triton", url]
-    env = {**os.environ, "TIDESCALE_EXPORTER_TOKEN": TOKEN, "TIDESCALE_EXPORTER_TRACES_REQUIRE_TOKEN": "false",
-           "TIDESCALE_EXPORTER_POLL_INTERVAL_S": "1"}
-    proc = ManagedProcess("exporter", argv, work / "exporter.log", env=env).start()
-    proc.wait_http(f"http://127.0.0.1:{port}/healthz", timeout=60)
-    return proc
+    args = [arg for url in stack.fleet.ready_urls() for arg in ("--triton", url)]
+    env = {"TIDESCALE_EXPORTER_TRACES_REQUIRE_TOKEN": "false", "TIDESCALE_EXPORTER_POLL_INTERVAL_S": "1"}
+    return spawn(work, token=TOKEN, port=port, env=env, args=args)[0]
 
 
 def _start_recommender(work: Path, port: int, prometheus_url: str) -> ManagedProcess:

@@ -4,7 +4,6 @@ the way `tidescale profile capture --post` does, read back from /metrics and /v1
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,9 +12,8 @@ import httpx
 import pytest
 
 from exporters.profiles.capture import post
+from exporters.service import spawn
 from tests.paths import FIXTURES, REPO
-from tidescale.ports import LOOPBACK, free_port
-from tidescale.procs import ManagedProcess
 
 pytestmark = pytest.mark.integration
 TF = FIXTURES / "profiles" / "tensorflow"
@@ -41,14 +39,8 @@ def test_gate_fails_the_string_heavy_model_and_passes_the_fixed_one() -> None:
 
 @pytest.fixture(scope="module")
 def exporter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
-    env = {**os.environ, "TIDESCALE_EXPORTER_TOKEN": TOKEN}
-    env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
-    proc = ManagedProcess("exporter", [sys.executable, "-m", "tidescale.cli", "exporter", "serve", "--port",
-                                       str(port)], tmp_path_factory.mktemp("exp") / "exporter.log", env=env).start()
-    url = f"http://{LOOPBACK}:{port}"
+    proc, url = spawn(tmp_path_factory.mktemp("exp"), token=TOKEN)
     try:
-        proc.wait_http(f"{url}/readyz", timeout=60)
         yield url
     finally:
         proc.stop()
