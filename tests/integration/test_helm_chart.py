@@ -36,6 +36,9 @@ FULL_VALUES: dict[str, Any] = {
     "alertmanager": {"configSecret": {"enabled": True}},
     "profileCapture": {"enabled": True, "target": "triton-ctr:6009", "model": "ctr", "version": "2"},
 }
+PEAK = {"timezone": "Europe/Berlin", "start": "50 8 * * 1-5", "end": "0 11 * * 1-5", "replicas": 6}
+KEDA_VALUES: dict[str, Any] = {**FULL_VALUES, "autoscaling": {"mode": "keda", "targets": [
+    {**FULL_VALUES["autoscaling"]["targets"][0], "prescale": [PEAK]}, FULL_VALUES["autoscaling"]["targets"][1]]}}
 CORE_KINDS = {"Deployment", "Service", "ServiceAccount", "ConfigMap", "Secret", "Role", "RoleBinding",
               "NetworkPolicy", "PersistentVolumeClaim", "PodDisruptionBudget", "HorizontalPodAutoscaler", "CronJob"}
 CRDS = {"PrometheusRule": "crd-prometheusrules.yaml", "ServiceMonitor": "crd-servicemonitors.yaml",
@@ -74,8 +77,7 @@ def full_docs(tmp: Path) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def keda_docs(tmp: Path) -> list[dict[str, Any]]:
-    return template(tmp, {**FULL_VALUES, "autoscaling": {**FULL_VALUES["autoscaling"], "mode": "keda"}},
-                    *MONITORING_API)
+    return template(tmp, KEDA_VALUES, *MONITORING_API)
 
 
 def kinds(docs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -185,10 +187,11 @@ def test_dashboards_are_configmaps_with_the_generated_json(default_docs: list[di
 
 def test_hpa_and_scaledobject_match_the_autoscaler_manifests(full_docs: list[dict[str, Any]],
                                                              keda_docs: list[dict[str, Any]]) -> None:
-    from autoscaler.manifests import Target, hpa_manifest, keda_manifest
+    from autoscaler.manifests import PreScale, Target, hpa_manifest, keda_manifest
 
-    targets = {t["deployment"]: Target(t["deployment"], "serving", t["model"], t["minReplicas"], t["maxReplicas"])
-               for t in FULL_VALUES["autoscaling"]["targets"]}
+    targets = {t["deployment"]: Target(t["deployment"], "serving", t["model"], t["minReplicas"], t["maxReplicas"],
+                                       prescale=tuple(PreScale(**p) for p in t.get("prescale", [])))
+               for t in KEDA_VALUES["autoscaling"]["targets"]}
     hpas = kinds(full_docs)["HorizontalPodAutoscaler"]
     assert sorted(h["metadata"]["name"] for h in hpas) == sorted(targets)
     for hpa in hpas:
@@ -199,6 +202,21 @@ def test_hpa_and_scaledobject_match_the_autoscaler_manifests(full_docs: list[dic
     for obj in scaled:
         expected = keda_manifest(targets[obj["metadata"]["name"]], "http://prometheus-operated.monitoring.svc:9090")
         assert obj["spec"] == expected["spec"]
+    resnet = next(o for o in scaled if o["metadata"]["name"] == "triton-resnet")
+    assert [t["type"] for t in resnet["spec"]["triggers"]] == ["prometheus", "cron"]  # the known peak
+
+
+def test_prescale_outside_keda_mode_is_refused(tmp: Path) -> None:
+    values = {**KEDA_VALUES, "autoscaling": {**KEDA_VALUES["autoscaling"], "mode": "adapter"}}
+    path = tmp / "prescale-adapter.yaml"
+    path.write_text(yaml.safe_dump(values))
+    result = helm("template", "t", str(CHART), "-f", str(path))
+    assert result.returncode != 0 and "prescale needs autoscaling.mode=keda" in result.stderr
+    bad = {**KEDA_VALUES, "autoscaling": {**KEDA_VALUES["autoscaling"], "targets": [
+        {"deployment": "d", "model": "m", "prescale": [{**PEAK, "start": "every morning"}]}]}}
+    path.write_text(yaml.safe_dump(bad))
+    result = helm("template", "t", str(CHART), "-f", str(path))
+    assert result.returncode != 0 and "prescale" in result.stderr  # the values schema names the field
 
 
 def test_legacy_tolerance_leaves_the_field_out(tmp: Path) -> None:

@@ -60,6 +60,8 @@ def test_every_default_key_is_in_the_schema(schema: dict[str, Any]) -> None:
     {"serving": {"selector": {}}},
     {"dashboards": {"labels": {"grafana_dashboard": 1}}},
     {"recommender": {"headroom": 0.5}},
+    {"autoscaling": {"targets": [{"deployment": "d", "model": "m", "prescale": [
+        {"timezone": "UTC", "start": "at nine", "end": "0 10 * * *", "replicas": 2}]}]}},
 ])
 def test_schema_rejects_wrong_values(schema: dict[str, Any], bad: dict[str, Any]) -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
