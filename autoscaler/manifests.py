@@ -10,6 +10,7 @@ nearest count the HPA can reach (`recommend.reachable_under_tolerance`).
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,13 @@ from tidescale.promql import selector
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _CRON_FIELD = re.compile(r"^[0-9A-Za-z*/,\-?]+$")
 KEDA_POLLING_S = 15
+
+
+@functools.cache
+def _iana_zones() -> frozenset[str]:
+    import zoneinfo
+
+    return frozenset(zoneinfo.available_timezones())
 
 
 @dataclass(frozen=True)
@@ -52,12 +60,8 @@ class PreScale:
         return cls(tz, start, end, count)
 
     def __post_init__(self) -> None:
-        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-        try:
-            ZoneInfo(self.timezone)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise UsageError(f"--prescale: unknown IANA time zone {self.timezone!r}") from None
+        if self.timezone not in _iana_zones():  # not ZoneInfo(): "America" is a directory, not a zone
+            raise UsageError(f"--prescale: unknown IANA time zone {self.timezone!r}")
         for what, expr in (("start", self.start), ("end", self.end)):
             fields = expr.split()
             if len(fields) != 5 or not all(_CRON_FIELD.match(f) for f in fields):

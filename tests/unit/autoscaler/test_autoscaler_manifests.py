@@ -10,6 +10,8 @@ import kubernetes_validate
 import promql_parser
 import pytest
 import yaml
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from alerts import names
 from autoscaler import adapter, generate
@@ -24,6 +26,7 @@ from autoscaler.manifests import (
 )
 from tests.paths import FIXTURES, REPO
 from tidescale import catalog, cli
+from tidescale.errors import UsageError
 from tidescale.promql import metric_names, substitute_templates
 
 TARGET = Target("triton-resnet", "ml-serving", "resnet50", 2, 30, 0.25)
@@ -87,6 +90,17 @@ def test_prescale_adds_a_cron_trigger_the_crd_accepts() -> None:
     assert [t["type"] for t in doc["spec"]["triggers"]] == ["prometheus", "cron"]
     assert doc["spec"]["triggers"][1]["metadata"] == {"timezone": "Europe/Berlin", "start": "50 8 * * 1-5",
                                                       "end": "0 11 * * 1-5", "desiredReplicas": "12"}
+
+
+@settings(max_examples=300, deadline=None)
+@example("America;0 8 * * *;0 9 * * *;2")  # a directory of the zone database, not a zone
+@given(st.text(max_size=120) | st.lists(st.text(max_size=25), min_size=4, max_size=4).map(";".join))
+def test_prescale_parser_never_fails_other_than_with_a_usage_error(text: str) -> None:
+    try:
+        peak = PreScale.parse(text)
+    except UsageError:
+        return
+    assert peak.replicas >= 1 and len(peak.start.split()) == len(peak.end.split()) == 5
 
 
 def test_keda_query_returns_one_series() -> None:
