@@ -169,13 +169,14 @@ class ReplicaBatcher:
         return len(self.arrivals) - self.head
 
     def in_flight(self, t: float) -> int:
-        """Requests in formed batches not complete at *t* (executing or prefetched)."""
-        n, k = 0, len(self.disp) - 1
-        for _ in range(len(self.free) + self._slots):
-            if k < 0:
-                break
-            if self.disp[k] + self.execs[k] > t:
-                n += self.sizes[k]
+        """Requests in formed batches not complete at *t* (executing or prefetched); rejection
+        records (negative sizes) are neither, and do not count towards the batches looked at."""
+        n, k, seen = 0, len(self.disp) - 1, 0
+        while k >= 0 and seen < len(self.free) + self._slots:
+            if self.sizes[k] > 0:
+                seen += 1
+                if self.disp[k] + self.execs[k] > t:
+                    n += self.sizes[k]
             k -= 1
         return n
 

@@ -258,3 +258,16 @@ def test_triton_mode_conserves_requests(cfg: BatcherConfig, arrivals: np.ndarray
     assert np.array_equal(np.sort(done.arrival), arrivals)
     assert done.batch_size.max() <= cfg.max_batch_size
     assert np.all(done.queue >= 0) and np.all(done.latency > done.queue)
+
+
+def test_in_flight_looks_past_rejections() -> None:
+    """A rejection record after the executing batch must not hide it from least-loaded routing."""
+    cfg = BatcherConfig(max_batch_size=1, preferred_batch_sizes=(), max_queue_delay_s=0.0, queue_timeout_s=0.05)
+    slow = ServiceCurve(((1, 1.0),), jitter_sigma=0.0)
+    sim = FleetSim(slow, cfg, 1, cold_start_s=0.0)
+    sim.offer(np.array([0.0, 0.01, 0.02]))  # the first runs 1 s; the others time out behind it
+    sim.advance(1.5)  # at 1.0 the scheduler rejects both and starts nothing
+    batcher = sim._replicas[0].batcher
+    assert batcher.sizes == [1, -2]  # the batch, then the rejection record (not flushed yet)
+    assert batcher.in_flight(0.5) == 1  # the batch started at 0 ran until 1.0
+    assert sim.counters().failures == 2
