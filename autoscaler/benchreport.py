@@ -16,6 +16,7 @@ import numpy as np
 from autoscaler import bench
 from autoscaler import policies as pol
 from autoscaler.closedloop import RunResult, SimParams
+from autoscaler.recommend import check_headroom
 from tidescale.errors import UsageError
 from tidescale.fastsim import BatcherConfig
 from tidescale.servicecurve import ServiceCurve
@@ -52,8 +53,7 @@ class BenchOptions:
         if self.target_rps is not None and self.trace is None:
             raise UsageError("--target-rps needs --trace")
         for h in (self.headroom, *self.headroom_sweep):
-            if not (math.isfinite(h) and h >= 1):
-                raise UsageError(f"--headroom must be a finite factor >= 1, got {h}")
+            check_headroom(h, "--headroom")
         if self.queue_timeout_s is not None and not (math.isfinite(self.queue_timeout_s) and self.queue_timeout_s > 0):
             raise UsageError(f"--queue-timeout must be > 0 seconds, got {self.queue_timeout_s}")
         pol.check_policies(list(self.policies))

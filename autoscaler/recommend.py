@@ -62,10 +62,15 @@ class RecommenderConfig:
         if self.cold_start_s < 0 or self.down_delay_s < 0 or self.drain_s <= 0 or self.pod_drain_s <= 0 \
                 or self.max_drain_factor < 1:
             raise UsageError("cold start and down delay must be >= 0 s, drain times > 0 s, drain factor >= 1")
-        if not (math.isfinite(self.headroom) and self.headroom >= 1):
-            raise UsageError(f"headroom must be a finite factor >= 1, got {self.headroom}")
+        check_headroom(self.headroom)
         if not self.headroom_window_s > 0:
             raise UsageError(f"headroom_window_s must be > 0, got {self.headroom_window_s}")
+
+
+def check_headroom(factor: float, name: str = "headroom") -> None:
+    """A headroom multiplies capacity needs: below 1 it would under-provision, inf/NaN mean nothing."""
+    if not (math.isfinite(factor) and factor >= 1):
+        raise UsageError(f"{name} must be a finite factor >= 1, got {factor}")
 
 
 @dataclass(frozen=True)
