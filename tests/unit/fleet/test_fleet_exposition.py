@@ -69,13 +69,22 @@ label_sets = st.dictionaries(st.from_regex(r"[a-zA-Z_][a-zA-Z0-9_]{0,8}", fullma
 @settings(max_examples=150, deadline=None)
 @given(name=st.from_regex(r"[a-zA-Z_:][a-zA-Z0-9_:]{0,20}", fullmatch=True),
        rows=st.lists(st.tuples(label_sets, st.floats(allow_nan=False)), min_size=1, max_size=5),
-       help_text=st.text(st.characters(blacklist_categories=("Cs",)), max_size=30))
+       # a HELP text ending in CR cannot round-trip: the parser reads CRLF files, so a line's trailing
+       # CR is a line ending (test_crlf_line_endings_parse pins that side)
+       help_text=st.text(st.characters(blacklist_categories=("Cs",)), max_size=30).filter(
+           lambda h: not h.endswith("\r")))
 def test_render_then_parse_round_trips(name: str, rows: list[tuple[dict[str, str], float]], help_text: str) -> None:
     text = render_family(name, "gauge", help_text, [(list(labels.items()), repr(v)) for labels, v in rows])
     fam = parse(text)[name]
     assert fam.type == "gauge"
     assert fam.help == help_text
     assert [(s.label_dict, s.value) for s in fam.samples] == [(labels, v) for labels, v in rows]
+
+
+def test_crlf_line_endings_parse() -> None:
+    fam = parse("# HELP a the help\r\n# TYPE a gauge\r\na{x=\"1\"} 2.5\r\n")["a"]
+    assert fam.help == "the help" and fam.type == "gauge"
+    assert [(s.label_dict, s.value) for s in fam.samples] == [({"x": "1"}, 2.5)]
 
 
 @settings(max_examples=200, deadline=None)
