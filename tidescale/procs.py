@@ -14,6 +14,8 @@ import httpx
 
 from tidescale.errors import TidescaleError
 
+LOG_TAIL_MAX_BYTES = 256 * 1024  # a tail never reads more of a long log than this
+
 
 class ManagedProcess:
     """A subprocess with a log file, an HTTP readiness check and a graceful stop."""
@@ -32,10 +34,12 @@ class ManagedProcess:
         self.env = env
         self.cwd = cwd
         self.proc: subprocess.Popen[bytes] | None = None
+        self._log_offset = 0
 
     def start(self) -> ManagedProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
+        self._log_offset = log.tell()  # a restart appends: the tail reads only this run's output
         try:
             self.proc = subprocess.Popen(
                 self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -53,11 +57,20 @@ class ManagedProcess:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    @property
+    def returncode(self) -> int | None:
+        """The exit status once exited (negative: killed by that signal), else None."""
+        return None if self.proc is None else self.proc.poll()
+
     def log_tail(self, lines: int = 20) -> str:
         try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+            with self.log_path.open("rb") as f:
+                end = f.seek(0, 2)
+                f.seek(max(self._log_offset, end - LOG_TAIL_MAX_BYTES))
+                text = f.read().decode(errors="replace")
         except OSError:
             return ""
+        return "\n".join(text.splitlines()[-lines:])
 
     def wait_http(self, url: str, timeout: float = 30.0, ok: Callable[[httpx.Response], bool] | None = None) -> None:
         """Poll *url* until it answers 2xx (or *ok*), or fail with the tail of the log."""

@@ -34,7 +34,18 @@ def test_summary_reports_a_healthy_run(demo_out: Path) -> None:
     assert 0 < summary["latency_p50_s"] <= summary["latency_p99_s"]
     assert summary["requests"]["ok"] > 0
     assert sum(summary["requests"]["errors_by_status"].values()) == summary["requests"]["errors"]
-    assert 1 <= summary["replicas"]["min"] <= summary["replicas"]["max"]
+    replicas = summary["replicas"]
+    assert 0 <= replicas["min"] <= replicas["max"] and replicas["max"] >= 1
+    if not replicas["crashes"]:
+        assert replicas["min"] >= 1, f"no Ready replica at some point, yet no crash reported: {replicas}"
+    else:
+        # tritonserver 2.51 itself has crashed here (SIGSEGV in its HTTP frontend during the surge, seen
+        # once in CI): the demo restarts the pod like the kubelet and reports it. Only a crash may leave
+        # the fleet without a Ready replica (the supervisor notices an exit within half a second).
+        first_crash = min(c["at_s"] for c in replicas["crashes"])
+        rows = json.loads((demo_out / "timeline.json").read_text())
+        assert all(r["replicas_ready"] >= 1 for r in rows if r["t"] < first_crash - 1.0), replicas
+        assert all(c["signal"] is not None or c["exit_code"] is not None for c in replicas["crashes"])
     assert isinstance(summary["alerts_fired"], list) and isinstance(summary["reviews_opened"], list)
     # The injected XID error pages through the real Alertmanager to the local pager receiver.
     assert "GPUXidErrors" in summary["alerts_fired"]

@@ -148,6 +148,8 @@ def test_scale_up_down_and_crash_restart(tmp_path: Path) -> None:
         assert fleet.restarts[first] == 1
         assert [r.pod for r in fleet.ready_replicas()] == [first]
         assert newest.pod not in fleet.restarts or fleet.restarts[newest.pod] == 0  # scaled down ≠ crashed
+        # Recorded as kubectl would show lastState.terminated after an OOM kill: SIGKILL, exit code 137.
+        assert [(c.pod, c.signal, c.exit_code) for c in fleet.crashes()] == [(first, 9, 137)]
 
 
 def test_snapshot_cli_prints_triton_stats() -> None:

@@ -18,6 +18,7 @@ from tidescale.demo.faults import string_heavy_trace_viewer
 from tidescale.demo.plots import write_plots
 from tidescale.demo.settings import DemoSettings
 from tidescale.demo.timeline import Sample, Timeline
+from tidescale.fleet.fleet import ReplicaCrash
 from tidescale.localstack import LocalStack, StackOptions
 from tidescale.traffic import Scenario, replay, scenario
 
@@ -52,11 +53,11 @@ def _fmt_ms(v: float | None) -> str:
 
 def render_table(sample: Sample, duration_s: float, scenario_name: str) -> Table:
     table = Table(title=f"tidescale demo — {scenario_name} — t={sample.t:.0f}/{duration_s:.0f}s", expand=False)
-    for col in ("replicas ready/spec", "desired", "offered req/s", "done req/s", "P50", "P95", "P99",
+    for col in ("replicas ready/spec", "crashes", "desired", "offered req/s", "done req/s", "P50", "P95", "P99",
                 "queue", "firing alerts"):
         table.add_column(col)
     table.add_row(
-        f"{sample.replicas_ready}/{sample.replicas_total}",
+        f"{sample.replicas_ready}/{sample.replicas_total}", str(sample.replica_crashes),
         "-" if sample.replicas_desired is None else str(sample.replicas_desired),
         f"{sample.offered_rps:.1f}", f"{sample.completed_rps:.1f}",
         _fmt_ms(sample.p50_s), _fmt_ms(sample.p95_s), _fmt_ms(sample.p99_s),
@@ -109,6 +110,7 @@ class Sampler:
             completed_rps=stats.completed_rps, p50_s=stats.p50_s, p95_s=stats.p95_s, p99_s=stats.p99_s,
             replicas_ready=len(fleet.ready_replicas()), replicas_total=fleet.spec_replicas,
             replicas_desired=desired, queue_depth=self._queue, firing=self._firing,
+            replica_crashes=len(fleet.crashes()),
         )
 
 
@@ -168,8 +170,14 @@ def _percentile(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
 
 
+def crash_rows(crashes: list[ReplicaCrash], started_at: float) -> list[dict[str, Any]]:
+    """The summary's view of replica crashes: when (seconds into the run), which pod, how it died."""
+    return [{"pod": c.pod, "at_s": round(c.at - started_at, 1), "exit_code": c.exit_code, "signal": c.signal}
+            for c in crashes]
+
+
 def summarise(s: DemoSettings, sc: Scenario, stack: LocalStack, timeline: Timeline, sampler: Sampler,
-              loadgen: Any, faults: dict[str, Any], elapsed: float) -> dict[str, Any]:
+              loadgen: Any, faults: dict[str, Any], elapsed: float, started_at: float) -> dict[str, Any]:
     prom = stack.prometheus
     assert prom is not None
     targets = prom.targets()
@@ -188,7 +196,9 @@ def summarise(s: DemoSettings, sc: Scenario, stack: LocalStack, timeline: Timeli
         "latency_p99_s": _percentile(ok, 0.99),
         "requests": {"sent": len(records), "ok": len(ok), "errors": len(records) - len(ok),
                      "errors_by_status": error_breakdown(records)},
-        "replicas": timeline.replicas_range(),
+        # A crashed replica is restarted like a pod (the demo's fleet has been seen to lose its only
+        # replica to a tritonserver SIGSEGV under overload); the crashes explain a minimum of 0.
+        "replicas": {**timeline.replicas_range(), "crashes": crash_rows(stack.fleet.crashes(), started_at)},
         "alerts_fired": sorted(sampler.alerts_seen | set(timeline.alerts_seen())),
         "notifications": stack.sink.alert_names(),
         "faults_injected": faults,
@@ -229,7 +239,8 @@ def run_demo(s: DemoSettings, out: Path) -> dict[str, Any]:
             loadgen = LoadGenerator(sc, stack.fleet.ready_urls, s.model_mix, seed=s.seed).start()
             sampler = Sampler(stack, sc, loadgen)
             faults: dict[str, Any] = {}
-            start = time.monotonic()
+            start, started_at = time.monotonic(), time.time()
+            crashes_told = 0
             live_ctx: Any = Live(console=console, refresh_per_second=2, transient=False) if (
                 s.live and console.is_terminal) else contextlib.nullcontext()
             with live_ctx as live:
@@ -242,6 +253,10 @@ def run_demo(s: DemoSettings, out: Path) -> dict[str, Any]:
                         faults["at_s"] = round(t, 1)
                     sample = sampler.sample(t)
                     timeline.add(sample)
+                    crashes = stack.fleet.crashes()
+                    for crash in crashes[crashes_told:]:
+                        console.print(f"[yellow]{crash.describe()}; restarting it like the kubelet would[/]")
+                    crashes_told = len(crashes)
                     if live is not None:
                         live.update(render_table(sample, sc.duration_s, sc.name))
                     elif int(t) % 10 == 0:
@@ -252,7 +267,7 @@ def run_demo(s: DemoSettings, out: Path) -> dict[str, Any]:
             # Let Prometheus scrape and Alertmanager notify once more before reading the results.
             time.sleep(settle_seconds(elapsed, faults.get("at_s")))
             sampler.final_read()
-            summary = summarise(s, sc, stack, timeline, sampler, loadgen, faults, elapsed)
+            summary = summarise(s, sc, stack, timeline, sampler, loadgen, faults, elapsed, started_at)
             summary["plots"] = [p.name for p in write_plots(timeline, out, s.slo_p99_s)]
             summary["dashboard_previews"] = _dashboard_previews(stack, out, console)
             (out / "timeline.json").write_text(json.dumps(timeline.to_rows(), indent=1))

@@ -20,6 +20,7 @@ class Sample:
     replicas_desired: int | None
     queue_depth: float | None
     firing: tuple[str, ...] = ()
+    replica_crashes: int = 0  # unrequested server exits so far (each one restarted like a pod)
 
 
 def _finite(values: list[float | None]) -> list[float]:

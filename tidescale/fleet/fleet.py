@@ -10,9 +10,11 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -25,8 +27,41 @@ from tidescale.procs import stop_all
 # Kubernetes' pod-name suffix alphabet (no vowels, no ambiguous characters).
 SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 MAX_REPLICAS = 64
+MAX_CRASH_RECORDS = 100
 
 ScrapeTarget = tuple[str, dict[str, str]]
+# What Triton prints when it catches a fatal signal, e.g. "Signal (11) received." before its backtrace.
+_SIGNAL_LINE = re.compile(r"^Signal \((\d+)\) received")
+
+
+@dataclass(frozen=True)
+class ReplicaCrash:
+    """A pod's server exited without being asked to: what kubectl's lastState.terminated would say."""
+
+    pod: str
+    at: float  # Unix time the supervisor saw the exit
+    exit_code: int | None  # like a container's: 128 + signal when killed by one
+    signal: int | None  # the fatal signal Triton reported in its log (or that killed it)
+
+    def describe(self) -> str:
+        cause = f"signal {self.signal}" if self.signal is not None else f"exit code {self.exit_code}"
+        return f"{self.pod} crashed ({cause})"
+
+
+def crash_from(pod: str, returncode: int | None, log_tail: str, at: float) -> ReplicaCrash:
+    """Name a crash the way Kubernetes reports it: a signal death is exit code 128 + N."""
+    signal_no = -returncode if returncode is not None and returncode < 0 else None
+    for line in log_tail.splitlines():
+        m = _SIGNAL_LINE.match(line.strip())
+        if m:
+            signal_no = int(m.group(1))
+    if returncode is None:
+        exit_code = None
+    elif returncode < 0:
+        exit_code = 128 - returncode
+    else:
+        exit_code = returncode
+    return ReplicaCrash(pod, at, exit_code, signal_no)
 
 
 def template_hash(specs: Sequence[ModelSpec], deployment: str) -> str:
@@ -76,6 +111,7 @@ class TritonFleet:
         self._stoppers: list[threading.Thread] = []
         self._failures: dict[str, str] = {}
         self.restarts: dict[str, int] = {}
+        self._crashes: list[ReplicaCrash] = []
         self._next_restart: dict[str, float] = {}
         self._supervisor = Periodic("fleet-supervisor", 0.5, self._supervise)
 
@@ -147,6 +183,8 @@ class TritonFleet:
         for replica in self.replicas:
             if not replica.crashed():
                 continue
+            if replica.pod not in self._next_restart:
+                self._record_crash(replica)
             due = self._next_restart.setdefault(replica.pod, now + min(30.0, 2.0 ** self.restarts[replica.pod]))
             if now < due or self._supervisor.stopping:
                 continue
@@ -157,6 +195,19 @@ class TritonFleet:
             with self._lock:
                 self._starters.append(waiter)
             waiter.start()
+
+    def _record_crash(self, replica: TritonReplica) -> None:
+        proc = replica.process
+        returncode, tail = (proc.returncode, proc.log_tail(60)) if proc is not None else (None, "")
+        crash = crash_from(replica.pod, returncode, tail, time.time())
+        with self._lock:
+            self._crashes.append(crash)
+            del self._crashes[:-MAX_CRASH_RECORDS]
+
+    def crashes(self) -> list[ReplicaCrash]:
+        """Unrequested exits seen by the supervisor, oldest first (the newest MAX_CRASH_RECORDS)."""
+        with self._lock:
+            return list(self._crashes)
 
     def _wait_restarted(self, replica: TritonReplica) -> None:
         try:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
 from tidescale.errors import UsageError
-from tidescale.fleet.fleet import SUFFIX_ALPHABET, PodNamer, TritonFleet, template_hash
+from tidescale.fleet.fleet import SUFFIX_ALPHABET, PodNamer, TritonFleet, crash_from, template_hash
 from tidescale.fleet.model_repo import DEFAULT_MODELS, with_load_seconds, write_model_repository
 from tidescale.fleet.triton import ReplicaPorts, TraceSettings, TritonReplica
+from tidescale.procs import ManagedProcess
 from tidescale.tools import TritonInstall
 
 
@@ -61,3 +63,39 @@ def test_empty_repository_and_bad_replica_counts(tmp_path: Path) -> None:
     with pytest.raises(UsageError):
         fleet.scale_to(1000)
     assert fleet.scrape_targets() == [] and fleet.ready_urls() == []
+
+
+# The end of a tritonserver 2.51 log after it crashed in CI (its HTTP frontend, under overload).
+SEGV_TAIL = """I1121 19:52:19.695933 16062 http_server.cc:362] "Started Metrics Service at 127.0.0.1:46847"
+Signal (11) received.
+ 0# 0x000055D7C318452D in /opt/tritonserver/bin/tritonserver
+ 7# TRITONBACKEND_RequestRelease in /opt/tritonserver/lib/libtritonserver.so
+I1121 19:52:40.089036 16078 pb_stub.cc:2145]  Non-graceful termination detected."""
+
+
+@pytest.mark.parametrize(("returncode", "tail", "signal", "exit_code"), [
+    (-11, SEGV_TAIL, 11, 139),      # killed by the re-raised signal
+    (1, SEGV_TAIL, 11, 1),          # Triton's handler exited on its own: the log still names the signal
+    (-9, "I1121 model loaded", 9, 137),  # OOM kill / chaos: nothing in the log, the status says SIGKILL
+    (3, "E1121 fatal: bad config", None, 3),
+    (None, "", None, None),
+])
+def test_a_crash_is_named_like_kubernetes_names_it(returncode: int | None, tail: str, signal: int | None,
+                                                   exit_code: int | None) -> None:
+    crash = crash_from("triton-x-aaaaa", returncode, tail, at=100.0)
+    assert (crash.signal, crash.exit_code) == (signal, exit_code)
+    assert crash.describe().startswith("triton-x-aaaaa crashed (")
+
+
+def test_the_log_tail_and_exit_status_belong_to_the_current_run(tmp_path: Path) -> None:
+    """A restarted pod appends to its log; a crash must not be blamed on the previous run's output."""
+    log, marker = tmp_path / "p.log", tmp_path / "ran-once"
+    script = (f"import pathlib; m = pathlib.Path({str(marker)!r}); "
+              "print('second run' if m.exists() else 'Signal (11) received.'); m.touch()")
+    first = ManagedProcess("p", [sys.executable, "-c", script], log).start()
+    assert first.proc is not None and first.proc.wait(10) == 0
+    assert first.returncode == 0 and "Signal (11)" in first.log_tail()
+    again = first.start()  # the same object restarted, as TritonReplica.restart() does
+    assert again.proc is not None and again.proc.wait(10) == 0
+    assert again.log_tail() == "second run" and "Signal (11)" in log.read_text()
+    assert ManagedProcess("never", ["true"], tmp_path / "n.log").returncode is None
