@@ -53,11 +53,12 @@ def _fmt_ms(v: float | None) -> str:
 
 def render_table(sample: Sample, duration_s: float, scenario_name: str) -> Table:
     table = Table(title=f"tidescale demo — {scenario_name} — t={sample.t:.0f}/{duration_s:.0f}s", expand=False)
-    for col in ("replicas ready/spec", "crashes", "desired", "offered req/s", "done req/s", "P50", "P95", "P99",
+    for col in ("replicas ready/spec", "desired", "offered req/s", "done req/s", "P50", "P95", "P99",
                 "queue", "firing alerts"):
         table.add_column(col)
+    crashed = f" ({sample.replica_crashes} crashed)" if sample.replica_crashes else ""
     table.add_row(
-        f"{sample.replicas_ready}/{sample.replicas_total}", str(sample.replica_crashes),
+        f"{sample.replicas_ready}/{sample.replicas_total}{crashed}",
         "-" if sample.replicas_desired is None else str(sample.replicas_desired),
         f"{sample.offered_rps:.1f}", f"{sample.completed_rps:.1f}",
         _fmt_ms(sample.p50_s), _fmt_ms(sample.p95_s), _fmt_ms(sample.p99_s),

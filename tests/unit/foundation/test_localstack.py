@@ -60,3 +60,23 @@ def test_faults_leave_one_alert_evaluation_before_the_summary(duration: float) -
     # From the fault to the final read there is always a full group interval plus delivery time.
     assert (duration - at) + settle_seconds(duration, at) >= ALERT_GROUP_INTERVAL_S + ALERT_DELIVERY_S
     assert settle_seconds(duration, None) == 3.0
+
+
+def test_replica_crashes_show_in_the_live_table_and_the_summary() -> None:
+    from rich.console import Console
+
+    from tidescale.demo.run import crash_rows, render_table
+    from tidescale.demo.timeline import Sample
+    from tidescale.fleet.fleet import ReplicaCrash
+
+    def shown(crashes: int) -> str:
+        sample = Sample(t=12.0, offered_rps=80.0, completed_rps=40.0, p50_s=0.1, p95_s=0.3, p99_s=0.4,
+                        replicas_ready=0, replicas_total=1, replicas_desired=1, queue_depth=3.0,
+                        replica_crashes=crashes)
+        console = Console(width=200, record=True)
+        console.print(render_table(sample, 30.0, "diurnal-surge"))
+        return console.export_text()
+
+    assert "0/1 (1 crashed)" in shown(1) and "crashed" not in shown(0)
+    rows = crash_rows([ReplicaCrash("triton-x-aaaaa", at=1015.25, exit_code=139, signal=11)], started_at=1000.0)
+    assert rows == [{"pod": "triton-x-aaaaa", "at_s": 15.2, "exit_code": 139, "signal": 11}]
