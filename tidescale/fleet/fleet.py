@@ -13,6 +13,7 @@ import random
 import re
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,7 +112,7 @@ class TritonFleet:
         self._stoppers: list[threading.Thread] = []
         self._failures: dict[str, str] = {}
         self.restarts: dict[str, int] = {}
-        self._crashes: list[ReplicaCrash] = []
+        self._crashes: deque[ReplicaCrash] = deque(maxlen=MAX_CRASH_RECORDS)
         self._next_restart: dict[str, float] = {}
         self._supervisor = Periodic("fleet-supervisor", 0.5, self._supervise)
 
@@ -202,7 +203,6 @@ class TritonFleet:
         crash = crash_from(replica.pod, returncode, tail, time.time())
         with self._lock:
             self._crashes.append(crash)
-            del self._crashes[:-MAX_CRASH_RECORDS]
 
     def crashes(self) -> list[ReplicaCrash]:
         """Unrequested exits seen by the supervisor, oldest first (the newest MAX_CRASH_RECORDS)."""
