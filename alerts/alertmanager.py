@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from alerts.alerting import MODEL_REVIEW_ALERT, WATCHDOG_ALERT
-from alerts.config import AlertsConfig
+from tidescale.alerts.alerting import MODEL_REVIEW_ALERT, WATCHDOG_ALERT
+from tidescale.alerts.config import AlertsConfig
 
 PAGER, TICKETS, MODEL_REVIEWS, WATCHDOG, NULL = "pager", "tickets", "model-reviews", "watchdog", "null"
 GROUP_BY = ["namespace", "model"]

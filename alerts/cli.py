@@ -18,9 +18,9 @@ def render_command(
     out: Path = typer.Option(Path("rendered-alerts"), "--out", help="Directory for the three YAML files."),
 ) -> None:
     """Render rules and the Alertmanager config for your thresholds (the committed files use defaults)."""
-    from alerts.config import AlertsConfig
-    from alerts.generate import rendered
-    from tidescale.settings import load_settings
+    from tidescale.alerts.config import AlertsConfig
+    from tidescale.alerts.generate import rendered
+    from tidescale.contracts.settings import load_settings
 
     cfg = load_settings(AlertsConfig, config)
     out.mkdir(parents=True, exist_ok=True)
@@ -32,8 +32,8 @@ def render_command(
 @app.command("check")
 def check_command() -> None:
     """promtool check + unit tests of the committed rules, amtool check-config of the committed config."""
-    from alerts import tooling
-    from tidescale.errors import TidescaleError
+    from tidescale.alerts import tooling
+    from tidescale.contracts.errors import TidescaleError
 
     runs = {
         "promtool check rules": tooling.check_rules(tooling.rule_files()),
@@ -60,16 +60,12 @@ def serve_command(
     """Serve the Alertmanager webhook and the review API; the token comes from TIDESCALE_REVIEWS_TOKEN."""
     import uvicorn
 
-    from alerts.reviews.service import create_app
-    from alerts.reviews.settings import ReviewsSettings
-    from tidescale.settings import load_settings
+    from tidescale.alerts.reviews.service import create_app
+    from tidescale.alerts.reviews.settings import ReviewsSettings
+    from tidescale.contracts.settings import load_settings
 
     settings = load_settings(
         ReviewsSettings, config, port=port, host=host, database=database, exporter_url=exporter_url
     )
     app_ = create_app(settings)
     uvicorn.run(app_, host=settings.host, port=settings.port, log_level="warning", access_log=False)
-
-
-def register_bench(bench: typer.Typer) -> None:
-    """The alerts package has no benchmark."""

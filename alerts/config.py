@@ -13,7 +13,7 @@ from prometheus_client.utils import floatToGoString
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from tidescale.settings import ComponentSettings
+from tidescale.contracts.settings import ComponentSettings
 
 # SLO latency thresholds (seconds) that must be exact bucket boundaries of
 # tidescale_request_duration_seconds: the exporter adds them to its buckets.

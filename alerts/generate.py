@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from alerts.config import AlertsConfig, default_config
-from alerts.render import alertmanager_yaml, alerts_yaml, recording_yaml
+from tidescale.alerts.config import AlertsConfig, default_config
+from tidescale.alerts.render import alertmanager_yaml, alerts_yaml, recording_yaml
 
 RECORDING = "alerts/rules/tidescale-recording.yaml"
 ALERTING = "alerts/rules/tidescale-alerts.yaml"

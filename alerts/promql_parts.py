@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tidescale import catalog
+from tidescale.contracts import catalog
 
 # Labels kept by per-GPU series after normalisation (dcgm-exporter label variants folded).
 GPU_KEYS = "namespace, pod, hostname, gpu, UUID"

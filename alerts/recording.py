@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from alerts import names as n
-from alerts.config import AlertsConfig
-from alerts.promql_parts import (
+from tidescale.alerts import names as n
+from tidescale.alerts.config import AlertsConfig
+from tidescale.alerts.promql_parts import (
     bucket,
     count,
     dcgm_normalized,
@@ -16,7 +16,7 @@ from alerts.promql_parts import (
     sum_rate,
     with_label,
 )
-from tidescale.promql import escape_label_value
+from tidescale.contracts.promql import escape_label_value
 
 Rule = dict[str, Any]
 Group = dict[str, Any]

@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from alerts.alerting import WATCHDOG_ALERT
+from tidescale.alerts.alerting import WATCHDOG_ALERT
 
 
 def alerts_fired(alertmanager_url: str, timeout_s: float = 10.0) -> dict[str, int]:

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tidescale import tools
-from tidescale.tools import REPO_ROOT
+from tidescale.contracts import tools
+from tidescale.contracts.tools import REPO_ROOT
 
 RULES_DIR = REPO_ROOT / "alerts" / "rules"
 TESTS_DIR = REPO_ROOT / "alerts" / "tests"

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from alerts import names
-from autoscaler.yamlout import dump
-from tidescale import catalog
+from tidescale.alerts import names
+from tidescale.autoscaler.yamlout import dump
+from tidescale.contracts import catalog
 
 RATE_WINDOW = "1m"
 

@@ -13,8 +13,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from tidescale.errors import UsageError
-from tidescale.servicecurve import ServiceCurve
+from tidescale.autoscaler.servicecurve import ServiceCurve
+from tidescale.contracts.errors import UsageError
 
 THROUGHPUT_COLUMN = "Inferences/Second"
 P99_COLUMN = "p99 latency"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import typer
@@ -31,7 +30,7 @@ def render_command(
         "repeatable; needs --keda)."),
 ) -> None:
     """Print the HPA (or KEDA ScaledObject) and the prometheus-adapter config as YAML."""
-    from autoscaler.manifests import PreScale, Target, render
+    from tidescale.autoscaler.manifests import PreScale, Target, render
 
     target = Target(deployment, namespace, model, min_replicas, max_replicas, slo_p99,
                     tuple(PreScale.parse(p) for p in prescale))
@@ -45,7 +44,7 @@ def capacity_command(
     slo_p99: float = typer.Option(0.5, "--slo-p99", help="Latency SLO, P99 seconds."),
 ) -> None:
     """Per-replica capacity at the SLO from a load-test profile."""
-    from autoscaler.capacity import load_capacity
+    from tidescale.autoscaler.capacity import load_capacity
 
     typer.echo(json.dumps({"profile": str(profile), "slo_p99_s": slo_p99,
                            "capacity_rps": load_capacity(profile, slo_p99)}))
@@ -64,8 +63,8 @@ def recommend_command(
     once: bool = typer.Option(False, "--once", help="Evaluate once, print JSON, exit."),
 ) -> None:
     """Run the recommender service (`/metrics`, `/healthz`), or one evaluation with --once."""
-    from autoscaler.service import RecommenderService, RecommenderSettings, make_app
-    from tidescale.settings import load_settings
+    from tidescale.autoscaler.service import RecommenderService, RecommenderSettings, make_app
+    from tidescale.contracts.settings import load_settings
 
     settings = load_settings(RecommenderSettings, config, prometheus_url=prometheus_url, host=host, port=port,
                              interval_s=interval, profile=profile, capacity_rps=capacity_rps, slo_p99_s=slo_p99)
@@ -91,44 +90,3 @@ def recommend_command(
         worker.join(timeout=5)
 
 
-def register_bench(bench: typer.Typer) -> None:
-    """Add `bench autoscale`."""
-
-    @bench.command("autoscale")
-    def bench_autoscale(
-        json_only: bool = typer.Option(False, "--json", help="Only the JSON result on stdout."),
-        quick: bool = typer.Option(False, "--quick", help="20-minute scenarios instead of an hour."),
-        scenario: list[str] = typer.Option([], "--scenario", help="Scenario name (repeatable); default all."),
-        policy: list[str] = typer.Option([], "--policy", help="Policy name (repeatable); default all."),
-        trace: Path | None = typer.Option(None, "--trace", help="CSV whose first column is a timestamp."),
-        target_rps: float | None = typer.Option(None, "--target-rps", help="Mean rate the trace is rescaled to."),
-        slo_p99: float = typer.Option(0.5, "--slo-p99", help="Latency SLO, P99 seconds."),
-        seed: int = typer.Option(0, "--seed"),
-        queue_timeout: float | None = typer.Option(
-            None, "--queue-timeout", help="Seconds a request may wait in a replica's queue before Triton rejects "
-            "it (default_queue_policy REJECT), for every policy; recorded as autoscale-queue-timeout.md."),
-        headroom: float = typer.Option(1.0, "--headroom", help="tidescale's standing headroom (x the load)."),
-        headroom_sweep: list[float] = typer.Option(
-            [], "--headroom-sweep", help="Also run tidescale at this headroom on surge scenarios (repeatable)."),
-        write: bool = typer.Option(True, "--write/--no-write", help="Record docs/benchmarks/autoscale.md + PNG."),
-    ) -> None:
-        """Closed-loop autoscaling: tidescale vs HPA CPU/GPU, Triton queue time, KEDA, KPA, Ray Serve, oracle."""
-        from rich.console import Console
-
-        from autoscaler import benchreport
-        from autoscaler.policies import ALL_POLICIES
-
-        opts = benchreport.BenchOptions(scenario or None, tuple(policy) or ALL_POLICIES, quick, seed, slo_p99,
-                                        trace, target_rps, queue_timeout_s=queue_timeout, headroom=headroom,
-                                        headroom_sweep=tuple(headroom_sweep))
-        err = Console(stderr=True)
-        with err.status("autoscale benchmark") as status:
-            doc, runs = benchreport.run(opts, progress=lambda m: status.update(m))
-        if write:
-            doc_path, png_path = opts.paths
-            benchreport.write(doc, runs, doc_path, png_path)
-            err.print(f"wrote {doc_path} and {png_path}")
-        if json_only:
-            sys.stdout.write(json.dumps(doc) + "\n")
-        else:
-            typer.echo(benchreport.markdown(doc))

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tidescale.errors import UsageError
+from tidescale.contracts.errors import UsageError
 
 MetricSourceType = Literal["Resource", "Pods", "Object", "External"]
 TargetType = Literal["Utilization", "Value", "AverageValue"]

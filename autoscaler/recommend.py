@@ -18,7 +18,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-from tidescale.errors import UsageError
+from tidescale.contracts.errors import UsageError
 
 
 @dataclass(frozen=True)

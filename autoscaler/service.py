@@ -24,20 +24,20 @@ from prometheus_client.registry import Collector
 from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from alerts import names
-from autoscaler.capacity import load_capacity
-from autoscaler.manifests import Target
-from autoscaler.recommend import (
+from tidescale.alerts import names
+from tidescale.autoscaler.capacity import load_capacity
+from tidescale.autoscaler.manifests import Target
+from tidescale.autoscaler.recommend import (
     Observation,
     Recommendation,
     Recommender,
     RecommenderConfig,
     reachable_under_tolerance,
 )
-from tidescale import catalog
-from tidescale.errors import UsageError
-from tidescale.promql import selector
-from tidescale.settings import ComponentSettings
+from tidescale.contracts import catalog
+from tidescale.contracts.errors import UsageError
+from tidescale.contracts.promql import selector
+from tidescale.contracts.settings import ComponentSettings
 
 log = logging.getLogger(__name__)
 

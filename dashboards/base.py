@@ -15,8 +15,8 @@ from grafana_foundation_sdk.builders import dashboard as dash_b
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import dashboard as dash_m
 
-from dashboards.panels import DATASOURCE
-from dashboards.queries import NS, metric
+from tidescale.dashboards.panels import DATASOURCE
+from tidescale.dashboards.queries import NS, metric
 
 TAG = "tidescale"
 

@@ -17,8 +17,8 @@ HPA_BEHAVIOR = "deploy/helm/tidescale/files/autoscaling/hpa-behavior.yaml"
 
 def artifacts() -> dict[str, str]:
     """Repository-relative path -> full file content."""
-    from dashboards.base import to_json
-    from dashboards.registry import build_all
+    from tidescale.dashboards.base import to_json
+    from tidescale.dashboards.registry import build_all
 
     out: dict[str, str] = {}
     for uid, data in build_all().items():
@@ -33,8 +33,8 @@ def hpa_behavior_yaml() -> str:
     """`default:` and `legacy:` (no tolerance field, Kubernetes < 1.33) HPA behavior blocks."""
     import yaml
 
-    from autoscaler.hpa import spec_to_dict
-    from autoscaler.manifests import Target, tidescale_hpa_spec
+    from tidescale.autoscaler.hpa import spec_to_dict
+    from tidescale.autoscaler.manifests import Target, tidescale_hpa_spec
 
     target = Target("chart", "chart", "chart")
     blocks = {name: spec_to_dict(tidescale_hpa_spec(target, legacy))["behavior"]

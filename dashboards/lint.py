@@ -10,8 +10,8 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from tidescale import catalog
-from tidescale.promql import metric_names, substitute_templates
+from tidescale.contracts import catalog
+from tidescale.contracts.promql import metric_names, substitute_templates
 
 Dashboard = dict[str, Any]
 Rule = Callable[[Dashboard], list[str]]
@@ -162,7 +162,7 @@ def target_counter_agg_rule(board: Dashboard) -> list[str]:
 
 def known_metrics() -> frozenset[str]:
     """Catalog series plus the recording rules of alerts/."""
-    from alerts import names
+    from tidescale.alerts import names
 
     return catalog.all_series_names() | frozenset(names.all_names())
 

@@ -7,7 +7,7 @@ never query a family nobody produces. Label filters use the dashboard variables 
 
 from __future__ import annotations
 
-from tidescale import catalog
+from tidescale.contracts import catalog
 
 RATE_INTERVAL = "$__rate_interval"
 NS_MODEL = 'namespace=~"$namespace", model=~"$model"'

@@ -7,8 +7,8 @@ from typing import Any
 
 from grafana_foundation_sdk.builders import dashboard as dash_b
 
-from dashboards.base import AUTOSCALING, FLEET, GPU, MODEL, PROFILER, DashboardInfo, to_dict
-from dashboards.boards import autoscaling, fleet, gpu, model, profiler
+from tidescale.dashboards.base import AUTOSCALING, FLEET, GPU, MODEL, PROFILER, DashboardInfo, to_dict
+from tidescale.dashboards.boards import autoscaling, fleet, gpu, model, profiler
 
 BUILDERS: tuple[tuple[DashboardInfo, Callable[[], dash_b.Dashboard]], ...] = (
     (FLEET, fleet.build),

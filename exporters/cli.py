@@ -1,4 +1,4 @@
-"""`tidescale exporter` and `tidescale profile` (filled by the exporters work)."""
+"""`tidescale exporter` and `tidescale profile`: the exporter service and the model-release gate."""
 
 from __future__ import annotations
 
@@ -10,12 +10,6 @@ app = typer.Typer(help="The exporter service: aggregatable latency, batch and qu
                   no_args_is_help=True)
 profile_app = typer.Typer(help="Profiler captures and the per-op share report (model-release gate).",
                           no_args_is_help=True)
-
-
-def register_bench(bench: typer.Typer) -> None:
-    """Add `bench percentiles`, `bench ingest`, `bench profiles`, `bench poll`."""
-    _register_latency_benches(bench)
-    _register_profile_poll_benches(bench)
 
 
 # --- the exporter service and the latency benchmarks (exporter service/latency owner) ---------------
@@ -35,9 +29,9 @@ def serve_command(
     config: Path | None = typer.Option(None, "--config", help="YAML file with an `exporter:` section."),
 ) -> None:
     """Serve /metrics, OTLP trace ingest (/v1/traces) and profile uploads (/v1/profiles)."""
-    from exporters.service import serve
-    from exporters.settings import ExporterSettings
-    from tidescale.settings import load_settings
+    from tidescale.contracts.settings import load_settings
+    from tidescale.exporters.service import serve
+    from tidescale.exporters.settings import ExporterSettings
 
     settings = load_settings(
         ExporterSettings, config, port=port, host=host, triton_urls=triton or None,
@@ -47,31 +41,6 @@ def serve_command(
     )
     serve(settings)
 
-
-def _register_latency_benches(bench: typer.Typer) -> None:
-    @bench.command("percentiles")
-    def percentiles_command(
-        json_only: bool = typer.Option(False, "--json", help="Only the JSON result on stdout."),
-        quick: bool = typer.Option(False, "--quick", help="Fewer requests (still >= 1 M) for CI."),
-        seed: int = typer.Option(7, help="Random seed of the latency shapes."),
-    ) -> None:
-        """Quantile error of our gauges and buckets vs default buckets and averaged summaries."""
-        from exporters.benches.percentiles import run_command
-
-        run_command(json_only=json_only, quick=quick, seed=seed)
-
-    @bench.command("ingest")
-    def ingest_command(
-        json_only: bool = typer.Option(False, "--json", help="Only the JSON result on stdout."),
-        quick: bool = typer.Option(False, "--quick", help="Fewer bodies."),
-    ) -> None:
-        """OTLP spans per second per core into the running exporter vs bare protobuf decoding."""
-        from exporters.benches.ingest import run_command
-
-        run_command(json_only=json_only, quick=quick)
-
-
-# --- profiles and the stats poller (profiles/poller owner) -------------------------------------------
 
 @profile_app.command("report")
 def profile_report_command(
@@ -83,7 +52,7 @@ def profile_report_command(
                                              "(repeatable; default string=0.05)."),
 ) -> None:
     """Op-class shares of op self time and the top ops; exit 1 when a class exceeds its limit."""
-    from exporters.profiles.gate import run_report
+    from tidescale.exporters.profiles.gate import run_report
 
     raise typer.Exit(run_report(files, as_json=as_json, max_share=max_share))
 
@@ -101,8 +70,8 @@ def profile_capture_command(
                                      help="Bearer token for --post (env TIDESCALE_PROFILE_TOKEN)."),
 ) -> None:
     """Capture a host trace at tracer level 3 with xprof's client; optionally post it to the exporter."""
-    from exporters.profiles.capture import capture, post
-    from tidescale.errors import UsageError
+    from tidescale.contracts.errors import UsageError
+    from tidescale.exporters.profiles.capture import capture, post
 
     if post_url and not (model and version):
         raise UsageError("--post needs --model and --version")
@@ -113,25 +82,3 @@ def profile_capture_command(
         post(files, post_url, model, version, token)
 
 
-def _register_profile_poll_benches(bench: typer.Typer) -> None:
-    @bench.command("profiles")
-    def profiles_command(
-        json_only: bool = typer.Option(False, "--json", help="Only the JSON result on stdout."),
-        quick: bool = typer.Option(False, "--quick", help="A smaller trace (still >= 200 MB)."),
-        size_mb: int = typer.Option(220, help="Size of the generated Chrome trace in MB."),
-    ) -> None:
-        """Streaming op-share parse vs json.load of a >= 200 MB Chrome trace: MB/s and peak RSS."""
-        from exporters.benches.profiles import run_command
-
-        run_command(json_only=json_only, quick=quick, size_mb=size_mb)
-
-    @bench.command("poll")
-    def poll_command(
-        json_only: bool = typer.Option(False, "--json", help="Only the JSON result on stdout."),
-        quick: bool = typer.Option(False, "--quick", help="Fewer cycles."),
-        targets: int = typer.Option(500, help="Triton targets polled per cycle."),
-    ) -> None:
-        """Wall and CPU seconds per poll cycle over >= 500 targets x 10 models."""
-        from exporters.benches.poll import run_command
-
-        run_command(json_only=json_only, quick=quick, targets=targets)

@@ -18,17 +18,20 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from exporters.cardinality import SeriesCap, clean_label_value
-from tidescale import catalog
+from tidescale.contracts import catalog
+from tidescale.exporters.cardinality import SeriesCap, clean_label_value
 
-if TYPE_CHECKING:
-    from exporters.selfmetrics import SelfMetrics
+
+class SeriesDrops(Protocol):
+    """Where a capped family reports a series it refused (the exporter's self-metrics)."""
+
+    def drop_series(self, family: str) -> None: ...
 
 DEFAULT_RELATIVE_ACCURACY = 0.005
 DEFAULT_MAX_BINS = 2048
@@ -374,7 +377,7 @@ class LatencyAggregator(Collector):
     def __init__(self, bounds: Sequence[float], *, window_s: float = 60.0, slots: int = 12,
                  max_series: int = 2000, sample_rate: int = 1, idle_ttl_s: float = 3600.0,
                  sketch_max_bins: int = WINDOW_SKETCH_MAX_BINS,
-                 selfmetrics: SelfMetrics | None = None,
+                 selfmetrics: SeriesDrops | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.bounds = tuple(bounds)
         self.window_s = window_s

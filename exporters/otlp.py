@@ -26,8 +26,8 @@ from typing import Any
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from exporters.errors import BadInput
-from exporters.latency import StageSample, samples_for
+from tidescale.exporters.errors import BadInput
+from tidescale.exporters.latency import StageSample, samples_for
 
 MODEL_ATTR = "triton.model_name"
 VERSION_ATTR = "triton.model_version"

@@ -13,12 +13,9 @@ import asyncio
 import contextlib
 import hmac
 import logging
-import os
-import sys
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -26,17 +23,15 @@ from fastapi.responses import JSONResponse, Response
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from exporters.errors import BadInput
-from exporters.latency import LatencyAggregator, log_buckets
-from exporters.otlp import PROTOBUF_TYPES, SpanJoiner, decode_traces, decompress
-from exporters.profiles.store import ProfileStore
-from exporters.selfmetrics import SelfMetrics, configure_logging, self_tracer
-from exporters.settings import ExporterSettings
-from exporters.stats_poller import StatsPoller
-from exporters.targets import TargetSet
-from exporters.tracefile import TraceFileTailer
-from tidescale.ports import LOOPBACK, free_port
-from tidescale.procs import ManagedProcess
+from tidescale.exporters.errors import BadInput
+from tidescale.exporters.latency import LatencyAggregator, log_buckets
+from tidescale.exporters.otlp import PROTOBUF_TYPES, SpanJoiner, decode_traces, decompress
+from tidescale.exporters.profiles.store import ProfileStore
+from tidescale.exporters.selfmetrics import SelfMetrics, configure_logging, self_tracer
+from tidescale.exporters.settings import ExporterSettings
+from tidescale.exporters.stats_poller import StatsPoller
+from tidescale.exporters.targets import TargetSet
+from tidescale.exporters.tracefile import TraceFileTailer
 
 log = logging.getLogger("tidescale.exporter")
 TAIL_INTERVAL_S = 1.0
@@ -279,26 +274,3 @@ def serve(settings: ExporterSettings) -> None:
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning",
                 access_log=False)
     log.info("exporter stopped", extra={"fields": {"uptime_s": round(time.monotonic() - started, 1)}})
-
-
-def spawn(workdir: Path, *, token: str | None, port: int | None = None, env: dict[str, str] | None = None,
-          args: Sequence[str] = (), timeout: float = 60.0) -> tuple[ManagedProcess, str]:
-    """`tidescale exporter serve` as a ready child process (local stack, benchmarks, tests): (process, URL).
-
-    The child gets this environment plus *env*; OTEL_EXPORTER_OTLP_ENDPOINT is dropped unless
-    *env* sets it, so a test's collector never receives the exporter's own spans by accident.
-    """
-    port = port or free_port()
-    child_env = {k: v for k, v in os.environ.items() if k != "OTEL_EXPORTER_OTLP_ENDPOINT"}
-    if token is not None:
-        child_env["TIDESCALE_EXPORTER_TOKEN"] = token
-    child_env.update(env or {})
-    argv = [sys.executable, "-m", "tidescale.cli", "exporter", "serve", "--port", str(port), *args]
-    proc = ManagedProcess("exporter", argv, workdir / "exporter.log", env=child_env).start()
-    url = f"http://{LOOPBACK}:{port}"
-    try:
-        proc.wait_http(f"{url}/readyz", timeout=timeout)
-    except BaseException:
-        proc.stop()
-        raise
-    return proc, url

@@ -8,7 +8,7 @@ from typing import ClassVar, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from tidescale.settings import ComponentSettings
+from tidescale.contracts.settings import ComponentSettings
 
 
 class ExporterSettings(ComponentSettings):

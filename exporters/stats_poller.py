@@ -26,12 +26,13 @@ import aiohttp
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from exporters.cardinality import SeriesCap, clean_label_value
-from exporters.errors import BadInput
-from exporters.latency import BucketHistogram
-from exporters.selfmetrics import SelfMetrics
-from exporters.targets import Target, TargetSet
-from exporters.tritonstats import (
+from tidescale.contracts import catalog
+from tidescale.exporters.cardinality import SeriesCap, clean_label_value
+from tidescale.exporters.errors import BadInput
+from tidescale.exporters.latency import BucketHistogram
+from tidescale.exporters.selfmetrics import SelfMetrics
+from tidescale.exporters.targets import Target, TargetSet
+from tidescale.exporters.tritonstats import (
     MAX_BODY_BYTES,
     MemoryUsage,
     ModelStats,
@@ -41,7 +42,6 @@ from exporters.tritonstats import (
     parse_stats,
     queue_depth_estimate,
 )
-from tidescale import catalog
 
 log = logging.getLogger(__name__)
 

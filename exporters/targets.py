@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from tidescale.errors import UsageError
+from tidescale.contracts.errors import UsageError
 
 log = logging.getLogger(__name__)
 
@@ -242,7 +242,7 @@ class TargetSet:
 
     def _load_api(self) -> Any:
         if self._api is None:
-            from tidescale.kubeapi import core_v1_api
+            from tidescale.contracts.kubeapi import core_v1_api
 
             self._api = core_v1_api()
         return self._api

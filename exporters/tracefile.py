@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from exporters.latency import StageSample, samples_for
+from tidescale.exporters.latency import StageSample, samples_for
 
 MAX_ENTRY_CHARS = 64 * 1024
 READ_CHUNK_BYTES = 1 << 20

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporters.errors import BadInput
+from tidescale.exporters.errors import BadInput
 
 _loads: Callable[[bytes | str], Any]
 try:  # orjson decodes ~2x faster; its JSONDecodeError subclasses the stdlib one

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tidescale.ports import LOOPBACK, free_port
+from tidescale.devstack.ports import LOOPBACK, free_port
 
 SUPERUSER = "tidescale"
 

@@ -57,7 +57,7 @@ class KubeEventPoster:
 
     def _client(self) -> EventsApi:
         if self._api is None:
-            from tidescale.kubeapi import core_v1_api
+            from tidescale.contracts.kubeapi import core_v1_api
 
             self._api = core_v1_api()
         return self._api

@@ -15,9 +15,9 @@ from prometheus_client.registry import Collector
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from alerts.reviews.kube_events import KubeEventPoster
-from alerts.reviews.profiles import fetch_profile
-from alerts.reviews.schema import (
+from tidescale.alerts.reviews.kube_events import KubeEventPoster
+from tidescale.alerts.reviews.profiles import fetch_profile
+from tidescale.alerts.reviews.schema import (
     MAX_VALUE_CHARS,
     Rejection,
     ReviewPatch,
@@ -25,9 +25,9 @@ from alerts.reviews.schema import (
     WebhookPayload,
     WebhookResult,
 )
-from alerts.reviews.settings import ReviewsSettings
-from alerts.reviews.store import STATES, ReviewStore
-from tidescale import catalog
+from tidescale.alerts.reviews.settings import ReviewsSettings
+from tidescale.alerts.reviews.store import STATES, ReviewStore
+from tidescale.contracts import catalog
 
 SUPPORTED_VERSION = "4"
 
@@ -137,7 +137,7 @@ def create_app(
 ) -> FastAPI:
     """The FastAPI app; refuses to build without a token (write endpoints are never open)."""
     if settings.token is None or not settings.token.get_secret_value():
-        from tidescale.errors import UsageError
+        from tidescale.contracts.errors import UsageError
 
         raise UsageError("the review service needs a bearer token: set TIDESCALE_REVIEWS_TOKEN")
     token = settings.token.get_secret_value().encode()

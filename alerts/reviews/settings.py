@@ -7,7 +7,7 @@ from typing import ClassVar
 from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
-from tidescale.settings import ComponentSettings
+from tidescale.contracts.settings import ComponentSettings
 
 
 class ReviewsSettings(ComponentSettings):

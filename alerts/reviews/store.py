@@ -29,8 +29,8 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
-from alerts.reviews.schema import WebhookAlert, review_reason, to_float
-from tidescale.errors import TidescaleError, UsageError
+from tidescale.alerts.reviews.schema import WebhookAlert, review_reason, to_float
+from tidescale.contracts.errors import TidescaleError, UsageError
 
 STATES = ("open", "acknowledged", "closed")
 # Manual transitions the API allows (a firing alert may also reopen any review).

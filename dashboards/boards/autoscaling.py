@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard as dash_b
 
-from dashboards.base import AUTOSCALING, new_dashboard, query_variable
-from dashboards.panels import Query, Threshold, graph, row, single_stat
-from dashboards.queries import NS, hpa_by_deployment, metric, ratio, sel
+from tidescale.dashboards.base import AUTOSCALING, new_dashboard, query_variable
+from tidescale.dashboards.panels import Query, Threshold, graph, row, single_stat
+from tidescale.dashboards.queries import NS, hpa_by_deployment, metric, ratio, sel
 
 NS_DEPLOY = f'{NS}, deployment=~"$deployment"'
 # The HPA leaves replicas alone while current/desired is within this tolerance (kube default 0.1).

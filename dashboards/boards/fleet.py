@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard as dash_b
 
-from alerts import names as rules
-from alerts.config import default_config, le_value
-from dashboards.base import FLEET, new_dashboard
-from dashboards.boards.autoscaling import replica_queries
-from dashboards.panels import Query, Threshold, graph, row, single_stat, table_of
-from dashboards.queries import (
+from tidescale.alerts import names as rules
+from tidescale.alerts.config import default_config, le_value
+from tidescale.dashboards.base import FLEET, new_dashboard
+from tidescale.dashboards.boards.autoscaling import replica_queries
+from tidescale.dashboards.panels import Query, Threshold, graph, row, single_stat, table_of
+from tidescale.dashboards.queries import (
     NS,
     NS_MODEL,
     QUANTILES,

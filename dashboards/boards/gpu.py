@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard as dash_b
 
-from dashboards.base import GPU, new_dashboard
-from dashboards.panels import PanelBuilder, Query, Threshold, graph, row
-from dashboards.queries import dcgm
+from tidescale.dashboards.base import GPU, new_dashboard
+from tidescale.dashboards.panels import PanelBuilder, Query, Threshold, graph, row
+from tidescale.dashboards.queries import dcgm
 
 LEGEND = "{{pod}} gpu{{gpu}}"
 

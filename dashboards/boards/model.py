@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard as dash_b
 
-from alerts.config import default_config
-from dashboards.base import MODEL, new_dashboard
-from dashboards.panels import Query, Threshold, graph, heatmap_of, row
-from dashboards.queries import (
+from tidescale.alerts.config import default_config
+from tidescale.dashboards.base import MODEL, new_dashboard
+from tidescale.dashboards.panels import Query, Threshold, graph, heatmap_of, row
+from tidescale.dashboards.queries import (
     NS_MODEL,
     QUANTILES,
     STAGE_COMPUTE,

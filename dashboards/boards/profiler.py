@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard as dash_b
 
-from dashboards.base import PROFILER, new_dashboard
-from dashboards.panels import Query, Threshold, graph, row, single_stat, table_of
-from dashboards.queries import sel
+from tidescale.dashboards.base import PROFILER, new_dashboard
+from tidescale.dashboards.panels import Query, Threshold, graph, row, single_stat, table_of
+from tidescale.dashboards.queries import sel
 
 # Profiles carry model and version only: the exporter's own namespace would be wrong for the model.
 MODEL_ONLY = 'model=~"$model"'

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tidescale.errors import MissingToolError, TidescaleError, UsageError
+from tidescale.contracts.errors import MissingToolError, TidescaleError, UsageError
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
 MAX_CAPTURE_MS = 10 * 60 * 1000

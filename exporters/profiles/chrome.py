@@ -22,9 +22,9 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from exporters.errors import BadInput
-from exporters.profiles.opclass import OpClass, classify_name, classify_op_type
-from exporters.profiles.selftime import OpTotals, SelfTimeAggregator
+from tidescale.exporters.errors import BadInput
+from tidescale.exporters.profiles.opclass import OpClass, classify_name, classify_op_type
+from tidescale.exporters.profiles.selftime import OpTotals, SelfTimeAggregator
 
 READ_CHUNK = 1 << 20
 MAX_EVENT_CHARS = 4 << 20

@@ -6,10 +6,10 @@ import json
 import sys
 from pathlib import Path
 
-from exporters.errors import BadInput
-from exporters.profiles.ingest import combined_report
-from exporters.profiles.report import ProfileReport, parse_limits, violations
-from tidescale.errors import UsageError
+from tidescale.contracts.errors import UsageError
+from tidescale.exporters.errors import BadInput
+from tidescale.exporters.profiles.ingest import combined_report
+from tidescale.exporters.profiles.report import ProfileReport, parse_limits, violations
 
 
 def run_report(files: list[Path], *, as_json: bool, max_share: list[str]) -> int:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import io
 from typing import Any, BinaryIO
 
-from exporters.profiles.chrome import chrome_op_totals
-from exporters.profiles.report import ProfileReport, build_report, uneven_tf_ops_warning
-from exporters.profiles.selftime import OpTotals
-from exporters.profiles.sources import DEFAULT_MAX_INFLATED_BYTES, detect_format, open_profile
-from exporters.profiles.tables import op_stats_op_totals, trtexec_op_totals
-from exporters.profiles.xplane import xplane_op_totals
+from tidescale.exporters.profiles.chrome import chrome_op_totals
+from tidescale.exporters.profiles.report import ProfileReport, build_report, uneven_tf_ops_warning
+from tidescale.exporters.profiles.selftime import OpTotals
+from tidescale.exporters.profiles.sources import DEFAULT_MAX_INFLATED_BYTES, detect_format, open_profile
+from tidescale.exporters.profiles.tables import op_stats_op_totals, trtexec_op_totals
+from tidescale.exporters.profiles.xplane import xplane_op_totals
 
 
 def parse_totals(raw: BinaryIO, filename: str = "", max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES

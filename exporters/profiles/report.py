@@ -11,9 +11,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporters.profiles.opclass import OP_CLASSES, OpClass
-from exporters.profiles.selftime import OpTotals
-from tidescale.errors import UsageError
+from tidescale.contracts.errors import UsageError
+from tidescale.exporters.profiles.opclass import OP_CLASSES, OpClass
+from tidescale.exporters.profiles.selftime import OpTotals
 
 TOP_N = 10
 DEFAULT_LIMITS: dict[str, float] = {"string": 0.05}

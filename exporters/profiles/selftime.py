@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
-from exporters.profiles.opclass import OP_CLASSES, OpClass
+from tidescale.exporters.profiles.opclass import OP_CLASSES, OpClass
 
 REORDER_EVENTS = 4096          # events per thread sorted together before processing
 MAX_THREADS = 4096

@@ -15,7 +15,7 @@ import re
 import zlib
 from typing import BinaryIO, Literal
 
-from exporters.errors import BadInput
+from tidescale.exporters.errors import BadInput
 
 ProfileFormat = Literal["chrome_trace", "xplane", "trtexec", "xprof_op_stats"]
 FORMATS: tuple[ProfileFormat, ...] = ("chrome_trace", "xplane", "trtexec", "xprof_op_stats")

@@ -16,12 +16,12 @@ from collections.abc import Callable, Iterator
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from exporters.cardinality import clean_label_value
-from exporters.errors import BadInput
-from exporters.profiles.ingest import parse_profile
-from exporters.profiles.report import ProfileReport
-from exporters.selfmetrics import SelfMetrics
-from tidescale import catalog
+from tidescale.contracts import catalog
+from tidescale.exporters.cardinality import clean_label_value
+from tidescale.exporters.errors import BadInput
+from tidescale.exporters.profiles.ingest import parse_profile
+from tidescale.exporters.profiles.report import ProfileReport
+from tidescale.exporters.selfmetrics import SelfMetrics
 
 DEFAULT_MAX_BYTES = 64 << 20
 DEFAULT_MAX_INFLATED_BYTES = 1 << 30  # what a gzip upload may inflate to (the rest is a bomb)

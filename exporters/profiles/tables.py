@@ -12,9 +12,9 @@ import io
 import json
 from typing import Any
 
-from exporters.errors import BadInput
-from exporters.profiles.opclass import classify_op_type
-from exporters.profiles.selftime import OpTotals
+from tidescale.exporters.errors import BadInput
+from tidescale.exporters.profiles.opclass import classify_op_type
+from tidescale.exporters.profiles.selftime import OpTotals
 
 MAX_TABLE_BYTES = 64 << 20
 

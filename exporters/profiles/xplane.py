@@ -26,9 +26,9 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from exporters.errors import BadInput
-from exporters.profiles.opclass import OpClass, classify_op_type
-from exporters.profiles.selftime import OpTotals, SelfTimeAggregator
+from tidescale.exporters.errors import BadInput
+from tidescale.exporters.profiles.opclass import OpClass, classify_op_type
+from tidescale.exporters.profiles.selftime import OpTotals, SelfTimeAggregator
 
 MAX_PLANE_BYTES = 1 << 30
 _WIRE_VARINT, _WIRE_I64, _WIRE_LEN, _WIRE_I32 = 0, 1, 2, 5

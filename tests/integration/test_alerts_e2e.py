@@ -14,21 +14,21 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from alerts import names
-from alerts.config import AlertsConfig
-from alerts.generate import rendered
-from alerts.summary import demo_summary
-from exporters.service import spawn
 from tests.unit.alerts.reviews_helpers import TOKEN as REVIEWS_TOKEN
 from tests.waiting import wait_for
-from tidescale.demo.faults import string_heavy_trace_viewer
-from tidescale.fleet.loadgen import LoadGenerator
-from tidescale.fleet.stack import FleetStack
-from tidescale.fleet.testing import running_stack
-from tidescale.ports import LOOPBACK, free_port
-from tidescale.procs import ManagedProcess
-from tidescale.promstack import AlertmanagerServer, PrometheusServer, ScrapeTarget
-from tidescale.traffic import scenario
+from tidescale.alerts import names
+from tidescale.alerts.config import AlertsConfig
+from tidescale.alerts.generate import rendered
+from tidescale.alerts.summary import demo_summary
+from tidescale.devstack.demo.faults import string_heavy_trace_viewer
+from tidescale.devstack.exporter import spawn_exporter
+from tidescale.devstack.fleet.loadgen import LoadGenerator
+from tidescale.devstack.fleet.running import running_stack
+from tidescale.devstack.fleet.stack import FleetStack
+from tidescale.devstack.ports import LOOPBACK, free_port
+from tidescale.devstack.procs import ManagedProcess
+from tidescale.devstack.promstack import AlertmanagerServer, PrometheusServer, ScrapeTarget
+from tidescale.sim.traffic import scenario
 
 pytestmark = pytest.mark.integration
 EXPORTER_TOKEN = "e2e-exporter-token"
@@ -79,7 +79,7 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
     procs: list[Any] = []
     try:
         with running_stack(work / "fleet", replicas=1, gpus_per_node=1) as stack:
-            procs.append(spawn(work, token=EXPORTER_TOKEN, port=exporter_port,
+            procs.append(spawn_exporter(work, token=EXPORTER_TOKEN, port=exporter_port,
                                env={"TIDESCALE_EXPORTER_POLL_INTERVAL_S": "1"},
                                args=[arg for url in stack.fleet.ready_urls() for arg in ("--triton", url)])[0])
             procs.append(start("reviews", [

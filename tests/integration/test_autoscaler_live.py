@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler.live import LiveAutoscaler
-from tidescale.fleet.loadgen import LoadGenerator
-from tidescale.fleet.testing import running_stack
-from tidescale.promstack import PrometheusServer, ScrapeTarget
-from tidescale.traffic import scenario
+from tidescale.devstack.fleet.loadgen import LoadGenerator
+from tidescale.devstack.fleet.running import running_stack
+from tidescale.devstack.live_autoscaler import LiveAutoscaler
+from tidescale.devstack.promstack import PrometheusServer, ScrapeTarget
+from tidescale.sim.traffic import scenario
 
 pytestmark = pytest.mark.integration
 RPS, CAPACITY = 30.0, 10.0  # a deliberately small capacity so modest load needs several replicas

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from autoscaler.service import RecommenderService, RecommenderSettings, TargetSettings, make_app
-from tidescale.ports import LOOPBACK
-from tidescale.promstack import PrometheusServer, ScrapeTarget
+from tidescale.autoscaler.service import RecommenderService, RecommenderSettings, TargetSettings, make_app
+from tidescale.devstack.ports import LOOPBACK
+from tidescale.devstack.promstack import PrometheusServer, ScrapeTarget
 
 pytestmark = pytest.mark.integration
 RATE = 430.0  # requests/s the fake Triton reports completing

@@ -21,17 +21,17 @@ import httpx
 import pytest
 import yaml
 
-from dashboards import preview
-from exporters.service import spawn
 from tests.paths import FIXTURES, REPO
-from tidescale.fleet.loadgen import LoadGenerator
-from tidescale.fleet.stack import FleetStack
-from tidescale.fleet.testing import running_stack
-from tidescale.fleet.triton import TraceSettings
-from tidescale.ports import free_port
-from tidescale.procs import ManagedProcess, stop_all
-from tidescale.promstack import PrometheusServer, ScrapeTarget
-from tidescale.traffic import scenario
+from tidescale.devstack import preview
+from tidescale.devstack.exporter import spawn_exporter
+from tidescale.devstack.fleet.loadgen import LoadGenerator
+from tidescale.devstack.fleet.running import running_stack
+from tidescale.devstack.fleet.stack import FleetStack
+from tidescale.devstack.fleet.triton import TraceSettings
+from tidescale.devstack.ports import free_port
+from tidescale.devstack.procs import ManagedProcess, stop_all
+from tidescale.devstack.promstack import PrometheusServer, ScrapeTarget
+from tidescale.sim.traffic import scenario
 
 pytestmark = pytest.mark.integration
 
@@ -89,7 +89,7 @@ def prometheus_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def _start_exporter(work: Path, port: int, stack: FleetStack) -> ManagedProcess:
     args = [arg for url in stack.fleet.ready_urls() for arg in ("--triton", url)]
     env = {"TIDESCALE_EXPORTER_TRACES_REQUIRE_TOKEN": "false", "TIDESCALE_EXPORTER_POLL_INTERVAL_S": "1"}
-    return spawn(work, token=TOKEN, port=port, env=env, args=args)[0]
+    return spawn_exporter(work, token=TOKEN, port=port, env=env, args=args)[0]
 
 
 def _start_recommender(work: Path, port: int, prometheus_url: str) -> ManagedProcess:
@@ -185,6 +185,6 @@ def test_previews_render_one_png_per_dashboard(prometheus_url: str, tmp_path: Pa
 
 
 def preview_uids() -> list[str]:
-    from dashboards.registry import build_all
+    from tidescale.dashboards.registry import build_all
 
     return list(build_all())

@@ -13,16 +13,16 @@ import httpx
 import numpy as np
 import pytest
 
-from exporters.service import spawn
 from tests.paths import FIXTURES
 from tests.waiting import wait_for
-from tidescale.fleet.fleet import TritonFleet
-from tidescale.fleet.loadgen import LoadGenerator
-from tidescale.fleet.testing import running_fleet
-from tidescale.fleet.triton import TraceSettings
-from tidescale.promql import selector
-from tidescale.promstack import PrometheusServer, ScrapeTarget
-from tidescale.traffic import scenario
+from tidescale.contracts.promql import selector
+from tidescale.devstack.exporter import spawn_exporter
+from tidescale.devstack.fleet.fleet import TritonFleet
+from tidescale.devstack.fleet.loadgen import LoadGenerator
+from tidescale.devstack.fleet.running import running_fleet
+from tidescale.devstack.fleet.triton import TraceSettings
+from tidescale.devstack.promstack import PrometheusServer, ScrapeTarget
+from tidescale.sim.traffic import scenario
 
 pytestmark = pytest.mark.integration
 TOKEN = "integration-token"
@@ -33,7 +33,7 @@ HIST = "tidescale_request_duration_seconds"
 
 @contextmanager
 def running_exporter(workdir: Path, **env: str) -> Iterator[str]:
-    proc, url = spawn(workdir, token=TOKEN, env={"TIDESCALE_EXPORTER_JOIN_TTL_S": "5", **env})
+    proc, url = spawn_exporter(workdir, token=TOKEN, env={"TIDESCALE_EXPORTER_JOIN_TTL_S": "5", **env})
     try:
         yield url
     finally:

@@ -12,13 +12,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.fleets import fleet_fixture
 from tests.paths import FIXTURES
-from tidescale.fleet.exposition import parse
-from tidescale.fleet.loadgen import LoadGenerator
-from tidescale.fleet.stack import FleetStack
-from tidescale.fleet.testing import fleet_fixture, running_fleet
-from tidescale.fleet.triton import TraceSettings
-from tidescale.traffic import scenario
+from tidescale.devstack.fleet.exposition import parse
+from tidescale.devstack.fleet.loadgen import LoadGenerator
+from tidescale.devstack.fleet.running import running_fleet
+from tidescale.devstack.fleet.stack import FleetStack
+from tidescale.devstack.fleet.triton import TraceSettings
+from tidescale.sim.traffic import scenario
 
 pytestmark = pytest.mark.integration
 REAL = FIXTURES / "triton" / "real-2.51"
@@ -153,7 +154,7 @@ def test_scale_up_down_and_crash_restart(tmp_path: Path) -> None:
 
 
 def test_snapshot_cli_prints_triton_stats() -> None:
-    out = subprocess.run([sys.executable, "-m", "tidescale.cli", "sim", "snapshot", "--what", "triton-stats",
+    out = subprocess.run([sys.executable, "-m", "tidescale.cli", "fleet", "snapshot", "--what", "triton-stats",
                           "--rps", "20", "--burst-seconds", "1"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     stats = json.loads(out.stdout)
@@ -162,7 +163,7 @@ def test_snapshot_cli_prints_triton_stats() -> None:
 
 
 def test_opentelemetry_trace_mode_posts_otlp_json(tmp_path: Path) -> None:
-    from tidescale.fleet.httpserve import LoopbackHttpServer, Response, json_response
+    from tidescale.devstack.fleet.httpserve import LoopbackHttpServer, Response, json_response
 
     bodies: list[bytes] = []
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from tests.paths import FIXTURES, REPO
-from tidescale import tools
+from tidescale.contracts import tools
 
 pytestmark = pytest.mark.integration
 
@@ -187,7 +187,7 @@ def test_dashboards_are_configmaps_with_the_generated_json(default_docs: list[di
 
 def test_hpa_and_scaledobject_match_the_autoscaler_manifests(full_docs: list[dict[str, Any]],
                                                              keda_docs: list[dict[str, Any]]) -> None:
-    from autoscaler.manifests import PreScale, Target, hpa_manifest, keda_manifest
+    from tidescale.autoscaler.manifests import PreScale, Target, hpa_manifest, keda_manifest
 
     targets = {t["deployment"]: Target(t["deployment"], "serving", t["model"], t["minReplicas"], t["maxReplicas"],
                                        prescale=tuple(PreScale(**p) for p in t.get("prescale", [])))
@@ -220,7 +220,7 @@ def test_prescale_outside_keda_mode_is_refused(tmp: Path) -> None:
 
 
 def test_legacy_tolerance_leaves_the_field_out(tmp: Path) -> None:
-    from autoscaler.manifests import Target, hpa_manifest
+    from tidescale.autoscaler.manifests import Target, hpa_manifest
 
     values = {**FULL_VALUES, "autoscaling": {**FULL_VALUES["autoscaling"], "legacyTolerance": True}}
     hpa = next(d for d in template(tmp, values) if d["kind"] == "HorizontalPodAutoscaler")
@@ -304,9 +304,9 @@ def test_commands_tokens_and_storage(default_docs: list[dict[str, Any]], full_do
 def test_the_configmap_sections_load_with_the_components_settings(full_docs: list[dict[str, Any]],
                                                                     tmp: Path) -> None:
     """The chart's `exporter:` and `recommender:` sections are accepted by the services' own settings."""
-    from autoscaler.service import RecommenderSettings
-    from exporters.settings import ExporterSettings
-    from tidescale.settings import load_settings
+    from tidescale.autoscaler.service import RecommenderSettings
+    from tidescale.contracts.settings import load_settings
+    from tidescale.exporters.settings import ExporterSettings
 
     config = next(d for d in full_docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-config"))
     path = tmp / "config.yaml"

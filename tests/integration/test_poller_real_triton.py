@@ -9,13 +9,13 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import CollectorRegistry
 
-from exporters.stats_poller import StatsPoller
-from exporters.targets import TargetSet
-from exporters.tritonstats import parse_stats
-from tidescale.fleet.fleet import TritonFleet
-from tidescale.fleet.loadgen import LoadGenerator
-from tidescale.fleet.testing import running_fleet
-from tidescale.traffic import scenario
+from tidescale.devstack.fleet.fleet import TritonFleet
+from tidescale.devstack.fleet.loadgen import LoadGenerator
+from tidescale.devstack.fleet.running import running_fleet
+from tidescale.exporters.stats_poller import StatsPoller
+from tidescale.exporters.targets import TargetSet
+from tidescale.exporters.tritonstats import parse_stats
+from tidescale.sim.traffic import scenario
 
 pytestmark = pytest.mark.integration
 

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from exporters.profiles.capture import post
-from exporters.service import spawn
 from tests.paths import FIXTURES, REPO
+from tidescale.devstack.exporter import spawn_exporter
+from tidescale.exporters.profiles.capture import post
 
 pytestmark = pytest.mark.integration
 TF = FIXTURES / "profiles" / "tensorflow"
@@ -39,7 +39,7 @@ def test_gate_fails_the_string_heavy_model_and_passes_the_fixed_one() -> None:
 
 @pytest.fixture(scope="module")
 def exporter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    proc, url = spawn(tmp_path_factory.mktemp("exp"), token=TOKEN)
+    proc, url = spawn_exporter(tmp_path_factory.mktemp("exp"), token=TOKEN)
     try:
         yield url
     finally:

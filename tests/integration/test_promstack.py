@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tidescale.promstack import AlertmanagerServer, PrometheusServer, ScrapeTarget
+from tidescale.devstack.promstack import AlertmanagerServer, PrometheusServer, ScrapeTarget
 
 pytestmark = pytest.mark.integration
 

@@ -9,12 +9,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from autoscaler.service import TargetQueries, TargetSettings
-from tidescale.fleet.exposition import parse
-from tidescale.fleet.model_repo import INPUT_NAME, ModelSpec, render_config
-from tidescale.fleet.testing import running_fleet
-from tidescale.promql import metric_names
-from tidescale.servicecurve import ServiceCurve
+from tidescale.autoscaler.service import TargetQueries, TargetSettings
+from tidescale.autoscaler.servicecurve import ServiceCurve
+from tidescale.contracts.promql import metric_names
+from tidescale.devstack.fleet.exposition import parse
+from tidescale.devstack.fleet.model_repo import INPUT_NAME, ModelSpec, render_config
+from tidescale.devstack.fleet.running import running_fleet
 
 pytestmark = pytest.mark.integration
 

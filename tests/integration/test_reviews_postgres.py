@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from alerts.reviews.service import create_app
-from alerts.reviews.settings import ReviewsSettings
 from tests.integration.test_reviews_reliability import kill_9_mid_stream
 from tests.postgres import create_database, running_postgres
 from tests.unit.alerts import test_reviews_service as behaviour
 from tests.unit.alerts.reviews_helpers import TOKEN
+from tidescale.alerts.reviews.service import create_app
+from tidescale.alerts.reviews.settings import ReviewsSettings
 
 pytestmark = pytest.mark.integration
 _names = itertools.count()

@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from tests.unit.alerts.reviews_helpers import AUTH, TOKEN, alert, payload
-from tidescale.ports import free_port
-from tidescale.procs import ManagedProcess
+from tidescale.devstack.ports import free_port
+from tidescale.devstack.procs import ManagedProcess
 
 pytestmark = pytest.mark.integration
 

@@ -1,12 +1,18 @@
-"""`tidescale bench sim` and `tidescale bench fidelity` (heavy imports stay inside the commands)."""
+"""`tidescale bench …`: every benchmark against its peers, JSON on stdout, results in docs/benchmarks/.
+
+Heavy imports stay inside the commands, so listing the group stays cheap."""
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 import typer
+
+app = typer.Typer(help="Benchmarks against the peers, JSON on stdout (results in docs/benchmarks/).",
+                  no_args_is_help=True)
 
 
 def _emit(result: dict[str, Any], as_json: bool, summary: str) -> None:
@@ -17,9 +23,7 @@ def _emit(result: dict[str, Any], as_json: bool, summary: str) -> None:
         typer.echo(summary)
 
 
-def register(bench: typer.Typer) -> None:
-    """Mount the simulator benchmarks on the `bench` group."""
-
+def _register_sim_benches(bench: typer.Typer) -> None:
     @bench.command("sim")
     def sim_command(
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
@@ -62,3 +66,100 @@ def register(bench: typer.Typer) -> None:
         if record:
             fidelity.record(result)
         _emit(result, as_json, fidelity.render(result))
+
+
+def _register_latency_benches(bench: typer.Typer) -> None:
+    @bench.command("percentiles")
+    def percentiles_command(
+        json_only: bool = typer.Option(False, "--json", help="Only the JSON result on stdout."),
+        quick: bool = typer.Option(False, "--quick", help="Fewer requests (still >= 1 M) for CI."),
+        seed: int = typer.Option(7, help="Random seed of the latency shapes."),
+    ) -> None:
+        """Quantile error of our gauges and buckets vs default buckets and averaged summaries."""
+        from tidescale.benches.percentiles import run_command
+
+        run_command(json_only=json_only, quick=quick, seed=seed)
+
+    @bench.command("ingest")
+    def ingest_command(
+        json_only: bool = typer.Option(False, "--json", help="Only the JSON result on stdout."),
+        quick: bool = typer.Option(False, "--quick", help="Fewer bodies."),
+    ) -> None:
+        """OTLP spans per second per core into the running exporter vs bare protobuf decoding."""
+        from tidescale.benches.ingest import run_command
+
+        run_command(json_only=json_only, quick=quick)
+
+
+# --- profiles and the stats poller (profiles/poller owner) -------------------------------------------
+
+
+def _register_profile_poll_benches(bench: typer.Typer) -> None:
+    @bench.command("profiles")
+    def profiles_command(
+        json_only: bool = typer.Option(False, "--json", help="Only the JSON result on stdout."),
+        quick: bool = typer.Option(False, "--quick", help="A smaller trace (still >= 200 MB)."),
+        size_mb: int = typer.Option(220, help="Size of the generated Chrome trace in MB."),
+    ) -> None:
+        """Streaming op-share parse vs json.load of a >= 200 MB Chrome trace: MB/s and peak RSS."""
+        from tidescale.benches.profiles import run_command
+
+        run_command(json_only=json_only, quick=quick, size_mb=size_mb)
+
+    @bench.command("poll")
+    def poll_command(
+        json_only: bool = typer.Option(False, "--json", help="Only the JSON result on stdout."),
+        quick: bool = typer.Option(False, "--quick", help="Fewer cycles."),
+        targets: int = typer.Option(500, help="Triton targets polled per cycle."),
+    ) -> None:
+        """Wall and CPU seconds per poll cycle over >= 500 targets x 10 models."""
+        from tidescale.benches.poll import run_command
+
+        run_command(json_only=json_only, quick=quick, targets=targets)
+
+
+def _register_autoscale_bench(bench: typer.Typer) -> None:
+
+    @bench.command("autoscale")
+    def bench_autoscale(
+        json_only: bool = typer.Option(False, "--json", help="Only the JSON result on stdout."),
+        quick: bool = typer.Option(False, "--quick", help="20-minute scenarios instead of an hour."),
+        scenario: list[str] = typer.Option([], "--scenario", help="Scenario name (repeatable); default all."),
+        policy: list[str] = typer.Option([], "--policy", help="Policy name (repeatable); default all."),
+        trace: Path | None = typer.Option(None, "--trace", help="CSV whose first column is a timestamp."),
+        target_rps: float | None = typer.Option(None, "--target-rps", help="Mean rate the trace is rescaled to."),
+        slo_p99: float = typer.Option(0.5, "--slo-p99", help="Latency SLO, P99 seconds."),
+        seed: int = typer.Option(0, "--seed"),
+        queue_timeout: float | None = typer.Option(
+            None, "--queue-timeout", help="Seconds a request may wait in a replica's queue before Triton rejects "
+            "it (default_queue_policy REJECT), for every policy; recorded as autoscale-queue-timeout.md."),
+        headroom: float = typer.Option(1.0, "--headroom", help="tidescale's standing headroom (x the load)."),
+        headroom_sweep: list[float] = typer.Option(
+            [], "--headroom-sweep", help="Also run tidescale at this headroom on surge scenarios (repeatable)."),
+        write: bool = typer.Option(True, "--write/--no-write", help="Record docs/benchmarks/autoscale.md + PNG."),
+    ) -> None:
+        """Closed-loop autoscaling: tidescale vs HPA CPU/GPU, Triton queue time, KEDA, KPA, Ray Serve, oracle."""
+        from rich.console import Console
+
+        from tidescale.benches.autoscale import report as benchreport
+        from tidescale.benches.autoscale.policies import ALL_POLICIES
+
+        opts = benchreport.BenchOptions(scenario or None, tuple(policy) or ALL_POLICIES, quick, seed, slo_p99,
+                                        trace, target_rps, queue_timeout_s=queue_timeout, headroom=headroom,
+                                        headroom_sweep=tuple(headroom_sweep))
+        err = Console(stderr=True)
+        with err.status("autoscale benchmark") as status:
+            doc, runs = benchreport.run(opts, progress=lambda m: status.update(m))
+        if write:
+            doc_path, png_path = opts.paths
+            benchreport.write(doc, runs, doc_path, png_path)
+            err.print(f"wrote {doc_path} and {png_path}")
+        if json_only:
+            sys.stdout.write(json.dumps(doc) + "\n")
+        else:
+            typer.echo(benchreport.markdown(doc))
+
+
+for _register in (_register_sim_benches, _register_latency_benches, _register_profile_poll_benches,
+                  _register_autoscale_bench):
+    _register(app)

@@ -22,13 +22,13 @@ from typing import Any
 
 import numpy as np
 
+from tidescale.autoscaler.servicecurve import ServiceCurve
 from tidescale.benches import compare, published
 from tidescale.benches.leanclient import LeanClient
 from tidescale.benches.report import BENCH_DIR, markdown_table, write_page
 from tidescale.benches.tracefile import TracedRequests, read_trace
-from tidescale.errors import UsageError
-from tidescale.fastsim import BatcherConfig, FleetSim
-from tidescale.servicecurve import ServiceCurve
+from tidescale.contracts.errors import UsageError
+from tidescale.sim import BatcherConfig, FleetSim
 
 MODEL = "fidelity"
 CURVE_SCALE = 3.0  # V100 curve x3: capacity ~127 req/s, so 120 % load is ~150 req/s on this CPU
@@ -103,10 +103,10 @@ def run_real(arrivals: np.ndarray, workdir: Path, log: Log, client: str = "lean"
     """
     import httpx
 
-    from tidescale.fleet.loadgen import infer_body
-    from tidescale.fleet.model_repo import ModelSpec
-    from tidescale.fleet.testing import running_fleet
-    from tidescale.fleet.triton import TraceSettings
+    from tidescale.devstack.fleet.loadgen import infer_body
+    from tidescale.devstack.fleet.model_repo import ModelSpec
+    from tidescale.devstack.fleet.running import running_fleet
+    from tidescale.devstack.fleet.triton import TraceSettings
 
     if client not in CLIENTS:
         raise UsageError(f"unknown client {client!r}; choose one of {', '.join(CLIENTS)}")
@@ -140,8 +140,8 @@ def run_real(arrivals: np.ndarray, workdir: Path, log: Log, client: str = "lean"
 
 
 def _play_loadgen(arrivals: np.ndarray, endpoints: Callable[[], list[str]]) -> tuple[np.ndarray, int]:
-    from tidescale.fleet.loadgen import LoadGenerator
-    from tidescale.traffic import Scenario
+    from tidescale.devstack.fleet.loadgen import LoadGenerator
+    from tidescale.sim.traffic import Scenario
 
     duration = float(arrivals[-1]) + 1e-6
     gen = LoadGenerator(Scenario("fidelity", duration, lambda t: 0.0, timestamps=arrivals),

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from tidescale.errors import TidescaleError
+from tidescale.contracts.errors import TidescaleError
 
 MAX_HEADER_BYTES = 64 * 1024
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from tidescale.errors import UsageError
+from tidescale.contracts.errors import UsageError
 
 NEEDED = ("REQUEST_START", "QUEUE_START", "COMPUTE_START", "REQUEST_END")
 MAX_TRACE_BYTES = 256 << 20

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from alerts import tooling
-from alerts.alertmanager import MODEL_REVIEWS, NULL, PAGER, TICKETS, WATCHDOG
 from tests.paths import REPO
+from tidescale.alerts import tooling
+from tidescale.alerts.alertmanager import MODEL_REVIEWS, NULL, PAGER, TICKETS, WATCHDOG
 
 
 def config() -> dict:

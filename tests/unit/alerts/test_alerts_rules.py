@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from alerts import names, tooling
-from alerts.alerting import alert_names
-from alerts.config import DEFAULT_SLO_THRESHOLDS_S, AlertsConfig, default_config, le_value
-from alerts.generate import ALERTING, RECORDING, artifacts, rendered
 from tests.paths import REPO
+from tidescale.alerts import names, tooling
+from tidescale.alerts.alerting import alert_names
+from tidescale.alerts.config import DEFAULT_SLO_THRESHOLDS_S, AlertsConfig, default_config, le_value
+from tidescale.alerts.generate import ALERTING, RECORDING, artifacts, rendered
 
 SEVERITIES = {"critical", "warning", "info", "none"}
 

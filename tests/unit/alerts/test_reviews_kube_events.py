@@ -8,10 +8,10 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from alerts.reviews.kube_events import KubeEventPoster, deployment_of, event_body
-from alerts.reviews.service import create_app
-from alerts.reviews.settings import ReviewsSettings
 from tests.unit.alerts.reviews_helpers import AUTH, TOKEN, alert, payload
+from tidescale.alerts.reviews.kube_events import KubeEventPoster, deployment_of, event_body
+from tidescale.alerts.reviews.service import create_app
+from tidescale.alerts.reviews.settings import ReviewsSettings
 
 
 class FakeEvents:

@@ -12,12 +12,12 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from alerts.reviews import service as service_mod
-from alerts.reviews.profiles import fetch_profile
-from alerts.reviews.service import create_app
-from alerts.reviews.settings import ReviewsSettings
 from tests.unit.alerts.reviews_helpers import AUTH, TOKEN, alert, payload
-from tidescale.errors import UsageError
+from tidescale.alerts.reviews import service as service_mod
+from tidescale.alerts.reviews.profiles import fetch_profile
+from tidescale.alerts.reviews.service import create_app
+from tidescale.alerts.reviews.settings import ReviewsSettings
+from tidescale.contracts.errors import UsageError
 
 
 def make_client(tmp_path: Path, **overrides: Any) -> TestClient:

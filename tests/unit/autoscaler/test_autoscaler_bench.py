@@ -7,15 +7,22 @@ import dataclasses
 import numpy as np
 import pytest
 
-from autoscaler import bench
-from autoscaler import policies as pol
-from autoscaler.closedloop import RunResult, SimParams, recovery_seconds, replica_hours, score, window_p99
-from autoscaler.live import LiveAutoscaler
 from tidescale import cli
-from tidescale.fastsim import BatcherConfig
-from tidescale.servicecurve import ServiceCurve
-from tidescale.traffic import scenario
-from tidescale.traffic import surge as surge_scenario
+from tidescale.autoscaler.servicecurve import ServiceCurve
+from tidescale.benches.autoscale import policies as pol
+from tidescale.benches.autoscale import scenarios as bench
+from tidescale.benches.autoscale.closedloop import (
+    RunResult,
+    SimParams,
+    recovery_seconds,
+    replica_hours,
+    score,
+    window_p99,
+)
+from tidescale.devstack.live_autoscaler import LiveAutoscaler
+from tidescale.sim import BatcherConfig
+from tidescale.sim.traffic import scenario
+from tidescale.sim.traffic import surge as surge_scenario
 
 CURVE, CFG = ServiceCurve.v100(), BatcherConfig()
 
@@ -179,7 +186,7 @@ def test_live_autoscaler_scales_the_fleet_and_reports_status() -> None:
 
 
 def test_report_records_the_bound_and_where_a_queue_timeout_run_goes() -> None:
-    from autoscaler import benchreport
+    from tidescale.benches.autoscale import report as benchreport
 
     opts = benchreport.BenchOptions(["surge-3x"], ("oracle",), quick=True)
     doc, _runs = benchreport.run(opts)

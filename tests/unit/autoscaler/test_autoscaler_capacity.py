@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoscaler.capacity import capacity_at_slo, curve_capacity, load_capacity, parse_profile
-from tidescale.errors import UsageError
-from tidescale.servicecurve import ServiceCurve
+from tidescale.autoscaler.capacity import capacity_at_slo, curve_capacity, load_capacity, parse_profile
+from tidescale.autoscaler.servicecurve import ServiceCurve
+from tidescale.contracts.errors import UsageError
 
 # The column layout perf_analyzer -f writes (latencies in µs).
 PROFILE = """Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,Server Compute Input,\

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoscaler.hpa import (
+from tidescale.autoscaler.hpa import (
     Behavior,
     HpaEmulator,
     HpaSpec,
@@ -21,9 +21,9 @@ from autoscaler.hpa import (
     replica_count_for,
     usage_ratio_replicas,
 )
-from autoscaler.manifests import Target, tidescale_hpa_spec
-from autoscaler.recommend import reachable_under_tolerance
-from tidescale.errors import UsageError
+from tidescale.autoscaler.manifests import Target, tidescale_hpa_spec
+from tidescale.autoscaler.recommend import reachable_under_tolerance
+from tidescale.contracts.errors import UsageError
 
 DESIRED = "tidescale_desired_replicas"
 EXT_AVG1 = MetricSpec("External", DESIRED, "AverageValue", 1.0)

@@ -13,9 +13,11 @@ import yaml
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from alerts import names
-from autoscaler import adapter, generate
-from autoscaler.manifests import (
+from tests.paths import FIXTURES, REPO
+from tidescale import cli
+from tidescale.alerts import names
+from tidescale.autoscaler import adapter, generate
+from tidescale.autoscaler.manifests import (
     PreScale,
     Target,
     hpa_manifest,
@@ -24,10 +26,9 @@ from autoscaler.manifests import (
     render,
     tidescale_hpa_spec,
 )
-from tests.paths import FIXTURES, REPO
-from tidescale import catalog, cli
-from tidescale.errors import UsageError
-from tidescale.promql import metric_names, substitute_templates
+from tidescale.contracts import catalog
+from tidescale.contracts.errors import UsageError
+from tidescale.contracts.promql import metric_names, substitute_templates
 
 TARGET = Target("triton-resnet", "ml-serving", "resnet50", 2, 30, 0.25)
 
@@ -41,7 +42,7 @@ def keda_schema() -> dict[str, Any]:
 def test_hpa_takes_a_flash_crowd_in_one_sync() -> None:
     """The recommender already looked ahead: a 10x step in its answer reaches the Deployment in one
     15 s sync, not over several (the scale-up policy allows 11x or +8 pods)."""
-    from autoscaler.hpa import HpaEmulator, Pod
+    from tidescale.autoscaler.hpa import HpaEmulator, Pod
 
     target = Target("triton", "ml", "m", 1, 100)
     hpa = HpaEmulator(tidescale_hpa_spec(target), 3)

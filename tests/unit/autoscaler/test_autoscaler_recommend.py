@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoscaler.recommend import (
+from tidescale.autoscaler.recommend import (
     Observation,
     Recommender,
     RecommenderConfig,
@@ -18,7 +18,7 @@ from autoscaler.recommend import (
     replicas_for,
     trend_slope,
 )
-from tidescale.errors import UsageError
+from tidescale.contracts.errors import UsageError
 
 CAP = 100.0
 

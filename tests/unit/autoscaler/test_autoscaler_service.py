@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from autoscaler.service import (
+from tidescale.autoscaler.service import (
     PromClient,
     PrometheusUnavailable,
     RecommenderService,
@@ -22,8 +22,8 @@ from autoscaler.service import (
     TargetSettings,
     make_app,
 )
-from tidescale.errors import UsageError
-from tidescale.settings import load_settings
+from tidescale.contracts.errors import UsageError
+from tidescale.contracts.settings import load_settings
 
 
 class FakeProm:

@@ -39,7 +39,7 @@ def test_preview_rejects_bad_input_with_exit_2(tmp_path: Path, capsys: pytest.Ca
 
 
 def test_preview_without_prometheus_is_a_runtime_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from tidescale.ports import free_port
+    from tidescale.devstack.ports import free_port
 
     with pytest.raises(SystemExit) as exit_info:
         main(["dashboards", "preview", "--prometheus", f"http://127.0.0.1:{free_port()}", "--out", str(tmp_path)])

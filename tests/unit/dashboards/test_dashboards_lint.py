@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from dashboards import lint
-from dashboards.generate import CHART_DIR, JSON_DIR, artifacts
-from dashboards.registry import build_all
 from tests.paths import REPO
+from tidescale.dashboards import lint
+from tidescale.dashboards.generate import CHART_DIR, JSON_DIR, artifacts
+from tidescale.dashboards.registry import build_all
 
 UIDS = ["tidescale-fleet", "tidescale-model", "tidescale-gpu", "tidescale-autoscaling", "tidescale-profiler"]
 
@@ -131,7 +131,7 @@ def test_rate_in_an_aggregation_inside_a_binary_expression_is_fine() -> None:
 def test_every_query_parses_with_promql_parser(boards: dict[str, dict[str, Any]]) -> None:
     import promql_parser
 
-    from tidescale.promql import substitute_templates
+    from tidescale.contracts.promql import substitute_templates
 
     exprs = [expr for board in boards.values() for _, expr in lint.targets(board)]
     assert len(exprs) > 40
@@ -180,7 +180,7 @@ def test_the_issue_panels_exist(boards: dict[str, dict[str, Any]]) -> None:
 
 
 def test_op_share_panel_draws_the_review_threshold(boards: dict[str, dict[str, Any]]) -> None:
-    from alerts.config import default_config
+    from tidescale.alerts.config import default_config
 
     panel = next(p for p in lint.panels(boards["tidescale-model"]) if p["title"] == "Op-time share by op class")
     steps = [s["value"] for s in panel["fieldConfig"]["defaults"]["thresholds"]["steps"]]
@@ -190,7 +190,7 @@ def test_op_share_panel_draws_the_review_threshold(boards: dict[str, dict[str, A
 def test_stage_labels_are_the_exporters_stages(boards: dict[str, dict[str, Any]]) -> None:
     import re
 
-    from exporters.latency import STAGES
+    from tidescale.exporters.latency import STAGES
 
     used = {m for board in boards.values() for _, expr in lint.targets(board)
             for m in re.findall(r'stage="([^"]+)"', expr)}

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dashboards import preview
-from dashboards.registry import build_all
-from tidescale.errors import TidescaleError, UsageError
+from tidescale.contracts.errors import TidescaleError, UsageError
+from tidescale.dashboards.registry import build_all
+from tidescale.devstack import preview
 
 END = 1_700_000_000.0
 

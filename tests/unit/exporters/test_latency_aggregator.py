@@ -5,9 +5,9 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporters.cardinality import clean_label_value
-from exporters.latency import LatencyAggregator, StageSample, log_buckets
-from exporters.selfmetrics import SelfMetrics
+from tidescale.exporters.cardinality import clean_label_value
+from tidescale.exporters.latency import LatencyAggregator, StageSample, log_buckets
+from tidescale.exporters.selfmetrics import SelfMetrics
 
 
 def exposition(agg: LatencyAggregator) -> dict[str, list[tuple[dict[str, str], float]]]:

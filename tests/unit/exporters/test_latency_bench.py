@@ -6,7 +6,7 @@ import numpy as np
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporters.benches.percentiles import (
+from tidescale.benches.percentiles import (
     PROM_DEFAULT_BUCKETS,
     QUANTILES,
     _PodPage,
@@ -15,7 +15,7 @@ from exporters.benches.percentiles import (
     relative_errors,
     workload,
 )
-from exporters.latency import log_buckets
+from tidescale.exporters.latency import log_buckets
 
 
 def test_workload_has_the_advertised_shapes() -> None:
@@ -51,7 +51,7 @@ def test_pod_page_exposes_histogram_and_triton_style_summary() -> None:
 
 
 def test_markdown_reports_every_method(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    import exporters.benches.percentiles as bench
+    import tidescale.benches.percentiles as bench
 
     monkeypatch.setattr(bench, "RESULT_PNG", tmp_path / "p.png")
     errs = {"p50": 0.01, "p95": 0.02, "p99": None}

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporters.latency import BucketHistogram, DDSketch, SlidingSketch, log_buckets
+from tidescale.exporters.latency import BucketHistogram, DDSketch, SlidingSketch, log_buckets
 
 ALPHA = 0.005
 # 8 decades: within the 2048 dense bins at α = 0.5 %, so no collapse happens here.

@@ -10,9 +10,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporters.errors import BadInput
-from exporters.otlp import SpanJoiner, decode_json, decode_protobuf, decode_traces, decompress, encode_protobuf
 from tests.paths import FIXTURES
+from tidescale.exporters.errors import BadInput
+from tidescale.exporters.otlp import (
+    SpanJoiner,
+    decode_json,
+    decode_protobuf,
+    decode_traces,
+    decompress,
+    encode_protobuf,
+)
 
 OTLP = FIXTURES / "triton" / "real-2.51" / "otlp"
 BODIES = sorted(OTLP.glob("*.json"))
@@ -175,7 +182,7 @@ def test_fuzz_mutated_real_protobuf(position: int, junk: bytes) -> None:
 def test_json_encoder_round_trips_and_gc_is_restored() -> None:
     import gc
 
-    from exporters.otlp import encode_json
+    from tidescale.exporters.otlp import encode_json
 
     spans = decode_json(BODIES[2].read_bytes())
     assert decode_json(encode_json(spans)) == spans
@@ -213,7 +220,7 @@ def test_ensemble_children_are_attributed_to_their_own_model() -> None:
 
 
 def test_protobuf_ids_of_the_wrong_size_are_dropped() -> None:
-    from exporters.otlp import Span
+    from tidescale.exporters.otlp import Span
 
     drops: Counter[str] = Counter()
     bad = Span(b"\x01" * 15, b"\x02" * 8, b"", "m", "m", "1", "", {"REQUEST_START": 0, "REQUEST_END": 5})

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporters.errors import BadInput
-from exporters.profiles.ingest import parse_profile
 from tests.paths import FIXTURES
+from tidescale.exporters.errors import BadInput
+from tidescale.exporters.profiles.ingest import parse_profile
 
 TF = FIXTURES / "profiles" / "tensorflow"
 XPLANE = (TF / "ctr_int_ids.xplane.pb").read_bytes()
@@ -127,7 +127,7 @@ def test_stream_is_read_not_loaded() -> None:
 
 def test_a_corrupt_spot_does_not_slow_the_rest(monkeypatch: pytest.MonkeyPatch) -> None:
     """After one window with an undecodable batch, batching resumes (no quadratic slow path)."""
-    from exporters.profiles import chrome
+    from tidescale.exporters.profiles import chrome
 
     calls = {"batch": 0, "value": 0}
     real_batch, real_value = chrome._batch, chrome._TextWindow.value

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from exporters.profiles.ingest import combined_report, parse_profile
 from tests.paths import FIXTURES
 from tidescale.cli import app
+from tidescale.exporters.profiles.ingest import combined_report, parse_profile
 
 TF = FIXTURES / "profiles" / "tensorflow"
 TORCH = FIXTURES / "profiles" / "pytorch"
@@ -104,14 +104,14 @@ def test_gate_limits_are_configurable() -> None:
 @pytest.mark.parametrize("args", [["--max-share", "strings=0.1"], ["--max-share", "string=abc"],
                                   ["--max-share", "string=1.5"], ["--max-share", "string"]])
 def test_gate_rejects_bad_limits(args: list[str]) -> None:
-    from tidescale.errors import UsageError
+    from tidescale.contracts.errors import UsageError
 
     result = runner.invoke(app, ["profile", "report", *args, str(TF / "ctr_int_ids.xplane.pb")])
     assert isinstance(result.exception, UsageError)
 
 
 def test_gate_rejects_missing_and_garbage_files(tmp_path: Path) -> None:
-    from tidescale.errors import UsageError
+    from tidescale.contracts.errors import UsageError
 
     assert isinstance(runner.invoke(app, ["profile", "report", str(tmp_path / "nope.json")]).exception, UsageError)
     junk = tmp_path / "junk.json"

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporters.profiles import chrome
-from exporters.profiles.chrome import chrome_op_totals, iter_trace_events
-from exporters.profiles.opclass import classify_name, classify_op_type
-from exporters.profiles.selftime import SelfTimeAggregator
-from exporters.profiles.sources import open_profile
+from tidescale.exporters.profiles import chrome
+from tidescale.exporters.profiles.chrome import chrome_op_totals, iter_trace_events
+from tidescale.exporters.profiles.opclass import classify_name, classify_op_type
+from tidescale.exporters.profiles.selftime import SelfTimeAggregator
+from tidescale.exporters.profiles.sources import open_profile
 
 A = ("A", "compute")
 B = ("B", "string")

@@ -7,10 +7,10 @@ import gzip
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporters.errors import BadInput
-from exporters.profiles.store import ProfileStore
-from exporters.selfmetrics import SelfMetrics
 from tests.paths import FIXTURES
+from tidescale.exporters.errors import BadInput
+from tidescale.exporters.profiles.store import ProfileStore
+from tidescale.exporters.selfmetrics import SelfMetrics
 
 TF = FIXTURES / "profiles" / "tensorflow"
 STRING_OPS = (TF / "ctr_string_ops.xplane.pb").read_bytes()

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporters.profiles.capture import capture, check_target, parse_duration_ms
-from exporters.profiles.ingest import parse_profile
-from exporters.profiles.xplane import op_of_host_event
-from tidescale.errors import MissingToolError, UsageError
+from tidescale.contracts.errors import MissingToolError, UsageError
+from tidescale.exporters.profiles.capture import capture, check_target, parse_duration_ms
+from tidescale.exporters.profiles.ingest import parse_profile
+from tidescale.exporters.profiles.xplane import op_of_host_event
 
 
 def varint(n: int) -> bytes:
@@ -103,7 +103,7 @@ def test_capture_without_xprof_names_the_fix(tmp_path, monkeypatch: pytest.Monke
 @settings(max_examples=200, deadline=None)
 @given(st.text(max_size=20))
 def test_fuzz_duration_and_limit_parsing(text: str) -> None:
-    from exporters.profiles.report import parse_limits
+    from tidescale.exporters.profiles.report import parse_limits
 
     for parse in (parse_duration_ms, lambda t: parse_limits([t])):
         with contextlib.suppress(UsageError):

@@ -10,9 +10,9 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporters.service import create_app
-from exporters.settings import ExporterSettings
 from tests.paths import FIXTURES
+from tidescale.exporters.service import create_app
+from tidescale.exporters.settings import ExporterSettings
 
 TOKEN = "s3cret-token"
 AUTH = {"authorization": f"Bearer {TOKEN}"}
@@ -133,7 +133,7 @@ def test_ten_thousand_model_names_stay_under_the_series_cap() -> None:
 def test_protobuf_answer_is_protobuf(client: TestClient) -> None:
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-    from exporters.otlp import decode_json, encode_protobuf
+    from tidescale.exporters.otlp import decode_json, encode_protobuf
 
     body = encode_protobuf(decode_json(BODIES[1].read_bytes()))
     r = client.post("/v1/traces", content=body, headers={**AUTH, "content-type": "application/x-protobuf"})

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporters.errors import BadInput
-from exporters.tritonstats import (
+from tests.paths import FIXTURES
+from tidescale.exporters.errors import BadInput
+from tidescale.exporters.tritonstats import (
     Duration,
     ModelStats,
     batch_deltas,
@@ -19,7 +20,6 @@ from exporters.tritonstats import (
     parse_stats,
     queue_depth_estimate,
 )
-from tests.paths import FIXTURES
 
 TRITON = FIXTURES / "triton"
 

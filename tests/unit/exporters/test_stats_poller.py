@@ -11,11 +11,11 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporters.benches.poll import FakeTriton, synthetic_stats
-from exporters.stats_poller import StatsPoller
-from exporters.targets import Target, TargetSet
-from exporters.tritonstats import parse_stats
-from tidescale.ports import free_port
+from tidescale.benches.poll import FakeTriton, synthetic_stats
+from tidescale.devstack.ports import free_port
+from tidescale.exporters.stats_poller import StatsPoller
+from tidescale.exporters.targets import Target, TargetSet
+from tidescale.exporters.tritonstats import parse_stats
 
 BATCHER = parse_stats(synthetic_stats(1, 0))[0]
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporters.targets import Target, TargetSet, normalize_url, pod_target
-from tidescale.errors import UsageError
+from tidescale.contracts.errors import UsageError
+from tidescale.exporters.targets import Target, TargetSet, normalize_url, pod_target
 
 
 def pod(name: str, ip: str | None = "10.0.0.1", phase: str = "Running", ready: str = "True",

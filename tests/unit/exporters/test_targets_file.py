@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporters.targets import Target, TargetSet, parse_targets_file
-from tidescale.errors import UsageError
+from tidescale.contracts.errors import UsageError
+from tidescale.exporters.targets import Target, TargetSet, parse_targets_file
 
 
 def write(path: Path, groups: object, mtime: float) -> None:

@@ -14,8 +14,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from exporters.targets import Target, TargetSet
 from tests.waiting import wait_for
+from tidescale.exporters.targets import Target, TargetSet
 
 NS = "serving"
 

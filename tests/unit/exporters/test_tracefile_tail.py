@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporters.tracefile import JsonArrayStream, TraceEntries, TraceFileTailer
 from tests.paths import FIXTURES
+from tidescale.exporters.tracefile import JsonArrayStream, TraceEntries, TraceFileTailer
 
 REAL = FIXTURES / "triton" / "real-2.51" / "trace_triton.json"
 ROTATED = FIXTURES / "profiles" / "triton" / "trace_timestamps.json.0"

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from tests.paths import FIXTURES
 from tidescale.benches import compare, fidelity, published, sim
 from tidescale.benches.tracefile import parse_trace
-from tidescale.errors import UsageError
+from tidescale.contracts.errors import UsageError
 
 REAL_TRACE = FIXTURES / "triton" / "real-2.51" / "trace_triton.json"
 PROFILE_TRACE = FIXTURES / "profiles" / "triton" / "trace_timestamps.json.0"

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidescale.errors import UsageError
-from tidescale.fastsim import BatcherConfig, FleetSim, MetricsLag, ScrapedSeries, prom_rate
-from tidescale.servicecurve import ServiceCurve
+from tidescale.autoscaler.servicecurve import ServiceCurve
+from tidescale.contracts.errors import UsageError
+from tidescale.sim import BatcherConfig, FleetSim, MetricsLag, ScrapedSeries, prom_rate
 
 
 def test_rate_of_a_linear_counter_is_its_slope() -> None:

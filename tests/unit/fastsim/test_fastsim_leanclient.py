@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidescale.benches.leanclient import LeanClient, build_request, content_length, status_code
-from tidescale.errors import TidescaleError
+from tidescale.contracts.errors import TidescaleError
 
 
 def test_response_header_parsing() -> None:

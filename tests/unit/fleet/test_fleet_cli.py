@@ -1,4 +1,4 @@
-"""`tidescale sim` input handling: bad scenario, malformed trace CSV, model mix (exit 2, no traceback)."""
+"""`tidescale fleet` input handling: bad scenario, malformed trace CSV, model mix (exit 2, no traceback)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidescale.errors import UsageError
-from tidescale.fleet_cli import build_scenario, parse_model_mix
+from tidescale.contracts.errors import UsageError
+from tidescale.devstack.fleet.cli import build_scenario, parse_model_mix
 
 
 @dataclass
@@ -22,12 +22,12 @@ class Outcome:
 
 @pytest.fixture
 def run(capsys: pytest.CaptureFixture[str]) -> Callable[..., Outcome]:
-    """`tidescale sim ...` in process (the same `main` the console script calls)."""
+    """`tidescale fleet ...` in process (the same `main` the console script calls)."""
     from tidescale.cli import main
 
     def _run(*args: str) -> Outcome:
         with pytest.raises(SystemExit) as exit_info:
-            main(["sim", *args])
+            main(["fleet", *args])
         code = exit_info.value.code
         return Outcome(code if isinstance(code, int) else 1, capsys.readouterr().err)
 
@@ -69,30 +69,30 @@ def test_replayed_trace_is_cut_to_the_duration(tmp_path: Path) -> None:
     assert 15 <= len(sc.arrivals()) <= 21
 
 
-def test_sim_settings_precedence_and_validation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tidescale.fleet.settings import SimSettings
-    from tidescale.settings import load_settings
+def test_fleet_settings_precedence_and_validation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tidescale.contracts.settings import load_settings
+    from tidescale.devstack.fleet.settings import FleetSettings
 
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("sim:\n  replicas: 3\n  cold_start: 5\n  trace_mode: opentelemetry\n")
-    monkeypatch.setenv("TIDESCALE_SIM_COLD_START", "7")
-    s = load_settings(SimSettings, cfg, replicas=4, cold_start=None)
+    cfg.write_text("fleet:\n  replicas: 3\n  cold_start: 5\n  trace_mode: opentelemetry\n")
+    monkeypatch.setenv("TIDESCALE_FLEET_COLD_START", "7")
+    s = load_settings(FleetSettings, cfg, replicas=4, cold_start=None)
     assert (s.replicas, s.cold_start) == (4, 7.0)  # flag > env > file
     trace = s.trace()
     assert trace is not None and trace.mode == "opentelemetry"
-    assert load_settings(SimSettings).trace() is None
-    for bad in ("sim:\n  replicas: 65\n", "sim:\n  namespace: Bad_NS\n", "sim:\n  trace_mode: zipkin\n",
-                "sim:\n  otlp_url: ftp://x\n"):
+    assert load_settings(FleetSettings).trace() is None
+    for bad in ("fleet:\n  replicas: 65\n", "fleet:\n  namespace: Bad_NS\n", "fleet:\n  trace_mode: zipkin\n",
+                "fleet:\n  otlp_url: ftp://x\n"):
         cfg.write_text(bad)
-        with pytest.raises(UsageError, match="invalid sim"):
-            load_settings(SimSettings, cfg)
+        with pytest.raises(UsageError, match="invalid fleet"):
+            load_settings(FleetSettings, cfg)
 
 
 def test_bad_config_file_exits_2(tmp_path: Path, run: Callable[..., Outcome]) -> None:
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("sim:\n  duration: -3\n")
+    cfg.write_text("fleet:\n  duration: -3\n")
     out = run("run", "--config", str(cfg))
-    assert out.returncode == 2 and "sim.duration" in out.stderr
+    assert out.returncode == 2 and "fleet.duration" in out.stderr
 
 
 @settings(max_examples=150, deadline=None)

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.paths import FIXTURES
-from tidescale.fleet.exposition import ExpositionError, parse, render_family, render_sample
+from tidescale.devstack.fleet.exposition import ExpositionError, parse, render_family, render_sample
 
 
 @pytest.mark.parametrize("path", [

@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.paths import FIXTURES
-from tidescale import catalog
-from tidescale.errors import UsageError
-from tidescale.fleet.exposition import parse
-from tidescale.fleet.gpus import (
+from tidescale.contracts import catalog
+from tidescale.contracts.errors import UsageError
+from tidescale.devstack.fleet.exposition import parse
+from tidescale.devstack.fleet.gpus import (
     CLOCKS_GPU_IDLE,
     CLOCKS_HW_SLOWDOWN,
     FIELDS,
@@ -26,7 +26,7 @@ from tidescale.fleet.gpus import (
     derive_readings,
     parse_fault_request,
 )
-from tidescale.fleet.nodes import place
+from tidescale.devstack.fleet.nodes import place
 
 A100 = FIXTURES / "dcgm" / "metrics_grid_a100_vgpu_dcgm_exporter_4.x.txt"
 H100 = FIXTURES / "dcgm" / "metrics_h100_eks_gpu_operator_pod_mapped_excerpt.txt"

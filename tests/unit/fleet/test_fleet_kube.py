@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
-from tidescale import catalog
-from tidescale.errors import UsageError
-from tidescale.fleet.exposition import parse
-from tidescale.fleet.kube import HpaStatus, KubeStateMetricsServer, pod_uid, render_kube_state
+from tidescale.contracts import catalog
+from tidescale.contracts.errors import UsageError
+from tidescale.devstack.fleet.exposition import parse
+from tidescale.devstack.fleet.kube import HpaStatus, KubeStateMetricsServer, pod_uid, render_kube_state
 
 
 @dataclass

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from tidescale.errors import UsageError
-from tidescale.fleet.httpserve import LoopbackHttpServer, Response, json_response
-from tidescale.fleet.loadgen import (
+from tidescale.contracts.errors import UsageError
+from tidescale.devstack.fleet.httpserve import LoopbackHttpServer, Response, json_response
+from tidescale.devstack.fleet.loadgen import (
     STATUS_DROPPED,
     STATUS_NO_ENDPOINT,
     LoadGenerator,
@@ -20,7 +20,7 @@ from tidescale.fleet.loadgen import (
     normalize_mix,
     summarize,
 )
-from tidescale.traffic import Scenario
+from tidescale.sim.traffic import Scenario
 
 
 def fixed_arrivals(times: list[float]) -> Scenario:

@@ -12,8 +12,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tidescale.errors import UsageError
-from tidescale.fleet.model_repo import (
+from tidescale.autoscaler.servicecurve import ServiceCurve
+from tidescale.contracts.errors import UsageError
+from tidescale.devstack.fleet.model_repo import (
     DEFAULT_MODELS,
     MODEL_PY,
     SLOWDOWN_ENV,
@@ -23,7 +24,6 @@ from tidescale.fleet.model_repo import (
     with_load_seconds,
     write_model_repository,
 )
-from tidescale.servicecurve import ServiceCurve
 
 
 def test_default_models_have_stable_names_and_distinct_speeds() -> None:

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from tidescale.errors import UsageError
-from tidescale.fleet.fleet import SUFFIX_ALPHABET, PodNamer, TritonFleet, crash_from, template_hash
-from tidescale.fleet.model_repo import DEFAULT_MODELS, with_load_seconds, write_model_repository
-from tidescale.fleet.triton import ReplicaPorts, TraceSettings, TritonReplica
-from tidescale.procs import ManagedProcess
-from tidescale.tools import TritonInstall
+from tidescale.contracts.errors import UsageError
+from tidescale.contracts.tools import TritonInstall
+from tidescale.devstack.fleet.fleet import SUFFIX_ALPHABET, PodNamer, TritonFleet, crash_from, template_hash
+from tidescale.devstack.fleet.model_repo import DEFAULT_MODELS, with_load_seconds, write_model_repository
+from tidescale.devstack.fleet.triton import ReplicaPorts, TraceSettings, TritonReplica
+from tidescale.devstack.procs import ManagedProcess
 
 
 def test_pod_names_look_like_a_deployments_and_are_reproducible() -> None:

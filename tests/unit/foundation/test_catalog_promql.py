@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from tests.paths import REPO
-from tidescale import catalog
-from tidescale.promql import metric_names
+from tidescale.contracts import catalog
+from tidescale.contracts.promql import metric_names
 
 PROMQL_KEYS = {"expr", "query", "seriesQuery", "metricsQuery"}
 

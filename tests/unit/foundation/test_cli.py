@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-GROUPS = ["demo", "sim", "exporter", "profile", "autoscale", "reviews", "dashboards", "bench"]
+GROUPS = ["demo", "fleet", "exporter", "profile", "autoscale", "reviews", "dashboards", "bench"]
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -30,7 +30,7 @@ def test_usage_errors_exit_2_without_traceback(args: list[str]) -> None:
 
 
 def test_generated_artifacts_have_no_drift() -> None:
-    from tidescale.artifacts import drift
+    from tidescale.devstack.artifacts import drift
 
     assert drift() == []
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tidescale.tools import REPO_ROOT, find_fixtures
+from tidescale.contracts.tools import REPO_ROOT, find_fixtures
 
 
 def test_environment_variable_wins(tmp_path: Path) -> None:

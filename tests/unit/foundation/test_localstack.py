@@ -8,9 +8,9 @@ from typing import ClassVar
 
 import pytest
 
-from tidescale.fleet.fleet import TritonFleet
-from tidescale.localstack import LocalStack, NotificationSink, StackOptions
-from tidescale.promstack import PrometheusServer
+from tidescale.devstack.fleet.fleet import TritonFleet
+from tidescale.devstack.localstack import LocalStack, NotificationSink, StackOptions
+from tidescale.devstack.promstack import PrometheusServer
 
 
 def test_relative_work_directories_become_absolute(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -37,7 +37,7 @@ def test_exporter_targets_are_written_in_file_sd_format(tmp_path: Path) -> None:
 
     stack = LocalStack(tmp_path)
     stack._write_exporter_targets([Replica()])
-    from exporters.targets import Target, parse_targets_file
+    from tidescale.exporters.targets import Target, parse_targets_file
 
     assert parse_targets_file(stack.targets_file.read_text()) == [Target("http://127.0.0.1:8000", "ns", "triton-abc-1")]
 
@@ -53,7 +53,7 @@ def test_notification_sink_records_alert_names() -> None:
 
 @pytest.mark.parametrize("duration", [20.0, 30.0, 60.0, 300.0, 3600.0])
 def test_faults_leave_one_alert_evaluation_before_the_summary(duration: float) -> None:
-    from tidescale.demo.run import ALERT_DELIVERY_S, ALERT_GROUP_INTERVAL_S, fault_time, settle_seconds
+    from tidescale.devstack.demo.run import ALERT_DELIVERY_S, ALERT_GROUP_INTERVAL_S, fault_time, settle_seconds
 
     at = fault_time(duration)
     assert 0 < at <= duration / 2
@@ -65,9 +65,9 @@ def test_faults_leave_one_alert_evaluation_before_the_summary(duration: float) -
 def test_replica_crashes_show_in_the_live_table_and_the_summary() -> None:
     from rich.console import Console
 
-    from tidescale.demo.run import crash_rows, render_table
-    from tidescale.demo.timeline import Sample
-    from tidescale.fleet.fleet import ReplicaCrash
+    from tidescale.devstack.demo.run import crash_rows, render_table
+    from tidescale.devstack.demo.timeline import Sample
+    from tidescale.devstack.fleet.fleet import ReplicaCrash
 
     def shown(crashes: int) -> str:
         sample = Sample(t=12.0, offered_rps=80.0, completed_rps=40.0, p50_s=0.1, p95_s=0.3, p99_s=0.4,

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidescale.promql import escape_label_value, matcher, metric_names, selector, substitute_templates
+from tidescale.contracts.promql import escape_label_value, matcher, metric_names, selector, substitute_templates
 
 
 @given(st.text(max_size=200))

@@ -8,8 +8,8 @@ from typing import ClassVar
 import pytest
 from pydantic_settings import SettingsConfigDict
 
-from tidescale.errors import UsageError
-from tidescale.settings import ComponentSettings, load_settings
+from tidescale.contracts.errors import UsageError
+from tidescale.contracts.settings import ComponentSettings, load_settings
 
 
 class DemoLikeSettings(ComponentSettings):

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.paths import FIXTURES
-from tidescale.errors import UsageError
-from tidescale.servicecurve import ServiceCurve
-from tidescale.traffic import load_trace_timestamps, replay, scenario
+from tidescale.autoscaler.servicecurve import ServiceCurve
+from tidescale.contracts.errors import UsageError
+from tidescale.sim.traffic import load_trace_timestamps, replay, scenario
 
 AZURE = FIXTURES / "traffic" / "azure_llm_conv_2023.csv"
 

@@ -1,1 +1,0 @@
-"""Benchmarks of the exporter (`tidescale bench ...`)."""

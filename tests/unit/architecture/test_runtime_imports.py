@@ -1,0 +1,68 @@
+"""The image carries the product only: each product command runs without the dev stack, the simulator
+or the benchmarks, and without the dev-stack extra's packages (matplotlib, tritonclient, pytriton).
+
+Each command runs in a fresh interpreter, for real where it is cheap (`--help` where it would start
+a server), and then the test reads `sys.modules`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.paths import FIXTURES
+
+FORBIDDEN = ("tidescale.devstack", "tidescale.benches", "tidescale.sim", "matplotlib", "tritonclient", "pytriton")
+
+PROBE = """
+import json, sys
+from tidescale.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit as exc:
+    code = exc.code
+else:
+    code = 0
+forbidden = sorted(m for m in sys.modules if m.split(".")[0] in {"matplotlib", "tritonclient", "pytriton"}
+                   or m.startswith(("tidescale.devstack", "tidescale.benches", "tidescale.sim")))
+print("\\n" + json.dumps({"code": code, "forbidden": forbidden}))
+"""
+
+
+def run_command(*args: str) -> dict[str, object]:
+    out = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def product_commands(tmp: Path) -> list[list[str]]:
+    profile = FIXTURES / "profiles" / "tensorflow" / "ctr_int_ids.framework_op_stats.json"
+    return [
+        ["--version"],
+        ["exporter", "serve", "--help"],
+        ["reviews", "serve", "--help"],
+        ["autoscale", "recommend", "--help"],
+        ["autoscale", "render", "--deployment", "triton", "--namespace", "serving", "--model", "resnet50", "--keda"],
+        ["alerts", "render", "--out", str(tmp / "alerts")],
+        ["dashboards", "lint"],
+        ["dashboards", "list"],
+        ["profile", "report", str(profile)],
+    ]
+
+
+@pytest.mark.parametrize("index", range(9))
+def test_product_command_imports_no_dev_stack(tmp_path: Path, index: int) -> None:
+    args = product_commands(tmp_path)[index]
+    result = run_command(*args)
+    assert result["code"] in (0, None), (args, result)
+    assert result["forbidden"] == [], args
+
+
+def test_the_probe_sees_a_dev_stack_import() -> None:
+    """A dev-stack command does import the dev stack, so the probe above can fail."""
+    result = run_command("fleet", "--help")
+    assert any(str(m).startswith("tidescale.devstack") for m in result["forbidden"])  # type: ignore[attr-defined]

@@ -1,0 +1,168 @@
+"""One policy against one traffic realisation on the fast simulator, and the scores of the run.
+
+The loop: advance the fleet (scraping every 15 s) to the policy's next decision, hand the
+decision to `sim.set_replicas`, collect the requests completed meanwhile. Requests that never
+complete (no Ready replica, or still queued after a drain period) count as SLO misses.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tidescale.autoscaler.servicecurve import ServiceCurve
+from tidescale.benches.autoscale.policies import Policy
+from tidescale.sim import BatcherConfig, FleetSim, MetricsLag
+from tidescale.sim.lag import DEFAULT_EXTRACTORS
+from tidescale.sim.results import FleetCounters
+
+SCRAPE_INTERVAL_S = 15.0
+DRAIN_S = 60.0
+WINDOW_S = 60.0
+RECOVERY_WINDOW_S = 10.0
+RECOVERY_STREAK_S = 60.0
+HISTORY_S = 150.0  # completions the simulator keeps (the P99 of the last minute reads them)
+COLLECT_EVERY_S = 60.0  # well inside HISTORY_S
+
+
+@dataclass(frozen=True)
+class SimParams:
+    curve: ServiceCurve
+    batcher: BatcherConfig
+    cold_start_s: float
+    slo_p99_s: float
+    seed: int = 0
+    hold_s: float = 60.0  # no decisions until the rate windows hold real data
+
+
+@dataclass
+class RunResult:
+    """Per-request latencies by arrival (inf = never served) and the replica timeline."""
+
+    policy: str
+    arrivals: np.ndarray
+    latency: np.ndarray
+    times: list[float] = field(default_factory=list)
+    replicas: list[int] = field(default_factory=list)  # replicas (incl. starting) after each decision
+    ready: list[int] = field(default_factory=list)
+    scale_events: int = 0
+
+
+def _pending_max(sim: FleetSim, c: FleetCounters) -> float:
+    """`max(nv_inference_pending_request_count)` by pod: the worst queue (Triton's queues are per pod)."""
+    return float(max((r.pending for r in c.replicas if not r.draining), default=0))
+
+
+def run_policy(policy: Policy, arrivals: np.ndarray, duration_s: float, initial: int, params: SimParams
+               ) -> RunResult:
+    sim = FleetSim(params.curve, params.batcher, initial, params.cold_start_s, seed=params.seed,
+                   keep_history_s=HISTORY_S)
+    lag = MetricsLag(sim, SCRAPE_INTERVAL_S, extractors={**DEFAULT_EXTRACTORS, "pending_max": _pending_max})
+    sim.offer(arrivals)
+    result = RunResult(policy.name, arrivals, np.full(len(arrivals), np.inf))
+    done_arrival, done_latency = [], []
+    t, last, collected_to = 0.0, initial, -math.inf
+    result.times.append(0.0)
+    result.replicas.append(initial)
+    result.ready.append(initial)
+    while t < duration_s:
+        t = min(duration_s, t + policy.period_s)
+        lag.advance(t)
+        if t < params.hold_s:
+            continue
+        desired = policy.decide(t, lag, sim)
+        if desired != last:
+            result.scale_events += 1
+            sim.set_replicas(desired)
+            last = desired
+        result.times.append(t)
+        result.replicas.append(sim.replicas_total)
+        result.ready.append(sim.replicas_ready)
+        if t - collected_to >= COLLECT_EVERY_S:
+            done = sim.completed(since_t=collected_to)
+            done_arrival.append(done.arrival)
+            done_latency.append(done.latency)
+            collected_to = t
+    lag.advance(duration_s + DRAIN_S)
+    tail = sim.completed(since_t=collected_to)
+    done_arrival.append(tail.arrival)
+    done_latency.append(tail.latency)
+    _fill_latencies(result, np.concatenate(done_arrival), np.concatenate(done_latency))
+    return result
+
+
+def _fill_latencies(result: RunResult, arrival: np.ndarray, latency: np.ndarray) -> None:
+    """Match completions back to arrivals (both sorted by arrival); unmatched stay inf."""
+    order = np.argsort(arrival, kind="stable")
+    arrival, latency = arrival[order], latency[order]
+    idx = np.searchsorted(result.arrivals, arrival)
+    idx = np.clip(idx, 0, max(len(result.arrivals) - 1, 0))
+    ok = (len(result.arrivals) > 0) & (result.arrivals[idx] == arrival) if len(arrival) else np.zeros(0, bool)
+    result.latency[idx[ok]] = latency[ok]
+
+
+# --- scores ------------------------------------------------------------------------------------------
+
+def window_p99(arrivals: np.ndarray, latency: np.ndarray, window_s: float, duration_s: float) -> np.ndarray:
+    """P99 latency of the requests arriving in each window (nan for an empty window)."""
+    n = max(1, math.ceil(duration_s / window_s))
+    bins = np.minimum((arrivals // window_s).astype(int), n - 1)
+    out = np.full(n, np.nan)
+    order = np.argsort(bins, kind="stable")
+    sorted_bins = bins[order]
+    bounds = np.searchsorted(sorted_bins, np.arange(n + 1))
+    for k in range(n):
+        chunk = latency[order[bounds[k]:bounds[k + 1]]]
+        if len(chunk):
+            out[k] = np.quantile(chunk, 0.99, method="higher")
+    return out
+
+
+def replica_hours(times: list[float], replicas: list[int], start_s: float, end_s: float) -> float:
+    """Integral of the replica count over [start_s, end_s] (each decision holds until the next one)."""
+    total = 0.0
+    for k in range(len(times)):
+        nxt = times[k + 1] if k + 1 < len(times) else end_s
+        total += replicas[k] * max(0.0, min(nxt, end_s) - max(times[k], start_s))
+    return total / 3600.0
+
+
+def recovery_seconds(arrivals: np.ndarray, latency: np.ndarray, slo_s: float, surge_at_s: float | None,
+                     duration_s: float) -> float | None:
+    """Seconds from the surge start until P99 stays within SLO for a minute (0 if it never left)."""
+    if surge_at_s is None:
+        return None
+    p99 = window_p99(arrivals, latency, RECOVERY_WINDOW_S, duration_s)
+    first = int(surge_at_s // RECOVERY_WINDOW_S)
+    bad = [k for k in range(first, len(p99)) if not np.isnan(p99[k]) and p99[k] > slo_s]
+    if not bad:
+        return 0.0
+    streak = int(RECOVERY_STREAK_S // RECOVERY_WINDOW_S)
+    for k in range(bad[0], len(p99)):
+        good = [v for v in p99[k:k + streak] if not np.isnan(v)]
+        if len(p99[k:k + streak]) == streak and all(v <= slo_s for v in good):
+            return k * RECOVERY_WINDOW_S - surge_at_s
+    return duration_s - surge_at_s
+
+
+def score(result: RunResult, slo_s: float, start_s: float, end_s: float, surge_at_s: float | None
+          ) -> dict[str, float | None]:
+    """The benchmark's measures over [start_s, end_s) (the warm-up before start_s is not scored)."""
+    keep = result.arrivals >= start_s
+    arrivals, lat = result.arrivals[keep] - start_s, result.latency[keep]
+    duration = end_s - start_s
+    p99 = window_p99(arrivals, lat, WINDOW_S, duration)
+    windows = p99[~np.isnan(p99)]
+    scored = [n for t, n in zip(result.times, result.replicas, strict=True) if t >= start_s]
+    return {
+        "requests_within_slo": float(np.mean(lat <= slo_s)) if len(lat) else 1.0,
+        "windows_within_slo": float(np.mean(windows <= slo_s)) if len(windows) else 1.0,
+        "replica_hours": replica_hours(result.times, result.replicas, start_s, end_s),
+        "scale_events": float(sum(1 for a, b in itertools.pairwise(scored) if a != b)),
+        "max_replicas": float(max(scored, default=0)),
+        "unserved_requests": float(np.sum(~np.isfinite(lat))),
+        "recovery_s": recovery_seconds(arrivals, lat, slo_s, surge_at_s, duration),
+    }

@@ -1,0 +1,317 @@
+"""The autoscaling policies the benchmark compares, each seeing the fleet the way it would in production.
+
+HPA-driven policies (`hpa-cpu`, `hpa-gpu-util`, `triton-queue-time`, `keda-rps`, `tidescale`) read
+Prometheus-scraped counters through `MetricsLag` (15 s scrape, `rate()` windows) and go through
+the `HpaEmulator` every 15 s. Knative's KPA and Ray Serve have their own autoscalers reading their
+proxies directly (every 2 s); they are emulated from their documented algorithms and defaults.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from tidescale.autoscaler import adapter
+from tidescale.autoscaler.hpa import HpaEmulator, HpaSpec, MetricSpec, MetricValue, Pod
+from tidescale.autoscaler.manifests import Target, tidescale_hpa_spec
+from tidescale.autoscaler.recommend import Observation, Recommender, RecommenderConfig
+from tidescale.contracts.errors import UsageError
+from tidescale.sim import FleetSim, MetricsLag
+
+HPA_SYNC_S = 15.0
+PROXY_TICK_S = 2.0
+RATE_WINDOW_S = 60.0
+FAST_RATE_WINDOW_S = 30.0  # two 15 s scrapes: a surge shows one scrape after it starts
+DEBUG = False
+CPU_REQUEST_CORES = 0.5  # the seed Deployment's container CPU request
+
+
+class Policy(Protocol):
+    """Decides the replica count every `period_s`; the loop applies it with `sim.set_replicas`."""
+
+    name: str
+    period_s: float
+
+    def decide(self, now: float, lag: MetricsLag, sim: FleetSim) -> int: ...
+
+
+def pods_of(sim: FleetSim) -> list[Pod]:
+    """The Deployment's pods as the HPA sees them (starting pods are Running, not Ready)."""
+    return [Pod(r.name, "Running", r.ready) for r in sim.counters().replicas if not r.draining]
+
+
+def _per_ready_pod(pods: list[Pod], value: float | None, unready_value: float | None = None
+                   ) -> dict[str, float] | None:
+    """Spread a fleet total over the Ready pods; not-Ready pods report *unready_value* or nothing."""
+    ready = [p for p in pods if p.ready]
+    if value is None or not ready:
+        return None
+    out = {p.name: value / len(ready) for p in ready}
+    if unready_value is not None:
+        out.update({p.name: unready_value for p in pods if not p.ready})
+    return out
+
+
+MetricFn = Callable[[MetricsLag, list[Pod]], dict[str, MetricValue]]
+
+
+@dataclass
+class HpaPolicy:
+    """A policy that is just an HPA spec plus how its metric is computed from scraped counters."""
+
+    name: str
+    spec: HpaSpec
+    metrics: MetricFn
+    initial: int
+    period_s: float = HPA_SYNC_S
+
+    def __post_init__(self) -> None:
+        self.hpa = HpaEmulator(self.spec, self.initial)
+
+    def decide(self, now: float, lag: MetricsLag, sim: FleetSim) -> int:
+        pods = pods_of(sim)
+        return self.hpa.step(now, self.metrics(lag, pods), pods)
+
+
+def hpa_cpu(initial: int, min_r: int, max_r: int) -> HpaPolicy:
+    """CPU utilisation 70 % of the request, no behavior (what the seed Deployment used)."""
+    spec = HpaSpec(min_r, max_r, (MetricSpec("Resource", "cpu", "Utilization", 70),))
+
+    def metrics(lag: MetricsLag, pods: list[Pod]) -> dict[str, MetricValue]:
+        cores, total = lag.rate("cpu_seconds", RATE_WINDOW_S), lag.gauge("replicas_total")
+        if cores is None or not total:
+            return {"cpu": None}
+        return {"cpu": {p.name: cores / total / CPU_REQUEST_CORES for p in pods}}
+
+    return HpaPolicy("hpa-cpu", spec, metrics, initial)
+
+
+def hpa_gpu_util(initial: int, min_r: int, max_r: int) -> HpaPolicy:
+    """DCGM GPU utilisation (duty cycle) 80 % as a Pods metric; loading pods' GPUs read 0."""
+    spec = HpaSpec(min_r, max_r, (MetricSpec("Pods", adapter.GPU_UTILIZATION, "AverageValue", 0.8),))
+
+    def metrics(lag: MetricsLag, pods: list[Pod]) -> dict[str, MetricValue]:
+        return {adapter.GPU_UTILIZATION: _per_ready_pod(pods, lag.rate("busy_seconds", RATE_WINDOW_S), 0.0)}
+
+    return HpaPolicy("hpa-gpu-util", spec, metrics, initial)
+
+
+def triton_queue_time(initial: int, min_r: int, max_r: int) -> HpaPolicy:
+    """Triton's k8s-onprem example: avg queue µs per pod over 30 s with the `1+` denominator, target 50."""
+    spec = HpaSpec(min_r, max_r, (MetricSpec("Pods", "avg_time_queue_us", "AverageValue", 50),))
+
+    def metrics(lag: MetricsLag, pods: list[Pod]) -> dict[str, MetricValue]:
+        q, n = lag.rate("queue_duration_s", 30.0), lag.rate("requests", 30.0)
+        ready = [p for p in pods if p.ready]
+        if q is None or n is None or not ready:
+            return {"avg_time_queue_us": None}
+        per_pod = (q * 30 * 1e6 / len(ready)) / (1 + n * 30 / len(ready))
+        return {"avg_time_queue_us": {p.name: per_pod for p in ready}}
+
+    return HpaPolicy("triton-queue-time", spec, metrics, initial)
+
+
+def keda_rps(initial: int, min_r: int, max_r: int, rps_per_pod: float = 500.0) -> HpaPolicy:
+    """KEDA prometheus trigger on sum(rate(requests[1m])), threshold 500 req/s per pod (AverageValue)."""
+    spec = HpaSpec(min_r, max_r, (MetricSpec("External", "s0-prometheus", "AverageValue", rps_per_pod),))
+
+    def metrics(lag: MetricsLag, pods: list[Pod]) -> dict[str, MetricValue]:
+        return {"s0-prometheus": lag.rate("requests", RATE_WINDOW_S)}
+
+    return HpaPolicy("keda-rps", spec, metrics, initial)
+
+
+class ConcurrencyProbe:
+    """In-flight requests as a proxy sees them: Little's law on completions plus the queue."""
+
+    def __init__(self) -> None:
+        self._last: tuple[float, float] | None = None
+
+    def sample(self, sim: FleetSim) -> float | None:
+        """None until two samples exist (a rate needs an interval)."""
+        c = sim.counters()
+        now, dur = sim.now, c.request_duration_s
+        prev, self._last = self._last, (now, dur)
+        if prev is None or now <= prev[0]:
+            return None
+        return (dur - prev[1]) / (now - prev[0]) + c.pending
+
+
+class ConcurrencyWindow:
+    """Proxy concurrency samples over the last `window_s`, as KPA and Ray Serve keep them."""
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = window_s
+        self.samples: deque[tuple[float, float]] = deque()
+        self.probe = ConcurrencyProbe()
+        self.first: float | None = None
+
+    def sample(self, now: float, sim: FleetSim) -> bool:
+        """Record one sample; False while no rate can be formed yet."""
+        value = self.probe.sample(sim)
+        if value is None:
+            return False
+        self.samples.append((now, value))
+        self.first = now if self.first is None else self.first
+        while self.samples and self.samples[0][0] <= now - self.window_s:
+            self.samples.popleft()
+        return True
+
+    def mean(self, now: float, window_s: float | None = None) -> float:
+        span = self.window_s if window_s is None else window_s
+        vals = [v for t, v in self.samples if t > now - span]
+        return sum(vals) / len(vals) if vals else 0.0
+
+
+class KnativeKpa:
+    """Knative KPA: concurrency target × 70 %, 60 s stable / 6 s panic windows, panic at 200 %."""
+
+    name = "knative-kpa"
+    period_s = PROXY_TICK_S
+
+    def __init__(self, initial: int, min_r: int, max_r: int, container_concurrency: float = 32.0,
+                 utilisation: float = 0.7, stable_s: float = 60.0, panic_s: float = 6.0,
+                 panic_threshold: float = 2.0, max_scale_down_rate: float = 2.0) -> None:
+        self.target = container_concurrency * utilisation
+        self.min_r, self.max_r = min_r, max_r
+        self.stable_s, self.panic_s = stable_s, panic_s
+        self.panic_threshold, self.max_down = panic_threshold, max_scale_down_rate
+        self.window = ConcurrencyWindow(stable_s)
+        self.current = initial
+        self.panic_until: float | None = None
+
+    def decide(self, now: float, lag: MetricsLag, sim: FleetSim) -> int:
+        if not self.window.sample(now, sim):
+            return self.current
+        ready = max(1, sim.replicas_ready)
+        stable = math.ceil(self.window.mean(now) / self.target)
+        panic = math.ceil(self.window.mean(now, self.panic_s) / self.target)
+        if panic / ready >= self.panic_threshold:
+            self.panic_until = now + self.stable_s
+        if self.panic_until is not None and now < self.panic_until:
+            desired = max(panic, self.current)  # never scale down while panicking
+        elif now - (self.window.first or now) < self.stable_s:
+            desired = max(stable, self.current)  # no scale-down before a full stable window of data
+        else:
+            self.panic_until = None
+            desired = max(stable, math.ceil(ready / self.max_down))
+        self.current = max(self.min_r, min(self.max_r, desired))
+        return self.current
+
+
+class RayServe:
+    """Ray Serve: target ongoing requests 2 per replica, 30 s upscale / 600 s downscale delay."""
+
+    name = "ray-serve"
+    period_s = PROXY_TICK_S
+
+    def __init__(self, initial: int, min_r: int, max_r: int, target_ongoing: float = 2.0,
+                 look_back_s: float = 30.0, upscale_delay_s: float = 30.0, downscale_delay_s: float = 600.0) -> None:
+        self.target, self.look_back = target_ongoing, look_back_s
+        self.up_delay, self.down_delay = upscale_delay_s, downscale_delay_s
+        self.min_r, self.max_r = min_r, max_r
+        self.window = ConcurrencyWindow(look_back_s)
+        self.current = initial
+        self.up_since: float | None = None
+        self.down_since: float | None = None
+
+    def decide(self, now: float, lag: MetricsLag, sim: FleetSim) -> int:
+        if not self.window.sample(now, sim):
+            return self.current
+        ongoing = self.window.mean(now)
+        desired = max(self.min_r, min(self.max_r, math.ceil(ongoing / self.target)))
+        if desired > self.current:
+            self.down_since = None
+            self.up_since = now if self.up_since is None else self.up_since
+            if now - self.up_since >= self.up_delay:
+                self.current, self.up_since = desired, None
+        elif desired < self.current:
+            self.up_since = None
+            self.down_since = now if self.down_since is None else self.down_since
+            if now - self.down_since >= self.down_delay:
+                self.current, self.down_since = desired, None
+        else:
+            self.up_since = self.down_since = None
+        return self.current
+
+
+# What the benchmark measures (the live service keeps RecommenderConfig's defaults): the 30 s rate
+# spots a surge one scrape after it starts; a backlogged pod is drained within 4 min by diverting
+# new arrivals to more replicas, at most doubling the fleet (see docs/benchmarks/autoscale.md).
+TIDESCALE_TUNING: dict[str, float] = {"pod_drain_s": 240.0, "fast_jump": 1.1, "rate_window_s": RATE_WINDOW_S,
+                                      "fast_window_s": FAST_RATE_WINDOW_S}
+
+
+class TidescalePolicy:
+    """The recommender feeding the HPA it renders (External AverageValue 1, tolerance 0).
+
+    The recommender evaluates every sync on scraped metrics; its answer reaches the HPA one scrape
+    of the recommender later (its ServiceMonitor scrapes every 5 s; the adapter then serves it).
+    """
+
+    name = "tidescale"
+    period_s = HPA_SYNC_S
+
+    def __init__(self, initial: int, min_r: int, max_r: int, capacity_rps: float, cold_start_s: float,
+                 slo_s: float, publish_delay_s: float = 5.0, headroom: float = 1.0) -> None:
+        self.slo_s = slo_s
+        target = Target("triton", "bench", "model", min_r, max_r)
+        self.hpa = HpaEmulator(tidescale_hpa_spec(target), initial)
+        self.recommender = Recommender(RecommenderConfig(capacity_rps, min_r, max_r, cold_start_s=cold_start_s,
+                                                         p99_window_s=RATE_WINDOW_S, headroom=headroom,
+                                                         **TIDESCALE_TUNING))
+        self.published: deque[tuple[float, int]] = deque()
+        self.publish_delay = publish_delay_s
+
+    def decide(self, now: float, lag: MetricsLag, sim: FleetSim) -> int:
+        rate, pending = lag.rate("requests", RATE_WINDOW_S), lag.gauge("pending")
+        fast = lag.rate("requests", FAST_RATE_WINDOW_S)
+        rejected, fast_rejected = lag.rate("failures", RATE_WINDOW_S), lag.rate("failures", FAST_RATE_WINDOW_S)
+        worst = lag.gauge("pending_max") if "pending_max" in lag.series else None
+        ready = lag.gauge("replicas_ready")
+        if rate is not None and pending is not None and ready is not None:
+            recent = sim.completed(since_t=now - RATE_WINDOW_S)  # tidescale's latency histogram, P99 over 1 m
+            p99 = recent.latency_quantile(0.99) if len(recent) else None
+            rec = self.recommender.recommend(Observation(now, rate, pending, int(ready), self.hpa.replicas,
+                                                         p99, self.slo_s, fast, worst, rejected or 0.0,
+                                                         fast_rejected))
+            if DEBUG:
+                print(int(now), round(rate), pending, int(ready), self.hpa.replicas, rec)
+            self.published.append((now, rec.desired))
+        seen_at = now - self.publish_delay
+        while len(self.published) > 1 and self.published[1][0] <= seen_at:
+            self.published.popleft()
+        visible = self.published[0][1] if self.published and self.published[0][0] <= seen_at else None
+        pods = pods_of(sim)
+        return self.hpa.step(now, {adapter.DESIRED_REPLICAS: visible}, pods)
+
+
+class Oracle:
+    """Perfect foresight: at t it asks for what the next cold start + one sync will need."""
+
+    name = "oracle"
+    period_s = HPA_SYNC_S
+
+    def __init__(self, needed: list[int], slot_s: float, cold_start_s: float, min_r: int, max_r: int) -> None:
+        self.needed, self.slot_s = needed, slot_s
+        self.ahead = math.ceil((cold_start_s + self.period_s) / slot_s)
+        self.min_r, self.max_r = min_r, max_r
+
+    def decide(self, now: float, lag: MetricsLag, sim: FleetSim) -> int:
+        k = int(now // self.slot_s)
+        window = self.needed[k: k + self.ahead + 1] or [self.min_r]
+        return max(self.min_r, min(self.max_r, max(window)))
+
+
+PEERS = ("hpa-cpu", "hpa-gpu-util", "triton-queue-time", "keda-rps", "knative-kpa", "ray-serve")
+ALL_POLICIES = (*PEERS, "tidescale", "oracle")
+
+
+def check_policies(names: list[str]) -> list[str]:
+    unknown = [n for n in names if n not in ALL_POLICIES]
+    if unknown:
+        raise UsageError(f"unknown policy {', '.join(unknown)}; choose from {', '.join(ALL_POLICIES)}")
+    return names

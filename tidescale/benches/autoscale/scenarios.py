@@ -1,0 +1,228 @@
+"""`tidescale bench autoscale`: every policy, identical traffic and seeds, one run, scored the same way.
+
+Scenarios run on the fast simulator (V100 service curve, Triton dynamic batcher max 32,
+preferred 8/16, 2 ms queue delay) with the metric lags of production (15 s scrape, rate
+windows, HPA 15 s sync, the recommender's answer one scrape late). The oracle knows the future
+arrivals and pays the same cold start.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tidescale.autoscaler.servicecurve import ServiceCurve
+from tidescale.benches.autoscale import policies as pol
+from tidescale.benches.autoscale.closedloop import RunResult, SimParams, run_policy, score
+from tidescale.contracts.errors import UsageError
+from tidescale.contracts.tools import FIXTURES
+from tidescale.sim import BatcherConfig, FleetSim
+from tidescale.sim.traffic import Scenario, flash_crowd, replay, scenario, surge
+
+DEFAULT_SLO_S = 0.5
+DEFAULT_BASE_RPS = 800.0
+MIN_REPLICAS, MAX_REPLICAS = 1, 40
+DEFAULT_COLD_START_S = 60.0
+ORACLE_SLOT_S = 1.0
+WARMUP_S = 120.0
+AZURE_TRACE = FIXTURES / "traffic" / "azure_llm_conv_2023.csv"
+
+
+@dataclass(frozen=True)
+class BenchScenario:
+    name: str
+    traffic: Scenario
+    cold_start_s: float
+    surge_at_s: float | None = None
+
+
+def build_scenarios(duration_s: float, base_rps: float, trace: Path | None = None,
+                    target_rps: float | None = None) -> dict[str, BenchScenario]:
+    """The named scenarios (durations scaled to *duration_s*)."""
+    at = duration_s * 0.3
+    azure = trace or AZURE_TRACE
+    out = {
+        "diurnal": BenchScenario("diurnal", scenario("diurnal", base_rps, duration_s), DEFAULT_COLD_START_S),
+        "surge-3x": BenchScenario("surge-3x", surge(base_rps, duration_s, 3.0, at_s=at, ramp_s=60.0),
+                                  DEFAULT_COLD_START_S, at),
+        "flash-crowd-10x": BenchScenario("flash-crowd-10x", flash_crowd(base_rps, duration_s, 10.0, at_s=at),
+                                         DEFAULT_COLD_START_S, at),
+        "cold-start-30s": BenchScenario("cold-start-30s", scenario("diurnal-surge", base_rps, duration_s), 30.0,
+                                        duration_s * 0.4),
+        "cold-start-120s": BenchScenario("cold-start-120s", scenario("diurnal-surge", base_rps, duration_s), 120.0,
+                                         duration_s * 0.4),
+    }
+    if azure.is_file():
+        name = "trace" if trace else "azure-llm-trace"
+        out[name] = BenchScenario(name, replay(azure, time_scale=duration_s / 3600.0,
+                                               target_rps=target_rps or base_rps), DEFAULT_COLD_START_S)
+    return out
+
+
+def measure_capacity(curve: ServiceCurve, cfg: BatcherConfig, slo_s: float, seed: int = 0,
+                     run_s: float = 120.0) -> float:
+    """A load test on one replica (what perf_analyzer would give): the highest Poisson rate whose P99 ≤ SLO."""
+    lo, hi = 1.0, curve.max_throughput() * 1.2
+    rng = np.random.default_rng(seed)
+    for _ in range(14):
+        mid = (lo + hi) / 2
+        gaps = rng.exponential(1.0 / mid, int(mid * run_s * 1.2) + 10)
+        arr = np.cumsum(gaps)
+        arr = arr[arr < run_s]
+        sim = FleetSim(curve, cfg, 1, 0.0, seed=seed)
+        sim.offer(arr)
+        sim.advance(run_s + 30.0)
+        done = sim.completed()
+        p99 = done.latency_quantile(0.99) if len(done) == len(arr) else math.inf
+        lo, hi = (mid, hi) if p99 <= slo_s else (lo, mid)
+    return lo
+
+
+def oracle_needed(arrivals: np.ndarray, duration_s: float, capacity_rps: float) -> list[int]:
+    """Replicas each slot needs: its arrival rate over the capacity at the SLO."""
+    slots = max(1, math.ceil(duration_s / ORACLE_SLOT_S))
+    counts = np.bincount(np.minimum((arrivals // ORACLE_SLOT_S).astype(int), slots - 1), minlength=slots)
+    return [max(1, math.ceil(c / ORACLE_SLOT_S / capacity_rps)) for c in counts]
+
+
+def make_policy(name: str, initial: int, capacity_rps: float, cold_start_s: float, needed: list[int],
+                slo_s: float, headroom: float = 1.0) -> pol.Policy:
+    lo, hi = MIN_REPLICAS, MAX_REPLICAS
+    factories: dict[str, Callable[[], pol.Policy]] = {
+        "hpa-cpu": lambda: pol.hpa_cpu(initial, lo, hi),
+        "hpa-gpu-util": lambda: pol.hpa_gpu_util(initial, lo, hi),
+        "triton-queue-time": lambda: pol.triton_queue_time(initial, lo, hi),
+        "keda-rps": lambda: pol.keda_rps(initial, lo, hi),
+        "knative-kpa": lambda: pol.KnativeKpa(initial, lo, hi),
+        "ray-serve": lambda: pol.RayServe(initial, lo, hi),
+        "tidescale": lambda: pol.TidescalePolicy(initial, lo, hi, capacity_rps, cold_start_s, slo_s,
+                                                 headroom=headroom),
+        "oracle": lambda: pol.Oracle(needed, ORACLE_SLOT_S, cold_start_s, lo, hi),
+    }
+    return factories[name]()
+
+
+def warmup_arrivals(sc: BenchScenario, seed: int) -> np.ndarray:
+    """WARMUP_S of steady traffic at the scenario's opening rate, so rate windows are full at t=0."""
+    first = sc.traffic.arrivals(seed)
+    rate = float(np.sum(first < 60.0)) / 60.0
+    rng = np.random.default_rng([seed, 7])
+    gaps = rng.exponential(1.0 / max(rate, 1e-3), int(rate * WARMUP_S * 1.5) + 10)
+    warm = np.cumsum(gaps)
+    return warm[warm < WARMUP_S]
+
+
+def scenario_arrivals(sc: BenchScenario, seed: int) -> tuple[np.ndarray, float]:
+    """The warm-up then the scenario's arrivals (absolute times), and the end of the run."""
+    arrivals = np.concatenate([warmup_arrivals(sc, seed), sc.traffic.arrivals(seed) + WARMUP_S])
+    return arrivals, sc.traffic.duration_s + WARMUP_S
+
+
+def headroom_variant(factor: float) -> str:
+    """The name of tidescale run with a standing headroom of *factor* (a row of its own, not a peer)."""
+    return f"tidescale+headroom{factor:g}x"
+
+
+def run_scenario(sc: BenchScenario, policy_names: list[str], params: SimParams, capacity_rps: float,
+                 progress: Callable[[str], None] = lambda _: None, headroom: float = 1.0,
+                 headroom_sweep: tuple[float, ...] = ()) -> tuple[dict[str, dict[str, Any]], dict[str, RunResult]]:
+    """Every policy on the same arrivals (after a warm-up), then tidescale at each swept headroom;
+    scores exclude the warm-up."""
+    arrivals, end = scenario_arrivals(sc, params.seed)
+    needed = oracle_needed(arrivals, end, capacity_rps)
+    initial = max(needed[: int((WARMUP_S + 60.0) / ORACLE_SLOT_S)])  # a fair start: the first minute covered
+    p = SimParams(params.curve, params.batcher, sc.cold_start_s, params.slo_p99_s, params.seed, params.hold_s)
+    surge_at = None if sc.surge_at_s is None else sc.surge_at_s
+    scores: dict[str, dict[str, Any]] = {}
+    runs: dict[str, RunResult] = {}
+    runs_to_do = [(name, name, headroom) for name in policy_names]
+    runs_to_do += [(headroom_variant(h), "tidescale", h) for h in headroom_sweep]
+    for name, kind, factor in runs_to_do:
+        progress(f"{sc.name}: {name}")
+        policy = make_policy(kind, initial, capacity_rps, sc.cold_start_s, needed, params.slo_p99_s, factor)
+        runs[name] = run_policy(policy, arrivals, end, initial, p)
+        scores[name] = score(runs[name], params.slo_p99_s, WARMUP_S, end, surge_at)
+    oracle_hours = scores.get("oracle", {}).get("replica_hours")
+    for s in scores.values():
+        s["cost_vs_oracle"] = s["replica_hours"] / oracle_hours if oracle_hours else None
+    return scores, runs
+
+
+def dominated_by(scores: dict[str, dict[str, Any]], policy: str) -> list[str]:
+    """Peers that are cheaper and at least as good on both SLO measures (the oracle and tidescale's
+    headroom variants are not peers)."""
+    me = scores[policy]
+    return [n for n, s in scores.items() if n not in (policy, "oracle") and not n.startswith("tidescale+")
+            and s["replica_hours"] < me["replica_hours"]
+            and s["requests_within_slo"] >= me["requests_within_slo"]
+            and s["windows_within_slo"] >= me["windows_within_slo"]]
+
+
+def check_scenarios(names: list[str], known: list[str]) -> None:
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise UsageError(f"unknown scenario {', '.join(unknown)}; choose from {', '.join(known)}")
+
+
+# --- what any policy without foresight can reach ---------------------------------------------------
+
+@dataclass(frozen=True)
+class SurgeBound:
+    """The most a policy that does not know the future can do on one surge scenario.
+
+    Whatever it measures, a replica it asks for at the surge's first instant serves only one cold
+    start later; until then the fleet that stood before the surge serves alone, and each second's
+    arrivals beyond what that fleet completes (at full throughput) cannot all be served within the
+    SLO. The bound grants the policy zero detection lag and no leftover backlog, so real policies
+    (scrape, rate window, HPA sync, per-pod queues) stay below it.
+    """
+
+    fleet_at_surge: int  # the replicas the pre-surge minute needs (no standing headroom)
+    requests_within_slo: float  # the most a policy with that fleet can serve within the SLO
+    replicas_for_goal: int | None  # the standing fleet the goal needs (None: not even the maximum)
+
+    @property
+    def headroom_for_goal(self) -> float | None:
+        """The standing fleet the goal needs, as a multiple of the pre-surge need."""
+        return None if self.replicas_for_goal is None else self.replicas_for_goal / self.fleet_at_surge
+
+
+def excess_arrivals(per_second: np.ndarray, fleet_rps: float) -> float:
+    """Arrivals beyond what a fleet completing *fleet_rps* can take, second by second."""
+    return float(np.maximum(per_second - fleet_rps, 0.0).sum())
+
+
+def surge_bound(arrivals: np.ndarray, start_s: float, end_s: float, surge_at_s: float, cold_start_s: float,
+                replica_rps: float, fleet: int, goal: float, max_replicas: int) -> SurgeBound:
+    """`SurgeBound` of the scored arrivals in [start_s, end_s) for a surge at *surge_at_s* (scored time)."""
+    scored = arrivals[(arrivals >= start_s) & (arrivals < end_s)] - start_s
+    if not len(scored):
+        return SurgeBound(fleet, 1.0, fleet)
+    seconds = max(1, math.ceil(end_s - start_s))
+    per_second = np.bincount(np.minimum(scored.astype(int), seconds - 1), minlength=seconds).astype(float)
+    blind = per_second[int(surge_at_s): math.ceil(surge_at_s + cold_start_s)]
+
+    def reachable(n: int) -> float:
+        return 1.0 - excess_arrivals(blind, n * replica_rps) / len(scored)
+
+    needed = next((n for n in range(fleet, max_replicas + 1) if reachable(n) >= goal), None)
+    return SurgeBound(fleet, reachable(fleet), needed)
+
+
+def scenario_bound(sc: BenchScenario, seed: int, capacity_rps: float, replica_rps: float, goal: float
+                   ) -> SurgeBound | None:
+    """`SurgeBound` of a surge scenario (None without a surge): the pre-surge fleet is what the
+    minute before the surge needs at the capacity at the SLO; replicas complete *replica_rps*."""
+    if sc.surge_at_s is None:
+        return None
+    arrivals, end = scenario_arrivals(sc, seed)
+    needed = oracle_needed(arrivals, end, capacity_rps)
+    k = int((WARMUP_S + sc.surge_at_s) / ORACLE_SLOT_S)
+    fleet = max(needed[max(0, k - int(60.0 / ORACLE_SLOT_S)): k] or [MIN_REPLICAS])
+    return surge_bound(arrivals, WARMUP_S, end, sc.surge_at_s, sc.cold_start_s, replica_rps, fleet, goal,
+                       MAX_REPLICAS)

@@ -1,0 +1,46 @@
+"""`tidescale demo`: the local stack playing a scenario, watched live, summarised on disk.
+
+Real Triton replicas serve real requests; a real Prometheus scrapes them, the simulated GPUs
+and kube-state-metrics, the exporter and the review service, and evaluates the project's rules;
+a real Alertmanager routes what fires; the recommender and the emulated HPA scale the fleet.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from tidescale.contracts.settings import load_settings
+
+
+def demo_command(
+    duration: float | None = typer.Option(None, "--duration", help="Seconds of traffic (default 300)."),
+    out: Path = typer.Option(Path("demo-out"), "--out", help="Folder for summary.json, plots and logs."),
+    scenario: str | None = typer.Option(None, "--scenario",
+                                        help="steady, diurnal, surge, flash-crowd, diurnal-surge (default)."),
+    base_rps: float | None = typer.Option(None, "--base-rps", help="Mean request rate of the scenario."),
+    trace_csv: Path | None = typer.Option(None, "--trace-csv", help="Replay a CSV of request timestamps."),
+    time_scale: float | None = typer.Option(None, "--time-scale", help="Time compression of --trace-csv."),
+    min_replicas: int | None = typer.Option(None, "--min-replicas"),
+    max_replicas: int | None = typer.Option(None, "--max-replicas"),
+    cold_start: float | None = typer.Option(None, "--cold-start", help="Model load time of a new replica (s)."),
+    faults: bool | None = typer.Option(None, "--faults/--no-faults", help="Inject a GPU XID error and a "
+                                       "string-heavy profile half-way."),
+    live: bool | None = typer.Option(None, "--live/--no-live", help="Live terminal table."),
+    seed: int | None = typer.Option(None, "--seed"),
+    config: Path | None = typer.Option(None, "--config", help="YAML file with a `demo:` section."),
+) -> None:
+    """Run the demo and write DIR/summary.json plus PNG plots."""
+    from tidescale.devstack.demo.run import run_demo
+    from tidescale.devstack.demo.settings import DemoSettings
+
+    settings = load_settings(
+        DemoSettings, config, duration_s=duration, scenario=scenario, base_rps=base_rps, trace_csv=trace_csv,
+        time_scale=time_scale, min_replicas=min_replicas, max_replicas=max_replicas, cold_start_s=cold_start,
+        inject_faults=faults, live=live, seed=seed,
+    )
+    summary = run_demo(settings, out)
+    typer.echo(f"summary: {out / 'summary.json'}  (p99 {summary['latency_p99_s']:.3f}s, "
+               f"replicas {summary['replicas']['min']}..{summary['replicas']['max']}, "
+               f"alerts {', '.join(summary['alerts_fired']) or 'none'})")

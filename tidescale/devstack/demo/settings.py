@@ -1,0 +1,43 @@
+"""Settings of `tidescale demo` (YAML section `demo`, env `TIDESCALE_DEMO_*`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+from pydantic import Field, model_validator
+from pydantic_settings import SettingsConfigDict
+
+from tidescale.contracts.settings import ComponentSettings
+from tidescale.sim.traffic import SCENARIOS
+
+
+class DemoSettings(ComponentSettings):
+    """The embedded default: 5 minutes of a diurnal day with a 3x surge on 1..4 replicas."""
+
+    model_config = SettingsConfigDict(env_prefix="TIDESCALE_DEMO_", extra="forbid")
+    section: ClassVar[str] = "demo"
+
+    duration_s: float = Field(300.0, gt=0, le=24 * 3600)
+    scenario: str = "diurnal-surge"
+    base_rps: float = Field(22.0, gt=0, le=2000)
+    trace_csv: Path | None = None
+    time_scale: float = Field(0.05, gt=0)
+    min_replicas: int = Field(1, ge=1, le=16)
+    max_replicas: int = Field(4, ge=1, le=16)
+    cold_start_s: float = Field(8.0, ge=0, le=600)
+    slo_p99_s: float = Field(0.5, gt=0)
+    # Service curves 4x slower than the V100 calibration, so one replica saturates near 80 req/s.
+    curve_scale: float = Field(4.0, ge=1.0, le=100.0)
+    model_mix: dict[str, float] = Field(default_factory=lambda: {"resnet50": 0.8, "ctr_ranker": 0.2})
+    inject_faults: bool = True
+    live: bool = True
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _check(self) -> DemoSettings:
+        if self.scenario not in SCENARIOS and self.trace_csv is None:
+            raise ValueError(f"unknown scenario {self.scenario!r}; choose one of {', '.join(sorted(SCENARIOS))}")
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"min_replicas ({self.min_replicas}) > max_replicas ({self.max_replicas})")
+        return self

@@ -1,0 +1,94 @@
+"""The recommender and the HPA emulator driving a real fleet (the demo's local Triton replicas)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from tidescale.autoscaler import adapter
+from tidescale.autoscaler.hpa import SYNC_PERIOD_S, HpaEmulator, HpaSpec, HpaStatus, pods_for
+from tidescale.autoscaler.manifests import Target, tidescale_hpa_spec
+from tidescale.autoscaler.service import (
+    PromClient,
+    RecommenderService,
+    RecommenderSettings,
+    TargetSettings,
+    TargetState,
+)
+from tidescale.contracts.errors import UsageError
+
+log = logging.getLogger(__name__)
+LIVE_POLICIES = ("tidescale",)
+
+
+class LiveAutoscaler:
+    """Every `step(now)`: the recommender reads Prometheus, the emulated HPA scales the fleet.
+
+    `fleet_scale_fn(n)` sets the Deployment's replicas; `current_fn()` / `ready_fn()` return the
+    spec and Ready replica counts (what kube-state-metrics would report). `status()` is the HPA
+    status for the simulated kube-state-metrics.
+    """
+
+    def __init__(self, prometheus_url: str, fleet_scale_fn: Callable[[int], None], current_fn: Callable[[], int],
+                 ready_fn: Callable[[], int], hpa_spec: HpaSpec | None = None, policy: str = "tidescale", *,
+                 deployment: str = "triton", namespace: str = "tidescale-demo", model: str = "resnet50",
+                 min_replicas: int = 1, max_replicas: int = 8, capacity_rps: float = 100.0,
+                 slo_p99_s: float = 0.5, cold_start_s: float = 30.0, interval_s: float = SYNC_PERIOD_S,
+                 rate_window: str = "1m") -> None:
+        if policy not in LIVE_POLICIES:
+            raise UsageError(f"unknown live policy {policy!r}; choose one of {', '.join(LIVE_POLICIES)}")
+        target = Target(deployment, namespace, model, min_replicas, max_replicas, slo_p99_s)
+        self.spec = hpa_spec or tidescale_hpa_spec(target)
+        self.fleet_scale_fn, self.current_fn, self.ready_fn = fleet_scale_fn, current_fn, ready_fn
+        self.interval_s = interval_s
+        settings = RecommenderSettings(
+            prometheus_url=prometheus_url, slo_p99_s=slo_p99_s, capacity_rps=capacity_rps, cold_start_s=cold_start_s,
+            interval_s=interval_s, rate_window=rate_window,
+            targets=[TargetSettings(deployment=deployment, namespace=namespace, model=model,
+                                    min_replicas=self.spec.min_replicas, max_replicas=self.spec.max_replicas)])
+        self.service = RecommenderService(settings, PromClient(prometheus_url),
+                                          replicas_fn=lambda _t: (self.current_fn(), self.ready_fn()))
+        self.hpa = HpaEmulator(self.spec, current_fn())
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def target_state(self) -> TargetState:
+        return next(iter(self.service.states.values()))
+
+    def step(self, now: float | None = None) -> int:
+        """One sync: recommend, then reconcile the HPA; scales the fleet when the count changes."""
+        now = time.time() if now is None else now
+        self.service.evaluate(now)
+        current, ready = self.current_fn(), self.ready_fn()
+        self.hpa.replicas = current  # the Deployment is the source of truth (someone may have scaled it)
+        published = self.target_state.published
+        desired = self.hpa.step(now, {adapter.DESIRED_REPLICAS: published}, pods_for(current, ready))
+        if desired != current:
+            self.fleet_scale_fn(desired)
+        return desired
+
+    def status(self) -> HpaStatus:
+        return self.hpa.status
+
+    def start(self) -> LiveAutoscaler:
+        """Step every sync period in a daemon thread."""
+        def loop() -> None:
+            while not self._stop.is_set():
+                try:
+                    self.step()
+                except Exception:  # keep syncing, as the controller would
+                    log.exception("live autoscaler step failed")
+                self._stop.wait(self.interval_s)
+
+        self._thread = threading.Thread(target=loop, name="live-autoscaler", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.service.client.close()

@@ -1,0 +1,292 @@
+"""N replicas of one model behind a Kubernetes Service, stepped in simulated time.
+
+Routing of round-robin (IPVS rr) and random (kube-proxy iptables) does not depend on replica
+state, so arrivals are split per replica with numpy slicing and each replica's batcher runs
+independently up to the target time. Least-loaded routing (an L7 proxy's least-request) needs
+replica state, so it routes per `routing_quantum_s` slice with the loads at the slice start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tidescale.autoscaler.servicecurve import ServiceCurve
+from tidescale.contracts.errors import UsageError
+from tidescale.sim.batcher import BatcherConfig, JitterStream, ReplicaBatcher
+from tidescale.sim.results import CompletedRequests, FleetCounters, ReplicaCounters
+from tidescale.sim.triton_batcher import TritonBatcher
+
+ROUTINGS = ("round-robin", "random", "least-loaded")
+FLUSH_RECORDS = 20_000  # fold a replica's batch records into counters past this many (bounded memory)
+Chunk = tuple[float, CompletedRequests]  # (last completion time, the requests) of one flush
+
+
+@dataclass
+class Replica:
+    """One pod: lifecycle times, its batcher and its cumulative counters."""
+
+    index: int
+    added_at: float
+    ready_at: float
+    batcher: ReplicaBatcher
+    counters: ReplicaCounters
+    removed_at: float | None = None
+    history: list[Chunk] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.counters.name
+
+    def ready(self, t: float) -> bool:
+        return self.removed_at is None and self.ready_at <= t
+
+    def drained(self, t: float) -> bool:
+        return self.removed_at is not None and self.batcher.pending == 0 and self.batcher.busy_until() <= t
+
+
+class FleetSim:
+    """Discrete-event model of a Triton fleet: dynamic batcher, service curve, cold start, drain."""
+
+    def __init__(self, curve: ServiceCurve, config: BatcherConfig, initial_replicas: int, cold_start_s: float,
+                 seed: int = 0, routing: str = "round-robin", keep_history_s: float | None = 600.0,
+                 routing_quantum_s: float = 0.01, cpu_base_cores: float = 0.05,
+                 cpu_seconds_per_request: float = 0.0005) -> None:
+        if routing not in ROUTINGS:
+            raise UsageError(f"unknown routing {routing!r}; choose one of {', '.join(ROUTINGS)}")
+        if initial_replicas < 0:
+            raise UsageError(f"initial_replicas must be >= 0, got {initial_replicas}")
+        if cold_start_s < 0:
+            raise UsageError(f"cold_start_s must be >= 0, got {cold_start_s}")
+        if routing_quantum_s <= 0:
+            raise UsageError(f"routing_quantum_s must be > 0, got {routing_quantum_s}")
+        self.curve, self.config, self.cold_start_s, self.seed = curve, config, cold_start_s, seed
+        self.routing, self.keep_history_s, self.routing_quantum_s = routing, keep_history_s, routing_quantum_s
+        self.cpu_base_cores, self.cpu_seconds_per_request = cpu_base_cores, cpu_seconds_per_request
+        self.now = 0.0
+        self._rng = np.random.default_rng([seed, 1 << 30])
+        self._replicas: list[Replica] = []
+        self._next_index = 0
+        self._rr = 0
+        self._offered = np.empty(0)
+        self._offered_pos = 0
+        self._last_offered = 0.0
+        self._retired = ReplicaCounters(name="retired", batch_counts=np.zeros(config.max_batch_size + 1, np.int64))
+        self._retired_alive_s = 0.0
+        self._retired_history: list[Chunk] = []
+        self._dropped = 0
+        for _ in range(initial_replicas):
+            self._add_replica(ready_at=0.0)
+
+    # --- inputs -----------------------------------------------------------------------------------
+
+    def offer(self, arrival_times: np.ndarray) -> None:
+        """Append future arrivals (sorted, >= the current time and the last offered one)."""
+        arr = np.asarray(arrival_times, dtype=float)
+        if arr.ndim != 1:
+            raise UsageError("arrival times must be a 1-D array")
+        if not len(arr):
+            return
+        if not np.all(np.isfinite(arr)):
+            raise UsageError("arrival times must be finite")
+        if len(arr) > 1 and bool(np.any(np.diff(arr) < 0)):
+            raise UsageError("arrival times must be sorted")
+        if arr[0] < self.now or arr[0] < self._last_offered:
+            raise UsageError(f"arrival at {arr[0]:.6f}s is before the current time {self.now:.6f}s "
+                             "or the last offered arrival")
+        rest = self._offered[self._offered_pos:]
+        self._offered = np.concatenate([rest, arr]) if len(rest) else arr
+        self._offered_pos = 0
+        self._last_offered = float(arr[-1])
+
+    def set_replicas(self, n: int) -> None:
+        """Desired replica count now: adds cold replicas, or drains (not-Ready ones first, then newest)."""
+        if n < 0:
+            raise UsageError(f"replica count must be >= 0, got {n}")
+        active = [r for r in self._replicas if r.removed_at is None]
+        for _ in range(n - len(active)):
+            self._add_replica(ready_at=self.now + self.cold_start_s)
+        if n < len(active):
+            victims = sorted(active, key=lambda r: (r.ready(self.now), -r.index))[: len(active) - n]
+            for r in victims:
+                r.removed_at = self.now
+                r.counters.draining = True
+            self._retire_drained()
+
+    def advance(self, to_t: float) -> None:
+        """Process everything up to simulated time *to_t* (arrivals offered beyond it wait)."""
+        if to_t < self.now:
+            raise UsageError(f"cannot advance backwards from {self.now}s to {to_t}s")
+        if self.routing == "least-loaded":
+            self._advance_least_loaded(to_t)
+        else:
+            self._route_until(to_t)
+            for r in self._replicas:
+                r.batcher.run(to_t)
+        self.now = to_t
+        for r in self._replicas:
+            if len(r.batcher.disp) > FLUSH_RECORDS:
+                self._flush(r)
+        self._retire_drained()
+
+    # --- state ------------------------------------------------------------------------------------
+
+    @property
+    def replicas_ready(self) -> int:
+        return sum(1 for r in self._replicas if r.ready(self.now))
+
+    @property
+    def replicas_total(self) -> int:
+        """Replicas not being drained, including those still starting."""
+        return sum(1 for r in self._replicas if r.removed_at is None)
+
+    @property
+    def queue_depth(self) -> int:
+        return sum(r.batcher.pending for r in self._replicas)
+
+    def counters(self) -> FleetCounters:
+        """Cumulative fleet counters at `now` (completed requests only, like Triton's)."""
+        per: list[ReplicaCounters] = []
+        total = FleetCounters(name="fleet", batch_counts=self._retired.batch_counts.copy(), dropped=self._dropped)
+        _accumulate(total, self._retired)
+        alive_s = self._retired_alive_s
+        for r in self._replicas:
+            self._flush(r)
+            c = r.counters
+            c.ready = r.ready(self.now)
+            c.pending = r.batcher.pending
+            r_alive = self.now - r.added_at
+            c.cpu_seconds = self.cpu_base_cores * r_alive + self.cpu_seconds_per_request * c.requests
+            alive_s += r_alive
+            _accumulate(total, c)
+            total.batch_counts += c.batch_counts
+            per.append(_copy(c))
+        total.cpu_seconds = self.cpu_base_cores * alive_s + self.cpu_seconds_per_request * total.requests
+        total.replicas = tuple(per)
+        return total
+
+    def completed(self, since_t: float = float("-inf")) -> CompletedRequests:
+        """Requests completed in (since_t, now], as far back as keep_history_s allows."""
+        chunks: list[Chunk] = []
+        for r in self._replicas:
+            self._flush(r)
+            chunks.extend(r.history)
+        chunks.extend(self._retired_history)
+        allc = CompletedRequests.concat([c for last, c in chunks if last > since_t])
+        return allc.select((allc.completion > since_t) & (allc.completion <= self.now))
+
+    # --- internals --------------------------------------------------------------------------------
+
+    def _add_replica(self, ready_at: float) -> None:
+        i = self._next_index
+        self._next_index += 1
+        jitter = JitterStream(self.curve.jitter_sigma, self.seed, i)
+        counters = ReplicaCounters(name=f"replica-{i}",
+                                   batch_counts=np.zeros(self.config.max_batch_size + 1, dtype=np.int64))
+        batcher = (TritonBatcher if self.config.scheduler == "triton-2.51" else ReplicaBatcher)(
+            self.config, self.curve, jitter)
+        self._replicas.append(Replica(i, self.now, ready_at, batcher, counters))
+
+    def _flush(self, r: Replica) -> None:
+        rec = r.batcher.flush(self.now)
+        r.counters.add(rec, self.config.max_batch_size)
+        if not len(rec.size):
+            return
+        if self.keep_history_s is None or self.keep_history_s > 0:
+            chunk = CompletedRequests.from_records(rec)
+            r.history.append((float(chunk.completion.max()), chunk))
+            self._trim_history(r.history)
+
+    def _trim_history(self, history: list[Chunk]) -> None:
+        if self.keep_history_s is None:
+            return
+        horizon = self.now - self.keep_history_s
+        if history and history[0][0] < horizon:
+            history[:] = [c for c in history if c[0] >= horizon]
+
+    def _retire_drained(self) -> None:
+        keep = []
+        for r in self._replicas:
+            if r.drained(self.now):
+                self._flush(r)
+                _accumulate(self._retired, r.counters)
+                self._retired.batch_counts += r.counters.batch_counts
+                self._retired_alive_s += self.now - r.added_at
+                self._retired_history.extend(r.history)
+                self._trim_history(self._retired_history)
+            else:
+                keep.append(r)
+        self._replicas = keep
+
+    def _take_offered(self, to_t: float, side: str = "right") -> np.ndarray:
+        """Offered arrivals up to *to_t* (inclusive with side='right'), removed from the buffer."""
+        off = self._offered
+        end = int(np.searchsorted(off, to_t, side=side))  # type: ignore[call-overload]
+        start = self._offered_pos
+        self._offered_pos = max(start, end)
+        return off[start:end] if end > start else off[:0]
+
+    def _ready_changes(self, to_t: float) -> list[float]:
+        return sorted({r.ready_at for r in self._replicas if r.removed_at is None and self.now < r.ready_at <= to_t})
+
+    def _route_until(self, to_t: float) -> None:
+        """Route offered arrivals <= to_t, in segments between readiness changes."""
+        for boundary in self._ready_changes(to_t):
+            before = [r for r in self._replicas if r.removed_at is None and r.ready_at < boundary]
+            self._route(self._take_offered(boundary, side="left"), before)
+        self._route(self._take_offered(to_t), [r for r in self._replicas if r.ready(to_t)])
+
+    def _route(self, x: np.ndarray, ready: list[Replica]) -> None:
+        if not len(x):
+            return
+        m = len(ready)
+        if m == 0:
+            self._dropped += len(x)
+            return
+        if self.routing == "random":
+            pick = self._rng.integers(0, m, len(x))
+            for j, r in enumerate(ready):
+                r.batcher.arrivals.extend(x[pick == j].tolist())
+            return
+        for j, r in enumerate(ready):
+            r.batcher.arrivals.extend(x[(j - self._rr) % m:: m].tolist())
+        self._rr = (self._rr + len(x)) % m
+
+    def _advance_least_loaded(self, to_t: float) -> None:
+        """Route each quantum's arrivals to the replica with the fewest outstanding requests."""
+        t = self.now
+        while t < to_t:
+            t_end = min(to_t, t + self.routing_quantum_s)
+            for r in self._replicas:
+                r.batcher.run(t)
+            x = self._take_offered(t_end)
+            if len(x):
+                ready = [r for r in self._replicas if r.ready(t)]
+                if not ready:
+                    self._dropped += len(x)
+                else:
+                    heap = [(r.batcher.pending + r.batcher.in_flight(t), j) for j, r in enumerate(ready)]
+                    heapq.heapify(heap)
+                    for a in x.tolist():
+                        load, j = heap[0]
+                        ready[j].batcher.arrivals.append(a)
+                        heapq.heapreplace(heap, (load + 1, j))
+            t = t_end
+        for r in self._replicas:
+            r.batcher.run(to_t)
+
+
+_SUMMED = ("requests", "failures", "inference_count", "exec_count", "request_duration_s", "queue_duration_s",
+           "compute_duration_s", "pending", "busy_seconds")
+
+
+def _accumulate(total: ReplicaCounters, part: ReplicaCounters) -> None:
+    for name in _SUMMED:
+        setattr(total, name, getattr(total, name) + getattr(part, name))
+
+
+def _copy(c: ReplicaCounters) -> ReplicaCounters:
+    return dataclasses.replace(c, batch_counts=c.batch_counts.copy())

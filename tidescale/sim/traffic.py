@@ -1,0 +1,221 @@
+"""Traffic scenarios: request rate over time, Poisson arrivals, and replay of recorded traces.
+
+One definition serves the real load generator (local fleet), the fast simulator and the
+autoscaling benchmark, so every consumer sees identical traffic for a given seed.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+
+from tidescale.contracts.errors import UsageError
+
+RateFn = Callable[[float], float]
+MAX_TRACE_ROWS = 5_000_000
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A named traffic shape: `rate(t)` requests/second for t in [0, duration_s)."""
+
+    name: str
+    duration_s: float
+    rate: RateFn
+    description: str = ""
+    peak_rps: float = 0.0  # an upper bound of rate(t), for thinning
+    # Replayed traces carry their own arrival times instead of a rate function.
+    timestamps: np.ndarray | None = None
+
+    def arrivals(self, seed: int = 0) -> np.ndarray:
+        """Arrival times (seconds, sorted) of one realisation of the scenario."""
+        if self.timestamps is not None:
+            return self.timestamps[self.timestamps < self.duration_s]
+        return poisson_arrivals(self.rate, self.duration_s, self.peak_rps or _peak(self.rate, self.duration_s), seed)
+
+    def mean_rps(self) -> float:
+        if self.timestamps is not None:
+            return float(len(self.arrivals())) / self.duration_s if self.duration_s else 0.0
+        ts = np.linspace(0.0, self.duration_s, 2001)
+        return float(np.mean([self.rate(float(t)) for t in ts]))
+
+
+def _peak(rate: RateFn, duration_s: float) -> float:
+    ts = np.linspace(0.0, duration_s, 4001)
+    return max(rate(float(t)) for t in ts) * 1.05 + 1e-9
+
+
+def poisson_arrivals(rate: RateFn, duration_s: float, peak: float, seed: int) -> np.ndarray:
+    """Non-homogeneous Poisson arrivals by thinning (Lewis & Shedler)."""
+    rng = np.random.default_rng(seed)
+    if peak <= 0 or duration_s <= 0:
+        return np.empty(0)
+    n = rng.poisson(peak * duration_s)
+    cand = np.sort(rng.uniform(0.0, duration_s, n))
+    rates = np.fromiter((rate(float(t)) for t in cand), dtype=float, count=len(cand))
+    keep = rng.uniform(0.0, peak, len(cand)) < rates
+    return cand[keep]
+
+
+# --- built-in shapes ---------------------------------------------------------------------------
+
+def steady(base_rps: float, duration_s: float) -> Scenario:
+    return Scenario("steady", duration_s, lambda t: base_rps, "constant rate", base_rps)
+
+
+def diurnal(base_rps: float, duration_s: float, period_s: float | None = None, amplitude: float = 0.5) -> Scenario:
+    """A day compressed into *period_s*: trough (1-amplitude)·base, peak (1+amplitude)·base."""
+    period = period_s or duration_s
+
+    def rate(t: float) -> float:
+        return base_rps * (1.0 - amplitude * math.cos(2 * math.pi * t / period))
+
+    return Scenario("diurnal", duration_s, rate, "sinusoidal day", base_rps * (1 + amplitude))
+
+
+def surge(base_rps: float, duration_s: float, factor: float = 3.0, at_s: float | None = None,
+          ramp_s: float = 60.0, hold_s: float | None = None, name: str = "surge") -> Scenario:
+    """Rate rises from base to factor·base within *ramp_s*, holds, then returns."""
+    start = duration_s * 0.3 if at_s is None else at_s
+    hold = duration_s * 0.3 if hold_s is None else hold_s
+
+    def rate(t: float) -> float:
+        if t < start:
+            return base_rps
+        if t < start + ramp_s:
+            return base_rps * (1 + (factor - 1) * (t - start) / ramp_s)
+        if t < start + ramp_s + hold:
+            return base_rps * factor
+        if t < start + 2 * ramp_s + hold:
+            return base_rps * (factor - (factor - 1) * (t - start - ramp_s - hold) / ramp_s)
+        return base_rps
+
+    return Scenario(name, duration_s, rate, f"{factor:g}x surge within {ramp_s:g}s", base_rps * factor)
+
+
+def flash_crowd(base_rps: float, duration_s: float, factor: float = 10.0, at_s: float | None = None,
+                hold_s: float | None = None) -> Scenario:
+    """A 10x step within seconds (ramp 5 s), held, then gone."""
+    sc = surge(base_rps, duration_s, factor, at_s, ramp_s=5.0,
+               hold_s=duration_s * 0.15 if hold_s is None else hold_s, name="flash-crowd")
+    return Scenario("flash-crowd", sc.duration_s, sc.rate, f"{factor:g}x flash crowd", sc.peak_rps)
+
+
+def diurnal_surge(base_rps: float, duration_s: float, factor: float = 3.0) -> Scenario:
+    """The demo default: a diurnal shape with a 3x surge inside 60 s at 40 % of the run."""
+    day = diurnal(base_rps, duration_s, amplitude=0.3)
+    ramp = min(60.0, duration_s * 0.1)
+    bump = surge(1.0, duration_s, factor, at_s=duration_s * 0.4, ramp_s=ramp, hold_s=duration_s * 0.2)
+
+    def rate(t: float) -> float:
+        return day.rate(t) * bump.rate(t)
+
+    return Scenario("diurnal-surge", duration_s, rate, "diurnal day with a 3x surge", day.peak_rps * factor)
+
+
+SCENARIOS: dict[str, Callable[[float, float], Scenario]] = {
+    "steady": steady,
+    "diurnal": diurnal,
+    "surge": surge,
+    "flash-crowd": flash_crowd,
+    "diurnal-surge": diurnal_surge,
+}
+
+
+def scenario(name: str, base_rps: float, duration_s: float) -> Scenario:
+    """A built-in scenario by name, or a UsageError listing the known ones."""
+    if base_rps <= 0:
+        raise UsageError(f"base rate must be > 0 req/s, got {base_rps}")
+    if duration_s <= 0:
+        raise UsageError(f"duration must be > 0 s, got {duration_s}")
+    try:
+        factory = SCENARIOS[name]
+    except KeyError:
+        raise UsageError(f"unknown scenario {name!r}; choose one of {', '.join(sorted(SCENARIOS))}") from None
+    return factory(base_rps, duration_s)
+
+
+# --- trace replay --------------------------------------------------------------------------------
+
+def _parse_timestamp(raw: str) -> float:
+    raw = raw.strip()
+    try:
+        return float(raw)
+    except ValueError:
+        pass
+    # e.g. "2023-11-16 18:15:46.6805900": Python takes at most 6 fractional digits.
+    text = raw.replace("T", " ").rstrip("Z")
+    if "." in text:
+        head, frac = text.split(".", 1)
+        text = f"{head}.{frac[:6]}"
+    return datetime.fromisoformat(text).timestamp()
+
+
+def load_trace_timestamps(path: Path, max_rows: int = MAX_TRACE_ROWS) -> np.ndarray:
+    """Seconds since the first request, from a CSV whose first column is a timestamp.
+
+    A header row is allowed; any other unparsable row is a UsageError naming its line.
+    """
+    if not path.is_file():
+        raise UsageError(f"trace file {path} does not exist")
+    out: list[float] = []
+    with path.open(newline="", errors="replace") as fh:
+        for lineno, row in enumerate(csv.reader(fh), start=1):
+            if not row or not row[0].strip():
+                continue
+            try:
+                out.append(_parse_timestamp(row[0]))
+            except ValueError:
+                if lineno == 1:
+                    continue  # header
+                raise UsageError(f"{path}:{lineno}: first column {row[0]!r} is not a timestamp "
+                                 "(ISO date-time or seconds)") from None
+            if len(out) > max_rows:
+                raise UsageError(f"{path}: more than {max_rows} rows")
+    if len(out) < 2:
+        raise UsageError(f"{path}: needs at least two timestamped rows")
+    ts = np.sort(np.asarray(out, dtype=float))
+    return ts - ts[0]
+
+
+def replay(path: Path, time_scale: float = 1.0, rate_scale: float = 1.0, target_rps: float | None = None,
+           seed: int = 0) -> Scenario:
+    """A scenario replaying a recorded trace.
+
+    time_scale < 1 compresses time (0.1 plays an hour in 6 minutes, keeping the rate shape).
+    rate_scale multiplies the request rate by thinning (< 1) or by superposing jittered copies (> 1);
+    target_rps, when given, picks rate_scale so the mean rate equals it.
+    """
+    if time_scale <= 0 or rate_scale <= 0:
+        raise UsageError("time-scale and rate-scale must be > 0")
+    ts = load_trace_timestamps(path) * time_scale
+    duration = float(ts[-1]) + 1e-6
+    if target_rps is not None:
+        if target_rps <= 0:
+            raise UsageError("target rps must be > 0")
+        rate_scale = target_rps / (len(ts) / duration)
+    rng = np.random.default_rng(seed)
+    whole, frac = int(rate_scale), rate_scale - int(rate_scale)
+    parts = []
+    # Copies are jittered by an exponential gap so they stay Poisson-like, not lock-step.
+    mean_gap = duration / len(ts)
+    for k in range(whole):
+        parts.append(ts if k == 0 else ts + rng.exponential(mean_gap, len(ts)))
+    if frac > 0:
+        parts.append(ts[rng.uniform(size=len(ts)) < frac] + (rng.exponential(mean_gap, 1)[0] if whole else 0.0))
+    arr = np.sort(np.concatenate(parts)) if parts else np.empty(0)
+    arr = arr[arr < duration]
+    counts_per_s = np.bincount(arr.astype(int), minlength=int(duration) + 1)
+
+    def rate(t: float) -> float:
+        i = int(t)
+        return float(counts_per_s[i]) if 0 <= i < len(counts_per_s) else 0.0
+
+    return Scenario(f"trace:{path.name}", duration, rate, f"replay of {path.name}", float(counts_per_s.max()),
+                    timestamps=arr)

@@ -1,0 +1,171 @@
+"""Triton 2.51's dynamic batcher thread, step by step (per arrival, slower than ReplicaBatcher).
+
+Real traces showed a pattern the batch-stepped model misses: while the instance is busy, the first
+request forms a payload as soon as its queue delay expires; that payload is queued for the instance
+and keeps accepting requests, but the batcher thread is only woken by an arrival when
+`queued >= next_preferred_batch_size_` (the value it last computed), so a lone early request often
+executes alone and the others wait for the next batch. This class replays the scheduler's state
+machine (`DynamicBatchScheduler::BatcherThread`/`GetDynamicBatch`/`Enqueue` and the rate limiter's
+payload slots, 2 per instance) in simulated time: events are arrivals, the batcher's timed wait,
+and instances finishing.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from tidescale.autoscaler.servicecurve import ServiceCurve
+from tidescale.sim.batcher import BatcherConfig, BatchRecords, JitterStream, ReplicaBatcher
+
+INF = float("inf")
+SLOTS_PER_INSTANCE = 2  # RateLimiter::PayloadSlotAvailable: queued payloads < 2 x instances
+
+
+class _Payload:
+    __slots__ = ("enqueued", "size")
+
+    def __init__(self) -> None:
+        self.size = 0
+        self.enqueued = False
+
+
+class TritonBatcher(ReplicaBatcher):
+    """Same interface as ReplicaBatcher; `run` walks arrivals, timer and instance events in time order."""
+
+    __slots__ = ("_curr", "_np", "_prefs", "_saturated", "_sched", "_seen", "_sorted_prefs", "_stale", "_timer",
+                 "_zero_delay")
+
+    def __init__(self, cfg: BatcherConfig, curve: ServiceCurve, jitter: JitterStream) -> None:
+        super().__init__(cfg, curve, jitter)
+        self._prefs = frozenset(cfg.preferred_batch_sizes)
+        self._sorted_prefs = sorted(self._prefs)
+        self._zero_delay = cfg.max_queue_delay_s == 0
+        self._curr = _Payload()
+        self._stale = False  # the current payload started executing (IsStaleState)
+        self._saturated = False
+        self._np = 0  # next_preferred_batch_size_ (minus the payload)
+        self._sched: deque[_Payload] = deque()  # enqueued payloads not yet started
+        self._seen = 0  # arrivals[:seen] have reached the scheduler queue or a payload
+        self._timer = INF
+
+    # --- scheduler pieces (names follow Triton's) --------------------------------------------------
+
+    def _next_preferred(self, total: int) -> int:
+        """The smallest preferred size above *total*, else the smallest preferred, else 0."""
+        for p in self._sorted_prefs:
+            if p > total:
+                return p
+        return self._sorted_prefs[0] if self._sorted_prefs else 0
+
+    def _get_dynamic_batch(self, t: float) -> tuple[float, int]:
+        """(wake-up time or 0, requests to move into the payload); mirrors GetDynamicBatch."""
+        payload = self._curr.size
+        queued = self._seen - self.head
+        best, pending, send_now = 0, 0, False
+        for _ in range(queued):
+            if payload + pending > 0:
+                if payload + pending + 1 > self._maxpref and best == 0:
+                    best = pending
+                    self._saturated = True
+                if payload + pending + 1 > self._maxb:
+                    send_now = True
+                    break
+            pending += 1
+            if payload + pending in self._prefs:
+                best = pending
+        deadline = self.arrivals[self.head] + self._delay  # compared, never subtracted: no float drift
+        exceeded = self._delay > 0 and t >= deadline
+        if best and not exceeded:
+            if self._zero_delay:
+                self._saturated = True
+            return 0.0, best
+        if pending == 0:
+            return 0.0, 0
+        if send_now or payload + pending >= self._maxpref:
+            self._saturated = True
+            return 0.0, pending
+        if exceeded or self._zero_delay:
+            return 0.0, pending
+        nxt = self._next_preferred(payload + pending)
+        self._np = nxt - payload if nxt else 0
+        if not self._saturated and payload and payload not in self._prefs:
+            return 0.0, pending
+        return deadline, 0
+
+    def _batcher(self, t: float) -> None:
+        """One wake-up of the batcher thread at time t."""
+        while True:
+            if self._saturated or self._stale:
+                self._curr, self._saturated, self._stale, self._np = _Payload(), False, False, 0
+            if self.head == self._seen:
+                return  # queue empty: sleep until an Enqueue or a payload callback wakes us
+            if len(self._sched) >= SLOTS_PER_INSTANCE * len(self.free):
+                return  # no payload slot: woken when an instance takes a payload
+            wake, take = self._get_dynamic_batch(t)
+            if take:
+                self._curr.size += take
+                self.head += take
+                if not self._curr.enqueued:
+                    self._curr.enqueued = True
+                    self._sched.append(self._curr)
+                    self._start_ready(t)
+                continue
+            if wake > 0:
+                self._timer = wake
+            return
+
+    def _start_ready(self, t: float) -> None:
+        """Idle instances take queued payloads now (each start wakes the batcher via its callback)."""
+        while self._sched:
+            f = min(self.free)
+            if f > t:
+                return
+            self._start(self._sched.popleft(), t, self.free.index(f))
+
+    def _start(self, p: _Payload, t: float, instance: int) -> None:
+        if self._jpos >= len(self._jit):
+            self._jit, self._jpos = self._jitter.block(), 0
+        e = self._exec[p.size] * self._jit[self._jpos]
+        self._jpos += 1
+        self.disp.append(t)
+        self.execs.append(e)
+        self.sizes.append(p.size)
+        self.free[instance] = t + e
+        if p is self._curr:
+            self._stale = True
+
+    # --- the event loop ----------------------------------------------------------------------------
+
+    def run(self, to_t: float) -> None:
+        a = self.arrivals
+        n = len(a)
+        while True:
+            t_arr = a[self._seen] if self._seen < n else INF
+            t_free = min(self.free) if self._sched else INF
+            t = min(t_arr, t_free, self._timer)
+            if t > to_t or t == INF:
+                return
+            if t_arr <= t:  # arrivals first at equal times
+                self._seen += 1
+                queued = self._seen - self.head
+                if self._saturated or self._stale or queued >= self._np:
+                    self._batcher(t)
+            elif t_free <= t:
+                self._start(self._sched.popleft(), t, self.free.index(t_free))
+                self._batcher(t)  # the payload callback wakes the batcher
+            else:
+                self._timer = INF
+                self._batcher(t)
+
+    # --- bookkeeping the base class does not know about ----------------------------------------------
+
+    def in_flight(self, t: float) -> int:
+        return super().in_flight(t) + sum(p.size for p in self._sched)
+
+    def busy_until(self) -> float:
+        return INF if self._sched else max(self.free)
+
+    def flush(self, now: float) -> BatchRecords:
+        rec = super().flush(now)
+        self._seen -= int(rec.size.sum())
+        return rec
