@@ -202,6 +202,16 @@ TIDESCALE: list[MetricFamily] = [
     _own("tidescale_exporter_profile_bytes_total", "counter", "bytes", "Profile bytes ingested.", ()),
     _own("tidescale_exporter_series_dropped_total", "counter", "series",
          "Series not created because a cardinality cap was reached.", ("family",)),
+    _own("tidescale_exporter_task_restarts_total", "counter", "restarts",
+         "Background tasks of the exporter that died and were restarted, by task.", ("task",)),
+    _own("tidescale_exporter_join_buffer_bytes", "gauge", "bytes",
+         "Bytes held by spans waiting in the join buffer for the rest of their request.", ()),
+    _own("tidescale_exporter_profile_store_bytes", "gauge", "bytes",
+         "Bytes of profile reports held by the exporter's profile store.", ()),
+    # --- every tidescale HTTP service --------------------------------------------------------------
+    _own("tidescale_http_unhandled_errors_total", "counter", "errors",
+         "Requests that met an unexpected exception and got a 500, by service and route.",
+         ("service", "route")),
     # --- model reviews -----------------------------------------------------------------------------
     _own("tidescale_model_reviews", "gauge", "reviews", "Model reviews by state.", ("state",)),
     _own("tidescale_reviews_webhook_rejected_total", "counter", "alerts",

@@ -1,0 +1,101 @@
+"""The hostile-input corpus: every parser and endpoint test draws its attacks from here.
+
+Each entry is a (name, value) pair so that parametrized tests name the attack that failed. A new
+parser gets the whole corpus by parametrizing over `JSON_DOCUMENTS`, `YAML_DOCUMENTS`,
+`LABEL_VALUES`, `NUMBERS`, `TIMESTAMPS` or `DATETIMES`; a new attack added here reaches every test
+that uses its list.
+"""
+
+from __future__ import annotations
+
+DEPTH = 100_000  # far beyond Python's recursion limit and any real document
+
+
+def deep_json(depth: int = DEPTH, open_: str = "[", close: str = "]") -> bytes:
+    return (open_ * depth + close * depth).encode()
+
+
+def deep_json_object(depth: int = DEPTH) -> bytes:
+    return ('{"a":' * depth + "1" + "}" * depth).encode()
+
+
+BILLION_LAUGHS = "\n".join(
+    ["a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]"]
+    + [f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},"
+       f"*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)}]" for i in range(8)]
+) + "\n"
+
+# Whole documents for JSON parsers (Triton responses, OTLP JSON, webhook payloads, profiles).
+JSON_DOCUMENTS: list[tuple[str, bytes]] = [
+    ("deep-array", deep_json()),
+    ("deep-object", deep_json_object()),
+    ("400-digit-number", b'{"n": ' + b"9" * 400 + b"}"),
+    ("huge-exponent", b'{"n": 1e999999}'),
+    ("nan-literal", b'{"n": NaN}'),
+    ("infinity-literal", b'{"n": Infinity}'),
+    ("truncated", b'{"a": [1, 2'),
+    ("not-utf8", b'{"a": "\xff\xfe"}'),
+    ("nul-in-string", b'{"a": "x\\u0000y"}'),
+    ("lone-surrogate", b'{"a": "\\ud800"}'),
+    ("empty", b""),
+    ("scalar-instead-of-object", b"42"),
+    ("array-instead-of-object", b"[]"),
+]
+
+# YAML for config files and rule inputs.
+YAML_DOCUMENTS: list[tuple[str, str]] = [
+    ("billion-laughs", BILLION_LAUGHS),
+    ("deep-list", "[" * 5000 + "]" * 5000),
+    ("deep-map", "a: " * 2000 + "1"),
+    ("python-tag", "!!python/object/apply:os.system ['true']"),
+    ("scalar", "42"),
+    ("tabs", "a:\n\tb: 1"),
+]
+
+# Label values that reach Prometheus, PromQL, SQL columns or caches.
+LABEL_VALUES: list[tuple[str, str]] = [
+    ("4-MB", "m" * (4 << 20)),
+    ("nul", "model\x00name"),
+    ("newline", "model\nname"),
+    ("quote-backslash", 'a"b\\c'),
+    ("promql-injection", '"}[5m]) or vector(1) or x{a="'),
+    ("slash", "org/team/model"),
+    ("dot-dot", ".."),
+    ("unicode", "модель-😀"),
+    ("lone-surrogate", "\ud800"),
+    ("empty", ""),
+    ("whitespace", "   "),
+]
+
+# Numbers where a count, duration or id is expected.
+NUMBERS: list[tuple[str, object]] = [
+    ("400-digits", int("9" * 400)),
+    ("int64-max-plus-1", 2**63),
+    ("uint64-max-plus-1", 2**64),
+    ("negative", -1),
+    ("float-max", 1.7976931348623157e308),
+    ("overflowing-sum", 1e306),
+    ("nan", float("nan")),
+    ("inf", float("inf")),
+    ("neg-inf", float("-inf")),
+]
+
+# Unix nanosecond timestamps as OTLP and Triton traces carry them.
+TIMESTAMPS: list[tuple[str, object]] = [
+    ("10**400", 10**400),
+    ("20-digits", 10**19 * 3),
+    ("uint64-max", 2**64 - 1),
+    ("negative", -5),
+    ("string-digits", "9" * 30),
+    ("float", 1.5e18),
+]
+
+# RFC 3339 instants for webhook payloads.
+DATETIMES: list[tuple[str, str]] = [
+    ("year-1", "0001-01-01T00:00:00Z"),
+    ("year-9999", "9999-12-31T23:59:59.999999Z"),
+    ("far-future", "2099-01-01T00:00:00Z"),
+    ("offset-overflow", "9999-12-31T23:59:59-23:59"),
+    ("not-a-date", "yesterday"),
+    ("year-0", "0000-01-01T00:00:00Z"),
+]
