@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from tidescale.contracts.errors import UsageError
+
 app = typer.Typer(help="Recording and alerting rules, Alertmanager config.", no_args_is_help=True)
 reviews_app = typer.Typer(help="The model-review service (Alertmanager webhook receiver).", no_args_is_help=True)
 
@@ -23,10 +25,24 @@ def render_command(
     from tidescale.contracts.settings import load_settings
 
     cfg = load_settings(AlertsConfig, config)
-    out.mkdir(parents=True, exist_ok=True)
-    for name, content in rendered(cfg).items():
-        (out / name).write_text(content)
+    files = rendered(cfg)
+    prepare_out_dir(out)
+    for name, content in files.items():
+        try:
+            (out / name).write_text(content)
+        except OSError as exc:
+            raise UsageError(f"--out {out}: cannot write {name}: {exc.strerror or exc}") from None
         typer.echo(f"wrote {out / name}")
+
+
+def prepare_out_dir(out: Path) -> None:
+    """Make the --out directory; an existing file or an unwritable place is a usage error, not a traceback."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} exists and is not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot create the directory: {exc.strerror or exc}") from None
 
 
 @app.command("check")

@@ -61,6 +61,8 @@ def recommend_command(
     capacity_rps: float | None = typer.Option(None, "--capacity-rps", help="Capacity per replica at the SLO."),
     slo_p99: float | None = typer.Option(None, "--slo-p99"),
     once: bool = typer.Option(False, "--once", help="Evaluate once, print JSON, exit."),
+    print_config: bool = typer.Option(False, "--print-config",
+                                      help="Print the effective settings (tuning resolved, per target) as JSON, exit."),
 ) -> None:
     """Run the recommender service (`/metrics`, `/healthz`), or one evaluation with --once."""
     from tidescale.autoscaler.service import RecommenderService, RecommenderSettings, make_app
@@ -68,6 +70,9 @@ def recommend_command(
 
     settings = load_settings(RecommenderSettings, config, prometheus_url=prometheus_url, host=host, port=port,
                              interval_s=interval, profile=profile, capacity_rps=capacity_rps, slo_p99_s=slo_p99)
+    if print_config:
+        typer.echo(json.dumps(settings.effective_config(), indent=2, sort_keys=True))
+        return
     service = RecommenderService(settings)
     if once:
         states = service.evaluate()

@@ -23,7 +23,8 @@ from tidescale.contracts.errors import UsageError
 
 @dataclass(frozen=True)
 class RecommenderConfig:
-    """Tuning of one recommender; the defaults are what the benchmark measures."""
+    """Tuning of one recommender. The defaults are what ships (the service and the chart use them) and
+    what `tidescale bench autoscale` runs: both build this object through `RecommenderSettings`."""
 
     capacity_rps: float  # per replica at the SLO (from a load-test profile)
     min_replicas: int = 1
@@ -44,8 +45,8 @@ class RecommenderConfig:
     fast_window_s: float = 30.0  # range of the short completion rate (`fast_arrival_rps`), when given
     max_drain_factor: float = 2.0  # the drain term asks for at most this many times the rate's need
     fast_jump: float = 1.1  # the short window's estimate wins when it exceeds the long one by this factor
-    pod_drain_s: float = math.inf  # drain the worst pod's backlog within this long by diverting new
-    # arrivals to more replicas (round robin gives each of N pods 1/N of them); off by default
+    pod_drain_s: float = 240.0  # drain the worst pod's backlog within this long by diverting new
+    # arrivals to more replicas (round robin gives each of N pods 1/N of them); inf turns it off
     headroom: float = 1.0  # keep capacity for this multiple of the recent floor of the load: standing
     # replicas for a surge that arrives faster than detection + cold start (1 = none; docs/autoscaler.md)
     headroom_window_s: float = 600.0  # the floor is the lowest arrival rate over this window

@@ -1,14 +1,17 @@
 """The recommender service: reads Prometheus, exports `tidescale_desired_replicas` for the HPA.
 
-Each interval, per target Deployment: completions/s, queue-policy rejections/s and queue depth of
-its model (Triton's counters, summed over pods), its replica counts (kube-state-metrics, or callbacks in the demo),
-optionally the observed P99 (tidescale's histogram recording rule). Fail-safe: when Prometheus
-is down or a value is missing, NaN or stale, the last good recommendation is held (never a
+Each interval, per target Deployment: completions/s and queue-policy rejections/s over the long and
+the short rate window, the queue depth of its model summed over pods and on its worst pod (Triton's
+counters and pending gauge), its replica counts (kube-state-metrics, or callbacks in the demo), and
+optionally the observed P99 (tidescale's histogram recording rule): every input the recommender reads.
+Fail-safe: when Prometheus is down or a value is missing, NaN or stale, the last good recommendation is held (never a
 scale-down on missing data) and `tidescale_recommender_failsafe{reason}` says why.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import math
 import threading
@@ -43,7 +46,50 @@ log = logging.getLogger(__name__)
 
 FAILSAFE_REASONS = ("prometheus_down", "missing", "nan", "stale")
 MAX_TARGETS = 200
-RATE_WINDOW = "1m"
+_DEFAULTS = RecommenderConfig(capacity_rps=1.0)
+
+
+def _default(name: str) -> Any:
+    return getattr(_DEFAULTS, name)
+
+
+class RecommenderTuning(BaseModel):
+    """Every tuning knob of the recommender (`recommender.tuning` / `TIDESCALE_RECOMMENDER_TUNING__…`).
+
+    The defaults are RecommenderConfig's, which the benchmark runs: change one here and the
+    benchmark's figures no longer describe your deployment. `p99_window_s` is not a knob: it is
+    the range of the P99 recording rule the service reads (5 m).
+    """
+
+    model_config = SettingsConfigDict(extra="forbid", ser_json_inf_nan="strings")  # inf ("off") as "Infinity"
+    lookahead_extra_s: float = Field(default=_default("lookahead_extra_s"), ge=0, allow_inf_nan=False)
+    trend_window_s: float = Field(default=_default("trend_window_s"), gt=0, allow_inf_nan=False)
+    queue_window_s: float = Field(default=_default("queue_window_s"), gt=0, allow_inf_nan=False)
+    utilisation: float = Field(default=_default("utilisation"), gt=0, le=1)
+    down_utilisation: float = Field(default=_default("down_utilisation"), gt=0, le=1)
+    down_delay_s: float = Field(default=_default("down_delay_s"), ge=0, allow_inf_nan=False)
+    drain_s: float = Field(default=_default("drain_s"), gt=0)  # inf: off
+    max_capacity_gain: float = Field(default=_default("max_capacity_gain"), ge=1, allow_inf_nan=False)
+    min_capacity_ratio: float = Field(default=_default("min_capacity_ratio"), gt=0, le=1)
+    rate_window_s: float = Field(default=_default("rate_window_s"), ge=1, allow_inf_nan=False)
+    fast_window_s: float = Field(default=_default("fast_window_s"), ge=1, allow_inf_nan=False)
+    max_drain_factor: float = Field(default=_default("max_drain_factor"), ge=1, allow_inf_nan=False)
+    fast_jump: float = Field(default=_default("fast_jump"), ge=1, allow_inf_nan=False)
+    pod_drain_s: float = Field(default=_default("pod_drain_s"), gt=0)  # inf: off
+    headroom_window_s: float = Field(default=_default("headroom_window_s"), gt=0, allow_inf_nan=False)
+
+    def as_json(self) -> dict[str, Any]:
+        """Plain JSON values (inf as "Infinity"), as recorded by the benchmark and printed by the CLI."""
+        return json.loads(self.model_dump_json())  # type: ignore[no-any-return]
+
+
+# RecommenderConfig fields that are not tuning: set per target, from the profile, or by their own setting.
+NOT_TUNING = ("capacity_rps", "min_replicas", "max_replicas", "cold_start_s", "headroom", "p99_window_s")
+
+
+def promql_range(seconds: float) -> str:
+    """A PromQL range for *seconds*: whole seconds as `60s`, anything finer in milliseconds."""
+    return f"{int(seconds)}s" if float(seconds).is_integer() else f"{round(seconds * 1000)}ms"
 
 
 class TargetSettings(BaseModel):
@@ -82,8 +128,23 @@ class RecommenderSettings(ComponentSettings):
     cold_start_s: float = Field(default=60.0, ge=0)
     headroom: float = Field(default=1.0, ge=1.0, allow_inf_nan=False)  # standing capacity: x the 10-min floor
     hpa_tolerance_rounding: bool = False  # cluster without behavior.*.tolerance (k8s < 1.33)
-    rate_window: str = Field(default=RATE_WINDOW, pattern=r"^[0-9]+[smh]$")  # PromQL range of rate()
+    tuning: RecommenderTuning = Field(default_factory=RecommenderTuning)
     targets: list[TargetSettings] = Field(default_factory=list, max_length=MAX_TARGETS)
+
+    def config_for(self, t: TargetSettings) -> RecommenderConfig:
+        """The recommender for *t*: the one place the service and the benchmark build it."""
+        return RecommenderConfig(self.capacity_for(t), t.min_replicas, t.max_replicas, cold_start_s=self.cold_start_s,
+                                 headroom=self.headroom, **self.tuning.model_dump())
+
+    def effective_config(self) -> dict[str, Any]:
+        """What `autoscale recommend --print-config` prints: every setting, tuning resolved, per target."""
+        out = self.model_dump(mode="json", exclude={"targets", "tuning"})
+        out["tuning"] = self.tuning.as_json()
+        out["targets"] = [
+            {**t.model_dump(mode="json"), "recommender": _jsonable(dataclasses.asdict(self.config_for(t)))}
+            for t in self.targets
+        ]
+        return out
 
     def capacity_for(self, t: TargetSettings) -> float:
         if t.capacity_rps is not None:
@@ -93,6 +154,11 @@ class RecommenderSettings(ComponentSettings):
         if self.profile is not None:
             return load_capacity(self.profile, self.slo_p99_s)
         raise UsageError(f"target {t.namespace}/{t.deployment}: give capacity_rps or a profile (perf_analyzer CSV)")
+
+
+def _jsonable(values: dict[str, Any]) -> dict[str, Any]:
+    """inf is a legal setting ("off") but not JSON: write it as the string pydantic reads back."""
+    return {k: ("Infinity" if isinstance(v, float) and math.isinf(v) else v) for k, v in values.items()}
 
 
 class PrometheusUnavailable(Exception):
@@ -138,15 +204,20 @@ class TargetQueries:
     """PromQL for one target; every label value escaped, counters summed before any division."""
 
     completions: str
+    fast_completions: str
     rejections: str
+    fast_rejections: str
     queue: str
+    max_pod_queue: str
     queue_age: str
     p99: str
     spec_replicas: str
     ready_replicas: str
 
     @classmethod
-    def for_target(cls, t: TargetSettings, rate_window: str = RATE_WINDOW) -> TargetQueries:
+    def for_target(cls, t: TargetSettings, tuning: RecommenderTuning | None = None) -> TargetQueries:
+        tuning = tuning or RecommenderTuning()
+        slow, fast = promql_range(tuning.rate_window_s), promql_range(tuning.fast_window_s)
         triton = {"namespace": t.namespace, "model": t.model}
         dep = {"namespace": t.namespace, "deployment": t.deployment}
         success = selector(catalog.get("nv_inference_request_success").name, **triton)
@@ -155,9 +226,12 @@ class TargetQueries:
         # never completes. Absent on older servers, and then read as 0.
         rejected = selector(catalog.get("nv_inference_request_failure").name, **triton, reason="REJECTED")
         return cls(
-            completions=f"sum(rate({success}[{rate_window}]))",
-            rejections=f"sum(rate({rejected}[{rate_window}]))",
+            completions=f"sum(rate({success}[{slow}]))",
+            fast_completions=f"sum(rate({success}[{fast}]))",
+            rejections=f"sum(rate({rejected}[{slow}]))",
+            fast_rejections=f"sum(rate({rejected}[{fast}]))",
             queue=f"sum({pending})",
+            max_pod_queue=f"max(sum by (pod) ({pending}))",
             queue_age=f"time() - max(timestamp({pending}))",
             p99=f'max({selector(names.P99, **triton, stage="request")})',
             spec_replicas=f"max({selector(catalog.get('kube_deployment_spec_replicas').name, **dep)})",
@@ -199,9 +273,8 @@ class RecommenderService:
             if key in self.states:
                 raise UsageError(f"target {t.namespace}/{t.deployment} is listed twice")
             Target(t.deployment, t.namespace, t.model, t.min_replicas, t.max_replicas)  # validates the names
-            cfg = RecommenderConfig(settings.capacity_for(t), t.min_replicas, t.max_replicas,
-                                    cold_start_s=settings.cold_start_s, headroom=settings.headroom)
-            self.states[key] = TargetState(t, Recommender(cfg), TargetQueries.for_target(t, settings.rate_window))
+            self.states[key] = TargetState(t, Recommender(settings.config_for(t)),
+                                           TargetQueries.for_target(t, settings.tuning))
         self._lock = threading.Lock()
 
     # --- reading ---------------------------------------------------------------------------------
@@ -235,8 +308,12 @@ class RecommenderService:
         current, ready = self._replicas(st)
         p99 = self._value(st.queries.p99, "p99", required=False)
         rejected = self._value(st.queries.rejections, "rejection rate", required=False)
+        fast = self._value(st.queries.fast_completions, "short-window completion rate", required=False)
+        fast_rejected = self._value(st.queries.fast_rejections, "short-window rejection rate", required=False)
+        worst = self._value(st.queries.max_pod_queue, "worst pod's queue", required=False)
         return Observation(now, completions or 0.0, queue or 0.0, ready, current, p99, self.settings.slo_p99_s,
-                           rejected_rps=rejected or 0.0)
+                           fast_arrival_rps=fast, max_pod_queue=worst, rejected_rps=rejected or 0.0,
+                           fast_rejected_rps=fast_rejected)
 
     # --- one evaluation ----------------------------------------------------------------------------
     def evaluate(self, now: float | None = None) -> dict[tuple[str, str], TargetState]:

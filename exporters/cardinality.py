@@ -1,9 +1,13 @@
-"""Bounded label cardinality: a cap on distinct series and clean label values.
+"""Bounded label cardinality: a cap on distinct series and clean, short label values.
 
 Hostile or buggy clients can send 10,000 model names; without a cap every name becomes a
 series in every scrape forever. `SeriesCap` admits the first `max_series` label sets of a
 family and refuses the rest (the caller counts the refusal), so memory and scrape size stay
 bounded and the drop is visible in `tidescale_exporter_series_dropped_total`.
+
+Length is bounded first: `cut_label_value` is what decoders apply before a value is stored
+anywhere (a parked span, a cache key, a series key), so a 4 MB model name costs 4 MB only while
+its request body is being decoded.
 """
 
 from __future__ import annotations
@@ -11,19 +15,35 @@ from __future__ import annotations
 from collections.abc import Hashable
 from functools import lru_cache
 
-MAX_LABEL_VALUE_CHARS = 200
+MAX_LABEL_VALUE_CHARS = 128
+ELLIPSIS = "…"
 
 
-@lru_cache(maxsize=8192)  # called per sample on the ingest path; the same few names repeat
+def cut_label_value(value: str, max_chars: int = MAX_LABEL_VALUE_CHARS) -> str:
+    """*value* cut to at most *max_chars* characters (an ellipsis marks a cut), nothing else changed.
+
+    Cheap (one slice) and idempotent, so every layer may apply it; `clean_label_value` of the cut
+    value equals `clean_label_value` of the original.
+    """
+    if len(value) <= max_chars:
+        return value
+    return value[: max_chars - 1] + ELLIPSIS
+
+
 def clean_label_value(value: str, max_chars: int = MAX_LABEL_VALUE_CHARS) -> str:
     """Label value with control characters replaced and length bounded.
 
     prometheus-client escapes quotes, backslashes and newlines in the exposition, so the
     value is safe to expose as-is; control characters are replaced only so logs and
     dashboards stay readable, and the length bound keeps one label from bloating a scrape.
+    The value is cut *before* the cache sees it: the cache then holds only short strings.
     """
-    cleaned = "".join(ch if ch.isprintable() else "?" for ch in value[: max_chars + 1])
-    return cleaned if len(cleaned) <= max_chars else cleaned[: max_chars - 1] + "…"
+    return _clean_short(cut_label_value(value, max_chars))
+
+
+@lru_cache(maxsize=8192)  # called per sample on the ingest path; the same few names repeat
+def _clean_short(value: str) -> str:
+    return value if value.isprintable() else "".join(ch if ch.isprintable() else "?" for ch in value)
 
 
 class SeriesCap:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tidescale.exporters.cardinality import cut_label_value
 from tidescale.exporters.errors import BadInput
 
 _loads: Callable[[bytes | str], Any]
@@ -105,11 +106,12 @@ def _duration(obj: Any, what: str) -> Duration:
 
 
 def _text(value: Any, what: str) -> str:
+    """A name or id (they become label values): cut to the label cap before anything keeps it."""
     if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
+        return cut_label_value(str(value))
     if not isinstance(value, str):
         raise BadInput(502, f"{what}: expected a string")
-    return value
+    return cut_label_value(value)
 
 
 def _model(entry: Any) -> ModelStats:
@@ -188,8 +190,8 @@ def parse_stats(body: bytes | str | dict[str, Any]) -> list[ModelStats]:
             raise BadInput(502, f"stats response larger than {MAX_BODY_BYTES} bytes")
         try:
             doc = _loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise BadInput(502, f"stats response is not JSON: {exc}") from None
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError; stdlib: depth
+            raise BadInput(502, f"stats response is not JSON: {str(exc)[:200]}") from None
     else:
         doc = body
     if not isinstance(doc, dict):

@@ -89,6 +89,16 @@ class Review(Base):
         }
 
 
+# The largest id the `Integer` primary key holds on every backend (PostgreSQL's int4).
+MAX_REVIEW_ID = 2**31 - 1
+
+
+def text_column_limits() -> dict[str, int]:
+    """Characters each bounded text column holds ({"model": 255, …}): what the service validates against."""
+    return {c.name: c.type.length for c in Review.__table__.columns
+            if isinstance(c.type, String) and c.type.length is not None}
+
+
 @dataclass(frozen=True)
 class ReviewKey:
     namespace: str

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tidescale.autoscaler.service import RecommenderTuning
 from tidescale.devstack.fleet.loadgen import LoadGenerator
 from tidescale.devstack.fleet.running import running_stack
 from tidescale.devstack.live_autoscaler import LiveAutoscaler
@@ -31,7 +32,8 @@ def test_live_autoscaler_scales_real_replicas(tmp_path: Path) -> None:
             live = LiveAutoscaler(prom.url, fleet.scale_to, lambda: fleet.spec_replicas,
                                   lambda: len(fleet.ready_replicas()), namespace=fleet.namespace,
                                   deployment=fleet.deployment, model="resnet50", min_replicas=1, max_replicas=3,
-                                  capacity_rps=CAPACITY, cold_start_s=5.0, rate_window="10s")
+                                  capacity_rps=CAPACITY, cold_start_s=5.0,
+                                  tuning=RecommenderTuning(rate_window_s=10, fast_window_s=5))
             prom.wait_for_targets_up()
             prom.wait_for(f'sum(rate(nv_inference_request_success{{model="resnet50"}}[10s])) > {RPS * 0.6}',
                           timeout=60)

@@ -13,7 +13,13 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from tidescale.autoscaler.service import RecommenderService, RecommenderSettings, TargetSettings, make_app
+from tidescale.autoscaler.service import (
+    RecommenderService,
+    RecommenderSettings,
+    RecommenderTuning,
+    TargetSettings,
+    make_app,
+)
 from tidescale.devstack.ports import LOOPBACK
 from tidescale.devstack.promstack import PrometheusServer, ScrapeTarget
 
@@ -67,7 +73,8 @@ def test_prometheus_stops_mid_run_recommendation_holds(tmp_path: Path, triton_me
         prom.wait_for_targets_up()
         prom.wait_for('sum(rate(nv_inference_request_success{namespace="ml"}[10s])) > 380', timeout=40)
         settings = RecommenderSettings(
-            prometheus_url=prom.url, capacity_rps=100.0, query_timeout_s=2.0, rate_window="10s",
+            prometheus_url=prom.url, capacity_rps=100.0, query_timeout_s=2.0,
+            tuning=RecommenderTuning(rate_window_s=10, fast_window_s=5),
             targets=[TargetSettings(deployment="triton", namespace="ml", model="resnet", max_replicas=20)])
         service = RecommenderService(settings, replicas_fn=lambda _t: (3, 3))
         client = TestClient(make_app(service))

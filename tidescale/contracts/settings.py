@@ -12,12 +12,16 @@ so components stay independent and one YAML file can configure all of them:
 
 from __future__ import annotations
 
+import os
+import re
+import reprlib
+import stat
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar, get_args
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, SecretBytes, SecretStr, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -25,6 +29,12 @@ from tidescale.contracts.errors import UsageError
 
 _YAML_SECTION: ContextVar[dict[str, Any] | None] = ContextVar("_YAML_SECTION", default=None)
 MAX_CONFIG_BYTES = 1 << 20
+# Nesting a real config never needs; deeper YAML would exhaust the recursive composer (RecursionError).
+MAX_YAML_DEPTH = 64
+# Longest rendering of a bad value (or any text from the file) an error message may carry.
+MAX_SHOWN_CHARS = 120
+# Fields whose values an error message never shows, besides SecretStr/SecretBytes fields.
+SECRET_NAME = re.compile(r"token|password|secret|credential", re.IGNORECASE)
 
 S = TypeVar("S", bound="ComponentSettings")
 
@@ -58,18 +68,73 @@ class ComponentSettings(BaseSettings):
         return (init_settings, env_settings, _YamlSectionSource(settings_cls))
 
 
+class _Refused(yaml.YAMLError):
+    """A config file the loader will not build (an alias, too deep); the message says which and where."""
+
+
+class _ConfigLoader(yaml.SafeLoader):
+    """SafeLoader that refuses aliases and bounds nesting.
+
+    Aliases are what make a 471-byte "billion laughs" file expand to gigabytes once anything walks
+    or prints the value; a config file never needs them. The composer recurses once per level, so
+    depth is bounded here rather than by Python's recursion limit.
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            anchor = clip(str(getattr(event, "anchor", "")), 40)
+            raise _Refused(f"uses a YAML alias (*{anchor}) at line {event.start_mark.line + 1}; "
+                           "aliases are not allowed in config files")
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                line = self.peek_event().start_mark.line + 1
+                raise _Refused(f"is nested more than {MAX_YAML_DEPTH} levels deep (line {line})")
+            return super().compose_node(parent, index)  # type: ignore[no-untyped-call]
+        finally:
+            self._depth -= 1
+
+
+def clip(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
+    """*text* cut to *limit* characters, saying so: an error message never carries a huge value."""
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
+
+
+def _read_text(path: Path) -> str:
+    """A regular file's text, read without blocking: a FIFO or device as --config would hang a read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise UsageError(f"config file {path} does not exist") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UsageError(f"config file {path} is not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(MAX_CONFIG_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise UsageError(f"config file {path} is larger than {MAX_CONFIG_BYTES} bytes")
+    return data.decode("utf-8")
+
+
 def read_yaml_file(path: Path) -> dict[str, Any]:
     """The YAML file as a mapping, or a UsageError that names the file and the problem."""
     try:
-        if path.stat().st_size > MAX_CONFIG_BYTES:
-            raise UsageError(f"config file {path} is larger than {MAX_CONFIG_BYTES} bytes")
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise UsageError(f"config file {path} does not exist") from None
+        data = yaml.load(_read_text(path), Loader=_ConfigLoader)
+    except _Refused as exc:
+        raise UsageError(f"config file {path} {exc}") from None
     except yaml.YAMLError as exc:
-        raise UsageError(f"config file {path} is not valid YAML: {exc}") from None
+        raise UsageError(f"config file {path} is not valid YAML: {clip(str(exc), 4 * MAX_SHOWN_CHARS)}") from None
+    except RecursionError:
+        raise UsageError(f"config file {path} is nested too deeply") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read config file {path}: {exc}") from None
+        raise UsageError(f"cannot read config file {path}: {clip(str(exc))}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -77,14 +142,68 @@ def read_yaml_file(path: Path) -> dict[str, Any]:
     return data
 
 
-def format_validation_error(section: str, exc: ValidationError) -> str:
+def _short_repr() -> reprlib.Repr:
+    r = reprlib.Repr()
+    r.maxstring = r.maxother = r.maxlong = MAX_SHOWN_CHARS
+    r.maxlist = r.maxtuple = r.maxdict = r.maxset = 6
+    r.maxlevel = 3
+    return r
+
+
+_SHORT = _short_repr()
+
+
+def _is_secret_type(annotation: Any) -> bool:
+    if annotation in (SecretStr, SecretBytes):
+        return True
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return False
+    return any(_is_secret_type(arg) for arg in get_args(annotation))
+
+
+def is_secret_field(model: type[BaseModel] | None, loc: tuple[int | str, ...]) -> bool:
+    """True when the value at *loc* is a secret: a SecretStr/SecretBytes field (followed through nested
+    models) or any path part named like one (`token`, `password`, …: also catches misspelt keys)."""
+    if any(isinstance(part, str) and SECRET_NAME.search(part) for part in loc):
+        return True
+    annotation: Any = model
+    for part in loc:
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            args = [a for a in get_args(annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
+            if not args:
+                break
+            annotation = args[0]
+        field = annotation.model_fields.get(str(part))
+        if field is None:
+            if isinstance(part, int):
+                continue  # a list index: stay on the item's model
+            break
+        annotation = field.annotation
+        if _is_secret_type(annotation):
+            return True
+    return False
+
+
+def _redacted(message: str, value: Any) -> str:
+    if isinstance(value, str | int | float) and str(value):
+        return message.replace(str(value), "***")
+    return message
+
+
+def format_validation_error(section: str, exc: ValidationError, model: type[BaseModel] | None = None) -> str:
+    """One line per bad field; a bad value is shown truncated, a secret's value never (nor in the message)."""
     parts = []
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "(root)"
-        where = f"{section}.{loc}" if section else loc
+        loc = tuple(err["loc"])
+        where = ".".join(str(p) for p in loc) or "(root)"
+        where = f"{section}.{where}" if section else where
         value = err.get("input")
-        shown = "" if isinstance(value, dict) else f" (got {value!r})"
-        parts.append(f"  {where}: {err['msg']}{shown}")
+        message = clip(str(err["msg"]), 2 * MAX_SHOWN_CHARS)
+        if is_secret_field(model, loc):
+            parts.append(f"  {clip(where)}: {_redacted(message, value)} (value hidden: secret)")
+            continue
+        shown = "" if isinstance(value, dict) else f" (got {_SHORT.repr(value)})"
+        parts.append(f"  {clip(where)}: {message}{shown}")
     return f"invalid {section or 'settings'}:\n" + "\n".join(parts)
 
 
@@ -104,6 +223,6 @@ def load_settings(cls: type[S], config_file: Path | None = None, **flags: Any) -
     try:
         return cls(**given)
     except ValidationError as exc:
-        raise UsageError(format_validation_error(cls.section, exc)) from None
+        raise UsageError(format_validation_error(cls.section, exc, cls)) from None
     finally:
         _YAML_SECTION.reset(token)

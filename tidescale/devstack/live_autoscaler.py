@@ -14,6 +14,7 @@ from tidescale.autoscaler.service import (
     PromClient,
     RecommenderService,
     RecommenderSettings,
+    RecommenderTuning,
     TargetSettings,
     TargetState,
 )
@@ -36,7 +37,7 @@ class LiveAutoscaler:
                  deployment: str = "triton", namespace: str = "tidescale-demo", model: str = "resnet50",
                  min_replicas: int = 1, max_replicas: int = 8, capacity_rps: float = 100.0,
                  slo_p99_s: float = 0.5, cold_start_s: float = 30.0, interval_s: float = SYNC_PERIOD_S,
-                 rate_window: str = "1m") -> None:
+                 tuning: RecommenderTuning | None = None) -> None:
         if policy not in LIVE_POLICIES:
             raise UsageError(f"unknown live policy {policy!r}; choose one of {', '.join(LIVE_POLICIES)}")
         target = Target(deployment, namespace, model, min_replicas, max_replicas, slo_p99_s)
@@ -45,7 +46,7 @@ class LiveAutoscaler:
         self.interval_s = interval_s
         settings = RecommenderSettings(
             prometheus_url=prometheus_url, slo_p99_s=slo_p99_s, capacity_rps=capacity_rps, cold_start_s=cold_start_s,
-            interval_s=interval_s, rate_window=rate_window,
+            interval_s=interval_s, tuning=tuning or RecommenderTuning(),
             targets=[TargetSettings(deployment=deployment, namespace=namespace, model=model,
                                     min_replicas=self.spec.min_replicas, max_replicas=self.spec.max_replicas)])
         self.service = RecommenderService(settings, PromClient(prometheus_url),

@@ -54,9 +54,10 @@ class StackOptions:
     capacity_rps: float | None = None  # per replica at the SLO; default from the model's curve
     trace_rate: int = 1
     scrape_interval: str = "1s"
-    # The local stack scrapes every second and compresses a day into minutes: a short rate window
-    # keeps the recommender's view of the arrival rate as fresh as a 1m window is on a cluster.
-    autoscale_rate_window: str = "15s"
+    # The local stack scrapes every second and compresses a day into minutes: short rate windows
+    # keep the recommender's view of the arrival rate as fresh as 1m/30s windows are on a cluster.
+    autoscale_rate_window_s: float = 15.0
+    autoscale_fast_window_s: float = 5.0
     rule_files: Sequence[Path] | None = None  # default: alerts/rules/*.yaml as committed
     seed: int = 0
     extra_env: dict[str, str] = field(default_factory=dict)
@@ -252,6 +253,7 @@ class LocalStack:
         return 0.7 * spec.curve.throughput(batch) * spec.instance_count
 
     def _start_autoscaler(self) -> None:
+        from tidescale.autoscaler.service import RecommenderTuning
         from tidescale.devstack.live_autoscaler import LiveAutoscaler
 
         o = self.opts
@@ -261,7 +263,8 @@ class LocalStack:
             self.prometheus.url, fleet.scale_to, lambda: fleet.spec_replicas, lambda: len(fleet.ready_replicas()),
             deployment=o.deployment, namespace=o.namespace, model=o.autoscale_model,
             min_replicas=o.min_replicas, max_replicas=o.max_replicas, capacity_rps=self._capacity_rps(),
-            slo_p99_s=o.slo_p99_s, cold_start_s=max(o.cold_start_s, 1.0), rate_window=o.autoscale_rate_window,
+            slo_p99_s=o.slo_p99_s, cold_start_s=max(o.cold_start_s, 1.0),
+            tuning=RecommenderTuning(rate_window_s=o.autoscale_rate_window_s, fast_window_s=o.autoscale_fast_window_s),
         )
         self.autoscaler_metrics = MetricsEndpoint("recommender", self.autoscaler.service)
         self.autoscaler_metrics.server.start()

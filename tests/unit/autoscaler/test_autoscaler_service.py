@@ -31,7 +31,7 @@ class FakeProm:
 
     def __init__(self) -> None:
         self.values: dict[str, float | None] = {"nv_inference_request_failure": None, "rate(": 450.0,  # first match
-                                                 "sum(nv_inference_pending": 0.0, "time()": 5.0,
+                                                 "sum(nv_inference_pending": 0.0, "sum by (pod)": 0.0, "time()": 5.0,
                                                 "spec_replicas": 5.0, "replicas_ready": 5.0, "p99": None}
         self.down = False
         self.queries: list[str] = []

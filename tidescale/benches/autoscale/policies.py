@@ -17,14 +17,14 @@ from typing import Protocol
 from tidescale.autoscaler import adapter
 from tidescale.autoscaler.hpa import HpaEmulator, HpaSpec, MetricSpec, MetricValue, Pod
 from tidescale.autoscaler.manifests import Target, tidescale_hpa_spec
-from tidescale.autoscaler.recommend import Observation, Recommender, RecommenderConfig
+from tidescale.autoscaler.recommend import Observation, Recommender
+from tidescale.autoscaler.service import RecommenderSettings, TargetSettings
 from tidescale.contracts.errors import UsageError
 from tidescale.sim import FleetSim, MetricsLag
 
 HPA_SYNC_S = 15.0
 PROXY_TICK_S = 2.0
 RATE_WINDOW_S = 60.0
-FAST_RATE_WINDOW_S = 30.0  # two 15 s scrapes: a surge shows one scrape after it starts
 DEBUG = False
 CPU_REQUEST_CORES = 0.5  # the seed Deployment's container CPU request
 
@@ -238,18 +238,14 @@ class RayServe:
         return self.current
 
 
-# What the benchmark measures (the live service keeps RecommenderConfig's defaults): the 30 s rate
-# spots a surge one scrape after it starts; a backlogged pod is drained within 4 min by diverting
-# new arrivals to more replicas, at most doubling the fleet (see docs/benchmarks/autoscale.md).
-TIDESCALE_TUNING: dict[str, float] = {"pod_drain_s": 240.0, "fast_jump": 1.1, "rate_window_s": RATE_WINDOW_S,
-                                      "fast_window_s": FAST_RATE_WINDOW_S}
-
-
 class TidescalePolicy:
     """The recommender feeding the HPA it renders (External AverageValue 1, tolerance 0).
 
-    The recommender evaluates every sync on scraped metrics; its answer reaches the HPA one scrape
-    of the recommender later (its ServiceMonitor scrapes every 5 s; the adapter then serves it).
+    The recommender is built exactly as the service builds it (`RecommenderSettings.config_for`, the
+    shipped defaults), and it sees what the service queries: completion and rejection rates over
+    the long and the short window, the summed and the worst pod's queue, the 5-minute P99. It
+    evaluates every sync on scraped metrics; its answer reaches the HPA one scrape of the recommender
+    later (its ServiceMonitor scrapes every 5 s; the adapter then serves it).
     """
 
     name = "tidescale"
@@ -260,20 +256,24 @@ class TidescalePolicy:
         self.slo_s = slo_s
         target = Target("triton", "bench", "model", min_r, max_r)
         self.hpa = HpaEmulator(tidescale_hpa_spec(target), initial)
-        self.recommender = Recommender(RecommenderConfig(capacity_rps, min_r, max_r, cold_start_s=cold_start_s,
-                                                         p99_window_s=RATE_WINDOW_S, headroom=headroom,
-                                                         **TIDESCALE_TUNING))
+        settings = RecommenderSettings(cold_start_s=cold_start_s, headroom=headroom, slo_p99_s=slo_s,
+                                       targets=[TargetSettings(deployment="triton", namespace="bench", model="model",
+                                                               min_replicas=min_r, max_replicas=max_r,
+                                                               capacity_rps=capacity_rps)])
+        self.config = settings.config_for(settings.targets[0])
+        self.recommender = Recommender(self.config)
         self.published: deque[tuple[float, int]] = deque()
         self.publish_delay = publish_delay_s
 
     def decide(self, now: float, lag: MetricsLag, sim: FleetSim) -> int:
-        rate, pending = lag.rate("requests", RATE_WINDOW_S), lag.gauge("pending")
-        fast = lag.rate("requests", FAST_RATE_WINDOW_S)
-        rejected, fast_rejected = lag.rate("failures", RATE_WINDOW_S), lag.rate("failures", FAST_RATE_WINDOW_S)
+        slow_s, fast_s = self.config.rate_window_s, self.config.fast_window_s
+        rate, pending = lag.rate("requests", slow_s), lag.gauge("pending")
+        fast = lag.rate("requests", fast_s)
+        rejected, fast_rejected = lag.rate("failures", slow_s), lag.rate("failures", fast_s)
         worst = lag.gauge("pending_max") if "pending_max" in lag.series else None
         ready = lag.gauge("replicas_ready")
         if rate is not None and pending is not None and ready is not None:
-            recent = sim.completed(since_t=now - RATE_WINDOW_S)  # tidescale's latency histogram, P99 over 1 m
+            recent = sim.completed(since_t=now - self.config.p99_window_s)  # the P99 recording rule's window
             p99 = recent.latency_quantile(0.99) if len(recent) else None
             rec = self.recommender.recommend(Observation(now, rate, pending, int(ready), self.hpa.replicas,
                                                          p99, self.slo_s, fast, worst, rejected or 0.0,

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from tidescale.autoscaler.recommend import check_headroom
+from tidescale.autoscaler.service import RecommenderSettings
 from tidescale.autoscaler.servicecurve import ServiceCurve
 from tidescale.benches.autoscale import policies as pol
 from tidescale.benches.autoscale import scenarios as bench
@@ -84,7 +85,9 @@ def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
                   "curve": "V100 (ServiceCurve.v100)", "batcher": "max 32, preferred 8/16, 2 ms delay",
                   "min_replicas": bench.MIN_REPLICAS, "max_replicas": bench.MAX_REPLICAS,
                   "scrape_interval_s": 15, "hpa_sync_s": 15, "queue_timeout_s": opts.queue_timeout_s,
-                  "tidescale_headroom": opts.headroom, "headroom_sweep": list(opts.headroom_sweep)},
+                  "tidescale_headroom": opts.headroom, "headroom_sweep": list(opts.headroom_sweep),
+                  # what tidescale ran: the service's defaults (`autoscale recommend --print-config`)
+                  "tidescale_tuning": RecommenderSettings().tuning.as_json()},
         "scenarios": {},
         "scenario_info": {},
         "bounds": {},
@@ -142,6 +145,8 @@ def markdown(doc: dict[str, Any]) -> str:
                               f"REJECT after {s['queue_timeout_s']:g} s in the queue (rejected = not within SLO)"),
         f"- tidescale headroom: {s.get('tidescale_headroom', 1.0):g}× the 10-minute floor of the load "
         "(`tidescale+headroomNx` rows: the same policy at N×, not a peer)",
+        "- tidescale tuning, the service's shipped defaults (`tidescale autoscale recommend --print-config`): "
+        f"`{json.dumps(s['tidescale_tuning'], sort_keys=True)}`",
         "",
     ]
     for name, res in doc["scenarios"].items():
