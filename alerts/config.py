@@ -14,10 +14,11 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from pydantic_settings import SettingsConfigDict
 
 from tidescale.contracts.settings import ComponentSettings
+from tidescale.contracts.slo import SLO_P99_S, SLO_THRESHOLDS_S
 
 # SLO latency thresholds (seconds) that must be exact bucket boundaries of
 # tidescale_request_duration_seconds: the exporter adds them to its buckets.
-DEFAULT_SLO_THRESHOLDS_S: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0)
+DEFAULT_SLO_THRESHOLDS_S: tuple[float, ...] = SLO_THRESHOLDS_S
 
 _DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
@@ -82,7 +83,7 @@ class AlertsConfig(ComponentSettings):
     section: ClassVar[str] = "alerts"
     model_config = SettingsConfigDict(env_prefix="TIDESCALE_ALERTS_", extra="forbid")
 
-    slo_latency_threshold_s: float = Field(0.5, gt=0)
+    slo_latency_threshold_s: float = Field(SLO_P99_S, gt=0)
     model_latency_threshold_s: dict[str, float] = Field(default_factory=dict)
     latency_slo_target: float = Field(0.99, gt=0, lt=1)
     availability_slo_target: float = Field(0.999, gt=0, lt=1)

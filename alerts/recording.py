@@ -17,6 +17,7 @@ from tidescale.alerts.promql_parts import (
     with_label,
 )
 from tidescale.contracts.promql import escape_label_value
+from tidescale.contracts.slo import QUANTILE_WINDOW
 
 Rule = dict[str, Any]
 Group = dict[str, Any]
@@ -102,8 +103,8 @@ def latency_group(cfg: AlertsConfig) -> Group:
     hist = bucket("tidescale_request_duration_seconds")
     rules = stage_latency_rules()
     for name, q in ((n.P50, "0.5"), (n.P95, "0.95"), (n.P99, "0.99")):
-        rules.append(record(name, f"histogram_quantile({q}, {sum_rate(hist, f'{NM}, stage, le', '5m')})"))
-    version_buckets = f'sum by ({NM}, version, le) (rate({hist}{{stage="request"}}[5m]))'
+        rules.append(record(name, f"histogram_quantile({q}, {sum_rate(hist, f'{NM}, stage, le', QUANTILE_WINDOW)})"))
+    version_buckets = f'sum by ({NM}, version, le) (rate({hist}{{stage="request"}}[{QUANTILE_WINDOW}]))'
     rules.append(record(n.VERSION_P99, f"histogram_quantile(0.99, {version_buckets})"))
     rules.extend(record(n.SLOW_RATIO[w], slow_ratio(cfg, w)) for w in n.WINDOWS)
     return {"name": "tidescale.rules.latency", "interval": cfg.evaluation_interval, "rules": rules}

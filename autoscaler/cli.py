@@ -7,6 +7,8 @@ from pathlib import Path
 
 import typer
 
+from tidescale.contracts.slo import SLO_P99_S
+
 app = typer.Typer(help="Custom metrics, HPA/KEDA manifests, the recommender.", no_args_is_help=True)
 
 
@@ -41,7 +43,7 @@ def render_command(
 @app.command("capacity")
 def capacity_command(
     profile: Path = typer.Option(..., "--profile", help="perf_analyzer CSV (-f)."),
-    slo_p99: float = typer.Option(0.5, "--slo-p99", help="Latency SLO, P99 seconds."),
+    slo_p99: float = typer.Option(SLO_P99_S, "--slo-p99", help="Latency SLO, P99 seconds."),
 ) -> None:
     """Per-replica capacity at the SLO from a load-test profile."""
     from tidescale.autoscaler.capacity import load_capacity

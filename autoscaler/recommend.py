@@ -19,6 +19,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from tidescale.contracts.errors import UsageError
+from tidescale.contracts.slo import QUANTILE_WINDOW_S
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ class RecommenderConfig:
     # replicas cannot take over requests already queued (the queue's growth still counts as demand)
     max_capacity_gain: float = 1.0  # online refinement bounds, relative to the profile
     min_capacity_ratio: float = 0.5
-    p99_window_s: float = 300.0  # range of the P99 the refinement reads (the 5m recording rule)
+    p99_window_s: float = QUANTILE_WINDOW_S  # range of the P99 the refinement reads (the recording rule's)
     rate_window_s: float = 60.0  # range of the completion rate (`arrival_rps`)
     fast_window_s: float = 30.0  # range of the short completion rate (`fast_arrival_rps`), when given
     max_drain_factor: float = 2.0  # the drain term asks for at most this many times the rate's need

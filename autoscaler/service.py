@@ -41,6 +41,7 @@ from tidescale.contracts import catalog
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.promql import selector
 from tidescale.contracts.settings import ComponentSettings
+from tidescale.contracts.slo import SLO_P99_S
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,7 @@ class RecommenderSettings(ComponentSettings):
     interval_s: float = Field(default=15.0, gt=0)
     query_timeout_s: float = Field(default=5.0, gt=0)
     stale_after_s: float = Field(default=120.0, gt=0)
-    slo_p99_s: float = Field(default=0.5, gt=0)
+    slo_p99_s: float = Field(default=SLO_P99_S, gt=0)
     profile: Path | None = None  # perf_analyzer CSV: capacity at the SLO
     capacity_rps: float | None = Field(default=None, gt=0)
     cold_start_s: float = Field(default=60.0, ge=0)

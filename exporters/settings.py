@@ -9,6 +9,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from tidescale.contracts.settings import ComponentSettings
+from tidescale.contracts.slo import SLO_THRESHOLDS_S
 
 
 class ExporterSettings(ComponentSettings):
@@ -26,7 +27,7 @@ class ExporterSettings(ComponentSettings):
     targets_file: Path | None = Field(None, description="file_sd JSON of Triton HTTP targets, re-read on change")
     poll_interval_s: float = Field(5.0, gt=0, le=3600)
     # Latency aggregation.
-    slo_thresholds_s: list[float] = Field(default_factory=lambda: [0.1, 0.25, 0.5, 1.0])
+    slo_thresholds_s: list[float] = Field(default_factory=lambda: list(SLO_THRESHOLDS_S))
     bucket_min_s: float = Field(0.001, gt=0)
     bucket_max_s: float = Field(20.0, gt=0)
     max_buckets: int = Field(60, ge=4, le=60)

@@ -11,6 +11,8 @@ from typing import Any
 
 import typer
 
+from tidescale.contracts.slo import SLO_P99_S
+
 app = typer.Typer(help="Benchmarks against the peers, JSON on stdout (results in docs/benchmarks/).",
                   no_args_is_help=True)
 
@@ -128,7 +130,7 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
         policy: list[str] = typer.Option([], "--policy", help="Policy name (repeatable); default all."),
         trace: Path | None = typer.Option(None, "--trace", help="CSV whose first column is a timestamp."),
         target_rps: float | None = typer.Option(None, "--target-rps", help="Mean rate the trace is rescaled to."),
-        slo_p99: float = typer.Option(0.5, "--slo-p99", help="Latency SLO, P99 seconds."),
+        slo_p99: float = typer.Option(SLO_P99_S, "--slo-p99", help="Latency SLO, P99 seconds."),
         seed: int = typer.Option(0, "--seed"),
         queue_timeout: float | None = typer.Option(
             None, "--queue-timeout", help="Seconds a request may wait in a replica's queue before Triton rejects "

@@ -19,6 +19,7 @@ from tidescale.autoscaler.service import (
     TargetState,
 )
 from tidescale.contracts.errors import UsageError
+from tidescale.contracts.slo import SLO_P99_S
 
 log = logging.getLogger(__name__)
 LIVE_POLICIES = ("tidescale",)
@@ -36,7 +37,7 @@ class LiveAutoscaler:
                  ready_fn: Callable[[], int], hpa_spec: HpaSpec | None = None, policy: str = "tidescale", *,
                  deployment: str = "triton", namespace: str = "tidescale-demo", model: str = "resnet50",
                  min_replicas: int = 1, max_replicas: int = 8, capacity_rps: float = 100.0,
-                 slo_p99_s: float = 0.5, cold_start_s: float = 30.0, interval_s: float = SYNC_PERIOD_S,
+                 slo_p99_s: float = SLO_P99_S, cold_start_s: float = 30.0, interval_s: float = SYNC_PERIOD_S,
                  tuning: RecommenderTuning | None = None) -> None:
         if policy not in LIVE_POLICIES:
             raise UsageError(f"unknown live policy {policy!r}; choose one of {', '.join(LIVE_POLICIES)}")

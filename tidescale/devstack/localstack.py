@@ -21,6 +21,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from tidescale.contracts.slo import SLO_P99_S
 from tidescale.contracts.tools import REPO_ROOT
 from tidescale.devstack.fleet.httpserve import LoopbackHttpServer, json_response, text_response
 from tidescale.devstack.fleet.model_repo import DEFAULT_MODELS, ModelSpec, with_load_seconds
@@ -50,7 +51,7 @@ class StackOptions:
     deployment: str = "triton"
     autoscale: bool = True
     autoscale_model: str = "resnet50"
-    slo_p99_s: float = 0.5
+    slo_p99_s: float = SLO_P99_S
     capacity_rps: float | None = None  # per replica at the SLO; default from the model's curve
     trace_rate: int = 1
     scrape_interval: str = "1s"

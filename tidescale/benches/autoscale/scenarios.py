@@ -20,11 +20,12 @@ from tidescale.autoscaler.servicecurve import ServiceCurve
 from tidescale.benches.autoscale import policies as pol
 from tidescale.benches.autoscale.closedloop import RunResult, SimParams, run_policy, score
 from tidescale.contracts.errors import UsageError
+from tidescale.contracts.slo import SLO_P99_S
 from tidescale.contracts.tools import FIXTURES
 from tidescale.sim import BatcherConfig, FleetSim
 from tidescale.sim.traffic import Scenario, flash_crowd, replay, scenario, surge
 
-DEFAULT_SLO_S = 0.5
+DEFAULT_SLO_S = SLO_P99_S
 DEFAULT_BASE_RPS = 800.0
 MIN_REPLICAS, MAX_REPLICAS = 1, 40
 DEFAULT_COLD_START_S = 60.0

@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from tidescale.contracts.settings import ComponentSettings
+from tidescale.contracts.slo import SLO_P99_S
 from tidescale.sim.traffic import SCENARIOS
 
 
@@ -26,7 +27,7 @@ class DemoSettings(ComponentSettings):
     min_replicas: int = Field(1, ge=1, le=16)
     max_replicas: int = Field(4, ge=1, le=16)
     cold_start_s: float = Field(8.0, ge=0, le=600)
-    slo_p99_s: float = Field(0.5, gt=0)
+    slo_p99_s: float = Field(SLO_P99_S, gt=0)
     # Service curves 4x slower than the V100 calibration, so one replica saturates near 80 req/s.
     curve_scale: float = Field(4.0, ge=1.0, le=100.0)
     model_mix: dict[str, float] = Field(default_factory=lambda: {"resnet50": 0.8, "ctr_ranker": 0.2})
