@@ -9,11 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tidescale.alerts import names as n
 from tidescale.alerts.config import AlertsConfig, le_value
-from tidescale.alerts.promql_parts import metric
 from tidescale.alerts.recording import Group, Rule
-from tidescale.contracts.promql import matcher, regex_escape
+from tidescale.contracts import recorded as n
+from tidescale.contracts.promql import matcher, metric, regex_escape
 
 # (long window, short window, burn-rate factor): Google SRE workbook, multiwindow multi-burn-rate.
 PAGE_WINDOWS: tuple[tuple[str, str, float], ...] = (("1h", "5m", 14.4), ("6h", "30m", 6.0))

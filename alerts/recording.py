@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from tidescale.alerts import names as n
 from tidescale.alerts.config import AlertsConfig
-from tidescale.alerts.promql_parts import (
+from tidescale.contracts import recorded as n
+from tidescale.contracts.promql import (
     bucket,
     count,
     dcgm_normalized,
+    escape_label_value,
     join_serving_pods,
     metric,
     per_model,
     sum_rate,
     with_label,
 )
-from tidescale.contracts.promql import escape_label_value
 from tidescale.contracts.slo import QUANTILE_WINDOW
 
 Rule = dict[str, Any]

@@ -4,16 +4,16 @@ Every rule sums counters before dividing (never an average of per-pod ratios, no
 denominator), takes the namespace from the HPA's request (`<<.LabelMatchers>>`, never
 hard-coded) and lets the HPA pick a model with its metric selector (`model: NAME`), which
 the adapter turns into label matchers. Metric names come from the catalog or from the
-recording rules in `alerts.names`.
+recording rules in `tidescale.contracts.recorded`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from tidescale.alerts import names
 from tidescale.autoscaler.yamlout import dump
-from tidescale.contracts import catalog
+from tidescale.contracts import recorded as names
+from tidescale.contracts.promql import metric, sum_rate
 
 RATE_WINDOW = "1m"
 
@@ -29,24 +29,20 @@ _POD_RESOURCES = {"overrides": {"namespace": {"resource": "namespace"}, "pod": {
 _NS_RESOURCES = {"overrides": {"namespace": {"resource": "namespace"}}}
 
 
-def _m(name: str) -> str:
-    return catalog.get(name).name
-
-
 def _series(metric: str) -> str:
     return f'{metric}{{namespace!="",pod!=""}}'
 
 
 def _sum_rate(metric: str) -> str:
-    return f"sum by (<<.GroupBy>>) (rate({metric}{{<<.LabelMatchers>>}}[{RATE_WINDOW}]))"
+    return sum_rate(f"{metric}{{<<.LabelMatchers>>}}", "<<.GroupBy>>", RATE_WINDOW)
 
 
 def custom_rules() -> list[dict[str, Any]]:
     """Per-pod metrics (HPA `type: Pods`): the HPA averages them over the Deployment's pods."""
-    pending = _m("nv_inference_pending_request_count")
-    request_us = _m("nv_inference_request_duration_us")
-    queue_us = _m("nv_inference_queue_duration_us")
-    compute = [_m(f"nv_inference_compute_{s}_duration_us") for s in ("input", "infer", "output")]
+    pending = metric("nv_inference_pending_request_count")
+    request_us = metric("nv_inference_request_duration_us")
+    queue_us = metric("nv_inference_queue_duration_us")
+    compute = [metric(f"nv_inference_compute_{s}_duration_us") for s in ("input", "infer", "output")]
     return [
         {   # Requests waiting in Triton's scheduler queue on this pod (all models unless selected).
             "seriesQuery": _series(pending),
@@ -77,7 +73,7 @@ def custom_rules() -> list[dict[str, Any]]:
 
 def external_rules() -> list[dict[str, Any]]:
     """Per-model and per-Deployment values (HPA `type: External`, namespaced by the HPA)."""
-    desired = _m("tidescale_desired_replicas")
+    desired = metric("tidescale_desired_replicas")
     return [
         {   # P99 per model from tidescale's aggregatable histogram; select with `model: NAME`.
             "seriesQuery": f'{names.P99}{{namespace!="",model!=""}}',

@@ -27,7 +27,6 @@ from prometheus_client.registry import Collector
 from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from tidescale.alerts import names
 from tidescale.autoscaler.capacity import load_capacity
 from tidescale.autoscaler.manifests import Target
 from tidescale.autoscaler.recommend import (
@@ -38,6 +37,7 @@ from tidescale.autoscaler.recommend import (
     reachable_under_tolerance,
 )
 from tidescale.contracts import catalog
+from tidescale.contracts import recorded as names
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.promql import selector
 from tidescale.contracts.settings import ComponentSettings

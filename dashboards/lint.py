@@ -162,7 +162,7 @@ def target_counter_agg_rule(board: Dashboard) -> list[str]:
 
 def known_metrics() -> frozenset[str]:
     """Catalog series plus the recording rules of alerts/."""
-    from tidescale.alerts import names
+    from tidescale.contracts import recorded as names
 
     return catalog.all_series_names() | frozenset(names.all_names())
 

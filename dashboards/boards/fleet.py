@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard as dash_b
 
-from tidescale.alerts import names as rules
 from tidescale.alerts.config import default_config, le_value
+from tidescale.contracts import recorded as rules
 from tidescale.dashboards.base import FLEET, new_dashboard
 from tidescale.dashboards.boards.autoscaling import replica_queries
 from tidescale.dashboards.panels import Query, Threshold, graph, row, single_stat, table_of

@@ -1,8 +1,12 @@
-"""Building PromQL safely: label values that reach a query are escaped, never pasted raw."""
+"""The one PromQL vocabulary: rules, dashboards, adapter/KEDA queries and the recommender build with it.
+
+Label values that reach a query are escaped, never pasted raw; metric names come from the catalog."""
 
 from __future__ import annotations
 
 import re
+
+from tidescale.contracts import catalog
 
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
@@ -34,6 +38,62 @@ def selector(metric: str, **labels: str) -> str:
 def regex_escape(value: str) -> str:
     """Escape a literal for use inside a `=~` matcher (RE2), then as a PromQL string."""
     return re.sub(r"([.*+?^${}()|\[\]\\])", r"\\\1", value)
+
+
+# --- building expressions (rules, dashboards, adapter and KEDA queries, the recommender) -----------
+# Labels kept by per-GPU series after normalisation (dcgm-exporter label variants folded).
+GPU_KEYS = "namespace, pod, hostname, gpu, UUID"
+
+
+def metric(name: str) -> str:
+    """A catalog metric name (KeyError names a metric that is not in the catalog)."""
+    return catalog.get(name).name
+
+
+def bucket(name: str) -> str:
+    fam = catalog.get(name)
+    if fam.type != "histogram":
+        raise ValueError(f"{name} is not a histogram")
+    return f"{fam.name}_bucket"
+
+
+def count(name: str) -> str:
+    fam = catalog.get(name)
+    if fam.type != "histogram":
+        raise ValueError(f"{name} is not a histogram")
+    return f"{fam.name}_count"
+
+
+def sum_rate(series: str, by: str, window: str) -> str:
+    return f"sum by ({by}) (rate({series}[{window}]))"
+
+
+def with_label(expr: str, label: str, value: str) -> str:
+    """`expr` with a constant label added (label_replace from the empty source label)."""
+    return f'label_replace({expr}, "{label}", "{value}", "", "")'
+
+
+def dcgm_normalized(dcgm_metric: str) -> str:
+    """A dcgm-exporter metric with pod/namespace from exported_* when present and `hostname`
+    from either `Hostname` or `hostname`, one series per GPU."""
+    m = metric(dcgm_metric)
+    exported = (
+        f'label_replace(label_replace({m}{{exported_pod!=""}}, "pod", "$1", "exported_pod", "(.+)"), '
+        f'"namespace", "$1", "exported_namespace", "(.+)")'
+    )
+    direct = f'{m}{{exported_pod="", pod!=""}}'
+    hostname = f'label_replace({exported} or {direct}, "hostname", "$1", "Hostname", "(.+)")'
+    return f"max by ({GPU_KEYS}) ({hostname})"
+
+
+def join_serving_pods(pod_expr: str, serving: str) -> str:
+    """Keep only pods that serve a Triton model (join on namespace/pod)."""
+    return f"({pod_expr}) and on (namespace, pod) group by (namespace, pod) ({serving})"
+
+
+def per_model(pod_expr: str, serving: str, agg: str) -> str:
+    """Aggregate a per-pod series to the models each pod serves."""
+    return f"{agg} by (namespace, model) ({pod_expr} * on (namespace, pod) group_right () {serving})"
 
 
 # --- reading PromQL --------------------------------------------------------------------------------

@@ -9,10 +9,11 @@ import pytest
 import yaml
 
 from tests.paths import REPO
-from tidescale.alerts import names, tooling
+from tidescale.alerts import tooling
 from tidescale.alerts.alerting import alert_names
 from tidescale.alerts.config import DEFAULT_SLO_THRESHOLDS_S, AlertsConfig, default_config, le_value
 from tidescale.alerts.generate import ALERTING, RECORDING, artifacts, rendered
+from tidescale.contracts import recorded as names
 
 SEVERITIES = {"critical", "warning", "info", "none"}
 

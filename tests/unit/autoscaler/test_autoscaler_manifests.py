@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 from tests.paths import FIXTURES, REPO
 from tidescale import cli
-from tidescale.alerts import names
 from tidescale.autoscaler import adapter, generate
 from tidescale.autoscaler.manifests import (
     PreScale,
@@ -27,6 +26,7 @@ from tidescale.autoscaler.manifests import (
     tidescale_hpa_spec,
 )
 from tidescale.contracts import catalog
+from tidescale.contracts import recorded as names
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.promql import metric_names, substitute_templates
 
