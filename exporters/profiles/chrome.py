@@ -28,6 +28,12 @@ from tidescale.exporters.profiles.selftime import OpTotals, SelfTimeAggregator
 
 READ_CHUNK = 1 << 20
 MAX_EVENT_CHARS = 4 << 20
+# Work is bounded by trace events, not bytes: at most this many elements in traceEvents, and
+# elements that are no trace event (not an object with "ph": padding such as `0,` or `{},`,
+# which inflates 1000x from gzip and decodes one at a time) at most JUNK_ALLOWANCE more than
+# the real events.
+MAX_TRACE_EVENTS = 20_000_000
+JUNK_ALLOWANCE = 10_000
 MAX_CLASS_CACHE = 50_000
 BOUNDARY_SEARCH_CHARS = 1 << 16
 # `},{"` — a `{"` cannot occur inside a JSON string (quotes there are escaped), so a match is
@@ -47,7 +53,9 @@ try:  # orjson decodes batches ~1.4x faster; the stdlib decoder is the fallback
 except ImportError:  # pragma: no cover
     _loads = json.loads
 _NUMBERS = (int, float)
-_INF = float("inf")
+# Timestamps and durations at or beyond 1e18 µs (31,700 years) are refused: past it a sum of
+# event durations can overflow to infinity and every share would read NaN.
+MAX_TIME_US = 1e18
 
 
 class _TextWindow:
@@ -115,6 +123,10 @@ class _TextWindow:
                 if self.more():
                     continue
                 raise BadInput(400, f"truncated or malformed trace JSON: {exc.msg}") from None
+            except RecursionError:
+                raise BadInput(400, "trace JSON nests arrays or objects too deeply to decode") from None
+            except ValueError as exc:  # e.g. an integer past the interpreter's digit limit
+                raise BadInput(400, f"malformed trace JSON: {exc}"[:200]) from None
             # A number at the end of the window may continue in the next chunk.
             scalar_at_end = end == len(self.text) and not isinstance(obj, dict | list | str)
             if scalar_at_end and not self.eof and self.more():
@@ -223,12 +235,37 @@ def _decode_segment(segment: str, strip_args: bool) -> list[Any] | None:
     if strip_args:
         try:
             return _loads("[" + _ARGS.sub(_EMPTY_ARGS, segment) + "]")  # type: ignore[no-any-return]
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             pass
     try:
         return _loads("[" + segment + "]")  # type: ignore[no-any-return]
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # the one-event path names the problem
         return None
+
+
+def _check_work(seen: int, junk: int) -> None:
+    """BadInput once the trace's work outgrows its events (checked once per decoded batch)."""
+    if seen > MAX_TRACE_EVENTS:
+        raise BadInput(413, f"trace holds more than {MAX_TRACE_EVENTS} events; profile a shorter window")
+    if junk > JUNK_ALLOWANCE + (seen - junk):
+        raise BadInput(400, f"traceEvents holds {junk} elements that are not trace events (objects with "
+                            f"\"ph\") against {seen - junk} that are: padded or not a Chrome trace")
+
+
+def _check_time(ts: Any, dur: Any) -> None:
+    """BadInput for a timestamp or duration no float sum survives (NaN, infinity, 1e308, 400 digits).
+
+    Missing, non-numeric and negative values only drop their event (counted in a warning).
+    """
+    for what, value in (("dur", dur), ("ts", ts)):
+        if value.__class__ in _NUMBERS and not abs(value) < MAX_TIME_US:
+            raise BadInput(400, f"trace event {what} {_show(value)} is not a finite number below "
+                                f"{MAX_TIME_US:g} µs")
+
+
+def _show(value: float) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}… ({len(text)} digits)"
 
 
 class ChromeOpMapper:
@@ -292,9 +329,18 @@ def chrome_op_totals(stream: io.BufferedReader) -> tuple[OpTotals, dict[str, int
     buffers: dict[Any, list[Any] | None] = {}
     limit = agg.limit
     dropped = 0
+    seen = junk = 0
     for batch in iter_trace_event_batches(stream, metadata, keep_args=False):
+        seen += len(batch)
+        _check_work(seen, junk)
         for ev in batch:
-            if ev.__class__ is not dict or ev.get("ph") != "X":
+            if ev.__class__ is not dict:
+                junk += 1
+                continue
+            ph = ev.get("ph")
+            if ph != "X":
+                if ph is None:
+                    junk += 1
                 continue
             args = ev.get("args")
             if args.__class__ is dict and "long_name" in args:
@@ -309,7 +355,9 @@ def chrome_op_totals(stream: io.BufferedReader) -> tuple[OpTotals, dict[str, int
             if key is None:
                 continue
             ts, dur = ev.get("ts"), ev.get("dur")
-            if ts.__class__ not in _NUMBERS or dur.__class__ not in _NUMBERS or not 0 <= dur < _INF or ts != ts:
+            if (ts.__class__ not in _NUMBERS or dur.__class__ not in _NUMBERS or not 0 <= dur < MAX_TIME_US
+                    or not -MAX_TIME_US < ts < MAX_TIME_US):
+                _check_time(ts, dur)
                 dropped += 1
                 continue
             thread = (ev.get("pid"), ev.get("tid"))
@@ -327,5 +375,6 @@ def chrome_op_totals(stream: io.BufferedReader) -> tuple[OpTotals, dict[str, int
             if len(buf) >= limit:
                 agg.drain_if_full(thread)
                 buffers[thread] = agg.buffer(thread)
+    _check_work(seen, junk)
     totals.dropped_events += dropped
     return agg.finish(), mapper.tf_op_counts, metadata

@@ -24,7 +24,8 @@ def run_report(files: list[Path], *, as_json: bool, max_share: list[str]) -> int
         raise UsageError(f"cannot read the profile: {exc.message}") from None
     failed = violations(report, limits)
     if as_json:
-        sys.stdout.write(json.dumps({**report.to_json(), "limits": limits, "violations": failed}, indent=2) + "\n")
+        payload = {**report.to_json(), "limits": limits, "violations": failed}
+        sys.stdout.write(json.dumps(payload, indent=2, allow_nan=False) + "\n")
     else:
         _print_table(report, limits, failed)
     return 1 if failed else 0

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidescale.contracts.errors import UsageError
+from tidescale.exporters.errors import BadInput
 from tidescale.exporters.profiles.opclass import OP_CLASSES, OpClass
 from tidescale.exporters.profiles.selftime import OpTotals
 
@@ -62,6 +63,7 @@ def build_report(totals: OpTotals, fmt: str, warnings: list[str] | None = None, 
     warns = list(warnings or [])
     by_class = totals.class_self_us()
     total = sum(by_class.values())
+    _check_finite(totals, total)
     if total <= 0:
         warns.append("no op events found: shares are all zero (wrong file, or a profile without ops)")
     shares: dict[OpClass, float] = {c: (by_class[c] / total if total > 0 else 0.0) for c in OP_CLASSES}
@@ -75,6 +77,19 @@ def build_report(totals: OpTotals, fmt: str, warnings: list[str] | None = None, 
     if totals.overflow_ops:
         warns.append(f"more than the op-type cap: {totals.overflow_ops} events counted under a catch-all op")
     return ProfileReport(shares, top, total, fmt, captured_at=captured_at, warnings=warns)
+
+
+def _check_finite(totals: OpTotals, total: float) -> None:
+    """BadInput when a self time is NaN or infinite: its shares would be NaN and the gate would pass.
+
+    The parsers refuse times that could overflow; this is the net under them.
+    """
+    if math.isfinite(total):
+        return
+    bad = next(((op, us) for (op, _), us in totals.self_us.items() if not math.isfinite(us)), None)
+    where = f" (op {bad[0][:80]!r}: {bad[1]})" if bad else ""
+    raise BadInput(400, f"op self time is not finite{where}: an event duration is infinite, NaN or so large "
+                        "that the sum overflows")
 
 
 def uneven_tf_ops_warning(op_counts: dict[str, int]) -> str | None:

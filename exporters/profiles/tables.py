@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from tidescale.exporters.errors import BadInput
+from tidescale.exporters.profiles.chrome import MAX_TIME_US
 from tidescale.exporters.profiles.opclass import classify_op_type
 from tidescale.exporters.profiles.selftime import OpTotals
 
@@ -27,17 +28,23 @@ def _load(stream: io.BufferedReader, what: str) -> Any:
         return json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BadInput(400, f"{what} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise BadInput(400, f"{what} nests arrays or objects too deeply to decode") from None
+    except ValueError as exc:  # e.g. an integer past the interpreter's digit limit
+        raise BadInput(400, f"{what} is not valid JSON: {exc}"[:200]) from None
 
 
-def _number(value: Any, what: str) -> float:
+def _number(value: Any, what: str, scale: float = 1.0) -> float:
+    """*value* × *scale* as µs; a time at or past `MAX_TIME_US` is refused, as its sum could overflow."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise BadInput(400, f"{what} is not a number: {value!r:.40}")
     try:
-        out = float(value)
-    except ValueError:
+        out = float(value) * scale
+    except (ValueError, OverflowError):
         raise BadInput(400, f"{what} is not a number: {value!r:.40}") from None
-    if not out >= 0 or out == float("inf"):
-        raise BadInput(400, f"{what} must be a finite non-negative number, got {value!r:.40}")
+    if not 0 <= out < MAX_TIME_US:
+        raise BadInput(400, f"{what} must be a finite non-negative time below {MAX_TIME_US:g} µs, "
+                            f"got {value!r:.40}")
     return out
 
 
@@ -54,7 +61,7 @@ def trtexec_op_totals(stream: io.BufferedReader) -> OpTotals:
         if not isinstance(name, str):
             raise BadInput(400, "trtexec profile: layer name is not a string")
         totals.events += 1
-        totals.add((name, classify_op_type(name)), _number(row.get("timeMs", 0), f"timeMs of {name!r:.60}") * 1e3)
+        totals.add((name, classify_op_type(name)), _number(row.get("timeMs", 0), f"timeMs of {name!r:.60}", 1e3))
     return totals
 
 

@@ -72,8 +72,8 @@ class WorkBudget:
 
     __slots__ = ("events", "left")
 
-    def __init__(self, base: int = BASE_FIELDS) -> None:
-        self.left = base
+    def __init__(self, base: int | None = None) -> None:
+        self.left = BASE_FIELDS if base is None else base
         self.events = 0
 
     def charge(self, n: int) -> None:
