@@ -1,15 +1,14 @@
-"""Generated artifacts of the alerts package (see tidescale.artifacts)."""
+"""Generated artifacts of the alerts package (see tidescale.devstack.artifacts)."""
 
 from __future__ import annotations
 
 from tidescale.alerts.config import AlertsConfig, default_config
 from tidescale.alerts.render import alertmanager_yaml, alerts_yaml, recording_yaml
 
-RECORDING = "alerts/rules/tidescale-recording.yaml"
-ALERTING = "alerts/rules/tidescale-alerts.yaml"
-ALERTMANAGER = "alerts/alertmanager.yaml"
-HELM_RULES = "deploy/helm/tidescale/files/rules"
-HELM_ALERTMANAGER = "deploy/helm/tidescale/files/alertmanager"
+# Committed once, in the chart's files/ (what the chart ships, promtool tests and the dev stack read).
+RECORDING = "deploy/helm/tidescale/files/rules/tidescale-recording.yaml"
+ALERTING = "deploy/helm/tidescale/files/rules/tidescale-alerts.yaml"
+ALERTMANAGER = "deploy/helm/tidescale/files/alertmanager/alertmanager.yaml"
 
 
 def rendered(cfg: AlertsConfig) -> dict[str, str]:
@@ -28,7 +27,4 @@ def artifacts() -> dict[str, str]:
         RECORDING: files["tidescale-recording.yaml"],
         ALERTING: files["tidescale-alerts.yaml"],
         ALERTMANAGER: files["alertmanager.yaml"],
-        f"{HELM_RULES}/tidescale-recording.yaml": files["tidescale-recording.yaml"],
-        f"{HELM_RULES}/tidescale-alerts.yaml": files["tidescale-alerts.yaml"],
-        f"{HELM_ALERTMANAGER}/alertmanager.yaml": files["alertmanager.yaml"],
     }

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tidescale.contracts import tools
-from tidescale.contracts.tools import REPO_ROOT
+from tidescale.contracts.tools import CHART_FILES, REPO_ROOT
 
-RULES_DIR = REPO_ROOT / "alerts" / "rules"
+RULES_DIR = CHART_FILES / "rules"
 TESTS_DIR = REPO_ROOT / "alerts" / "tests"
-ALERTMANAGER_CONFIG = REPO_ROOT / "alerts" / "alertmanager.yaml"
+ALERTMANAGER_CONFIG = CHART_FILES / "alertmanager" / "alertmanager.yaml"
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,9 @@ from tidescale.contracts.errors import MissingToolError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TOOLS_BIN = REPO_ROOT / ".tools" / "bin"
+# Every generated artifact (rules, Alertmanager config, dashboards, adapter config) is committed once,
+# here, where the chart reads it; the tools, the dev stack and the tests read the same files.
+CHART_FILES = REPO_ROOT / "deploy" / "helm" / "tidescale" / "files"
 SETUP_HINT = "run `bash scripts/setup.sh` from the repository root"
 
 

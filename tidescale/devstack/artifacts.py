@@ -34,13 +34,27 @@ def collect() -> dict[str, str]:
     return out
 
 
+# Folders that hold generated files only: a file there that no generator produces is stale
+# (a renamed dashboard, a second copy) and counts as drift.
+GENERATED_DIRS = ("deploy/helm/tidescale/files/rules", "deploy/helm/tidescale/files/alertmanager",
+                  "deploy/helm/tidescale/files/dashboards", "deploy/helm/tidescale/files/adapter",
+                  "deploy/helm/tidescale/files/autoscaling")
+
+
 def drift(root: Path = REPO_ROOT) -> list[str]:
-    """Paths whose committed content differs from what the generators produce."""
+    """Paths whose committed content differs from what the generators produce, and stray files in
+    the generated folders that nothing produces."""
+    produced = collect()
     changed = []
-    for rel, content in sorted(collect().items()):
+    for rel, content in sorted(produced.items()):
         path = root / rel
         if not path.exists() or path.read_text() != content:
             changed.append(rel)
+    for folder in GENERATED_DIRS:
+        for path in sorted((root / folder).glob("*")):
+            rel = path.relative_to(root).as_posix()
+            if path.is_file() and rel not in produced:
+                changed.append(f"{rel} (not produced by any generator: delete it)")
     return changed
 
 

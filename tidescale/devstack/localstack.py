@@ -22,7 +22,7 @@ from types import TracebackType
 from typing import Any
 
 from tidescale.contracts.slo import SLO_P99_S
-from tidescale.contracts.tools import REPO_ROOT
+from tidescale.contracts.tools import CHART_FILES
 from tidescale.devstack.fleet.httpserve import LoopbackHttpServer, json_response, text_response
 from tidescale.devstack.fleet.model_repo import DEFAULT_MODELS, ModelSpec, with_load_seconds
 from tidescale.devstack.fleet.periodic import Periodic
@@ -32,7 +32,7 @@ from tidescale.devstack.ports import LOOPBACK, free_port
 from tidescale.devstack.procs import ManagedProcess, stop_all
 from tidescale.devstack.promstack import AlertmanagerServer, PrometheusServer, ScrapeTarget
 
-RULES_DIR = REPO_ROOT / "alerts" / "rules"
+RULES_DIR = CHART_FILES / "rules"
 
 
 @dataclass
@@ -59,7 +59,7 @@ class StackOptions:
     # keep the recommender's view of the arrival rate as fresh as 1m/30s windows are on a cluster.
     autoscale_rate_window_s: float = 15.0
     autoscale_fast_window_s: float = 5.0
-    rule_files: Sequence[Path] | None = None  # default: alerts/rules/*.yaml as committed
+    rule_files: Sequence[Path] | None = None  # default: the chart's files/rules/*.yaml as committed
     seed: int = 0
     extra_env: dict[str, str] = field(default_factory=dict)
 
