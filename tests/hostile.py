@@ -65,6 +65,7 @@ LABEL_VALUES: list[tuple[str, str]] = [
     ("lone-surrogate", "\ud800"),
     ("empty", ""),
     ("whitespace", "   "),
+    ("300-chars", "m" * 300),  # longer than a String(255) column, shorter than the 4096-char value limit
 ]
 
 # Numbers where a count, duration or id is expected.

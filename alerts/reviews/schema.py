@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 # Label and annotation values are bounded so one payload cannot blow up the database.
 MAX_VALUE_CHARS = 4096
@@ -43,6 +43,14 @@ class ReviewPatch(BaseModel):
     state: ReviewState | None = None
     note: str | None = Field(None, max_length=MAX_VALUE_CHARS)
 
+    @field_validator("note")
+    @classmethod
+    def _storable(cls, note: str | None) -> str | None:
+        problem = text_problem(note) if note is not None else None
+        if problem:
+            raise ValueError(f"the note {problem}")
+        return note
+
 
 class Rejection(BaseModel):
     index: int
@@ -56,6 +64,17 @@ class WebhookResult(BaseModel):
     reopened: int
     cleared: int
     rejected: list[Rejection]
+
+
+def text_problem(text: str) -> str | None:
+    """Why a database cannot hold *text* (PostgreSQL refuses NUL; a lone surrogate has no UTF-8), else None."""
+    if "\x00" in text:
+        return "contains a NUL character"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "is not valid Unicode (a lone surrogate)"
+    return None
 
 
 def review_reason(labels: dict[str, str]) -> str:

@@ -4,17 +4,24 @@ from __future__ import annotations
 
 import hmac
 import json
-from collections.abc import Iterator
+import logging
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
-from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from pydantic import ValidationError
+from sqlalchemy.exc import DataError
 from starlette.concurrency import run_in_threadpool
 
+from tidescale.alerts.reviews.background import BackgroundWork
 from tidescale.alerts.reviews.kube_events import KubeEventPoster
 from tidescale.alerts.reviews.profiles import fetch_profile
 from tidescale.alerts.reviews.schema import (
@@ -24,12 +31,35 @@ from tidescale.alerts.reviews.schema import (
     WebhookAlert,
     WebhookPayload,
     WebhookResult,
+    review_reason,
+    text_problem,
 )
 from tidescale.alerts.reviews.settings import ReviewsSettings
-from tidescale.alerts.reviews.store import STATES, ReviewStore
+from tidescale.alerts.reviews.store import (
+    MAX_REVIEW_ID,
+    STATES,
+    ReviewStore,
+    text_column_limits,
+    utc_naive,
+)
+from tidescale.alerts.reviews.store import now as utc_now
 from tidescale.contracts import catalog
+from tidescale.contracts.errors import UsageError
+from tidescale.contracts.http import install_error_boundary
+
+log = logging.getLogger(__name__)
 
 SUPPORTED_VERSION = "4"
+MAX_KEY_CHARS = 256
+# A startsAt later than now plus this is taken as now plus this: a clock far ahead (or a bogus 2099)
+# would otherwise make every later real instance look older, so the review never reopens or clears.
+MAX_CLOCK_SKEW = timedelta(minutes=5)
+# Opened reviews whose evidence (profile, Kubernetes Event) is fetched after the webhook answered.
+BACKGROUND_WORKERS = 4
+BACKGROUND_CAPACITY = 1000
+SHUTDOWN_DRAIN_S = 10.0
+# Review-key columns and the label each comes from (reason: the `reason` label, else the alert name).
+KEY_LABELS = {"namespace": "namespace", "model": "model", "version": "version", "alertname": "alertname"}
 
 
 class ReviewCountCollector(Collector):
@@ -46,13 +76,47 @@ class ReviewCountCollector(Collector):
         yield gauge
 
 
-def field_errors(exc: ValidationError) -> str:
-    """`alerts.0.labels: Field required; …`: every bad field by its path in the payload."""
+def field_errors(errors: Sequence[Any]) -> str:
+    """`alerts.0.labels: Field required; …`: every bad field by its path in the payload, never its value
+    (which may be huge, a secret, or not even representable in JSON, like 1e999999)."""
     parts = []
-    for err in exc.errors()[:10]:
+    for err in list(errors)[:10]:
         loc = ".".join(str(p) for p in err["loc"]) or "(body)"
-        parts.append(f"{loc}: {err['msg']}")
+        parts.append(f"{loc[:200]}: {str(err['msg'])[:300]}")
     return "; ".join(parts)
+
+
+def _clipped(text: str) -> str:
+    return repr(text[:64]) + ("…" if len(text) > 64 else "")
+
+
+def fields_problem(alert: WebhookAlert) -> tuple[str, str] | None:
+    """(reason, detail) for a label or annotation the store cannot hold."""
+    for kind, mapping in (("label", alert.labels), ("annotation", alert.annotations)):
+        for key, value in mapping.items():
+            if len(value) > MAX_VALUE_CHARS or len(key) > MAX_KEY_CHARS:
+                return "oversized_field", f"{kind} {_clipped(key)} is longer than {MAX_VALUE_CHARS} characters"
+            for what, text in (("name", key), ("value", value)):
+                problem = text_problem(text)
+                if problem:
+                    return "invalid_text", f"{kind} {what} {_clipped(key if what == 'value' else text)} {problem}"
+    limits = text_column_limits()
+    key_values = {column: alert.labels.get(label, "") for column, label in KEY_LABELS.items()}
+    key_values["reason"] = review_reason(alert.labels)
+    for column, value in key_values.items():
+        if len(value) > limits[column]:
+            return "oversized_field", f"{column} {_clipped(value)} is longer than {limits[column]} characters"
+    return None
+
+
+def normalised_times(alert: WebhookAlert, now: datetime) -> WebhookAlert | tuple[str, str]:
+    """The alert with naive-UTC times and startsAt clamped to now + MAX_CLOCK_SKEW, or (reason, detail)."""
+    try:
+        starts = utc_naive(alert.startsAt)
+        ends = utc_naive(alert.endsAt) if alert.endsAt else None
+    except OverflowError:
+        return "invalid_datetime", "startsAt or endsAt is outside the representable range once converted to UTC"
+    return alert.model_copy(update={"startsAt": min(starts, now + MAX_CLOCK_SKEW), "endsAt": ends})
 
 
 def alert_problem(alert: WebhookAlert) -> tuple[str, str] | None:
@@ -60,12 +124,18 @@ def alert_problem(alert: WebhookAlert) -> tuple[str, str] | None:
     missing = [k for k in ("model", "version") if not alert.labels.get(k)]
     if missing:
         name = alert.labels.get("alertname", "(no alertname)")
-        detail = f"alert {name} has no {' or '.join(missing)} label; reviews are per model version"
+        detail = f"alert {name[:64]} has no {' or '.join(missing)} label; reviews are per model version"
         return "missing_model_version", detail
-    for key, value in (*alert.labels.items(), *alert.annotations.items()):
-        if len(value) > MAX_VALUE_CHARS or len(key) > 256:
-            return "oversized_field", f"label or annotation {key[:64]!r} is longer than {MAX_VALUE_CHARS} characters"
-    return None
+    return fields_problem(alert)
+
+
+@dataclass(frozen=True)
+class Opened:
+    """A review that just opened or reopened: what the background evidence fetch needs."""
+
+    review_id: int
+    model: str
+    version: str
 
 
 class ReviewService:
@@ -75,48 +145,86 @@ class ReviewService:
         self.settings = settings
         self.store = store
         self.events = events or (KubeEventPoster(settings.model_deployments) if settings.kube_events else None)
+        self.clock: Callable[[], datetime] = utc_now
         self.registry = CollectorRegistry()
         self.registry.register(ReviewCountCollector(store))
         rejected = catalog.get("tidescale_reviews_webhook_rejected_total")
         self.rejected = Counter(
             rejected.name.removesuffix("_total"), rejected.help, ["reason"], registry=self.registry
         )
+        self.background: BackgroundWork[Opened] = BackgroundWork(
+            self.on_open, workers=BACKGROUND_WORKERS, capacity=BACKGROUND_CAPACITY, name="review-evidence")
 
     def process(self, payload: WebhookPayload) -> WebhookResult:
+        """Store each alert on its own; a bad one is rejected and counted, the others are stored."""
         result = WebhookResult(accepted=0, opened=0, reopened=0, cleared=0, rejected=[])
-        for index, alert in enumerate(payload.alerts):
-            problem = alert_problem(alert)
-            if problem:
-                self.rejected.labels(problem[0]).inc()
-                result.rejected.append(Rejection(index=index, reason=problem[0], detail=problem[1]))
+        now = self.clock()
+        for index, raw in enumerate(payload.alerts):
+            checked = alert_problem(raw) or normalised_times(raw, now)
+            if isinstance(checked, tuple):
+                self._reject(result, index, *checked)
+                continue
+            try:
+                self._apply(checked, result)
+            except DataError as exc:  # a value the database refuses that validation did not foresee
+                self._reject(result, index, "unstorable", f"the database refused the alert: {type(exc.orig).__name__}")
                 continue
             result.accepted += 1
-            if alert.status == "resolved":
-                result.cleared += self.store.apply_resolved(alert) == "cleared"
-                continue
-            review_id, outcome = self.store.apply_firing(alert)
-            result.opened += outcome == "opened"
-            result.reopened += outcome == "reopened"
-            if outcome in ("opened", "reopened"):
-                self.on_open(review_id, alert)
         return result
 
-    def on_open(self, review_id: int, alert: WebhookAlert) -> None:
-        """Evidence and notice for a newly (re)opened review: the profile report, a Kubernetes Event."""
+    def _reject(self, result: WebhookResult, index: int, reason: str, detail: str) -> None:
+        self.rejected.labels(reason).inc()
+        result.rejected.append(Rejection(index=index, reason=reason, detail=detail))
+
+    def _apply(self, alert: WebhookAlert, result: WebhookResult) -> None:
+        if alert.status == "resolved":
+            result.cleared += self.store.apply_resolved(alert) == "cleared"
+            return
+        review_id, outcome = self.store.apply_firing(alert)
+        result.opened += outcome == "opened"
+        result.reopened += outcome == "reopened"
+        if outcome in ("opened", "reopened") and (self.settings.exporter_url or self.events is not None):
+            opened = Opened(review_id, alert.labels["model"], alert.labels["version"])
+            if not self.background.submit(opened):
+                self.store.attach_profile(review_id, None, f"not fetched: {BACKGROUND_CAPACITY} reviews were "
+                                                           "already waiting for their evidence")
+
+    def on_open(self, opened: Opened) -> None:
+        """Evidence and notice for a newly (re)opened review: the profile report, a Kubernetes Event.
+        Runs in the background, after the webhook answered."""
         if self.settings.exporter_url:
             profile, error = fetch_profile(
-                self.settings.exporter_url, alert.labels["model"], alert.labels["version"],
-                self.settings.profile_timeout_s,
+                self.settings.exporter_url, opened.model, opened.version, self.settings.profile_timeout_s,
             )
-            self.store.attach_profile(review_id, profile, error)
+            self.store.attach_profile(opened.review_id, profile, error)
         if self.events is not None:
-            review = self.store.get(review_id)
+            review = self.store.get(opened.review_id)
             if review is not None:
                 self.events.post(review)
 
     def reject_payload(self, status: int, reason: str, detail: str) -> HTTPException:
         self.rejected.labels(reason).inc()
         return HTTPException(status, detail=detail)
+
+
+def bearer_token(settings: ReviewsSettings) -> bytes:
+    """The configured token, surrounding whitespace dropped (as Alertmanager drops it from a credentials
+    file); refuses none or a blank one: nobody could authenticate, and writes are never open."""
+    token = settings.token.get_secret_value().strip() if settings.token is not None else ""
+    if not token:
+        state = "is not set" if settings.token is None else "is empty or only whitespace"
+        raise UsageError(f"the review service needs a bearer token: TIDESCALE_REVIEWS_TOKEN (reviews.token) {state}")
+    return token.encode()
+
+
+def parse_json(body: bytes) -> Any:
+    """The JSON body, or a ValueError naming why not (too deep a document must not escape as RecursionError)."""
+    try:
+        return json.loads(body)
+    except RecursionError:
+        raise ValueError("body is nested too deeply") from None
+    except (ValueError, UnicodeDecodeError):
+        raise ValueError("body is not valid JSON") from None
 
 
 async def read_limited(request: Request, limit: int) -> bytes:
@@ -136,14 +244,17 @@ def create_app(
     settings: ReviewsSettings, store: ReviewStore | None = None, events: KubeEventPoster | None = None
 ) -> FastAPI:
     """The FastAPI app; refuses to build without a token (write endpoints are never open)."""
-    if settings.token is None or not settings.token.get_secret_value():
-        from tidescale.contracts.errors import UsageError
-
-        raise UsageError("the review service needs a bearer token: set TIDESCALE_REVIEWS_TOKEN")
-    token = settings.token.get_secret_value().encode()
+    token = bearer_token(settings)
     service = ReviewService(settings, store or ReviewStore(settings.database), events)
-    app = FastAPI(title="tidescale model reviews", docs_url=None, redoc_url=None)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await run_in_threadpool(service.background.close, SHUTDOWN_DRAIN_S)
+
+    app = FastAPI(title="tidescale model reviews", docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.service = service
+    service.registry.register(install_error_boundary(app, "reviews", log))
 
     def require_token(request: Request) -> None:
         header = request.headers.get("authorization", "")
@@ -155,13 +266,13 @@ def create_app(
     async def alertmanager_webhook(request: Request) -> WebhookResult:
         body = await read_limited(request, settings.max_body_bytes)
         try:
-            raw = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            raise service.reject_payload(400, "malformed_payload", "body is not valid JSON") from None
+            raw = parse_json(body)
+        except ValueError as exc:
+            raise service.reject_payload(400, "malformed_payload", str(exc)) from None
         try:
             payload = WebhookPayload.model_validate(raw)
         except ValidationError as exc:
-            raise service.reject_payload(400, "malformed_payload", field_errors(exc)) from None
+            raise service.reject_payload(400, "malformed_payload", field_errors(exc.errors())) from None
         if payload.version != SUPPORTED_VERSION:
             raise service.reject_payload(
                 400, "unsupported_version",
@@ -178,18 +289,22 @@ def create_app(
         limit: int = Query(500, ge=1, le=5000),
     ) -> dict[str, Any]:
         if state is not None and state not in STATES:
-            raise HTTPException(400, detail=f"state: must be one of {', '.join(STATES)}, got {state!r}")
+            raise HTTPException(400, detail=f"state: must be one of {', '.join(STATES)}, got {_clipped(state)}")
+        if model is not None and (problem := text_problem(model)):
+            raise HTTPException(400, detail=f"model: {problem}")
         return {"items": service.store.list(state=state, model=model, limit=limit)}
 
+    review_id_path = Path(ge=1, le=MAX_REVIEW_ID, description="a review id (a positive 32-bit integer)")
+
     @app.get("/api/v1/reviews/{review_id}")
-    def get_review(review_id: int) -> dict[str, Any]:
+    def get_review(review_id: int = review_id_path) -> dict[str, Any]:
         review = service.store.get(review_id)
         if review is None:
             raise HTTPException(404, detail=f"no review with id {review_id}")
         return review
 
     @app.patch("/api/v1/reviews/{review_id}", dependencies=[Depends(require_token)])
-    def patch_review(review_id: int, patch: ReviewPatch) -> dict[str, Any]:
+    def patch_review(patch: ReviewPatch, review_id: int = review_id_path) -> dict[str, Any]:
         try:
             review = service.store.patch(review_id, patch.state, patch.note)
         except ValueError as exc:
@@ -209,5 +324,9 @@ def create_app(
     @app.exception_handler(HTTPException)
     async def http_error(_request: Request, exc: HTTPException) -> JSONResponse:
         return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": field_errors(exc.errors())}, status_code=422)
 
     return app

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from tests.unit.alerts.reviews_helpers import AUTH, TOKEN, alert, payload
 from tidescale.alerts.reviews import service as service_mod
+from tidescale.alerts.reviews.background import BackgroundWork
 from tidescale.alerts.reviews.profiles import fetch_profile
 from tidescale.alerts.reviews.service import create_app
 from tidescale.alerts.reviews.settings import ReviewsSettings
@@ -33,6 +34,12 @@ def client(tmp_path: Path) -> Iterator[TestClient]:
 
 def post(client: TestClient, body: Any, headers: dict[str, str] = AUTH) -> httpx.Response:
     return client.post("/api/v1/alertmanager", json=body, headers=headers)
+
+
+def background(client: TestClient) -> BackgroundWork[Any]:
+    """The service's background evidence work (profile fetches, Events), to wait for in tests."""
+    work: BackgroundWork[Any] = client.app.state.service.background  # type: ignore[attr-defined]
+    return work
 
 
 def reviews(client: TestClient, **params: str) -> list[dict[str, Any]]:
@@ -186,6 +193,7 @@ def test_opening_a_review_attaches_the_exporters_profile(tmp_path: Path, monkeyp
     with make_client(tmp_path, exporter_url="http://exporter:9105") as client:
         post(client, payload(alert()))
         post(client, payload(alert()))  # a re-send does not fetch again
+        assert background(client).drain(timeout=30)
         (review,) = reviews(client)
     assert calls == [("http://exporter:9105", "ctr", "2")]
     assert review["profile"]["op_class_share"] == {"string": 0.3}
