@@ -5,8 +5,14 @@ protobuf; both are decoded into the same small `Span` records. Triton puts a req
 timestamps on two spans — the model span (REQUEST_START, QUEUE_START, REQUEST_END; attributes
 `triton.model_name`/`triton.model_version`) and its child `compute` span (COMPUTE_*) — and the
 two can arrive in different bodies (fixtures `real-2.51/otlp/00000.json` and `00001.json`).
-`SpanJoiner` pairs them by (trace id, model span id) in a bounded buffer with a time limit.
-Ensemble/BLS children carry their own model span, so each is attributed to its own model.
+`SpanJoiner` pairs them by (trace id, model span id) in a buffer bounded in count, bytes and
+time. Ensemble/BLS children carry their own model span, so each is attributed to its own model.
+
+Hostile input is bounded at decode time: names and attribute values are cut to the label cap
+(`cut_label_value`) and only Triton's stamp events are kept, so a parked span is small whatever
+the body held; a timestamp outside uint64 is a 400 naming the field; a span whose end precedes
+its start, or that lasts longer than `MAX_SPAN_SECONDS`, is rejected alone (counted, and reported
+in the OTLP partial success) so one outlier cannot move the quantile gauges.
 """
 
 from __future__ import annotations
@@ -18,16 +24,20 @@ import gc
 import json
 import time
 import zlib
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
+from tidescale.contracts import catalog
+from tidescale.exporters.cardinality import cut_label_value
 from tidescale.exporters.errors import BadInput
-from tidescale.exporters.latency import StageSample, samples_for
+from tidescale.exporters.latency import MAX_STAGE_SECONDS, STAGE_STAMPS, StageSample, samples_for
 
 MODEL_ATTR = "triton.model_name"
 VERSION_ATTR = "triton.model_version"
@@ -37,6 +47,14 @@ ROOT_SPAN = "InferRequest"
 MODEL_STAMPS = ("REQUEST_START", "QUEUE_START", "REQUEST_END")
 PROTOBUF_TYPES = ("application/x-protobuf", "application/protobuf")
 JSON_TYPES = ("application/json",)
+MAX_UINT64 = (1 << 64) - 1
+# A Triton request stage, or a whole span, longer than this is a broken clock or a forged span:
+# rejected so that it cannot move the quantile gauges (a real request waits seconds, not hours).
+MAX_SPAN_SECONDS = MAX_STAGE_SECONDS
+MAX_SPAN_NS = MAX_SPAN_SECONDS * 1_000_000_000
+# The only events the pipeline reads; others are not kept (a span cannot park a megabyte of names).
+STAMP_NAMES = frozenset(name for pair in STAGE_STAMPS.values() for name in pair)
+DEFAULT_JOIN_MAX_BYTES = 32 << 20
 
 
 @dataclass(slots=True)
@@ -51,6 +69,8 @@ class Span:
     version: str | None
     namespace: str
     events: dict[str, int]
+    start: int = 0  # the span's own start/end (0: not sent); checked, not measured
+    end: int = 0
 
 
 # --- bodies ------------------------------------------------------------------------------------
@@ -108,7 +128,7 @@ def decode_protobuf(body: bytes) -> list[Span]:
         namespace = ""
         for kv in resource_spans.resource.attributes:
             if kv.key in NAMESPACE_ATTRS and kv.value.string_value:
-                namespace = kv.value.string_value
+                namespace = cut_label_value(kv.value.string_value)
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
                 if span.name == ROOT_SPAN:  # frontend stamps only: nothing to measure
@@ -121,14 +141,17 @@ def decode_protobuf(body: bytes) -> list[Span]:
                         model = _pb_value_text(kv.value)
                     elif kv.key == VERSION_ATTR:
                         version = _pb_value_text(kv.value)
-                spans.append(Span(span.trace_id, span.span_id, span.parent_span_id, span.name, model,
-                                  version, namespace, {e.name: e.time_unix_nano for e in span.events}))
+                # fixed64 fields: within uint64 by construction, so only order and length are checked
+                spans.append(Span(span.trace_id, span.span_id, span.parent_span_id, cut_label_value(span.name),
+                                  model, version, namespace,
+                                  {e.name: e.time_unix_nano for e in span.events if e.name in STAMP_NAMES},
+                                  span.start_time_unix_nano, span.end_time_unix_nano))
     return spans
 
 
 def _pb_value_text(value: Any) -> str:
     kind = value.WhichOneof("value")
-    return "" if kind is None else str(getattr(value, kind))
+    return "" if kind is None else cut_label_value(str(getattr(value, kind)))
 
 
 def decode_json(body: bytes) -> list[Span]:
@@ -164,6 +187,7 @@ def _json_span(span: Any, namespace: str) -> Span:
     name = span.get("name", "")
     if not isinstance(name, str):
         raise BadInput(400, ".name must be a string")
+    name = cut_label_value(name)
     trace_id = _json_id(span.get("traceId", span.get("trace_id")), 16, ".traceId")
     span_id = _json_id(span.get("spanId", span.get("span_id")), 8, ".spanId")
     parent = _json_id(span.get("parentSpanId", span.get("parent_span_id")) or "", 8, ".parentSpanId", optional=True)
@@ -178,15 +202,18 @@ def _json_span(span: Any, namespace: str) -> Span:
         if not isinstance(event, dict):
             raise BadInput(400, f".events[{n}] must be an object, got {type(event).__name__}")
         stamp = event.get("timeUnixNano", event.get("time_unix_nano"))
-        if type(stamp) is str and len(stamp) <= 20 and stamp.isdigit():  # the usual case, inlined
+        if type(stamp) is str and len(stamp) < 20 and stamp.isdigit() and stamp.isascii():  # the usual case
             stamp = int(stamp)
-        elif type(stamp) is not int:
-            stamp = _json_int(stamp, f".events[{n}]")
+        else:
+            stamp = _json_stamp(stamp, f".events[{n}].timeUnixNano")
         event_name = event.get("name")
-        if isinstance(event_name, str):
+        if event_name in STAMP_NAMES:
             events[event_name] = stamp
+    start, end = (_json_stamp(span.get(camel, span.get(snake, 0)), f".{camel}")
+                  for camel, snake in (("startTimeUnixNano", "start_time_unix_nano"),
+                                       ("endTimeUnixNano", "end_time_unix_nano")))
     return Span(trace_id, span_id, parent, name, attrs.get(MODEL_ATTR), attrs.get(VERSION_ATTR), namespace,
-                events)
+                events, start, end)
 
 
 def _require_dict(value: Any, where: str) -> None:
@@ -212,18 +239,35 @@ def _json_attributes(obj: dict[str, Any], where: str) -> dict[str, str]:
         if isinstance(value, dict) and len(value) == 1:  # AnyValue: one field set
             [scalar] = value.values()
             if isinstance(scalar, str | int | float | bool):
-                out[kv["key"]] = str(scalar)
+                out[kv["key"]] = cut_label_value(_scalar_text(scalar))
     return out
 
 
-def _json_int(value: Any, where: str) -> int:
-    if isinstance(value, bool):
-        raise BadInput(400, f"{where}: timestamp must be an integer")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and len(value) <= 20 and value.isdigit():
-        return int(value)
-    raise BadInput(400, f"{where}: timestamp must be an integer or a decimal string, got {value!r}")
+def _scalar_text(scalar: str | int | float | bool) -> str:
+    """An attribute value as text; a huge integer is cut before it is formatted (str() of a
+    4,000-digit int is quadratic and capped by Python)."""
+    if isinstance(scalar, int) and not isinstance(scalar, bool) and scalar.bit_length() > 256:
+        return "<integer too large>"
+    return str(scalar)
+
+
+def _json_stamp(value: Any, where: str) -> int:
+    """A Unix-nanosecond timestamp: an integer or decimal string within uint64, else BadInput naming *where*."""
+    if isinstance(value, str) and 0 < len(value) <= 20 and value.isascii() and value.isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadInput(400, f"{where}: timestamp must be an integer or a decimal string, got {_short(value)}")
+    if not 0 <= value <= MAX_UINT64:
+        raise BadInput(400, f"{where}: timestamp must be an unsigned 64-bit integer (0..{MAX_UINT64}), "
+                            f"got {_short(value)}")
+    return value
+
+
+def _short(value: Any) -> str:
+    """At most 40 characters of *value* for an error message (never formats a huge int in full)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"an integer of about {int(value.bit_length() * 0.30103)} digits"
+    return repr(value)[:40]
 
 
 def _json_id(value: Any, size: int, where: str, *, optional: bool = False) -> bytes:
@@ -242,89 +286,161 @@ def _json_id(value: Any, size: int, where: str, *, optional: bool = False) -> by
 
 # --- joining model and compute spans -----------------------------------------------------------
 
+# What a parked span costs beyond its strings: the Span and _Pending objects, the events dict,
+# three bytes ids and the OrderedDict entry (measured with tracemalloc, rounded up).
+SPAN_OVERHEAD_BYTES = 600
+EVENT_BYTES = 120
+
+
+def stamps_problem(stamps: dict[str, int]) -> str | None:
+    """Why a request's stamps cannot be measured (a stage ends before it starts, or lasts longer
+    than MAX_SPAN_SECONDS), or None when every stage present is plausible."""
+    for start, end in STAGE_STAMPS.values():
+        t0, t1 = stamps.get(start), stamps.get(end)
+        if t0 is not None and t1 is not None:
+            if t1 < t0:
+                return "end_before_start"
+            if t1 - t0 > MAX_SPAN_NS:
+                return "duration_too_long"
+    return None
+
+
+def span_problem(span: Span) -> str | None:
+    """`stamps_problem` of the span's events, and the same checks on its own start/end."""
+    if span.start and span.end:
+        if span.end < span.start:
+            return "end_before_start"
+        if span.end - span.start > MAX_SPAN_NS:
+            return "duration_too_long"
+    return stamps_problem(span.events)
+
+
+def span_bytes(span: Span) -> int:
+    """Estimated bytes a parked span holds (its strings are already cut to the label cap)."""
+    strings = len(span.name) + len(span.model or "") + len(span.version or "") + len(span.namespace)
+    return SPAN_OVERHEAD_BYTES + strings + EVENT_BYTES * len(span.events)
+
+
 @dataclass(slots=True)
 class _Pending:
     expires: float
     span: Span
+    size: int
 
 
-class SpanJoiner:
+class SpanJoiner(Collector):
     """Turns spans into stage samples, pairing each model span with its `compute` child.
 
     The request stage is known from the model span alone and is emitted at once; queue and
     compute stages need both spans. Unpaired spans wait at most `ttl_s` seconds, and at most
-    `max_pending` of them wait at once (oldest evicted first); a compute span that never finds
-    its model span is reported to `on_drop` ("join_timeout" / "join_buffer_full").
+    `max_pending` of them and `max_bytes` (estimated) wait at once, oldest evicted first. Every
+    span that leaves unjoined is reported to `on_drop`: "join_timeout" (a compute span whose model
+    span never came), "compute_missing" (a model span whose compute span never came: its request
+    stage was exported, its queue and compute stages are lost), "join_buffer_full" and
+    "join_buffer_bytes" (evicted by the count or the byte budget). A collector of
+    `tidescale_exporter_join_buffer_bytes`.
     """
 
     def __init__(self, max_pending: int = 20_000, ttl_s: float = 30.0,
                  on_drop: Callable[[str, int], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, *, max_bytes: int = DEFAULT_JOIN_MAX_BYTES) -> None:
         self.max_pending = max_pending
+        self.max_bytes = max_bytes
         self.ttl_s = ttl_s
         self.on_drop = on_drop or (lambda reason, n: None)
         self.clock = clock
         self._pending: OrderedDict[bytes, _Pending] = OrderedDict()
+        self.bytes = 0
 
     def __len__(self) -> int:
         return len(self._pending)
 
-    def add(self, spans: list[Span]) -> tuple[list[StageSample], int]:
-        """(stage samples, spans accepted); unusable spans are reported to `on_drop`."""
+    def add(self, spans: list[Span], rejected: Counter[str] | None = None,
+            origins: list[int] | None = None) -> tuple[list[StageSample], int]:
+        """(stage samples, spans accepted); unusable spans are reported to `on_drop` and, by
+        reason, to *rejected* (the OTLP partial-success message names them). *origins* receives,
+        per sample, the index in *spans* of the span that completed it."""
         now = self.clock()
         self._expire(now)
         samples: list[StageSample] = []
         accepted = 0
-        for span in spans:
-            if len(span.trace_id) != 16 or len(span.span_id) != 8:  # protobuf does not check sizes
-                self.on_drop("bad_ids", 1)
-            elif span.model is not None:
-                accepted += 1
+        for index, span in enumerate(spans):
+            reason = self._unusable(span)
+            if reason is not None:
+                self.on_drop(reason, 1)
+                if rejected is not None:
+                    rejected[reason] += 1
+                continue
+            accepted += 1
+            before = len(samples)
+            if span.model is not None:
                 self._model_span(span, now, samples)
             elif span.name == COMPUTE_SPAN:
-                if not span.parent_span_id:
-                    self.on_drop("compute_without_parent", 1)
-                    continue
-                accepted += 1
                 self._compute_span(span, now, samples)
-            elif span.name == ROOT_SPAN:
-                accepted += 1
-            else:
-                self.on_drop("not_triton", 1)
+            if origins is not None:
+                origins.extend([index] * (len(samples) - before))
         return samples, accepted
+
+    @staticmethod
+    def _unusable(span: Span) -> str | None:
+        if len(span.trace_id) != 16 or len(span.span_id) != 8:  # protobuf does not check sizes
+            return "bad_ids"
+        if span.model is None and span.name == COMPUTE_SPAN and not span.parent_span_id:
+            return "compute_without_parent"
+        if span.model is None and span.name not in (COMPUTE_SPAN, ROOT_SPAN):
+            return "not_triton"
+        return span_problem(span)
 
     def _model_span(self, span: Span, now: float, samples: list[StageSample]) -> None:
         model, version = span.model or "", span.version or ""
         request: dict[str, int] = {k: span.events[k] for k in ("REQUEST_START", "REQUEST_END") if k in span.events}
         samples.extend(samples_for(model, version, request, span.namespace))
         key = span.trace_id + span.span_id
-        compute = self._pending.pop(key, None)
+        compute = self._take(key)
         if compute is not None:
-            samples.extend(self._joined(span, compute.span))
+            samples.extend(self._joined(span, compute))
         elif "QUEUE_START" in span.events:
             self._park(key, span, now)
 
     def _compute_span(self, span: Span, now: float, samples: list[StageSample]) -> None:
         key = span.trace_id + span.parent_span_id
-        model = self._pending.pop(key, None)
+        model = self._take(key)
         if model is not None:
-            samples.extend(self._joined(model.span, span))
+            samples.extend(self._joined(model, span))
         else:
             self._park(key, span, now)
 
-    @staticmethod
-    def _joined(model: Span, compute: Span) -> list[StageSample]:
+    def _joined(self, model: Span, compute: Span) -> list[StageSample]:
         stamps = dict(compute.events)
         if "QUEUE_START" in model.events:
             stamps["QUEUE_START"] = model.events["QUEUE_START"]
+        problem = stamps_problem(stamps)  # the queue stage spans both spans: checked only now
+        if problem is not None:
+            self.on_drop(problem, 1)
+            return []
         return samples_for(model.model or "", model.version or "", stamps, model.namespace)
 
+    def _take(self, key: bytes) -> Span | None:
+        pending = self._pending.pop(key, None)
+        if pending is None:
+            return None
+        self.bytes -= pending.size
+        return pending.span
+
     def _park(self, key: bytes, span: Span, now: float) -> None:
-        self._pending[key] = _Pending(now + self.ttl_s, span)
+        self._take(key)  # a duplicate replaces the earlier span
+        size = span_bytes(span)
+        self._pending[key] = _Pending(now + self.ttl_s, span, size)
+        self.bytes += size
         while len(self._pending) > self.max_pending:
-            _, evicted = self._pending.popitem(last=False)
-            if evicted.span.model is None:
-                self.on_drop("join_buffer_full", 1)
+            self._evict("join_buffer_full")
+        while self.bytes > self.max_bytes and self._pending:
+            self._evict("join_buffer_bytes")
+
+    def _evict(self, reason: str) -> None:
+        _, evicted = self._pending.popitem(last=False)
+        self.bytes -= evicted.size
+        self.on_drop(reason, 1)
 
     def _expire(self, now: float) -> None:
         while self._pending:
@@ -332,12 +448,16 @@ class SpanJoiner:
             if first.expires > now:
                 break
             del self._pending[key]
-            if first.span.model is None:
-                self.on_drop("join_timeout", 1)
+            self.bytes -= first.size
+            self.on_drop("join_timeout" if first.span.model is None else "compute_missing", 1)
 
     def flush_expired(self) -> None:
         """Drop what waited longer than `ttl_s` (called periodically, not only on new spans)."""
         self._expire(self.clock())
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        fam = catalog.get("tidescale_exporter_join_buffer_bytes")
+        yield GaugeMetricFamily(fam.name, fam.help, value=self.bytes)
 
 
 def encode_protobuf(spans: list[Span], service_name: str = "triton") -> bytes:
@@ -357,7 +477,9 @@ def encode_protobuf(spans: list[Span], service_name: str = "triton") -> bytes:
             attr.key, attr.value.string_value = MODEL_ATTR, span.model
             attr = pb.attributes.add()
             attr.key, attr.value.int_value = VERSION_ATTR, int(span.version or 0)
-        if span.events:
+        if span.start:
+            pb.start_time_unix_nano, pb.end_time_unix_nano = span.start, span.end
+        elif span.events:
             pb.start_time_unix_nano = min(span.events.values())
             pb.end_time_unix_nano = max(span.events.values())
         for name, stamp in span.events.items():
@@ -380,6 +502,7 @@ def encode_json(spans: list[Span], service_name: str = "triton") -> bytes:
             "traceId": span.trace_id.hex(), "spanId": span.span_id.hex(),
             **({"parentSpanId": span.parent_span_id.hex()} if span.parent_span_id else {}),
             "name": span.name, "kind": 2, "attributes": attrs(span),
+            **({"startTimeUnixNano": str(span.start), "endTimeUnixNano": str(span.end)} if span.start else {}),
             "events": [{"name": n, "timeUnixNano": str(t)} for n, t in span.events.items()],
         } for span in spans]}],
     }]}).encode()

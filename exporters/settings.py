@@ -38,6 +38,7 @@ class ExporterSettings(ComponentSettings):
     max_series: int = Field(2000, ge=1, description="cap on latency label sets (model, version, stage, ns)")
     join_ttl_s: float = Field(30.0, gt=0, le=600)
     join_max_pending: int = Field(20_000, ge=1)
+    join_max_bytes: int = Field(32 << 20, ge=64 << 10, description="byte budget of the span join buffer")
     trace_files: list[Path] = Field(default_factory=list, description="Triton mode=triton files to tail")
     # Uploads.
     token: SecretStr | None = Field(None, description="bearer token for write endpoints (TIDESCALE_EXPORTER_TOKEN)")
@@ -45,6 +46,13 @@ class ExporterSettings(ComponentSettings):
     max_body_bytes: int = Field(8 << 20, ge=1024, description="cap on an OTLP body (after decompression)")
     max_profile_bytes: int = Field(256 << 20, ge=1024)
     log_format: Literal["json", "text"] = "json"
+    # Slow and idle clients (uvicorn), and background-task supervision.
+    keep_alive_s: int = Field(5, ge=1, le=300, description="idle keep-alive connections close after this")
+    header_timeout_s: float = Field(10.0, gt=0, le=300, description="a request head must arrive within this")
+    max_header_bytes: int = Field(64 << 10, ge=4096, le=1 << 20, description="cap on an incomplete request head")
+    max_connections: int = Field(1000, ge=1, description="concurrent connections+requests before 503s")
+    task_backoff_s: float = Field(1.0, gt=0, le=60, description="first restart delay of a failed background task")
+    task_restart_limit: int = Field(10, ge=1, description="consecutive failures before liveness fails")
 
     @field_validator("slo_thresholds_s")
     @classmethod

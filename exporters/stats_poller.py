@@ -7,6 +7,10 @@ response bodies are capped. Each (target, model, version) keeps the previous pol
 cumulative statistics so the exported histogram grows by deltas that survive counter
 resets; the number of such series is capped (`max_series`, refusals counted). Series of
 models that disappear from a target, and of targets that vanish, are dropped.
+
+No target and no response can stop the loop: every failure of one target's poll, expected
+(timeout, HTTP status, malformed or too-deep JSON) or not, is counted as a poll error of that
+target with a reason, and the next cycle polls it again.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import quote, urlsplit
 
 import aiohttp
@@ -190,10 +194,14 @@ class StatsPoller(Collector):
                 reason = "timeout"
             except _HttpStatusError as exc:
                 reason = f"http_{exc.status}"
-            except BadInput:
+            except (BadInput, ValueError, RecursionError):
                 reason = "bad_response"
             except (aiohttp.ClientError, OSError):
                 reason = "connect"
+            except Exception as exc:  # a bug must cost one target one cycle, never the poller
+                reason = "internal_error"
+                log.warning("poll of %s failed: %s: %s", target.url, type(exc).__name__, str(exc)[:200],
+                            extra={"fields": {"target": target.url}})
             elapsed = time.perf_counter() - start
         self.self_metrics.observe_poll(target.url, elapsed, reason)
 
@@ -216,21 +224,30 @@ class StatsPoller(Collector):
         return sizes
 
     async def _server_version(self, session: aiohttp.ClientSession, url: str) -> tuple[int, ...]:
+        """The server version, () when unknown (then the queue is estimated); a malformed answer
+        is counted as a `bad_metadata` poll error."""
         try:
-            meta = json.loads(await self._get_json_bytes(session, f"{url}/v2"))
-            version = parse_version(str(meta.get("version", ""))) if isinstance(meta, dict) else None
-        except (_HttpStatusError, BadInput, ValueError, aiohttp.ClientError):
+            meta = _loads(await self._get_json_bytes(session, f"{url}/v2"))
+            version = parse_version(str(meta.get("version", ""))[:64]) if isinstance(meta, dict) else None
+        except BadInput:
+            self.self_metrics.count_poll_error(url, "bad_metadata")
+            version = None
+        except (_HttpStatusError, aiohttp.ClientError):
             version = None
         return version or ()
 
     async def _max_batch_size(self, session: aiohttp.ClientSession, url: str, model: ModelStats) -> int:
-        """The model's max_batch_size (0: no batching, or the config could not be read)."""
+        """The model's max_batch_size (0: no batching, or the config could not be read; a malformed
+        config is counted as a `bad_metadata` poll error)."""
         path = f"/v2/models/{quote(model.name, safe='')}/versions/{quote(model.version, safe='')}/config"
         try:
-            config = json.loads(await self._get_json_bytes(session, url + path))
+            config = _loads(await self._get_json_bytes(session, url + path))
             value = config.get("max_batch_size", 0) if isinstance(config, dict) else 0
-            return int(value) if isinstance(value, int | str) and str(value).isdigit() else 0
-        except (_HttpStatusError, BadInput, ValueError, aiohttp.ClientError):
+            return int(value) if isinstance(value, int | str) and str(value).isascii() and str(value).isdigit() else 0
+        except BadInput:
+            self.self_metrics.count_poll_error(url, "bad_metadata")
+            return 0
+        except (_HttpStatusError, aiohttp.ClientError):
             return 0
 
     # --- state --------------------------------------------------------------------------------------
@@ -319,6 +336,14 @@ class StatsPoller(Collector):
                     mem.add_metric([lab[0], lab[1], clean_label_value(usage.kind),
                                     clean_label_value(usage.device_id), lab[2], lab[3]], usage.byte_size)
         yield from (hist, eff, queue, mem)
+
+
+def _loads(body: bytes) -> Any:
+    """JSON of a Triton metadata answer; BadInput(502) when it is not JSON or nests too deep."""
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise BadInput(502, f"response is not JSON: {type(exc).__name__}") from None
 
 
 def _name_help(name: str) -> tuple[str, str]:

@@ -49,8 +49,8 @@ def parse_targets_file(text: str, max_targets: int = MAX_TARGETS) -> list[Target
     """Targets from file_sd JSON; UsageError names what is wrong (the caller keeps the old set)."""
     try:
         groups = json.loads(text)
-    except ValueError as exc:
-        raise UsageError(f"targets file is not JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # a hostile file may nest deeper than the parser's stack
+        raise UsageError(f"targets file is not JSON: {str(exc)[:200]}") from None
     if not isinstance(groups, list):
         raise UsageError("targets file must be a JSON list of {targets, labels} groups")
     out: list[Target] = []
