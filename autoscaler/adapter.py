@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tidescale.autoscaler.yamlout import dump
 from tidescale.contracts import recorded as names
 from tidescale.contracts.promql import metric, sum_rate
+from tidescale.contracts.yamlout import dump
 
 RATE_WINDOW = "1m"
 

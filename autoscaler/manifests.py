@@ -17,10 +17,10 @@ from typing import Any
 
 from tidescale.autoscaler import adapter
 from tidescale.autoscaler.hpa import Behavior, HpaSpec, MetricSpec, ScalingPolicy, ScalingRules, spec_to_dict
-from tidescale.autoscaler.yamlout import dump, dump_all
 from tidescale.contracts import catalog
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.promql import selector
+from tidescale.contracts.yamlout import dump, dump_all
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _CRON_FIELD = re.compile(r"^[0-9A-Za-z*/,\-?]+$")

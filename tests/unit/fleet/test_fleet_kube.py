@@ -7,10 +7,11 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
+from tidescale.autoscaler.hpa import HpaStatus
 from tidescale.contracts import catalog
 from tidescale.contracts.errors import UsageError
 from tidescale.devstack.fleet.exposition import parse
-from tidescale.devstack.fleet.kube import HpaStatus, KubeStateMetricsServer, pod_uid, render_kube_state
+from tidescale.devstack.fleet.kube import KubeStateMetricsServer, check_hpa, pod_uid, render_kube_state
 
 
 @dataclass
@@ -28,7 +29,7 @@ class FakeFleet:
 
 
 def test_deployment_and_pod_families() -> None:
-    text = render_kube_state("ns", "triton", [("triton-h-aaaaa", True, 0), ("triton-h-bbbbb", False, 2)], [])
+    text = render_kube_state("ns", "triton", [("triton-h-aaaaa", True, 0), ("triton-h-bbbbb", False, 2)], {})
     fams = parse(text)
     for name, fam in fams.items():
         assert fam.type == catalog.get(name).type
@@ -72,4 +73,4 @@ def test_hpa_families_follow_set_hpa_and_server_serves_them() -> None:
 @pytest.mark.parametrize(("lo", "hi", "cur", "want"), [(0, 5, 1, 1), (6, 5, 1, 1), (1, 5, -1, 1), (1, 5, 1, -2)])
 def test_invalid_hpa_status(lo: int, hi: int, cur: int, want: int) -> None:
     with pytest.raises(UsageError):
-        HpaStatus("h", lo, hi, cur, want)
+        check_hpa("h", HpaStatus(lo, hi, cur, want))

@@ -10,9 +10,9 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
+from tidescale.autoscaler.hpa import HpaStatus
 from tidescale.contracts import catalog
 from tidescale.contracts.errors import UsageError
 from tidescale.devstack.fleet.exposition import render_family
@@ -42,19 +42,12 @@ class FleetView(Protocol):
     def replicas(self) -> Sequence[Pod]: ...
 
 
-@dataclass(frozen=True)
-class HpaStatus:
-    name: str
-    min_replicas: int
-    max_replicas: int
-    current_replicas: int
-    desired_replicas: int
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.min_replicas <= self.max_replicas:
-            raise UsageError(f"HPA {self.name}: need 1 <= min ({self.min_replicas}) <= max ({self.max_replicas})")
-        if self.current_replicas < 0 or self.desired_replicas < 0:
-            raise UsageError(f"HPA {self.name}: replica counts must be >= 0")
+def check_hpa(name: str, status: HpaStatus) -> None:
+    """A status kube-state-metrics could report: 1 <= min <= max, counts >= 0."""
+    if not 1 <= status.min_replicas <= status.max_replicas:
+        raise UsageError(f"HPA {name}: need 1 <= min ({status.min_replicas}) <= max ({status.max_replicas})")
+    if status.current_replicas < 0 or status.desired_replicas < 0:
+        raise UsageError(f"HPA {name}: replica counts must be >= 0")
 
 
 def pod_uid(pod: str) -> str:
@@ -71,7 +64,8 @@ def _value(v: float) -> str:
 
 
 def render_kube_state(namespace: str, deployment: str, pods: list[tuple[str, bool, int]],
-                      hpas: list[HpaStatus], times: dict[str, tuple[float | None, float | None]] | None = None) -> str:
+                      hpas: dict[str, HpaStatus],
+                      times: dict[str, tuple[float | None, float | None]] | None = None) -> str:
     """The exposition for one Deployment's pods ((name, ready, restarts), oldest first) and its HPAs.
 
     *times* maps a pod to its (start, ready) unix times for kube_pod_start_time/kube_pod_status_ready_time.
@@ -105,14 +99,14 @@ def render_kube_state(namespace: str, deployment: str, pods: list[tuple[str, boo
         parts.append(_family("kube_pod_status_ready_time", readies))
     if hpas:
         def hpa_family(metric: str, value: Callable[[HpaStatus], int]) -> str:
-            return _family(metric, [([("namespace", namespace), ("horizontalpodautoscaler", h.name)], value(h))
-                                    for h in hpas])
+            return _family(metric, [([("namespace", namespace), ("horizontalpodautoscaler", name)], value(h))
+                                    for name, h in hpas.items()])
 
         parts += [
             _family("kube_horizontalpodautoscaler_info", [
-                ([("namespace", namespace), ("horizontalpodautoscaler", h.name),
+                ([("namespace", namespace), ("horizontalpodautoscaler", name),
                   ("scaletargetref_api_version", "apps/v1"), ("scaletargetref_kind", "Deployment"),
-                  ("scaletargetref_name", deployment)], 1) for h in hpas
+                  ("scaletargetref_name", deployment)], 1) for name in hpas
             ]),
             hpa_family("kube_horizontalpodautoscaler_spec_min_replicas", lambda h: h.min_replicas),
             hpa_family("kube_horizontalpodautoscaler_spec_max_replicas", lambda h: h.max_replicas),
@@ -134,7 +128,8 @@ class KubeStateMetricsServer(ServesHttp):
 
     def set_hpa(self, name: str, min_replicas: int, max_replicas: int, current: int, desired: int) -> None:
         """Record the HPA's spec and status (called by whoever drives the HPA every sync)."""
-        status = HpaStatus(name, min_replicas, max_replicas, current, desired)
+        status = HpaStatus(min_replicas, max_replicas, current, desired)
+        check_hpa(name, status)
         with self._lock:
             self._hpas[name] = status
 
@@ -143,7 +138,7 @@ class KubeStateMetricsServer(ServesHttp):
         pods = [(p.pod, p.ready, self.fleet.restarts.get(p.pod, 0)) for p in replicas]
         times = {p.pod: (getattr(p, "started_at", None), getattr(p, "ready_at", None)) for p in replicas}
         with self._lock:
-            hpas = list(self._hpas.values())
+            hpas = dict(self._hpas)
         return render_kube_state(self.fleet.namespace, self.fleet.deployment, pods, hpas, times)
 
     def start(self) -> KubeStateMetricsServer:

@@ -1,4 +1,5 @@
-"""YAML output that humans and `kubectl` both read well: no anchors, multi-line strings as blocks."""
+"""The one YAML writer (rules, Alertmanager config, manifests, adapter config): humans and `kubectl`
+both read it well: no anchors, multi-line strings as blocks, keys in the order they were built."""
 
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ _Dumper.add_representer(str, _str)
 
 
 def dump(obj: Any) -> str:
-    return yaml.dump(obj, Dumper=_Dumper, sort_keys=False, width=120)
+    return yaml.dump(obj, Dumper=_Dumper, sort_keys=False, width=120, allow_unicode=True)
 
 
 def dump_all(docs: Iterable[Any]) -> str:
-    return yaml.dump_all(list(docs), Dumper=_Dumper, sort_keys=False, width=120)
+    return yaml.dump_all(list(docs), Dumper=_Dumper, sort_keys=False, width=120, allow_unicode=True)
