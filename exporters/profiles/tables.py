@@ -40,8 +40,10 @@ def _number(value: Any, what: str, scale: float = 1.0) -> float:
         raise BadInput(400, f"{what} is not a number: {value!r:.40}")
     try:
         out = float(value) * scale
-    except (ValueError, OverflowError):
+    except ValueError:
         raise BadInput(400, f"{what} is not a number: {value!r:.40}") from None
+    except OverflowError:
+        raise BadInput(400, f"{what} is too large to be a finite number: {value!r:.40}…") from None
     if not 0 <= out < MAX_TIME_US:
         raise BadInput(400, f"{what} must be a finite non-negative time below {MAX_TIME_US:g} µs, "
                             f"got {value!r:.40}")

@@ -57,14 +57,14 @@ def test_a_new_profile_replaces_the_old_one(store: ProfileStore) -> None:
     assert rep is not None and rep.op_class_share["string"] == 0.0
 
 
-def test_model_cap_refuses_and_counts(store: ProfileStore) -> None:
+def test_model_cap_evicts_the_oldest_and_counts(store: ProfileStore) -> None:
     for v in ("1", "2", "3"):
         store.ingest(INT_IDS_TRACE, model="m", version=v)
-    with pytest.raises(BadInput) as exc:
-        store.ingest(INT_IDS_TRACE, model="m", version="4")
-    assert exc.value.status_code == 429
+    store.ingest(INT_IDS_TRACE, model="m", version="4")  # was a 429 for good: the store never freed a slot
+    assert store.report("m", "1") is None and store.report("m", "4") is not None
     assert store.self_metrics is not None and sum(store.self_metrics.series_dropped.values()) == 1
-    store.ingest(INT_IDS_TRACE, model="m", version="3")  # replacing an existing one still works
+    store.ingest(INT_IDS_TRACE, model="m", version="3")  # replacing an existing one evicts nothing
+    assert sum(store.self_metrics.series_dropped.values()) == 1
 
 
 @pytest.mark.parametrize(("model", "status"), [("", 400), ("a\nb", 400), ("x" * 201, 400), ("tab\there", 400)])
