@@ -4,7 +4,10 @@ Routes: `/metrics`, `/healthz`, `/readyz`, `POST /v1/traces` (OTLP/HTTP protobuf
 `POST /v1/profiles?model=M&version=V`, `GET /v1/profiles/{model}/{version}`. Write endpoints
 need `Authorization: Bearer <TIDESCALE_EXPORTER_TOKEN>`; with no token configured they refuse
 everything (secure by default). Background work (trace-file tailing, join-buffer expiry, target
-discovery, stats polling) runs as asyncio tasks owned by the app's lifespan.
+discovery, stats polling) runs as asyncio tasks owned by the app's lifespan, each under a
+`TaskSupervisor` (restarted with back-off; /healthz fails only when one cannot recover).
+`/metrics` is rendered in a worker thread (concurrent scrapes share one render), so the event
+loop keeps answering /healthz and ingesting traces during a scrape.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import contextlib
 import hmac
 import logging
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,13 +27,15 @@ from fastapi.responses import JSONResponse, Response
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from tidescale.contracts.http import install_error_boundary
 from tidescale.exporters.errors import BadInput
-from tidescale.exporters.latency import LatencyAggregator, log_buckets
-from tidescale.exporters.otlp import PROTOBUF_TYPES, SpanJoiner, decode_traces, decompress
+from tidescale.exporters.latency import LatencyAggregator, StageSample, log_buckets
+from tidescale.exporters.otlp import PROTOBUF_TYPES, Span, SpanJoiner, decode_traces, decompress
 from tidescale.exporters.profiles.store import ProfileStore
 from tidescale.exporters.selfmetrics import SelfMetrics, configure_logging, self_tracer
 from tidescale.exporters.settings import ExporterSettings
 from tidescale.exporters.stats_poller import StatsPoller
+from tidescale.exporters.supervisor import TaskSupervisor, job_name
 from tidescale.exporters.targets import TargetSet
 from tidescale.exporters.tracefile import TraceFileTailer
 
@@ -40,7 +46,11 @@ MAX_NAME_CHARS = 200
 
 @dataclass
 class ExporterState:
-    """What the routes and background tasks share; built once per app."""
+    """What the routes and background tasks share; built once per app.
+
+    `registry` holds every collector except the latency families, which `LatencyAggregator.exposition`
+    writes as text directly (`render_metrics` joins the two): register new collectors on `registry`.
+    """
 
     settings: ExporterSettings
     registry: CollectorRegistry
@@ -49,6 +59,7 @@ class ExporterState:
     joiner: SpanJoiner
     tailers: list[TraceFileTailer]
     profiles: ProfileStore
+    supervisor: TaskSupervisor
     background: list[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
     stoppers: list[Callable[[], None]] = field(default_factory=list)  # for work running in threads
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -64,17 +75,47 @@ def build_state(settings: ExporterSettings) -> ExporterState:
                                 max_series=settings.max_series, sample_rate=settings.trace_sample_rate,
                                 sketch_max_bins=settings.sketch_max_bins,
                                 selfmetrics=selfmetrics)
-    joiner = SpanJoiner(settings.join_max_pending, settings.join_ttl_s, on_drop=selfmetrics.drop_spans)
+    joiner = SpanJoiner(settings.join_max_pending, settings.join_ttl_s, on_drop=selfmetrics.drop_spans,
+                        max_bytes=settings.join_max_bytes)
     tailers = [TraceFileTailer(p, settings.join_max_pending, on_drop=selfmetrics.drop_spans)
                for p in settings.trace_files]
+    supervisor = TaskSupervisor(backoff_s=settings.task_backoff_s, restart_limit=settings.task_restart_limit)
     state = ExporterState(settings, registry, selfmetrics, latency, joiner, tailers,
-                          ProfileStore(max_bytes=settings.max_profile_bytes, self_metrics=selfmetrics))
-    registry.register(selfmetrics)
-    registry.register(latency)
-    registry.register(state.profiles)
-    state.background.append(lambda: _tail_and_expire(state))
+                          ProfileStore(max_bytes=settings.max_profile_bytes, self_metrics=selfmetrics), supervisor)
+    for collector in (selfmetrics, joiner, supervisor, state.profiles):
+        registry.register(collector)
+
+    async def tail_and_expire() -> None:
+        await _tail_and_expire(state)
+
+    state.background.append(tail_and_expire)
     _add_discovery_and_polling(state)
     return state
+
+
+def render_metrics(state: ExporterState) -> bytes:
+    """The whole exposition (blocking: the route runs it in a worker thread)."""
+    return generate_latest(state.registry) + state.latency.exposition().encode()
+
+
+class SharedRender:
+    """Scrapes that arrive while a render is running wait for that render instead of starting another
+    (ten concurrent scrapes cost one render, and never more than one worker thread)."""
+
+    def __init__(self, render: Callable[[], bytes]) -> None:
+        self._render = render
+        self._inflight: asyncio.Future[bytes] | None = None
+
+    async def __call__(self) -> bytes:
+        if self._inflight is None:
+            future = asyncio.ensure_future(asyncio.to_thread(self._render))
+            future.add_done_callback(self._finished)
+            self._inflight = future
+        return await asyncio.shield(self._inflight)
+
+    def _finished(self, future: asyncio.Future[bytes]) -> None:
+        if self._inflight is future:
+            self._inflight = None
 
 
 def _add_discovery_and_polling(state: ExporterState) -> None:
@@ -88,17 +129,6 @@ def _add_discovery_and_polling(state: ExporterState) -> None:
     state.registry.register(poller)
     state.background += [targets.run, poller.run]
     state.stoppers += [targets.stop, poller.stop]
-
-
-def _failed(task: asyncio.Task[None]) -> bool:
-    """A background task that stopped by error (returning normally is fine: nothing to do)."""
-    return task.done() and (task.cancelled() or task.exception() is not None)
-
-
-def _log_failure(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("background task failed", exc_info=task.exception(),
-                  extra={"fields": {"task": task.get_name()}})
 
 
 async def _tail_and_expire(state: ExporterState) -> None:
@@ -143,6 +173,32 @@ async def read_capped(request: Request, max_bytes: int) -> bytes:
     return b"".join(chunks)
 
 
+def ingest(state: ExporterState, spans: list[Span]) -> tuple[int, str]:
+    """Join, measure and count *spans*: (spans rejected, the partial-success message).
+
+    A span is rejected when it is unusable (reasons counted in spans_dropped_total) or when a
+    sample it completed was refused by the series cap (counted in series_dropped_total).
+    """
+    reasons: Counter[str] = Counter()
+    origins: list[int] = []
+    samples, accepted = state.joiner.add(spans, reasons, origins)
+    refused_spans = _refused_spans(state.latency, samples, origins)
+    state.selfmetrics.accept_spans(accepted)
+    parts = []
+    if reasons:
+        detail = ", ".join(f"{n} {reason}" for reason, n in reasons.most_common())
+        parts.append(f"{sum(reasons.values())} span(s) were not usable Triton spans ({detail})")
+    if refused_spans:
+        parts.append(f"{refused_spans} span(s) over the series cap (max_series={state.latency.cap.max_series})")
+    return sum(reasons.values()) + refused_spans, "; ".join(parts)
+
+
+def _refused_spans(latency: LatencyAggregator, samples: list[StageSample], origins: list[int]) -> int:
+    """Observe every sample; how many distinct spans had a sample refused by the series cap."""
+    refused = {origins[i] for i, sample in enumerate(samples) if not latency.observe(sample)}
+    return len(refused)
+
+
 def _otlp_response(content_type: str | None, rejected: int, message: str) -> Response:
     body = ExportTraceServiceResponse()
     if rejected:
@@ -170,13 +226,12 @@ def create_app(settings: ExporterSettings) -> FastAPI:
     configure_logging(settings.log_format)
     state = build_state(settings)
     tracer = self_tracer()
+    scrape = SharedRender(lambda: render_metrics(state))
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        state.tasks = [asyncio.create_task(job(), name=getattr(job, "__qualname__", "task"))
+        state.tasks = [asyncio.create_task(state.supervisor.supervise(job_name(job), job), name=job_name(job))
                        for job in state.background]
-        for task in state.tasks:
-            task.add_done_callback(_log_failure)
         state.started = True
         log.info("exporter started", extra={"fields": {"trace_files": len(state.tailers),
                                                         "tasks": len(state.tasks)}})
@@ -186,12 +241,12 @@ def create_app(settings: ExporterSettings) -> FastAPI:
             for stop in state.stoppers:
                 stop()
             for task in state.tasks:
-                task.remove_done_callback(_log_failure)
                 task.cancel()
             await asyncio.gather(*state.tasks, return_exceptions=True)
 
     app = FastAPI(title="tidescale exporter", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.exporter = state
+    state.registry.register(install_error_boundary(app, "exporter", log))
 
     @app.exception_handler(BadInput)
     async def bad_input(_: Request, exc: BadInput) -> JSONResponse:
@@ -199,17 +254,22 @@ def create_app(settings: ExporterSettings) -> FastAPI:
 
     @app.get("/metrics")
     async def metrics() -> Response:
-        return Response(generate_latest(state.registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(await scrape(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/healthz")
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+    async def healthz() -> JSONResponse:
+        lost = state.supervisor.given_up()
+        if lost:
+            return JSONResponse({"status": "failing", "detail": f"background task(s) {', '.join(lost)} failed "
+                                 f"{settings.task_restart_limit + 1} times in a row"}, status_code=503)
+        return JSONResponse({"status": "ok"})
 
     @app.get("/readyz")
     async def readyz() -> JSONResponse:
-        dead = [t for t in state.tasks if _failed(t)]
-        if not state.started or dead:
-            reason = "starting" if not state.started else f"{len(dead)} background task(s) stopped"
+        down = state.supervisor.down()
+        if not state.started or down:
+            reason = ("starting" if not state.started
+                      else f"{len(down)} background task(s) stopped, restarting: {', '.join(down)}")
             return JSONResponse({"status": "not ready", "detail": reason}, status_code=503)
         return JSONResponse({"status": "ready"})
 
@@ -228,15 +288,9 @@ def create_app(settings: ExporterSettings) -> FastAPI:
                 log.warning("rejected OTLP body", extra={"fields": {"status": exc.status_code,
                                                                      "reason": exc.message[:200]}})
                 raise
-            samples, accepted = state.joiner.add(spans)
-            refused = state.latency.observe_all(samples)
-            state.selfmetrics.accept_spans(accepted)
+            rejected, message = ingest(state, spans)
             span.set_attribute("spans", len(spans))
-            span.set_attribute("samples", len(samples))
-        rejected = len(spans) - accepted
-        message = f"{rejected} span(s) were not usable Triton spans" if rejected else ""
-        if refused:
-            message = (message + "; " if message else "") + f"{refused} sample(s) over the series cap"
+            span.set_attribute("rejected", rejected)
         return _otlp_response(content_type, rejected, message)
 
     @app.post("/v1/profiles")
@@ -281,10 +335,15 @@ def create_app(settings: ExporterSettings) -> FastAPI:
 
 
 def serve(settings: ExporterSettings) -> None:
-    """Run the app with uvicorn until interrupted."""
+    """Run the app with uvicorn until interrupted, with the slow-client bounds of the settings."""
     import uvicorn
+
+    from tidescale.exporters.httpserver import protocol_with_header_timeout
 
     started = time.monotonic()
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning",
-                access_log=False)
+                access_log=False, timeout_keep_alive=settings.keep_alive_s,
+                h11_max_incomplete_event_size=settings.max_header_bytes,
+                limit_concurrency=settings.max_connections,
+                http=protocol_with_header_timeout(settings.header_timeout_s))
     log.info("exporter stopped", extra={"fields": {"uptime_s": round(time.monotonic() - started, 1)}})
