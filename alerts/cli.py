@@ -1,4 +1,4 @@
-"""`tidescale alerts` and `tidescale reviews` (filled by the alerts work)."""
+"""`tidescale alerts` (render and check the rules) and `tidescale reviews` (the model-review service)."""
 
 from __future__ import annotations
 

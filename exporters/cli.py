@@ -12,7 +12,7 @@ profile_app = typer.Typer(help="Profiler captures and the per-op share report (m
                           no_args_is_help=True)
 
 
-# --- the exporter service and the latency benchmarks (exporter service/latency owner) ---------------
+# --- the exporter service ---------------------------------------------------------------------------
 
 @app.command("serve")
 def serve_command(

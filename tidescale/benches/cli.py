@@ -93,7 +93,7 @@ def _register_latency_benches(bench: typer.Typer) -> None:
         run_command(json_only=json_only, quick=quick)
 
 
-# --- profiles and the stats poller (profiles/poller owner) -------------------------------------------
+# --- profiles and the stats poller -----------------------------------------------------------------
 
 
 def _register_profile_poll_benches(bench: typer.Typer) -> None:

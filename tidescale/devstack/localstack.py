@@ -320,13 +320,6 @@ class LocalStack:
                                           s.current_replicas, s.desired_replicas)
 
     # --- observe ----------------------------------------------------------------------------------
-    def alertmanager_alert_names(self) -> list[str]:
-        if self.alertmanager is None:
-            return []
-        with contextlib.suppress(Exception):
-            return sorted({a["labels"].get("alertname", "?") for a in self.alertmanager.alerts()})
-        return []
-
     def post_profile(self, body: bytes, *, model: str, version: str, filename: str, content_type: str) -> Any:
         import httpx
 

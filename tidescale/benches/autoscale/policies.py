@@ -210,7 +210,7 @@ class RayServe:
 
     def __init__(self, initial: int, min_r: int, max_r: int, target_ongoing: float = 2.0,
                  look_back_s: float = 30.0, upscale_delay_s: float = 30.0, downscale_delay_s: float = 600.0) -> None:
-        self.target, self.look_back = target_ongoing, look_back_s
+        self.target = target_ongoing
         self.up_delay, self.down_delay = upscale_delay_s, downscale_delay_s
         self.min_r, self.max_r = min_r, max_r
         self.window = ConcurrencyWindow(look_back_s)

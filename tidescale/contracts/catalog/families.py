@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from tidescale.contracts.catalog.model import MetricFamily, MetricType
 
-TRITON_LABELS_NOTE = "One model has several series (per instance and per model): sum by (model, version, pod)."
-
 # dcgm-exporter labels; with pod mapping it adds pod/namespace/container (exported_* behind
 # a ServiceMonitor with honorLabels: false), and older releases use Hostname, newer hostname.
 DCGM_LABELS = ("gpu", "UUID", "device", "modelName")

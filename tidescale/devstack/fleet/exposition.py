@@ -200,16 +200,6 @@ def escape_help(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n")
 
 
-def format_value(value: float | int) -> str:
-    if isinstance(value, int):
-        return str(value)
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(float(value))
-
-
 def render_sample(name: str, labels: Iterable[tuple[str, str]], value: str) -> str:
     """One sample line; *value* is pre-formatted so callers control precision (dcgm writes %f)."""
     body = ",".join(f'{k}="{escape_label_value(v)}"' for k, v in labels)

@@ -98,10 +98,6 @@ class TritonReplica:
         return f"http://{self.metrics_address}/metrics"
 
     @property
-    def grpc_port(self) -> int:
-        return self.ports.grpc
-
-    @property
     def labels(self) -> dict[str, str]:
         return {"namespace": self.namespace, "pod": self.pod}
 
