@@ -112,3 +112,15 @@ def test_dockerignore_keeps_secrets_and_venvs_out() -> None:
     ignored = (REPO / ".dockerignore").read_text().split()
     for pattern in (".git", ".venv", "**/.env", "**/*.pem", "**/*.key", "tests"):
         assert pattern in ignored
+
+
+def test_templates_hold_no_second_autoscaling_renderer() -> None:
+    """HPA, ScaledObject and the KEDA query come from autoscaler/manifests.py (files/autoscaling/objects.yaml)."""
+    from tests.paths import REPO
+
+    templates = (REPO / "deploy" / "helm" / "tidescale" / "templates").glob("*")
+    for path in templates:
+        text = path.read_text()
+        for written_twice in ("kind: HorizontalPodAutoscaler", "kind: ScaledObject", "tidescale_desired_replicas{",
+                              "type: prometheus", "averageValue"):
+            assert written_twice not in text, f"{path.name} writes {written_twice!r} by hand"
