@@ -124,3 +124,14 @@ def test_templates_hold_no_second_autoscaling_renderer() -> None:
         for written_twice in ("kind: HorizontalPodAutoscaler", "kind: ScaledObject", "tidescale_desired_replicas{",
                               "type: prometheus", "averageValue"):
             assert written_twice not in text, f"{path.name} writes {written_twice!r} by hand"
+
+
+def test_chart_schema_lists_every_recommender_knob() -> None:
+    import json
+
+    from tests.paths import REPO
+    from tidescale.autoscaler.service import RecommenderTuning
+
+    schema = json.loads((REPO / "deploy" / "helm" / "tidescale" / "values.schema.json").read_text())
+    tuning = schema["properties"]["recommender"]["properties"]["tuning"]
+    assert set(tuning["properties"]) == set(RecommenderTuning.model_fields)
