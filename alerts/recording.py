@@ -65,6 +65,7 @@ def requests_group(cfg: AlertsConfig) -> Group:
         record(n.REQUEST_FAILURE_RATE5M, sum_rate(fail, NM, "5m")),
         record(n.POD_REQUEST_SUCCESS_RATE5M, sum_rate(ok, NMP, "5m")),
         record(n.POD_REQUEST_FAILURE_RATE5M, sum_rate(fail, NMP, "5m")),
+        record(n.VERSION_REQUEST_SUCCESS_RATE5M, sum_rate(ok, f"{NM}, version", "5m")),
         *(record(n.ERROR_RATIO[w], error_ratio(w)) for w in n.WINDOWS),
         record(n.INFERENCES_PER_EXEC_RATE5M, f"{sum_rate(inf, NM, '5m')}\n/\n{sum_rate(execs, NM, '5m')}"),
         record(n.POD_INFERENCES_PER_EXEC_RATE5M, f"{sum_rate(inf, NMP, '5m')}\n/\n{sum_rate(execs, NMP, '5m')}"),
@@ -140,6 +141,8 @@ def gpu_group(cfg: AlertsConfig) -> Group:
         record(n.GPU_UTILIZATION, f"{dcgm_normalized('DCGM_FI_DEV_GPU_UTIL')} / 100"),
         record(n.GPU_FB_USED_BYTES, f"{dcgm_normalized('DCGM_FI_DEV_FB_USED')} * {mib}"),
         record(n.GPU_FB_FREE_BYTES, f"{dcgm_normalized('DCGM_FI_DEV_FB_FREE')} * {mib}"),
+        record(n.GPU_TEMP_CELSIUS, dcgm_normalized("DCGM_FI_DEV_GPU_TEMP")),
+        record(n.GPU_XID_ERRORS, dcgm_normalized("DCGM_FI_DEV_XID_ERRORS")),
         record(n.POD_GPU_UTILIZATION, join_serving_pods(f"avg by ({NP}) ({n.GPU_UTILIZATION})", serving)),
         record(n.POD_GPU_SM_ACTIVE, join_serving_pods(
             f"avg by ({NP}) ({dcgm_normalized('DCGM_FI_PROF_SM_ACTIVE')})", serving)),

@@ -15,8 +15,9 @@ from grafana_foundation_sdk.builders import dashboard as dash_b
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import dashboard as dash_m
 
+from tidescale.contracts.promql import metric
 from tidescale.dashboards.panels import DATASOURCE
-from tidescale.dashboards.queries import NS, metric
+from tidescale.dashboards.queries import NS
 
 TAG = "tidescale"
 

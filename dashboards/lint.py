@@ -25,6 +25,28 @@ VALID_UNITS = frozenset({
     "bytes", "decbytes", "mbytes", "decmbytes", "watt", "kwatt", "celsius", "bool", "bool_on_off", "hertz",
 })
 RANGE = re.compile(r"\[([^\]]*)\]")
+# The raw series a panel may read, and why no recording rule stands in for it. Everything else a
+# panel shows comes from a recording rule (tidescale.contracts.recorded), as in kubernetes-mixin:
+# dashboards, alerts and the autoscaler then agree, and no panel recomputes a rule at refresh.
+# A series that a recording rule already reads must never be listed here (a unit test checks).
+RAW_SERIES: dict[str, str] = {
+    "ALERTS": "Prometheus' own alert state; a rule cannot record it more usefully than it is",
+    "tidescale_model_reviews": "review-service gauge of open reviews, shown as is (one series per state)",
+    "tidescale_desired_replicas": "the recommender's output gauge per Deployment, shown as is",
+    "tidescale_recommender_failsafe": "the recommender's fail-safe gauge per Deployment and reason, shown as is",
+    "tidescale_recommender_last_success_timestamp_seconds": "a timestamp gauge; `time() -` must run at query time",
+    "kube_deployment_status_replicas": "kube-state-metrics replica count, shown as is",
+    "kube_deployment_status_replicas_ready": "kube-state-metrics ready replica count, shown as is",
+    "kube_deployment_spec_replicas": "changes() over the dashboard's own interval counts scale events",
+    "kube_horizontalpodautoscaler_status_desired_replicas": "the HPA's decision, joined to its Deployment",
+    "kube_horizontalpodautoscaler_info": "the join from an HPA to the Deployment it scales",
+    "kube_pod_status_ready_time": "cold start = ready time - start time per pod, a one-off difference",
+    "kube_pod_start_time": "cold start = ready time - start time per pod, a one-off difference",
+    "tidescale_batch_size_bucket": "the heatmap needs every bucket's rate; no consumer needs a quantile of it",
+    "tidescale_batching_efficiency_ratio": "exporter gauge already per model and pod, only averaged over pods",
+    "tidescale_op_top_share": "exporter gauge per op of the latest profile; topk runs at query time",
+    "tidescale_profile_age_seconds": "exporter gauge per model version, shown as is",
+}
 UID = re.compile(r"^tidescale-[a-z]+$")
 
 
@@ -180,6 +202,24 @@ def target_catalog_rule(board: Dashboard) -> list[str]:
     return problems
 
 
+def target_recorded_rule(board: Dashboard) -> list[str]:
+    """Panels read recording rules: a raw series outside RAW_SERIES means a panel recomputes (or
+    should have) a rule, and would drift from the alerts and the autoscaler that read the rule."""
+    from tidescale.contracts import recorded as names
+
+    recorded = frozenset(names.all_names())
+    problems = []
+    for title, expr in targets(board):
+        try:
+            raw = metric_names(expr) - recorded
+        except ValueError:
+            continue  # reported by target_promql_rule
+        problems += [f"panel {title!r}: reads the raw series {name}; read its recording rule "
+                     "(tidescale.contracts.recorded) or list it in dashboards.lint.RAW_SERIES with the reason"
+                     for name in sorted(raw - RAW_SERIES.keys())]
+    return problems
+
+
 def dashboard_identity_rule(board: Dashboard) -> list[str]:
     problems = []
     if not UID.match(str(board.get("uid", ""))):
@@ -195,7 +235,7 @@ RULES: tuple[Rule, ...] = (
     template_datasource_rule, template_chain_rule, template_on_time_change_reload_rule,
     template_datasource_ref_rule, panel_datasource_rule, panel_title_description_rule, panel_units_rule,
     panel_no_targets_rule, target_promql_rule, target_rate_interval_rule, target_counter_agg_rule,
-    target_catalog_rule, dashboard_identity_rule,
+    target_catalog_rule, target_recorded_rule, dashboard_identity_rule,
 )
 
 

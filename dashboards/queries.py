@@ -1,56 +1,49 @@
-"""PromQL for the dashboards: catalog metric names, Grafana variables, `$__rate_interval` everywhere.
+"""What the dashboards add on top of the one PromQL vocabulary (tidescale.contracts.promql).
 
-Every metric name goes through `metric()`, which looks it up in the catalog, so a dashboard can
-never query a family nobody produces. Label filters use the dashboard variables (`$namespace`,
-`$model`), which Grafana substitutes and regex-escapes itself.
+Panels read the recording rules (tidescale.contracts.recorded), as kubernetes-mixin does: a
+dashboard, an alert and the autoscaler then show the same number, and a panel does not redo at
+every refresh what the rule manager already computed. Only series no rule aggregates are read
+raw; `dashboards.lint.RAW_SERIES` lists them with the reason. Label filters use the dashboard
+variables (`$namespace`, `$model`), which Grafana substitutes and regex-escapes itself.
 """
 
 from __future__ import annotations
 
-from tidescale.contracts import catalog
+from tidescale.contracts import catalog, recorded
+from tidescale.contracts.promql import join_serving_pods, metric
 
 RATE_INTERVAL = "$__rate_interval"
 NS_MODEL = 'namespace=~"$namespace", model=~"$model"'
 NS = 'namespace=~"$namespace"'
+# Profiles carry model and version only: the exporter's own namespace would be wrong for the model.
+MODEL_ONLY = 'model=~"$model"'
 
 # Stages of tidescale_request_duration_seconds (exporters.latency.STAGES, from Triton trace timestamps).
 STAGE_REQUEST = "request"
 STAGE_QUEUE = "queue"
 STAGE_COMPUTE = "compute_infer"
 
-QUANTILES = (0.5, 0.95, 0.99)
+# Quantile -> its recorded series (histogram summed over pods before the quantile).
+QUANTILES: tuple[tuple[float, str], ...] = ((0.5, recorded.P50), (0.95, recorded.P95), (0.99, recorded.P99))
 
 
-def metric(name: str) -> str:
-    """The catalog's name for *name* (KeyError names an unknown metric)."""
-    return catalog.get(name).name
-
-
-def series(name: str, suffix: str) -> str:
-    """A histogram/summary series name (`_bucket`, `_sum`, `_count`) of a catalog family."""
-    full = f"{metric(name)}{suffix}"
-    if full not in catalog.series_names(catalog.get(name)):
-        raise KeyError(f"{full!r} is not a series of {name!r}")
-    return full
+def series_name(name: str) -> str:
+    """A recording rule's name or a catalog series (`_bucket` of a histogram included) as is,
+    else the catalog's family name (KeyError names an unknown one)."""
+    if name in recorded.all_names() or name in catalog.all_series_names():
+        return name
+    return metric(name)
 
 
 def sel(name: str, matchers: str = NS_MODEL) -> str:
-    """`name{matchers}` for a catalog metric."""
-    return f"{metric(name)}{{{matchers}}}" if matchers else metric(name)
+    """`name{matchers}` for a recorded series or a catalog metric."""
+    full = series_name(name)
+    return f"{full}{{{matchers}}}" if matchers else full
 
 
-def rate(selector: str) -> str:
-    return f"rate({selector}[{RATE_INTERVAL}])"
-
-
-def sum_rate(selector: str, by: str) -> str:
-    """Counters are always aggregated: `sum by (...) (rate(...))`."""
-    return f"sum by ({by}) ({rate(selector)})"
-
-
-def histogram_quantile(q: float, bucket_selector: str, by: str) -> str:
-    """Aggregatable quantile over pods: sum the bucket rates by `le` first."""
-    return f"histogram_quantile({q}, sum by (le, {by}) ({rate(bucket_selector)}))"
+def agg(op: str, by: str, name: str, matchers: str = NS_MODEL) -> str:
+    """`op by (by) (name{matchers})`: reduce a recorded series to the labels a panel shows."""
+    return f"{op} by ({by}) ({sel(name, matchers)})"
 
 
 def ratio(numerator: str, denominator: str) -> str:
@@ -58,35 +51,14 @@ def ratio(numerator: str, denominator: str) -> str:
     return f"({numerator}) / ({denominator} > 0)"
 
 
-def stage_quantile(q: float, stage: str, by: str = "model") -> str:
-    bucket = series("tidescale_request_duration_seconds", "_bucket")
-    return histogram_quantile(q, f'{bucket}{{{NS_MODEL}, stage="{stage}"}}', by)
+def stage_quantile(recorded_quantile: str, stage: str) -> str:
+    """A recorded percentile of one stage per model (the worst namespace when several match)."""
+    return agg("max", "model", recorded_quantile, f'{NS_MODEL}, stage="{stage}"')
 
 
-def triton_stage_mean_seconds(duration_counter: str, by: str = "model") -> str:
-    """Mean stage time per request from Triton's cumulative µs counters (works without traces)."""
-    per_request = ratio(sum_rate(sel(duration_counter), by),
-                        sum_rate(sel("nv_inference_request_success"), by))
-    return f"{per_request} / 1e6"
-
-
-def serving_pods(matchers: str = NS_MODEL) -> str:
-    """The (namespace, pod) pairs serving the selected models: a filter for per-pod series."""
-    return f"group by (namespace, pod) ({sel('nv_inference_request_success', matchers)})"
-
-
-def dcgm(name: str, by: str = "namespace, pod, gpu") -> str:
-    """A dcgm-exporter gauge per serving pod and GPU.
-
-    dcgm-exporter's pod mapping labels become `exported_pod`/`exported_namespace` behind a
-    ServiceMonitor with `honorLabels: false`; both spellings are accepted by copying the
-    exported_* values over `pod`/`namespace` when present, then keeping only the pods that
-    serve the selected models.
-    """
-    renamed = metric(name)
-    for label in ("pod", "namespace"):
-        renamed = f'label_replace({renamed}, "{label}", "$1", "exported_{label}", "(.+)")'
-    return f"max by ({by}) ({renamed}) and on (namespace, pod) {serving_pods()}"
+def of_serving_pods(name: str, by: str) -> str:
+    """A recorded per-pod (or per-GPU) series, kept for the pods serving the selected models."""
+    return join_serving_pods(agg("max", by, name, NS), sel(recorded.MODEL_POD_SERVING))
 
 
 def hpa_by_deployment(name: str, deployments: str = ".*") -> str:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard as dash_b
 
+from tidescale.contracts.promql import metric
 from tidescale.dashboards.base import AUTOSCALING, new_dashboard, query_variable
 from tidescale.dashboards.panels import Query, Threshold, graph, row, single_stat
-from tidescale.dashboards.queries import NS, hpa_by_deployment, metric, ratio, sel
+from tidescale.dashboards.queries import NS, agg, hpa_by_deployment, ratio, sel
 
 NS_DEPLOY = f'{NS}, deployment=~"$deployment"'
 # The HPA leaves replicas alone while current/desired is within this tolerance (kube default 0.1).
@@ -19,7 +20,7 @@ COLD_START = (f"max by (pod) ({sel('kube_pod_status_ready_time', POD_OF_DEPLOYME
 
 
 def _by_deployment(name: str, extra: str = "", matchers: str = NS_DEPLOY) -> str:
-    return f"max by (deployment{extra}) ({sel(name, matchers)})"
+    return agg("max", f"deployment{extra}", name, matchers)
 
 
 def replica_queries(matchers: str = NS_DEPLOY, deployments: str = "$deployment") -> list[Query]:

@@ -9,27 +9,10 @@ from tidescale.contracts import recorded as rules
 from tidescale.dashboards.base import FLEET, new_dashboard
 from tidescale.dashboards.boards.autoscaling import replica_queries
 from tidescale.dashboards.panels import Query, Threshold, graph, row, single_stat, table_of
-from tidescale.dashboards.queries import (
-    NS,
-    NS_MODEL,
-    QUANTILES,
-    STAGE_REQUEST,
-    ratio,
-    sel,
-    stage_quantile,
-    sum_rate,
-)
+from tidescale.dashboards.queries import NS, NS_MODEL, QUANTILES, STAGE_REQUEST, agg, sel, stage_quantile
 
 FIRING = sel("ALERTS", 'alertstate="firing"')
 OPEN_REVIEWS = sel("tidescale_model_reviews", 'state="open"')
-
-
-def _error_ratio(by: str) -> str:
-    """failure / (success + failure); a model without failure series reads 0, not 'no data'."""
-    success = sum_rate(sel("nv_inference_request_success"), by)
-    failures = f"({sum_rate(sel('nv_inference_request_failure'), by)} or 0 * {success})"
-    total = f"{success} + {failures}"
-    return ratio(failures, total)
 
 
 def build() -> dash_b.Dashboard:
@@ -38,7 +21,7 @@ def build() -> dash_b.Dashboard:
     budget = 1 - cfg.latency_slo_target
 
     def burn(window: str) -> str:
-        return f"max by (model) ({rules.SLOW_RATIO[window]}{{{at_threshold}}}) / {budget:g}"
+        return f"{agg('max', 'model', rules.SLOW_RATIO[window], at_threshold)} / {budget:g}"
 
     return (
         new_dashboard(FLEET)
@@ -47,7 +30,7 @@ def build() -> dash_b.Dashboard:
             "Requests within SLO (5m)",
             f"Share of requests faster than the SLO threshold ({cfg.slo_latency_threshold_s:g}s) per model, from "
             f"the aggregatable tidescale histogram. Red below the {cfg.latency_slo_target:.3g} objective.",
-            "percentunit", [Query(f"1 - max by (model) ({rules.SLOW_RATIO_RATE5M}{{{at_threshold}}})", "{{model}}")],
+            "percentunit", [Query(f"1 - {agg('max', 'model', rules.SLOW_RATIO_RATE5M, at_threshold)}", "{{model}}")],
             span=6, thresholds=[Threshold(cfg.latency_slo_target, "green")], base_color="red"))
         .with_panel(single_stat(
             "Error budget left (1d)",
@@ -64,17 +47,20 @@ def build() -> dash_b.Dashboard:
         .with_row(row("Traffic and latency"))
         .with_panel(graph(
             "Requests per second", "Successful inference requests per second per model, summed over pods.",
-            "reqps", [Query(sum_rate(sel("nv_inference_request_success"), "model"), "{{model}}")],
+            "reqps", [Query(agg("sum", "model", rules.REQUEST_SUCCESS_RATE5M), "{{model}}")],
             span=8, min_value=0))
         .with_panel(graph(
-            "Error ratio", "Failed / all inference requests per model (Triton nv_inference_request_failure).",
-            "percentunit", [Query(_error_ratio("model"), "{{model}}")], span=8, min_value=0,
+            "Error ratio",
+            "Failed / all inference requests per model over 5m (Triton nv_inference_request_failure; 0, not "
+            "'no data', for a model that never failed); the worst namespace when several match.",
+            "percentunit", [Query(agg("max", "model", rules.ERROR_RATIO_RATE5M), "{{model}}")], span=8, min_value=0,
             thresholds=[Threshold(0.01)]))
         .with_panel(graph(
             "Latency P50 / P95 / P99",
-            "End-to-end request latency quantiles per model from tidescale_request_duration_seconds "
+            "End-to-end request latency quantiles per model over 5m from tidescale_request_duration_seconds "
             "(histogram summed over pods before the quantile, so it aggregates correctly).",
-            "s", [Query(stage_quantile(q, STAGE_REQUEST), f"{{{{model}}}} p{round(q * 100)}") for q in QUANTILES],
+            "s", [Query(stage_quantile(name, STAGE_REQUEST), f"{{{{model}}}} p{round(q * 100)}")
+                  for q, name in QUANTILES],
             span=8, min_value=0))
         .with_row(row("Replicas"))
         .with_panel(graph(

@@ -1,20 +1,29 @@
-"""GPU: dcgm-exporter metrics for the pods that serve the selected models, one series per pod and GPU."""
+"""GPU: dcgm-exporter series of the pods that serve the selected models, read from the recording rules.
+
+The rules fold dcgm-exporter's label variants (`exported_pod`/`exported_namespace` behind a
+ServiceMonitor with `honorLabels: false`, `Hostname`/`hostname`) into `namespace`/`pod`, so the
+panels only keep the pods serving `$model`. Per-GPU series where the rules keep the GPU
+(utilisation, memory, temperature, XID); per pod (averaged or summed over its GPUs) otherwise.
+"""
 
 from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard as dash_b
 
+from tidescale.contracts import recorded as rules
 from tidescale.dashboards.base import GPU, new_dashboard
 from tidescale.dashboards.panels import PanelBuilder, Query, Threshold, graph, row
-from tidescale.dashboards.queries import dcgm
+from tidescale.dashboards.queries import of_serving_pods
 
-LEGEND = "{{pod}} gpu{{gpu}}"
+PER_GPU = ("namespace, pod, gpu", "{{pod}} gpu{{gpu}}")
+PER_POD = ("namespace, pod", "{{pod}}")
 
 
-def _gpu_graph(title: str, description: str, unit: str, family: str, *, thresholds: tuple[Threshold, ...] = (),
-               span: int = 12) -> PanelBuilder:
-    return graph(title, description, unit, [Query(dcgm(family), LEGEND)], thresholds=thresholds, span=span,
-                 min_value=0)
+def _gpu_graph(title: str, description: str, unit: str, name: str, keys: tuple[str, str], *,
+               thresholds: tuple[Threshold, ...] = (), span: int = 12) -> PanelBuilder:
+    by, legend = keys
+    return graph(title, description, unit, [Query(of_serving_pods(name, by), legend)], thresholds=thresholds,
+                 span=span, min_value=0)
 
 
 def build() -> dash_b.Dashboard:
@@ -22,30 +31,32 @@ def build() -> dash_b.Dashboard:
         new_dashboard(GPU)
         .with_row(row("Activity"))
         .with_panel(_gpu_graph(
-            "GPU utilisation", "DCGM_FI_DEV_GPU_UTIL: share of time a kernel ran (a duty cycle: reads high with "
-            "a single request in flight, so a poor scaling signal; compare with SM activity).",
-            "percent", "DCGM_FI_DEV_GPU_UTIL", span=8))
+            "GPU utilisation", "DCGM_FI_DEV_GPU_UTIL per GPU: share of time a kernel ran (a duty cycle: reads "
+            "high with a single request in flight, so a poor scaling signal; compare with SM activity).",
+            "percentunit", rules.GPU_UTILIZATION, PER_GPU, span=8))
         .with_panel(_gpu_graph(
-            "SM activity", "DCGM_FI_PROF_SM_ACTIVE: ratio of cycles an SM has at least one warp: how much of "
-            "the GPU the model actually uses.", "percentunit", "DCGM_FI_PROF_SM_ACTIVE", span=8))
+            "SM activity", "DCGM_FI_PROF_SM_ACTIVE averaged over a pod's GPUs: ratio of cycles an SM has at "
+            "least one warp, how much of the GPU the model actually uses.", "percentunit",
+            rules.POD_GPU_SM_ACTIVE, PER_POD, span=8))
         .with_panel(_gpu_graph(
-            "Tensor core activity", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE: ratio of cycles the tensor pipe is active; "
-            "near zero for a model that should use tensor cores means FP32 or an unfused op.",
-            "percentunit", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", span=8))
+            "Tensor core activity", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE averaged over a pod's GPUs: ratio of cycles "
+            "the tensor pipe is active; near zero for a model that should use tensor cores means FP32 or an "
+            "unfused op.", "percentunit", rules.POD_GPU_TENSOR_ACTIVE, PER_POD, span=8))
         .with_row(row("Memory, power, health"))
         .with_panel(_gpu_graph(
-            "Framebuffer used", "DCGM_FI_DEV_FB_USED: GPU memory in use (model weights, activations, "
-            "instance groups).", "decmbytes", "DCGM_FI_DEV_FB_USED"))
+            "Framebuffer used", "DCGM_FI_DEV_FB_USED per GPU: memory in use (model weights, activations, "
+            "instance groups).", "bytes", rules.GPU_FB_USED_BYTES, PER_GPU))
         .with_panel(_gpu_graph(
-            "Framebuffer free", "DCGM_FI_DEV_FB_FREE: GPU memory left for more model instances or bigger "
-            "batches.", "decmbytes", "DCGM_FI_DEV_FB_FREE"))
+            "Framebuffer free", "DCGM_FI_DEV_FB_FREE per GPU: memory left for more model instances or bigger "
+            "batches.", "bytes", rules.GPU_FB_FREE_BYTES, PER_GPU))
         .with_panel(_gpu_graph(
-            "Power draw", "DCGM_FI_DEV_POWER_USAGE per GPU.", "watt", "DCGM_FI_DEV_POWER_USAGE", span=8))
+            "Power draw", "DCGM_FI_DEV_POWER_USAGE summed over a pod's GPUs.", "watt", rules.POD_GPU_POWER_WATTS,
+            PER_POD, span=8))
         .with_panel(_gpu_graph(
-            "Temperature", "DCGM_FI_DEV_GPU_TEMP; clocks throttle above ~85 °C on most data-centre GPUs.",
-            "celsius", "DCGM_FI_DEV_GPU_TEMP", thresholds=(Threshold(85),), span=8))
+            "Temperature", "DCGM_FI_DEV_GPU_TEMP per GPU; clocks throttle above ~85 °C on most data-centre GPUs.",
+            "celsius", rules.GPU_TEMP_CELSIUS, PER_GPU, thresholds=(Threshold(85),), span=8))
         .with_panel(_gpu_graph(
-            "XID errors", "DCGM_FI_DEV_XID_ERRORS: the last XID error code (0 = none). Any non-zero value is a "
-            "driver/hardware event worth a look (e.g. 79 = GPU fell off the bus).", "none",
-            "DCGM_FI_DEV_XID_ERRORS", thresholds=(Threshold(1),), span=8))
+            "XID errors", "DCGM_FI_DEV_XID_ERRORS per GPU: the last XID error code (0 = none). Any non-zero value "
+            "is a driver/hardware event worth a look (e.g. 79 = GPU fell off the bus).", "none",
+            rules.GPU_XID_ERRORS, PER_GPU, thresholds=(Threshold(1),), span=8))
     )

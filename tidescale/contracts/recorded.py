@@ -24,6 +24,8 @@ REQUEST_SUCCESS_RATE5M: Final = "namespace_model:nv_inference_request_success:ra
 REQUEST_FAILURE_RATE5M: Final = "namespace_model:nv_inference_request_failure:rate5m"
 POD_REQUEST_SUCCESS_RATE5M: Final = "namespace_model_pod:nv_inference_request_success:rate5m"
 POD_REQUEST_FAILURE_RATE5M: Final = "namespace_model_pod:nv_inference_request_failure:rate5m"
+# Per model version: which version serves the traffic during a rollout.
+VERSION_REQUEST_SUCCESS_RATE5M: Final = "namespace_model_version:nv_inference_request_success:rate5m"
 # failure / (success + failure) over each window: the error-budget burn-rate inputs.
 ERROR_RATIO: Final[dict[str, str]] = _windowed("namespace_model:nv_inference_request:error_ratio_rate")
 ERROR_RATIO_RATE5M: Final = ERROR_RATIO["5m"]
@@ -72,6 +74,9 @@ Hostname or hostname), then per serving pod and per model. Utilisation and activ
 GPU_UTILIZATION: Final = "namespace_pod_gpu:dcgm_gpu_utilization:ratio"
 GPU_FB_USED_BYTES: Final = "namespace_pod_gpu:dcgm_fb_used_bytes:sum"
 GPU_FB_FREE_BYTES: Final = "namespace_pod_gpu:dcgm_fb_free_bytes:sum"
+GPU_TEMP_CELSIUS: Final = "namespace_pod_gpu:dcgm_gpu_temp_celsius:max"
+# The last XID error code per GPU (0 = none), labels normalized like the series above.
+GPU_XID_ERRORS: Final = "namespace_pod_gpu:dcgm_xid_errors:max"
 POD_GPU_UTILIZATION: Final = "namespace_pod:dcgm_gpu_utilization:avg"
 POD_GPU_SM_ACTIVE: Final = "namespace_pod:dcgm_sm_active:avg"
 POD_GPU_TENSOR_ACTIVE: Final = "namespace_pod:dcgm_tensor_active:avg"

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.paths import REPO
+from tidescale.contracts import recorded as rules
 from tidescale.dashboards import lint
 from tidescale.dashboards.generate import CHART_DIR, JSON_DIR, artifacts
 from tidescale.dashboards.registry import build_all
@@ -95,6 +96,11 @@ def _editable(board: dict[str, Any]) -> None:
     board["editable"] = True
 
 
+# What every panel did before it read the recording rules: recompute a recorded aggregation.
+RAW_REQUEST_RATE = ('sum by (model) (rate(nv_inference_request_success{namespace=~"$namespace", model=~"$model"}'
+                    "[$__rate_interval]))")
+
+
 MUTATIONS: dict[str, tuple[Callable[[dict[str, Any]], None], Callable[[dict[str, Any]], list[str]]]] = {
     "no datasource variable": (_drop_datasource_variable, lint.template_datasource_rule),
     "model before namespace": (_swap_variables, lint.template_chain_rule),
@@ -107,6 +113,7 @@ MUTATIONS: dict[str, tuple[Callable[[dict[str, Any]], None], Callable[[dict[str,
     "fixed range": (_set_expr("sum(rate(nv_inference_count[5m]))"), lint.target_rate_interval_rule),
     "bare rate": (_set_expr("rate(nv_inference_count[$__rate_interval])"), lint.target_counter_agg_rule),
     "unknown metric": (_set_expr("sum(nv_not_in_the_catalog)"), lint.target_catalog_rule),
+    "raw rate instead of the recording rule": (_set_expr(RAW_REQUEST_RATE), lint.target_recorded_rule),
     "editable": (_editable, lint.dashboard_identity_rule),
 }
 
@@ -159,19 +166,20 @@ def test_variables_chain_datasource_namespace_model(boards: dict[str, dict[str, 
 def test_the_issue_panels_exist(boards: dict[str, dict[str, Any]]) -> None:
     """The panels the issue asks for, by the metric each one must show."""
     wanted = {
-        "tidescale-fleet": ["slow_ratio_rate5m", "nv_inference_request_success", "nv_inference_request_failure",
-                            "0.99, sum by (le", "tidescale_desired_replicas", "kube_deployment_status_replicas_ready",
-                            "ALERTS", "tidescale_model_reviews"],
-        "tidescale-model": ['stage="queue"', 'stage="compute_infer"', "nv_inference_pending_request_count",
+        "tidescale-fleet": [rules.SLOW_RATIO_RATE5M, rules.REQUEST_SUCCESS_RATE5M, rules.ERROR_RATIO_RATE5M,
+                            rules.P50, rules.P95, rules.P99, "tidescale_desired_replicas",
+                            "kube_deployment_status_replicas_ready", "ALERTS", "tidescale_model_reviews"],
+        "tidescale-model": ['stage="queue"', 'stage="compute_infer"', rules.MODEL_POD_QUEUE_DEPTH,
+                            rules.STAGE_AVG_SECONDS_RATE5M, rules.INFERENCES_PER_EXEC_RATE5M,
                             "tidescale_batch_size_bucket", "tidescale_batching_efficiency_ratio",
-                            "tidescale_op_time_share", "model, version"],
-        "tidescale-gpu": ["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
-                          "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_POWER_USAGE",
-                          "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_XID_ERRORS", "exported_pod"],
+                            rules.OP_TIME_SHARE, rules.VERSION_REQUEST_SUCCESS_RATE5M, "model, version"],
+        "tidescale-gpu": [rules.GPU_UTILIZATION, rules.POD_GPU_SM_ACTIVE, rules.POD_GPU_TENSOR_ACTIVE,
+                          rules.GPU_FB_USED_BYTES, rules.GPU_FB_FREE_BYTES, rules.POD_GPU_POWER_WATTS,
+                          rules.GPU_TEMP_CELSIUS, rules.GPU_XID_ERRORS, rules.MODEL_POD_SERVING],
         "tidescale-autoscaling": ["tidescale_desired_replicas", "kube_horizontalpodautoscaler_status_desired_replicas",
                                   "changes(kube_deployment_spec_replicas", "kube_pod_status_ready_time",
                                   "tidescale_recommender_failsafe"],
-        "tidescale-profiler": ["tidescale_op_time_share", "tidescale_op_top_share", "tidescale_profile_age_seconds"],
+        "tidescale-profiler": [rules.OP_TIME_SHARE, "tidescale_op_top_share", "tidescale_profile_age_seconds"],
     }
     for uid, needles in wanted.items():
         text = json.dumps([expr for _, expr in lint.targets(boards[uid])])
@@ -195,3 +203,74 @@ def test_stage_labels_are_the_exporters_stages(boards: dict[str, dict[str, Any]]
     used = {m for board in boards.values() for _, expr in lint.targets(board)
             for m in re.findall(r'stage="([^"]+)"', expr)}
     assert used and used <= set(STAGES)
+
+
+def _board(*exprs: str) -> dict[str, Any]:
+    return {"panels": [{"title": "t", "targets": [{"expr": expr} for expr in exprs]}]}
+
+
+def test_a_raw_query_of_a_recorded_aggregation_fails_the_lint() -> None:
+    problems = lint.lint(_board(RAW_REQUEST_RATE))
+    assert [p for p in problems if "nv_inference_request_success" in p and "RAW_SERIES" in p]
+
+
+def test_a_recorded_series_joined_to_another_raw_one_still_fails() -> None:
+    mixed = f'{rules.REQUEST_SUCCESS_RATE5M} / on (namespace, model) sum by (namespace, model) (nv_inference_count)'
+    assert lint.target_recorded_rule(_board(mixed)) == [
+        "panel 't': reads the raw series nv_inference_count; read its recording rule "
+        "(tidescale.contracts.recorded) or list it in dashboards.lint.RAW_SERIES with the reason"]
+
+
+def test_recorded_and_allow_listed_series_pass() -> None:
+    assert lint.target_recorded_rule(_board(f'sum by (model) ({rules.REQUEST_SUCCESS_RATE5M}{{model=~"$model"}})',
+                                            'sum(ALERTS{alertstate="firing"})')) == []
+
+
+def test_the_lint_command_fails_on_a_raw_query(monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from tidescale.cli import main
+    from tidescale.dashboards import registry
+
+    built = build_all()
+    _first_panel(built["tidescale-fleet"])["targets"][0]["expr"] = RAW_REQUEST_RATE
+    monkeypatch.setattr(registry, "build_all", lambda: built)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["dashboards", "lint"])
+    assert exit_info.value.code != 0
+    assert "raw series nv_inference_request_success" in capsys.readouterr().err
+
+
+def _recording_rule_inputs() -> set[str]:
+    from tidescale.alerts.config import default_config
+    from tidescale.alerts.recording import recording_groups
+    from tidescale.contracts.promql import metric_names
+
+    return {name for group in recording_groups(default_config()) for rule in group["rules"]
+            for name in metric_names(rule["expr"])}
+
+
+def test_no_allow_listed_series_is_aggregated_by_a_recording_rule() -> None:
+    """An allow-listed series a rule already reads would let a panel recompute that rule."""
+    inputs = _recording_rule_inputs()
+    assert "nv_inference_request_success" in inputs  # the check sees the rules' inputs
+    assert set(lint.RAW_SERIES) & inputs == set()
+
+
+def test_every_allow_listed_series_is_read_by_a_panel_and_has_a_reason(boards: dict[str, dict[str, Any]]) -> None:
+    from tidescale.contracts.promql import metric_names
+
+    read = {name for board in boards.values() for _, expr in lint.targets(board) for name in metric_names(expr)}
+    assert set(lint.RAW_SERIES) <= read, "stale RAW_SERIES entries"
+    assert all(len(reason) > 20 for reason in lint.RAW_SERIES.values())
+
+
+def test_most_queries_read_recorded_series(boards: dict[str, dict[str, Any]]) -> None:
+    """Every query of a latency, traffic, batching, GPU or op-share panel reads a recording rule."""
+    from tidescale.contracts.promql import metric_names
+
+    recorded = set(rules.all_names())
+    exprs = [expr for board in boards.values() for _, expr in lint.targets(board)]
+    reading = [expr for expr in exprs if metric_names(expr) & recorded]
+    assert len(reading) >= 31
+    gpu = [expr for _, expr in lint.targets(boards["tidescale-gpu"])]
+    assert gpu and all(metric_names(expr) & recorded for expr in gpu)
