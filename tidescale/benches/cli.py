@@ -92,6 +92,16 @@ def _register_latency_benches(bench: typer.Typer) -> None:
 
         run_command(json_only=json_only, quick=quick)
 
+    @bench.command("scrape")
+    def scrape_command(
+        json_only: bool = typer.Option(False, "--json", help="Only the JSON result on stdout."),
+        quick: bool = typer.Option(False, "--quick", help="Only 2,000 series (not 10,000)."),
+    ) -> None:
+        """/metrics render time at 2,000 and 10,000 series, and /healthz latency during a scrape."""
+        from tidescale.benches.scrape import run_command
+
+        run_command(json_only=json_only, quick=quick)
+
 
 # --- profiles and the stats poller -----------------------------------------------------------------
 

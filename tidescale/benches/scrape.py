@@ -83,7 +83,7 @@ def render_in_process(series: int, payloads: list[bytes], repeats: int = 3) -> d
     from tidescale.exporters.service import build_state, render_metrics
     from tidescale.exporters.settings import ExporterSettings
 
-    state = build_state(ExporterSettings(max_series=series))
+    state = build_state(ExporterSettings.model_validate({"max_series": series}))
     for body in payloads:
         samples, _ = state.joiner.add(decode_protobuf(body))
         state.latency.observe_all(samples)
