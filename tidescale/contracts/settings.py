@@ -202,7 +202,9 @@ def format_validation_error(section: str, exc: ValidationError, model: type[Base
         if is_secret_field(model, loc):
             parts.append(f"  {clip(where)}: {_redacted(message, value)} (value hidden: secret)")
             continue
-        shown = "" if isinstance(value, dict) else f" (got {_SHORT.repr(value)})"
+        # An unknown key's value helps nobody and may be a misspelt secret (`tokn: …`): never shown.
+        hidden = isinstance(value, dict) or err["type"] == "extra_forbidden"
+        shown = "" if hidden else f" (got {_SHORT.repr(value)})"
         parts.append(f"  {clip(where)}: {message}{shown}")
     return f"invalid {section or 'settings'}:\n" + "\n".join(parts)
 
