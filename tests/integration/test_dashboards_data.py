@@ -71,8 +71,10 @@ def prometheus_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             node.inject_xid(79, gpu)
             load = LoadGenerator(scenario("steady", 40.0, 600.0), stack.fleet.ready_urls, MODELS, seed=1).start()
             prom.wait_for_targets_up(count=2 + len(stack.gpus.nodes) + 4, timeout=60)
-            # Recording-rule groups run every 30 s: wait for one evaluation with data, and the XID alert.
-            prom.wait_for("namespace_model:tidescale_request_duration_seconds:p99", timeout=120)
+            # Recording-rule groups run every 30 s, and the GPU group joins what the requests group
+            # records: wait until every recorded series a panel reads exists, and the XID alert.
+            for name in recorded_series_read_by_panels():
+                prom.wait_for(name, timeout=120)
             prom.wait_for('ALERTS{alertname="GPUXidErrors", alertstate="firing"}', timeout=120)
             # The review alert has `for: 15m`; once it is pending, deliver it as Alertmanager would.
             [pending] = prom.wait_for('ALERTS{alertname="TritonModelReviewRequired"}', timeout=120)
@@ -183,6 +185,16 @@ def test_previews_render_one_png_per_dashboard(prometheus_url: str, tmp_path: Pa
     assert sorted(p.name for p in paths) == sorted(f"{uid}.png" for uid in preview_uids())
     for path in paths:
         assert path.read_bytes()[:4] == b"\x89PNG" and path.stat().st_size > 20_000
+
+
+def recorded_series_read_by_panels() -> list[str]:
+    from tidescale.contracts import recorded
+    from tidescale.contracts.promql import metric_names
+    from tidescale.dashboards.lint import targets
+    from tidescale.dashboards.registry import build_all
+
+    read = {name for board in build_all().values() for _, expr in targets(board) for name in metric_names(expr)}
+    return sorted(read & set(recorded.all_names()))
 
 
 def preview_uids() -> list[str]:
