@@ -186,14 +186,17 @@ class PromClient:
         try:
             r = self.http.get(f"{self.url}/api/v1/query", params={"query": expr})
             body = r.json()
+        except RecursionError:  # not a ValueError: a hostile or broken answer must still mean "down"
+            raise PrometheusUnavailable("response body nested too deeply") from None
         except (httpx.HTTPError, ValueError) as exc:
-            raise PrometheusUnavailable(f"{type(exc).__name__}: {exc}") from None
+            raise PrometheusUnavailable(f"{type(exc).__name__}: {str(exc)[:200]}") from None
         if not isinstance(body, dict) or r.status_code != 200 or body.get("status") != "success":
             detail = body.get("error", "") if isinstance(body, dict) else ""
-            raise PrometheusUnavailable(f"HTTP {r.status_code}: {str(detail)[:200]}")
+            shown = detail[:200] if isinstance(detail, str) else type(detail).__name__  # never str() a deep value
+            raise PrometheusUnavailable(f"HTTP {r.status_code}: {shown}")
         try:
             return [(float(item["value"][0]), float(item["value"][1])) for item in body["data"]["result"]]
-        except (KeyError, IndexError, TypeError, ValueError) as exc:
+        except (KeyError, IndexError, TypeError, ValueError, OverflowError) as exc:
             raise PrometheusUnavailable(f"unexpected response body ({type(exc).__name__})") from None
 
     def close(self) -> None:
