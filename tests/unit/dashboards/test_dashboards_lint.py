@@ -274,3 +274,12 @@ def test_most_queries_read_recorded_series(boards: dict[str, dict[str, Any]]) ->
     assert len(reading) >= 31
     gpu = [expr for _, expr in lint.targets(boards["tidescale-gpu"])]
     assert gpu and all(metric_names(expr) & recorded for expr in gpu)
+
+
+def test_selectors_take_recorded_and_catalog_names_and_refuse_unknown_ones() -> None:
+    from tidescale.dashboards.queries import sel
+
+    assert sel(rules.P99, 'model=~"$model"') == f'{rules.P99}{{model=~"$model"}}'
+    assert sel("tidescale_batch_size_bucket", "") == "tidescale_batch_size_bucket"
+    with pytest.raises(KeyError, match="nv_not_in_the_catalog"):
+        sel("nv_not_in_the_catalog")
