@@ -398,6 +398,7 @@ QUANTILES: tuple[float, ...] = (0.5, 0.95, 0.99)
 WINDOW_SKETCH_MAX_BINS = 1024
 SeriesKey = tuple[str, str, str, str]  # model, version, stage, namespace
 SERIES_LABELS = ("model", "version", "stage", "namespace")
+EXPOSITION_CHUNK_SERIES = 100  # ~1.6 MB of text per chunk at 128-character model names
 
 
 @dataclass
@@ -526,12 +527,18 @@ class LatencyAggregator(Collector):
         yield rate
 
     def exposition(self) -> str:
-        """The three families in Prometheus text format (the samples `collect` yields).
+        """The three families in Prometheus text format (the samples `collect` yields)."""
+        return b"".join(self.exposition_chunks()).decode()
+
+    def exposition_chunks(self, series_per_chunk: int = EXPOSITION_CHUNK_SERIES) -> Iterator[bytes]:
+        """`exposition` as UTF-8 chunks of about *series_per_chunk* series' histogram lines each.
 
         Written directly: each series' label text is escaped once when the series is created and
         the bucket bounds once here, so a scrape costs one f-string per line instead of
         prometheus-client's per-sample objects, label dicts and escaping (10x at 2,000 series).
-        The lock is taken per series, so ingest waits at most one series' quantile merge.
+        Chunks, not one string: no single join, encode or socket write of the whole scrape holds
+        the GIL (or the event loop) for long. The lock is taken per series, so ingest waits at
+        most one series' quantile merge.
         """
         now = self.clock()
         hist_name, quant_name, rate_name = (self._hist_family.name, self._quantile_family.name,
@@ -540,9 +547,8 @@ class LatencyAggregator(Collector):
         qlabels = [f'quantile="{q}"' for q in QUANTILES]
         hist = [_header(hist_name, self._hist_family.help, "histogram")]
         quant = [_header(quant_name, self._quantile_family.help, "gauge")]
-        rate = [_header(rate_name, self._rate_family.help, "gauge")]
         models: set[tuple[str, str, str]] = set()
-        for key, series in self._snapshot():
+        for n, (key, series) in enumerate(self._snapshot(), start=1):
             with self._lock:
                 counts, total, count = list(series.histogram.counts), series.histogram.total, series.histogram.count
                 values = series.window.quantiles(now, QUANTILES)
@@ -556,7 +562,13 @@ class LatencyAggregator(Collector):
             for ql, value in zip(qlabels, values or (), strict=False):
                 quant.append(f"{quant_name}{{{lab},{ql}}} {floatToGoString(value)}\n")
             models.add((key[0], key[1], key[3]))
+            if n % series_per_chunk == 0:
+                yield "".join(hist).encode()
+                hist = []
+        yield "".join(hist).encode()
+        yield "".join(quant).encode()
         per_model = floatToGoString(1.0 / self.sample_rate)
-        for model_key in sorted(models):
-            rate.append(f"{rate_name}{{{label_text(('model', 'version', 'namespace'), model_key)}}} {per_model}\n")
-        return "".join(hist + quant + rate)
+        rate = [_header(rate_name, self._rate_family.help, "gauge")]
+        rate += [f"{rate_name}{{{label_text(('model', 'version', 'namespace'), model_key)}}} {per_model}\n"
+                 for model_key in sorted(models)]
+        yield "".join(rate).encode()

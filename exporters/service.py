@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
@@ -94,28 +94,43 @@ def build_state(settings: ExporterSettings) -> ExporterState:
 
 
 def render_metrics(state: ExporterState) -> bytes:
-    """The whole exposition (blocking: the route runs it in a worker thread)."""
-    return generate_latest(state.registry) + state.latency.exposition().encode()
+    """The whole exposition as one bytes object (benchmarks and tools; the route sends chunks)."""
+    return b"".join(render_chunks(state))
+
+
+def render_chunks(state: ExporterState) -> list[bytes]:
+    """The exposition in chunks of a few MB (blocking: the route runs it in a worker thread)."""
+    return [generate_latest(state.registry), *state.latency.exposition_chunks()]
 
 
 class SharedRender:
     """Scrapes that arrive while a render is running wait for that render instead of starting another
     (ten concurrent scrapes cost one render, and never more than one worker thread)."""
 
-    def __init__(self, render: Callable[[], bytes]) -> None:
+    def __init__(self, render: Callable[[], list[bytes]]) -> None:
         self._render = render
-        self._inflight: asyncio.Future[bytes] | None = None
+        self._inflight: asyncio.Future[list[bytes]] | None = None
 
-    async def __call__(self) -> bytes:
+    async def __call__(self) -> list[bytes]:
         if self._inflight is None:
             future = asyncio.ensure_future(asyncio.to_thread(self._render))
             future.add_done_callback(self._finished)
             self._inflight = future
         return await asyncio.shield(self._inflight)
 
-    def _finished(self, future: asyncio.Future[bytes]) -> None:
+    def _finished(self, future: asyncio.Future[list[bytes]]) -> None:
         if self._inflight is future:
             self._inflight = None
+
+
+def _chunked_response(chunks: list[bytes]) -> StreamingResponse:
+    """*chunks* sent one by one (the loop turns between writes) with their total length declared."""
+    async def body() -> AsyncIterator[bytes]:
+        for chunk in chunks:
+            yield chunk
+
+    return StreamingResponse(body(), media_type=CONTENT_TYPE_LATEST,
+                             headers={"content-length": str(sum(len(c) for c in chunks))})
 
 
 def _add_discovery_and_polling(state: ExporterState) -> None:
@@ -226,7 +241,7 @@ def create_app(settings: ExporterSettings) -> FastAPI:
     configure_logging(settings.log_format)
     state = build_state(settings)
     tracer = self_tracer()
-    scrape = SharedRender(lambda: render_metrics(state))
+    scrape = SharedRender(lambda: render_chunks(state))
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -253,8 +268,8 @@ def create_app(settings: ExporterSettings) -> FastAPI:
         return JSONResponse({"detail": exc.message}, status_code=exc.status_code)
 
     @app.get("/metrics")
-    async def metrics() -> Response:
-        return Response(await scrape(), media_type=CONTENT_TYPE_LATEST)
+    async def metrics() -> StreamingResponse:
+        return _chunked_response(await scrape())
 
     @app.get("/healthz")
     async def healthz() -> JSONResponse:

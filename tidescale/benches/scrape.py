@@ -39,6 +39,9 @@ NAME_CHARS = 300
 MODELS_PER_BODY = 100
 GOAL_RENDER_S = 0.3
 GOAL_HEALTHZ_S = 0.1
+BEFORE = ("Before the fix (commit 01df338, same machine, same 2,000 series): /metrics rendered on the event "
+          "loop with prometheus-client in 2.17 s (41.4 MB: labels were cut at 200 characters then), and the "
+          "slowest /healthz during a scrape took 1.74 s.")
 
 
 def model_name(i: int) -> str:
@@ -169,6 +172,8 @@ def markdown(result: dict[str, Any]) -> str:
         f"/healthz ≤ {result['goal_healthz_s'] * 1000:.0f} ms during a scrape.",
         "",
         table,
+        "",
+        BEFORE,
         "",
         "```json",
         __import__("json").dumps(result, indent=1, sort_keys=True),

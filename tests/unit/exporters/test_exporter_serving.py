@@ -58,19 +58,19 @@ def test_concurrent_scrapes_share_one_render() -> None:
     calls = []
     gate = threading.Event()
 
-    def render() -> bytes:
+    def render() -> list[bytes]:
         calls.append(1)
         gate.wait(timeout=10)
-        return b"x"
+        return [b"x"]
 
-    async def main() -> list[bytes]:
+    async def main() -> list[list[bytes]]:
         shared = SharedRender(render)
         waiting = [asyncio.create_task(shared()) for _ in range(5)]
         await asyncio.sleep(0.01)
         gate.set()
         return await asyncio.gather(*waiting)
 
-    assert asyncio.run(main()) == [b"x"] * 5 and len(calls) == 1
+    assert asyncio.run(main()) == [[b"x"]] * 5 and len(calls) == 1
 
 
 def _families(text: str) -> dict[str, set[tuple[str, tuple[tuple[str, str], ...], float]]]:
@@ -94,6 +94,7 @@ def test_the_fast_exposition_equals_prometheus_client_rendering() -> None:
         reference.register(latency)
         assert _families(latency.exposition()) == _families(generate_latest(reference).decode())
         assert len(_families(latency.exposition())["tidescale_request_duration_seconds"]) > 100
+        assert b"".join(latency.exposition_chunks(series_per_chunk=1)).decode() == latency.exposition()
 
 
 def test_client_disconnect_is_quiet() -> None:
