@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from tests.hostile import DATETIMES, LABEL_VALUES
 from tests.integration.test_reviews_reliability import kill_9_mid_stream
 from tests.postgres import create_database, running_postgres
+from tests.unit.alerts import test_reviews_hostile as hostile
 from tests.unit.alerts import test_reviews_service as behaviour
 from tests.unit.alerts.reviews_helpers import TOKEN
 from tidescale.alerts.reviews.service import create_app
@@ -48,3 +50,35 @@ def test_http_behaviour_on_postgresql(case: Callable[[TestClient], None], databa
 
 def test_kill_9_mid_stream_loses_and_duplicates_nothing_on_postgresql(database: str, tmp_path: Path) -> None:
     kill_9_mid_stream(tmp_path, database)
+
+
+def pg_client(database: str) -> TestClient:
+    return TestClient(create_app(ReviewsSettings(database=database, token=TOKEN, max_body_bytes=16 << 20)))
+
+
+@pytest.mark.parametrize("field", hostile.FIELDS)
+@pytest.mark.parametrize(("name", "value"), LABEL_VALUES, ids=[n for n, _ in LABEL_VALUES])
+def test_one_bad_alert_never_blocks_the_payload_on_postgresql(database: str, field: str, name: str,
+                                                              value: str) -> None:
+    """PostgreSQL enforces String(n) and refuses NUL: the service must reject such an alert alone."""
+    with pg_client(database) as client:
+        hostile.check_one_bad_alert_never_blocks_the_payload(client, field, value)
+
+
+def test_the_store_limits_are_enforced_on_postgresql(database: str) -> None:
+    with pg_client(database) as client:
+        hostile.check_the_store_limits_are_enforced(client)
+
+
+@pytest.mark.parametrize("field", ["startsAt", "endsAt"])
+@pytest.mark.parametrize(("name", "value"), DATETIMES, ids=[n for n, _ in DATETIMES])
+def test_hostile_datetimes_on_postgresql(database: str, field: str, name: str, value: str) -> None:
+    with pg_client(database) as client:
+        hostile.check_hostile_datetimes(client, field, value)
+
+
+def test_ids_beyond_the_integer_column_on_postgresql(database: str) -> None:
+    with pg_client(database) as client:
+        for review_id in (2**31, 2**63):
+            assert client.get(f"/api/v1/reviews/{review_id}").status_code == 422
+        assert client.get(f"/api/v1/reviews/{2**31 - 1}").status_code == 404
