@@ -35,6 +35,35 @@ class _Request:
     stamps: dict[str, int] = field(default_factory=dict)
 
 
+MAX_STAMP_NS = 2**64 - 1  # Triton's clock is a uint64 of nanoseconds
+
+
+def entry_id(entry: Any) -> int | str | None:
+    """The trace id of a header or stamp entry; None for anything else (the one rule for both readers)."""
+    if isinstance(entry, dict):
+        ident = entry.get("id")
+        if isinstance(ident, int | str) and not isinstance(ident, bool):
+            return ident
+    return None
+
+
+def entry_model(entry: dict[str, Any]) -> tuple[str, str] | None:
+    """(model, version) of a header entry; None for a stamp entry."""
+    if isinstance(entry.get("model_name"), str):
+        return entry["model_name"], str(entry.get("model_version", ""))
+    return None
+
+
+def entry_stamps(entry: dict[str, Any]) -> dict[str, int]:
+    """The well-formed `{name: ns}` stamps of one entry; malformed or out-of-range stamps are skipped."""
+    stamps = entry.get("timestamps")
+    if not isinstance(stamps, list):
+        return {}
+    return {s["name"]: s["ns"] for s in stamps
+            if isinstance(s, dict) and isinstance(s.get("name"), str) and isinstance(s.get("ns"), int)
+            and not isinstance(s.get("ns"), bool) and 0 <= s["ns"] <= MAX_STAMP_NS}
+
+
 class TraceEntries:
     """Joins header and timestamp entries by trace id; bounded, oldest requests evicted first."""
 
@@ -56,10 +85,11 @@ class TraceEntries:
 
     def add(self, entry: Any, source: Any = None) -> list[StageSample]:
         """Samples of the request this entry completes (usually none); ids are scoped by *source*."""
-        if not isinstance(entry, dict) or not isinstance(entry.get("id"), int | str):
+        ident = entry_id(entry)
+        if ident is None:
             self.on_drop("malformed_entry", 1)
             return []
-        key = (source, entry["id"])
+        key = (source, ident)
         if key in self._done:
             return []
         request = self._pending.get(key)
@@ -68,15 +98,10 @@ class TraceEntries:
             if len(self._pending) > self.max_pending:
                 self._pending.popitem(last=False)
                 self.on_drop("join_buffer_full", 1)
-        if isinstance(entry.get("model_name"), str):
-            request.model = entry["model_name"]
-            request.version = str(entry.get("model_version", ""))
-        stamps = entry.get("timestamps")
-        if isinstance(stamps, list):
-            for stamp in stamps:
-                if isinstance(stamp, dict) and isinstance(stamp.get("name"), str) \
-                        and isinstance(stamp.get("ns"), int) and not isinstance(stamp.get("ns"), bool):
-                    request.stamps[stamp["name"]] = stamp["ns"]
+        header = entry_model(entry)
+        if header is not None:
+            request.model, request.version = header
+        request.stamps.update(entry_stamps(entry))
         if request.model is not None and "REQUEST_END" in request.stamps:
             del self._pending[key]
             self._done[key] = None

@@ -2,7 +2,8 @@
 
 The fidelity benchmark needs the times requests reached the scheduler (to replay them in the
 simulator) and the server-side latency and queue time of each request (for P99 without client
-noise). Unlike the exporter's tailer this reads a complete file at once into numpy arrays.
+noise). Unlike the exporter's tailer this reads a complete file at once into numpy arrays; what
+counts as an entry, a header and a stamp is the exporter's rule (`exporters.tracefile`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from tidescale.contracts.errors import UsageError
+from tidescale.exporters.tracefile import entry_id, entry_model, entry_stamps
 
 NEEDED = ("REQUEST_START", "QUEUE_START", "COMPUTE_START", "REQUEST_END")
 MAX_TRACE_BYTES = 256 << 20
@@ -48,25 +50,23 @@ def parse_trace(text: str, model: str | None = None) -> TracedRequests:
     stamps: dict[Any, dict[str, int]] = {}
     models: dict[Any, str] = {}
     for e in entries:
-        if not isinstance(e, dict) or not isinstance(e.get("id"), int | str) or isinstance(e.get("id"), bool):
+        ident = entry_id(e)
+        if ident is None:
             continue
-        if isinstance(e.get("model_name"), str):
-            models[e["id"]] = e["model_name"]
-        ts = e.get("timestamps")
-        if not isinstance(ts, list):
-            continue
-        into = stamps.setdefault(e["id"], {})
-        for s in ts:
-            if isinstance(s, dict) and isinstance(s.get("name"), str) and type(s.get("ns")) is int:
-                into[s["name"]] = s["ns"]
+        header = entry_model(e)
+        if header is not None:
+            models[ident] = header[0]
+        stamps.setdefault(ident, {}).update(entry_stamps(e))
     rows = [tuple(st[n] for n in NEEDED) for key, st in stamps.items()
             if all(n in st for n in NEEDED) and (model is None or models.get(key) == model)]
     rows = [r for r in rows if r[0] <= r[1] <= r[2] <= r[3]]
     if not rows:
         return TracedRequests(np.empty(0), np.empty(0), np.empty(0))
-    arr = np.asarray(sorted(rows, key=lambda r: r[1]), dtype=np.int64)
-    t0 = int(arr[0, 0])
-    return TracedRequests((arr[:, 1] - t0) / 1e9, (arr[:, 3] - arr[:, 0]) / 1e9, (arr[:, 2] - arr[:, 1]) / 1e9)
+    ordered = sorted(rows, key=lambda r: r[1])
+    t0 = ordered[0][0]
+    # Differences in Python ints first: stamps are uint64 nanoseconds, beyond int64 at the top.
+    arr = np.asarray([[(v - t0) / 1e9 for v in r] for r in ordered], dtype=np.float64)
+    return TracedRequests(arr[:, 1], arr[:, 3] - arr[:, 0], arr[:, 2] - arr[:, 1])
 
 
 def read_trace(path: str, model: str | None = None) -> TracedRequests:

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.hostile import TIMESTAMPS
 from tests.paths import FIXTURES
 from tidescale.exporters.tracefile import JsonArrayStream, TraceEntries, TraceFileTailer
 
@@ -115,3 +116,27 @@ def test_malformed_text_is_skipped_and_counted() -> None:
     junk = b'[{"id": 1, "model_name": ' + b"x" * 70_000 + b'}, {"id": 2}]'
     got = list(stream.feed(junk))
     assert got == [{"id": 2}] and drops["malformed_entry"] >= 1
+
+
+@pytest.mark.parametrize(("name", "ns"), TIMESTAMPS)
+def test_both_trace_readers_skip_the_same_hostile_stamps(name: str, ns: object) -> None:
+    """The exporter's tailer and the fidelity benchmark's reader share one rule for entries and stamps."""
+    from tidescale.benches.tracefile import parse_trace
+    from tidescale.exporters.tracefile import TraceEntries, entry_stamps
+
+    good = {"REQUEST_START": 1_000, "QUEUE_START": 2_000, "COMPUTE_START": 3_000}
+    entries = [{"id": 1, "model_name": "m", "model_version": "1"},
+               {"id": 1, "timestamps": [{"name": k, "ns": v} for k, v in good.items()]
+                + [{"name": "REQUEST_END", "ns": ns}]}]
+    valid = isinstance(ns, int) and 0 <= ns < 2**64 and ns >= 3_000
+    assert ("REQUEST_END" in entry_stamps(entries[1])) == (isinstance(ns, int) and 0 <= ns < 2**64)
+    joined = TraceEntries()
+    completed = [s for e in entries for s in joined.add(e)]
+    assert bool(completed) == (isinstance(ns, int) and 0 <= ns < 2**64)
+    assert len(parse_trace(json.dumps(entries))) == (1 if valid else 0)
+
+
+def test_a_boolean_id_is_not_an_entry() -> None:
+    from tidescale.exporters.tracefile import entry_id
+
+    assert entry_id({"id": True}) is None and entry_id({"id": 7}) == 7 and entry_id({"id": "a"}) == "a"
