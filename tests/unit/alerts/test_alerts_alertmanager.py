@@ -11,7 +11,7 @@ from tidescale.alerts.alertmanager import MODEL_REVIEWS, NULL, PAGER, TICKETS, W
 
 
 def config() -> dict:
-    return yaml.safe_load((REPO / "alerts" / "alertmanager.yaml").read_text())
+    return yaml.safe_load((REPO / "deploy" / "helm" / "tidescale" / "files" / "alertmanager" / "alertmanager.yaml").read_text())
 
 
 def test_amtool_check_config_is_clean() -> None:
