@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from tests.paths import REPO
 from tidescale.alerts import tooling
 from tidescale.alerts.alertmanager import MODEL_REVIEWS, NULL, PAGER, TICKETS, WATCHDOG
+from tidescale.alerts.tooling import ALERTMANAGER_CONFIG
 
 
 def config() -> dict:
-    return yaml.safe_load((REPO / "deploy" / "helm" / "tidescale" / "files" / "alertmanager" / "alertmanager.yaml").read_text())
+    return yaml.safe_load(ALERTMANAGER_CONFIG.read_text())
 
 
 def test_amtool_check_config_is_clean() -> None:
