@@ -148,7 +148,11 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
         headroom: float = typer.Option(1.0, "--headroom", help="tidescale's standing headroom (x the load)."),
         headroom_sweep: list[float] = typer.Option(
             [], "--headroom-sweep", help="Also run tidescale at this headroom on surge scenarios (repeatable)."),
-        write: bool = typer.Option(True, "--write/--no-write", help="Record docs/benchmarks/autoscale.md + PNG."),
+        sweep: bool = typer.Option(
+            True, "--sweep/--no-sweep", help="Sweep each peer's main knob (--no-sweep: its fixed setting alone)."),
+        peer_setting: list[str] = typer.Option(
+            [], "--peer-setting", help="PEER=VALUE: run PEER at VALUE of its knob instead of its sweep (repeatable)."),
+        write: bool = typer.Option(True, "--write/--no-write", help="Record docs/benchmarks/autoscale.md + PNGs."),
     ) -> None:
         """Closed-loop autoscaling: tidescale vs HPA CPU/GPU, Triton queue time, KEDA, KPA, Ray Serve, oracle."""
         from rich.console import Console
@@ -158,14 +162,15 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
 
         opts = benchreport.BenchOptions(scenario or None, tuple(policy) or ALL_POLICIES, quick, seed, slo_p99,
                                         trace, target_rps, queue_timeout_s=queue_timeout, headroom=headroom,
-                                        headroom_sweep=tuple(headroom_sweep))
+                                        headroom_sweep=tuple(headroom_sweep), sweep=sweep,
+                                        peer_settings=tuple(peer_setting))
         err = Console(stderr=True)
         with err.status("autoscale benchmark") as status:
             doc, runs = benchreport.run(opts, progress=lambda m: status.update(m))
         if write:
-            doc_path, png_path = opts.paths
-            benchreport.write(doc, runs, doc_path, png_path)
-            err.print(f"wrote {doc_path} and {png_path}")
+            doc_path, png_path, frontier_png = opts.paths
+            benchreport.write(doc, runs, doc_path, png_path, frontier_png)
+            err.print(f"wrote {doc_path}, {png_path} and {frontier_png}")
         if json_only:
             sys.stdout.write(json.dumps(doc) + "\n")
         else:

@@ -76,9 +76,9 @@ class HpaPolicy:
         return self.hpa.step(now, self.metrics(lag, pods), pods)
 
 
-def hpa_cpu(initial: int, min_r: int, max_r: int) -> HpaPolicy:
-    """CPU utilisation 70 % of the request, no behavior (what the seed Deployment used)."""
-    spec = HpaSpec(min_r, max_r, (MetricSpec("Resource", "cpu", "Utilization", 70),))
+def hpa_cpu(initial: int, min_r: int, max_r: int, target_pct: float = 70.0) -> HpaPolicy:
+    """CPU utilisation of the request, no behavior (the seed Deployment used 70 %)."""
+    spec = HpaSpec(min_r, max_r, (MetricSpec("Resource", "cpu", "Utilization", target_pct),))
 
     def metrics(lag: MetricsLag, pods: list[Pod]) -> dict[str, MetricValue]:
         cores, total = lag.rate("cpu_seconds", RATE_WINDOW_S), lag.gauge("replicas_total")
@@ -89,9 +89,9 @@ def hpa_cpu(initial: int, min_r: int, max_r: int) -> HpaPolicy:
     return HpaPolicy("hpa-cpu", spec, metrics, initial)
 
 
-def hpa_gpu_util(initial: int, min_r: int, max_r: int) -> HpaPolicy:
-    """DCGM GPU utilisation (duty cycle) 80 % as a Pods metric; loading pods' GPUs read 0."""
-    spec = HpaSpec(min_r, max_r, (MetricSpec("Pods", adapter.GPU_UTILIZATION, "AverageValue", 0.8),))
+def hpa_gpu_util(initial: int, min_r: int, max_r: int, target: float = 0.8) -> HpaPolicy:
+    """DCGM GPU utilisation (duty cycle, 0–1) as a Pods metric; loading pods' GPUs read 0."""
+    spec = HpaSpec(min_r, max_r, (MetricSpec("Pods", adapter.GPU_UTILIZATION, "AverageValue", target),))
 
     def metrics(lag: MetricsLag, pods: list[Pod]) -> dict[str, MetricValue]:
         return {adapter.GPU_UTILIZATION: _per_ready_pod(pods, lag.rate("busy_seconds", RATE_WINDOW_S), 0.0)}
@@ -99,9 +99,9 @@ def hpa_gpu_util(initial: int, min_r: int, max_r: int) -> HpaPolicy:
     return HpaPolicy("hpa-gpu-util", spec, metrics, initial)
 
 
-def triton_queue_time(initial: int, min_r: int, max_r: int) -> HpaPolicy:
-    """Triton's k8s-onprem example: avg queue µs per pod over 30 s with the `1+` denominator, target 50."""
-    spec = HpaSpec(min_r, max_r, (MetricSpec("Pods", "avg_time_queue_us", "AverageValue", 50),))
+def triton_queue_time(initial: int, min_r: int, max_r: int, target_us: float = 50.0) -> HpaPolicy:
+    """Triton's k8s-onprem example: avg queue µs per pod over 30 s with the `1+` denominator (its target: 50)."""
+    spec = HpaSpec(min_r, max_r, (MetricSpec("Pods", "avg_time_queue_us", "AverageValue", target_us),))
 
     def metrics(lag: MetricsLag, pods: list[Pod]) -> dict[str, MetricValue]:
         q, n = lag.rate("queue_duration_s", 30.0), lag.rate("requests", 30.0)
@@ -115,7 +115,7 @@ def triton_queue_time(initial: int, min_r: int, max_r: int) -> HpaPolicy:
 
 
 def keda_rps(initial: int, min_r: int, max_r: int, rps_per_pod: float = 500.0) -> HpaPolicy:
-    """KEDA prometheus trigger on sum(rate(requests[1m])), threshold 500 req/s per pod (AverageValue)."""
+    """KEDA prometheus trigger on sum(rate(requests[1m])), a threshold in req/s per pod (AverageValue)."""
     spec = HpaSpec(min_r, max_r, (MetricSpec("External", "s0-prometheus", "AverageValue", rps_per_pod),))
 
     def metrics(lag: MetricsLag, pods: list[Pod]) -> dict[str, MetricValue]:
@@ -167,7 +167,7 @@ class ConcurrencyWindow:
 
 
 class KnativeKpa:
-    """Knative KPA: concurrency target × 70 %, 60 s stable / 6 s panic windows, panic at 200 %."""
+    """Knative KPA: concurrency target × target utilisation (70 %), 60 s stable / 6 s panic windows, panic at 200 %."""
 
     name = "knative-kpa"
     period_s = PROXY_TICK_S
@@ -203,7 +203,7 @@ class KnativeKpa:
 
 
 class RayServe:
-    """Ray Serve: target ongoing requests 2 per replica, 30 s upscale / 600 s downscale delay."""
+    """Ray Serve: target ongoing requests per replica (docs default 2), 30 s upscale / 600 s downscale delay."""
 
     name = "ray-serve"
     period_s = PROXY_TICK_S
@@ -306,7 +306,66 @@ class Oracle:
         return max(self.min_r, min(self.max_r, max(window)))
 
 
-PEERS = ("hpa-cpu", "hpa-gpu-util", "triton-queue-time", "keda-rps", "knative-kpa", "ray-serve")
+@dataclass(frozen=True)
+class PeerKnob:
+    """A peer's main setting: what an expert would sweep, what its documentation recommends, and what
+    earlier runs used. A peer judged at one setting that cannot fit the model says nothing about the
+    peer, so every peer is run over its sweep and judged by its best point."""
+
+    knob: str  # what the setting is (for the page)
+    unit: str
+    fixed: float  # the single setting of `--no-sweep` (the seed deployment's, as before the sweeps)
+    documented: float  # the documentation's recommendation (always in the sweep)
+    sweep: tuple[float, ...]
+    low: float  # valid settings are in (low, high]
+    high: float
+    capacity_fractions: tuple[float, ...] = ()  # more settings: these fractions of the capacity at the SLO
+
+    def settings(self, capacity_rps: float) -> tuple[float, ...]:
+        """The default sweep, ascending, with the fixed and the documented setting in it."""
+        extra = tuple(float(round(f * capacity_rps)) for f in self.capacity_fractions)
+        return tuple(sorted({*self.sweep, *extra, self.fixed, self.documented}))
+
+    def valid(self, value: float) -> bool:
+        return math.isfinite(value) and self.low < value <= self.high
+
+    def describe_range(self) -> str:
+        return f"in ({self.low:g}, {self.high:g}]"
+
+
+KNOBS: dict[str, PeerKnob] = {
+    # Kubernetes' HPA walkthrough uses 50 %; the seed deployment used 70 %.
+    "hpa-cpu": PeerKnob("CPU utilisation target", "%", 70.0, 50.0, (30.0, 35.0, 40.0, 50.0, 70.0, 90.0), 0.0, 1000.0),
+    # NVIDIA's GPU-autoscaling examples target a DCGM duty cycle around 0.8.
+    "hpa-gpu-util": PeerKnob("GPU utilisation target", "", 0.8, 0.8, (0.5, 0.6, 0.7, 0.8, 0.9, 0.95), 0.0, 1.0),
+    # Triton's k8s-onprem example (values.yaml): averageValue 50 µs of avg_time_queue_us.
+    "triton-queue-time": PeerKnob("queue-time target", "µs", 50.0, 50.0,
+                                  (50.0, 1000.0, 5000.0, 10000.0, 20000.0, 30000.0, 50000.0), 0.0, 60e6),
+    # KEDA's prometheus scaler: a per-pod threshold; the seed deployment used 500 req/s.
+    "keda-rps": PeerKnob("per-pod rate threshold", "req/s", 500.0, 500.0, (), 0.0, 1e6,
+                         capacity_fractions=(0.5, 0.7, 0.85, 1.0, 1.2)),
+    # Knative: container-concurrency-target-default 100 at target utilisation 70 %; 32 = the max batch.
+    "knative-kpa": PeerKnob("container concurrency target (× 70 %)", "", 32.0, 100.0,
+                            (4.0, 8.0, 16.0, 32.0, 64.0, 100.0), 0.0, 1e4),
+    # Ray Serve: target_ongoing_requests defaults to 2.
+    "ray-serve": PeerKnob("target ongoing requests", "", 2.0, 2.0, (1.0, 2.0, 4.0, 8.0, 16.0, 32.0), 0.0, 1e4),
+}
+
+
+def peer_policy(name: str, setting: float, initial: int, min_r: int, max_r: int) -> Policy:
+    """Peer *name* at *setting* of its knob (`KNOBS[name]`)."""
+    factories: dict[str, Callable[[], Policy]] = {
+        "hpa-cpu": lambda: hpa_cpu(initial, min_r, max_r, setting),
+        "hpa-gpu-util": lambda: hpa_gpu_util(initial, min_r, max_r, setting),
+        "triton-queue-time": lambda: triton_queue_time(initial, min_r, max_r, setting),
+        "keda-rps": lambda: keda_rps(initial, min_r, max_r, setting),
+        "knative-kpa": lambda: KnativeKpa(initial, min_r, max_r, container_concurrency=setting),
+        "ray-serve": lambda: RayServe(initial, min_r, max_r, target_ongoing=setting),
+    }
+    return factories[name]()
+
+
+PEERS = tuple(KNOBS)
 ALL_POLICIES = (*PEERS, "tidescale", "oracle")
 
 

@@ -6,7 +6,7 @@ import json
 import math
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from tidescale.autoscaler.servicecurve import ServiceCurve
 from tidescale.benches.autoscale import policies as pol
 from tidescale.benches.autoscale import scenarios as bench
 from tidescale.benches.autoscale.closedloop import RunResult, SimParams
+from tidescale.benches.autoscale.frontier import Point, best_point, dominated_by, pareto_frontier
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.tools import REPO_ROOT
 from tidescale.sim import BatcherConfig
@@ -28,6 +29,8 @@ PNG = REPO_ROOT / "docs" / "benchmarks" / "autoscale.png"
 # A run with a Triton queue timeout is a different server configuration: recorded beside the default.
 SHED_DOC = REPO_ROOT / "docs" / "benchmarks" / "autoscale-queue-timeout.md"
 SHED_PNG = REPO_ROOT / "docs" / "benchmarks" / "autoscale-queue-timeout.png"
+FRONTIER_PNG = REPO_ROOT / "docs" / "benchmarks" / "autoscale-frontiers.png"
+SHED_FRONTIER_PNG = REPO_ROOT / "docs" / "benchmarks" / "autoscale-queue-timeout-frontiers.png"
 FULL_S, QUICK_S = 3600.0, 1200.0
 GOALS = {"requests_within_slo": 0.999, "windows_within_slo": 0.99, "cost_vs_oracle": 1.15}
 
@@ -47,6 +50,8 @@ class BenchOptions:
     queue_timeout_s: float | None = None  # Triton's queue policy (REJECT) on every replica, every policy
     headroom: float = 1.0  # tidescale's standing headroom
     headroom_sweep: tuple[float, ...] = ()  # extra tidescale rows at these headrooms (surge scenarios)
+    sweep: bool = True  # every peer over its knob's sweep (False: its fixed setting alone)
+    peer_settings: tuple[str, ...] = ()  # PEER=VALUE: run PEER at these settings instead of its sweep
 
     def __post_init__(self) -> None:
         if self.slo_s <= 0:
@@ -58,11 +63,100 @@ class BenchOptions:
         if self.queue_timeout_s is not None and not (math.isfinite(self.queue_timeout_s) and self.queue_timeout_s > 0):
             raise UsageError(f"--queue-timeout must be > 0 seconds, got {self.queue_timeout_s}")
         pol.check_policies(list(self.policies))
+        parse_peer_settings(self.peer_settings, self.policies)
 
     @property
-    def paths(self) -> tuple[Path, Path]:
-        """Where the Markdown and the PNG are recorded: a queue timeout is another server setup."""
-        return (DOC, PNG) if self.queue_timeout_s is None else (SHED_DOC, SHED_PNG)
+    def paths(self) -> tuple[Path, Path, Path]:
+        """Where the Markdown, the replica plot and the frontier plot are recorded: a queue timeout is
+        another server setup."""
+        return (DOC, PNG, FRONTIER_PNG) if self.queue_timeout_s is None else (SHED_DOC, SHED_PNG, SHED_FRONTIER_PNG)
+
+    def peer_sweeps(self, capacity_rps: float) -> dict[str, tuple[float, ...]]:
+        """The settings each peer runs at: those given, else its sweep (or its fixed setting)."""
+        given = parse_peer_settings(self.peer_settings, self.policies)
+        out: dict[str, tuple[float, ...]] = {}
+        for peer in self.policies:
+            knob = pol.KNOBS.get(peer)
+            if knob is not None:
+                default = knob.settings(capacity_rps) if self.sweep else (knob.fixed,)
+                out[peer] = given.get(peer) or default
+        return out
+
+
+def parse_peer_settings(raw: Sequence[str], policies: Sequence[str]) -> dict[str, tuple[float, ...]]:
+    """`--peer-setting PEER=VALUE` values by peer, ascending, each checked against the peer's knob."""
+    out: dict[str, set[float]] = {}
+    for item in raw:
+        peer, sep, text = item.partition("=")
+        peer = peer.strip()
+        if not sep:
+            raise UsageError(f"--peer-setting {item!r}: expected PEER=VALUE, e.g. hpa-cpu=50")
+        knob = pol.KNOBS.get(peer)
+        if knob is None:
+            raise UsageError(f"--peer-setting {item!r}: unknown peer {peer!r}; choose from {', '.join(pol.PEERS)}")
+        if peer not in policies:
+            raise UsageError(f"--peer-setting {item!r}: {peer} is not among the policies run (--policy)")
+        try:
+            value = float(text)
+        except ValueError:
+            raise UsageError(f"--peer-setting {item!r}: {text.strip()!r} is not a number") from None
+        if not knob.valid(value):
+            raise UsageError(f"--peer-setting {item!r}: {peer}'s {knob.knob} must be {knob.describe_range()}")
+        out.setdefault(peer, set()).add(value)
+    return {peer: tuple(sorted(values)) for peer, values in out.items()}
+
+
+@dataclass
+class Judged:
+    """One scenario's rows (each peer at its best setting), its peers' sweeps and frontiers, and
+    which run each row is."""
+
+    rows: dict[str, dict[str, Any]]
+    frontiers: dict[str, list[dict[str, Any]]]
+    sweeps: dict[str, list[dict[str, Any]]]
+    run_of: dict[str, str]
+
+
+def _point(setting: float, s: Mapping[str, Any]) -> Point:
+    """A run's measures as recorded (rounded), so the page and the dominance agree."""
+    return Point(setting, _round(s["requests_within_slo"]), _round(s["windows_within_slo"]), _round(s["replica_hours"]))
+
+
+def _entry(p: Point, s: Mapping[str, Any]) -> dict[str, Any]:
+    return {"setting": p.setting, "requests_within_slo": p.requests_within_slo,
+            "windows_within_slo": p.windows_within_slo, "cost_vs_oracle": _round(s["cost_vs_oracle"])}
+
+
+def judge(scores: Mapping[str, dict[str, Any]], sweeps: Mapping[str, Sequence[float]]) -> Judged:
+    """Each peer's frontier over its sweep and its best point (`best_point`, against GOALS); every
+    row's `dominated_by`: the frontier points of the other peers (and plain tidescale) that cost no
+    more, serve no less on both SLO measures, and are strictly better on one."""
+    owner = {bench.sweep_row(peer, v): peer for peer, values in sweeps.items() for v in values}
+    judged = Judged({}, {}, {}, {})
+    candidates: dict[str, tuple[str, Point]] = {}
+    for name in scores:
+        peer = owner.get(name)
+        if peer is None:
+            judged.rows[name], judged.run_of[name] = dict(scores[name]), name
+            continue
+        if peer in judged.rows:
+            continue
+        by_setting = {v: scores[bench.sweep_row(peer, v)] for v in sweeps[peer]}
+        points = [_point(v, s) for v, s in by_setting.items()]
+        front = pareto_frontier(points)
+        best = best_point(front, GOALS["requests_within_slo"], GOALS["windows_within_slo"])
+        judged.rows[peer] = {**by_setting[best.setting], "setting": best.setting}
+        judged.run_of[peer] = bench.sweep_row(peer, best.setting)
+        judged.frontiers[peer] = [_entry(p, by_setting[p.setting]) for p in front]
+        judged.sweeps[peer] = [{**_entry(p, by_setting[p.setting]),
+                                "on_frontier": any(p.measures == q.measures for q in front)} for p in points]
+        candidates.update({bench.sweep_row(peer, p.setting): (peer, p) for p in front})
+    if "tidescale" in scores:
+        candidates["tidescale"] = ("tidescale", _point(0.0, scores["tidescale"]))
+    for name, row in judged.rows.items():
+        others = {n: p for n, (who, p) in candidates.items() if who != name}
+        row["dominated_by"] = dominated_by(_point(0.0, row), others)
+    return judged
 
 
 def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
@@ -77,6 +171,7 @@ def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
                                                     queue_timeout_s=opts.queue_timeout_s)
     capacity = bench.measure_capacity(curve, cfg, opts.slo_s, opts.seed)
     replica_rps = max(capacity, curve.max_throughput())
+    sweeps = opts.peer_sweeps(capacity)
     params = SimParams(curve, cfg, bench.DEFAULT_COLD_START_S, opts.slo_s, opts.seed)
     doc: dict[str, Any] = {
         "benchmark": "autoscale",
@@ -87,8 +182,15 @@ def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
                   "scrape_interval_s": 15, "hpa_sync_s": 15, "queue_timeout_s": opts.queue_timeout_s,
                   "tidescale_headroom": opts.headroom, "headroom_sweep": list(opts.headroom_sweep),
                   # what tidescale ran: the service's defaults (`autoscale recommend --print-config`)
-                  "tidescale_tuning": RecommenderSettings().tuning.as_json()},
+                  "tidescale_tuning": RecommenderSettings().tuning.as_json(), "sweep": opts.sweep},
+        # the recommender configuration that ran (`autoscale recommend --print-config` at this headroom)
+        "config": RecommenderSettings(headroom=opts.headroom).effective_config(),
+        "knobs": {peer: {"knob": pol.KNOBS[peer].knob, "unit": pol.KNOBS[peer].unit, "fixed": pol.KNOBS[peer].fixed,
+                         "documented": pol.KNOBS[peer].documented, "settings": list(values)}
+                  for peer, values in sweeps.items()},
         "scenarios": {},
+        "frontiers": {},
+        "sweeps": {},
         "scenario_info": {},
         "bounds": {},
     }
@@ -97,10 +199,11 @@ def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
     for name in names:
         sc = available[name]
         sweep = opts.headroom_sweep if sc.surge_at_s is not None and "tidescale" in opts.policies else ()
-        scores, runs = bench.run_scenario(sc, list(opts.policies), params, capacity, progress, opts.headroom, sweep)
-        for pname, s in scores.items():
-            s["dominated_by"] = bench.dominated_by(scores, pname)
-        doc["scenarios"][name] = {p: {k: _round(v) for k, v in s.items()} for p, s in scores.items()}
+        scores, runs = bench.run_scenario(sc, list(opts.policies), params, capacity, progress, opts.headroom, sweep,
+                                          sweeps)
+        judged = judge(scores, sweeps)
+        doc["scenarios"][name] = {p: {k: _round(v) for k, v in s.items()} for p, s in judged.rows.items()}
+        doc["frontiers"][name], doc["sweeps"][name] = judged.frontiers, judged.sweeps
         doc["scenario_info"][name] = {"cold_start_s": sc.cold_start_s, "surge_at_s": sc.surge_at_s,
                                       "description": sc.traffic.description}
         bound = bench.scenario_bound(sc, opts.seed, capacity, replica_rps, GOALS["requests_within_slo"])
@@ -109,7 +212,7 @@ def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
                                    "requests_within_slo_max": _round(bound.requests_within_slo),
                                    "replicas_for_goal": bound.replicas_for_goal,
                                    "headroom_for_goal": _round(bound.headroom_for_goal)}
-        all_runs[name] = runs
+        all_runs[name] = {row: runs[run] for row, run in judged.run_of.items()}
     doc["setup"]["wall_s"] = round(time.monotonic() - started, 1)
     doc["setup"]["host"] = platform.machine()
     return doc, all_runs
@@ -127,6 +230,7 @@ def _flags(setup: dict[str, Any]) -> str:
 
 def markdown(doc: dict[str, Any]) -> str:
     s = doc["setup"]
+    replica_png, frontier_png = (p.name for p in (_pngs(s)))
     lines = [
         "# Benchmark: autoscale",
         "",
@@ -147,28 +251,118 @@ def markdown(doc: dict[str, Any]) -> str:
         "(`tidescale+headroomNx` rows: the same policy at N×, not a peer)",
         "- tidescale tuning, the service's shipped defaults (`tidescale autoscale recommend --print-config`): "
         f"`{json.dumps(s['tidescale_tuning'], sort_keys=True)}`",
+        *SWEEP_RULES,
         "",
     ]
     for name, res in doc["scenarios"].items():
         info = doc["scenario_info"][name]
         lines += [f"## {name}: {info['description']}, cold start {info['cold_start_s']:g} s", "",
-                  "| policy | requests within SLO | 1-min windows within SLO | replica-hours | cost vs oracle "
-                  "| scale events | max replicas | recovery s | cheaper and as good |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+                  "| policy | setting | requests within SLO | 1-min windows within SLO | replica-hours "
+                  "| cost vs oracle | scale events | max replicas | recovery s | dominated by (frontier points) |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
         for p, r in res.items():
             rec = "–" if r["recovery_s"] is None else f"{r['recovery_s']:g}"
-            cost = "–" if r["cost_vs_oracle"] is None else f"{r['cost_vs_oracle']:.2f}"
-            lines.append(f"| {p} | {100 * r['requests_within_slo']:.2f} % | {100 * r['windows_within_slo']:.1f} % "
-                         f"| {r['replica_hours']:.2f} | {cost} | {r['scale_events']:g} | {r['max_replicas']:g} "
+            setting = "–" if "setting" not in r else _setting(doc, p, r["setting"])
+            lines.append(f"| {p} | {setting} | {100 * r['requests_within_slo']:.2f} % "
+                         f"| {100 * r['windows_within_slo']:.1f} % | {r['replica_hours']:.2f} "
+                         f"| {_cost(r['cost_vs_oracle'])} | {r['scale_events']:g} | {r['max_replicas']:g} "
                          f"| {rec} | {', '.join(r['dominated_by']) or '–'} |")
-        lines.append("")
+        lines += ["", *frontier_lines(doc, name)]
+    lines += dominance_lines(doc)
+    lines += [f"![each peer's frontier per scenario, tidescale a star]({frontier_png})", ""]
+    lines += fixed_vs_best_lines(doc)
     lines += goal_lines(doc)
     lines += UNREACHABLE
     lines += bound_lines(doc)
-    lines += ["![replicas vs load per policy](autoscale.png)", "",
+    lines += [f"![replicas vs load per policy (each peer at its best setting)]({replica_png})", "",
               f"Wall time {s['wall_s']:g} s on {s['host']}.", ""]
     return "\n".join(lines)
 
+
+SWEEP_RULES = [
+    "- peers: each runs over a sweep of its main knob (the documented setting and the seed deployment's "
+    "fixed one included; `--no-sweep`: the fixed one alone). A peer's row is its **best** point: the "
+    "cheapest frontier point with ≥ 99.9 % of requests and ≥ 99 % of windows within the SLO, or, where "
+    "no setting meets that, the point with the most requests within the SLO (then windows, then cost)",
+    "- frontier: the swept settings no other setting of the same peer beats, i.e. costs no more, serves "
+    "no less (requests and windows within the SLO) and is strictly better on one (settings that ran "
+    "identically count once, as the first)",
+    "- dominated by: the frontier points of other peers (`peer@setting`, and plain tidescale) that are "
+    "no more expensive and no worse on requests and on windows within the SLO, strictly better on one",
+]
+
+
+def _pngs(setup: dict[str, Any]) -> tuple[Path, Path]:
+    return (PNG, FRONTIER_PNG) if setup.get("queue_timeout_s") is None else (SHED_PNG, SHED_FRONTIER_PNG)
+
+
+def _setting(doc: dict[str, Any], peer: str, value: float) -> str:
+    unit = doc.get("knobs", {}).get(peer, {}).get("unit", "")
+    return f"{value:g} {unit}".strip()
+
+
+def _cost(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f}"
+
+
+def _measures(e: Mapping[str, Any]) -> str:
+    return (f"{100 * e['requests_within_slo']:.2f} % / {100 * e['windows_within_slo']:.0f} % / "
+            f"{_cost(e['cost_vs_oracle'])}")
+
+
+def frontier_lines(doc: dict[str, Any], name: str) -> list[str]:
+    """One row per peer: its frontier, cheapest first, and what was swept."""
+    frontiers = doc.get("frontiers", {}).get(name, {})
+    if not frontiers:
+        return []
+    out = ["Frontiers (setting: requests / windows within SLO / cost vs oracle, cheapest first):", "",
+           "| peer | knob | frontier | swept |", "|---|---|---|---|"]
+    for peer, front in frontiers.items():
+        knob = doc["knobs"][peer]
+        points = " · ".join(f"{_setting(doc, peer, e['setting'])}: {_measures(e)}" for e in front)
+        swept = ", ".join(f"{v:g}" for v in knob["settings"])
+        out.append(f"| {peer} | {knob['knob']} | {points} | {swept} |")
+    return [*out, ""]
+
+
+def dominance_lines(doc: dict[str, Any]) -> list[str]:
+    """Whether any frontier point dominates tidescale, scenario by scenario, said plainly."""
+    rows = {n: r["tidescale"] for n, r in doc["scenarios"].items() if "tidescale" in r}
+    if not rows or not doc.get("frontiers"):
+        return []
+    hit = [n for n, r in rows.items() if r["dominated_by"]]
+    verdict = (f"tidescale is dominated in {len(hit)} of {len(rows)} scenarios ({', '.join(hit)}): there a "
+               "peer, tuned to that point, costs no more and serves no fewer requests and windows within the "
+               "SLO, and is strictly better on one." if hit else
+               f"No frontier point of any peer dominates tidescale in any of the {len(rows)} scenarios.")
+    out = ["## Is tidescale dominated by a tuned peer?", "", verdict, "",
+           "| scenario | tidescale: requests / windows / cost | dominated by |", "|---|---|---|"]
+    for name, r in rows.items():
+        by = ", ".join(r["dominated_by"]) or "no"
+        out.append(f"| {name} | {_measures(r)} | {by} |")
+    return [*out, ""]
+
+
+def _fixed_point(doc: dict[str, Any], name: str, peer: str) -> dict[str, Any] | None:
+    fixed = doc["knobs"][peer]["fixed"]
+    return next((e for e in doc["sweeps"][name][peer] if e["setting"] == fixed), None)
+
+
+def fixed_vs_best_lines(doc: dict[str, Any]) -> list[str]:
+    """Each peer at the setting earlier runs fixed, against its best swept point."""
+    if not doc.get("sweeps"):
+        return []
+    out = ["## Peers: fixed setting vs best swept setting", "",
+           "Requests / windows within SLO / cost vs oracle.", "",
+           "| scenario | peer | fixed setting | at the fixed setting | best setting | at the best setting |",
+           "|---|---|---:|---|---:|---|"]
+    for name, by_peer in doc["sweeps"].items():
+        for peer in by_peer:
+            fixed, best = _fixed_point(doc, name, peer), doc["scenarios"][name][peer]
+            at_fixed = "not run" if fixed is None else _measures(fixed)
+            out.append(f"| {name} | {peer} | {_setting(doc, peer, doc['knobs'][peer]['fixed'])} | {at_fixed} "
+                       f"| {_setting(doc, peer, best['setting'])} | {_measures(best)} |")
+    return [*out, ""]
 
 
 # Why the surge goals are out of reach for any policy that does not know the future; the figures
@@ -220,7 +414,7 @@ def goal_lines(doc: dict[str, Any]) -> list[str]:
     """tidescale against the issue's goals, scenario by scenario (computed, not written by hand)."""
     out = ["## tidescale against the goals", "",
            "Goal: ≥ 99.9 % of requests and ≥ 99 % of windows within the SLO, ≤ 1.15× the oracle's "
-           "replica-hours, no peer both cheaper and at least as good.", "",
+           "replica-hours, no frontier point of any peer dominating it.", "",
            "| scenario | requests | windows | cost | undominated | all met |", "|---|---|---|---|---|---|"]
     for name, res in doc["scenarios"].items():
         r = res.get("tidescale")
@@ -273,12 +467,64 @@ def plot(runs: dict[str, dict[str, RunResult]], path: Path, warmup_s: float = be
 
 def write_markdown(doc: dict[str, Any], doc_path: Path = DOC) -> None:
     doc_path.parent.mkdir(parents=True, exist_ok=True)
-    raw = {"scenarios": doc["scenarios"], "bounds": doc.get("bounds", {})}
+    raw = {key: doc.get(key, {}) for key in ("scenarios", "bounds", "frontiers", "sweeps", "knobs",
+                                                 "config")}
     doc_path.write_text(markdown(doc) + "\n<!-- raw -->\n```json\n" + json.dumps(raw, indent=1) + "\n```\n")
 
 
 def write(doc: dict[str, Any], runs: dict[str, dict[str, RunResult]], doc_path: Path = DOC,
-          png_path: Path = PNG) -> None:
-    """Record the Markdown (with the raw JSON) and the plot."""
+          png_path: Path = PNG, frontier_png: Path = FRONTIER_PNG) -> None:
+    """Record the Markdown (with the raw JSON), the replica plot and the frontier plot."""
     write_markdown(doc, doc_path)
     plot(runs, png_path)
+    plot_frontiers(doc, frontier_png)
+
+
+def plot_frontiers(doc: dict[str, Any], path: Path) -> None:
+    """A panel per scenario: cost vs oracle (log) against requests within SLO, each peer's frontier
+    as a line with markers labelled by setting, tidescale a star, the oracle a cross."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(doc["scenarios"])
+    cols = min(3, max(1, len(names)))
+    rows = math.ceil(len(names) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(6.2 * cols, 4.6 * rows), squeeze=False)
+    colours = dict(zip(pol.PEERS, plt.get_cmap("tab10").colors, strict=False))
+    for ax, name in zip(axes.flat, names, strict=False):
+        for peer, front in doc.get("frontiers", {}).get(name, {}).items():
+            pts = [e for e in front if e["cost_vs_oracle"] is not None]
+            xs = [e["cost_vs_oracle"] for e in pts]
+            ys = [100 * e["requests_within_slo"] for e in pts]
+            ax.plot(xs, ys, marker="o", markersize=5, linewidth=1.2, color=colours.get(peer), label=peer)
+            for e, x, y in zip(pts, xs, ys, strict=True):
+                ax.annotate(f"{e['setting']:g}", (x, y), textcoords="offset points", xytext=(3, 3), fontsize=7,
+                            color=colours.get(peer))
+        res = doc["scenarios"][name]
+        for variant, r in res.items():
+            if variant.startswith("tidescale+") and r["cost_vs_oracle"] is not None:
+                ax.plot(r["cost_vs_oracle"], 100 * r["requests_within_slo"], marker="*", markersize=9,
+                        color="black", alpha=0.35, linestyle="none")
+        if "tidescale" in res and res["tidescale"]["cost_vs_oracle"] is not None:
+            t = res["tidescale"]
+            ax.plot(t["cost_vs_oracle"], 100 * t["requests_within_slo"], marker="*", markersize=18, color="black",
+                    linestyle="none", label="tidescale (grey: +headroom)")
+        if "oracle" in res:
+            ax.plot(1.0, 100 * res["oracle"]["requests_within_slo"], marker="x", markersize=10, color="red",
+                    linestyle="none", label="oracle")
+        ax.set_xscale("log")
+        ax.set_title(name)
+        ax.set_xlabel("cost vs oracle (log)")
+        ax.set_ylabel("requests within SLO, %")
+        ax.set_ylim(-3, 103)
+        ax.grid(True, which="both", alpha=0.3)
+    for ax in list(axes.flat)[len(names):]:
+        ax.set_visible(False)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 8), fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)

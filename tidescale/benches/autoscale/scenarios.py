@@ -8,8 +8,9 @@ arrivals and pays the same cold start.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,20 +93,14 @@ def oracle_needed(arrivals: np.ndarray, duration_s: float, capacity_rps: float) 
 
 
 def make_policy(name: str, initial: int, capacity_rps: float, cold_start_s: float, needed: list[int],
-                slo_s: float, headroom: float = 1.0) -> pol.Policy:
+                slo_s: float, headroom: float = 1.0, setting: float | None = None) -> pol.Policy:
+    """Policy *name*; a peer runs at *setting* of its knob (default: its fixed setting)."""
     lo, hi = MIN_REPLICAS, MAX_REPLICAS
-    factories: dict[str, Callable[[], pol.Policy]] = {
-        "hpa-cpu": lambda: pol.hpa_cpu(initial, lo, hi),
-        "hpa-gpu-util": lambda: pol.hpa_gpu_util(initial, lo, hi),
-        "triton-queue-time": lambda: pol.triton_queue_time(initial, lo, hi),
-        "keda-rps": lambda: pol.keda_rps(initial, lo, hi),
-        "knative-kpa": lambda: pol.KnativeKpa(initial, lo, hi),
-        "ray-serve": lambda: pol.RayServe(initial, lo, hi),
-        "tidescale": lambda: pol.TidescalePolicy(initial, lo, hi, capacity_rps, cold_start_s, slo_s,
-                                                 headroom=headroom),
-        "oracle": lambda: pol.Oracle(needed, ORACLE_SLOT_S, cold_start_s, lo, hi),
-    }
-    return factories[name]()
+    if name in pol.KNOBS:
+        return pol.peer_policy(name, pol.KNOBS[name].fixed if setting is None else setting, initial, lo, hi)
+    if name == "tidescale":
+        return pol.TidescalePolicy(initial, lo, hi, capacity_rps, cold_start_s, slo_s, headroom=headroom)
+    return pol.Oracle(needed, ORACLE_SLOT_S, cold_start_s, lo, hi)
 
 
 def warmup_arrivals(sc: BenchScenario, seed: int) -> np.ndarray:
@@ -129,11 +124,19 @@ def headroom_variant(factor: float) -> str:
     return f"tidescale+headroom{factor:g}x"
 
 
+def sweep_row(peer: str, setting: float) -> str:
+    """The name of a peer's run at one setting of its knob."""
+    return f"{peer}@{setting:g}"
+
+
 def run_scenario(sc: BenchScenario, policy_names: list[str], params: SimParams, capacity_rps: float,
                  progress: Callable[[str], None] = lambda _: None, headroom: float = 1.0,
-                 headroom_sweep: tuple[float, ...] = ()) -> tuple[dict[str, dict[str, Any]], dict[str, RunResult]]:
-    """Every policy on the same arrivals (after a warm-up), then tidescale at each swept headroom;
-    scores exclude the warm-up."""
+                 headroom_sweep: tuple[float, ...] = (), settings: Mapping[str, Sequence[float]] | None = None
+                 ) -> tuple[dict[str, dict[str, Any]], dict[str, RunResult]]:
+    """Every policy on the same arrivals (after a warm-up), each peer at each of its *settings*
+    (default: its fixed setting; rows `sweep_row(peer, setting)`), then tidescale at each swept
+    headroom; scores exclude the warm-up. The runs keep their replica timelines, not per-request
+    latencies (a sweep would hold hundreds of MB of them)."""
     arrivals, end = scenario_arrivals(sc, params.seed)
     needed = oracle_needed(arrivals, end, capacity_rps)
     initial = max(needed[: int((WARMUP_S + 60.0) / ORACLE_SLOT_S)])  # a fair start: the first minute covered
@@ -141,27 +144,24 @@ def run_scenario(sc: BenchScenario, policy_names: list[str], params: SimParams, 
     surge_at = None if sc.surge_at_s is None else sc.surge_at_s
     scores: dict[str, dict[str, Any]] = {}
     runs: dict[str, RunResult] = {}
-    runs_to_do = [(name, name, headroom) for name in policy_names]
-    runs_to_do += [(headroom_variant(h), "tidescale", h) for h in headroom_sweep]
-    for name, kind, factor in runs_to_do:
-        progress(f"{sc.name}: {name}")
-        policy = make_policy(kind, initial, capacity_rps, sc.cold_start_s, needed, params.slo_p99_s, factor)
-        runs[name] = run_policy(policy, arrivals, end, initial, p)
-        scores[name] = score(runs[name], params.slo_p99_s, WARMUP_S, end, surge_at)
+    runs_to_do: list[tuple[str, str, float, float | None]] = []
+    for name in policy_names:
+        if name in pol.KNOBS:
+            chosen = (settings or {}).get(name) or (pol.KNOBS[name].fixed,)
+            runs_to_do += [(sweep_row(name, v), name, headroom, v) for v in chosen]
+        else:
+            runs_to_do.append((name, name, headroom, None))
+    runs_to_do += [(headroom_variant(h), "tidescale", h, None) for h in headroom_sweep]
+    for k, (name, kind, factor, setting) in enumerate(runs_to_do):
+        progress(f"{sc.name}: {name} ({k + 1}/{len(runs_to_do)})")
+        policy = make_policy(kind, initial, capacity_rps, sc.cold_start_s, needed, params.slo_p99_s, factor, setting)
+        run = run_policy(policy, arrivals, end, initial, p)
+        scores[name] = score(run, params.slo_p99_s, WARMUP_S, end, surge_at)
+        runs[name] = dataclasses.replace(run, latency=np.empty(0))
     oracle_hours = scores.get("oracle", {}).get("replica_hours")
     for s in scores.values():
         s["cost_vs_oracle"] = s["replica_hours"] / oracle_hours if oracle_hours else None
     return scores, runs
-
-
-def dominated_by(scores: dict[str, dict[str, Any]], policy: str) -> list[str]:
-    """Peers that are cheaper and at least as good on both SLO measures (the oracle and tidescale's
-    headroom variants are not peers)."""
-    me = scores[policy]
-    return [n for n, s in scores.items() if n not in (policy, "oracle") and not n.startswith("tidescale+")
-            and s["replica_hours"] < me["replica_hours"]
-            and s["requests_within_slo"] >= me["requests_within_slo"]
-            and s["windows_within_slo"] >= me["windows_within_slo"]]
 
 
 def check_scenarios(names: list[str], known: list[str]) -> None:
