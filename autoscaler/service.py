@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-import httpx
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from pydantic import BaseModel, Field, model_validator
@@ -39,6 +38,7 @@ from tidescale.autoscaler.recommend import (
 from tidescale.contracts import catalog
 from tidescale.contracts import recorded as names
 from tidescale.contracts.errors import UsageError
+from tidescale.contracts.prometheus import PrometheusClient, PrometheusUnavailable
 from tidescale.contracts.promql import selector
 from tidescale.contracts.settings import ComponentSettings
 from tidescale.contracts.slo import SLO_P99_S
@@ -162,45 +162,12 @@ def _jsonable(values: dict[str, Any]) -> dict[str, Any]:
     return {k: ("Infinity" if isinstance(v, float) and math.isinf(v) else v) for k, v in values.items()}
 
 
-class PrometheusUnavailable(Exception):
-    """Prometheus could not answer (down, timeout, HTTP error, bad body)."""
-
-
 class DataProblem(Exception):
     """A value is missing, NaN or stale; `reason` is one of FAILSAFE_REASONS."""
 
     def __init__(self, reason: str, detail: str) -> None:
         super().__init__(detail)
         self.reason = reason
-
-
-class PromClient:
-    """Instant queries over Prometheus' HTTP API."""
-
-    def __init__(self, url: str, timeout_s: float = 5.0, transport: httpx.BaseTransport | None = None) -> None:
-        self.url = url.rstrip("/")
-        self.http = httpx.Client(timeout=timeout_s, transport=transport)
-
-    def instant(self, expr: str) -> list[tuple[float, float]]:
-        """[(sample timestamp, value)] of a vector result."""
-        try:
-            r = self.http.get(f"{self.url}/api/v1/query", params={"query": expr})
-            body = r.json()
-        except RecursionError:  # not a ValueError: a hostile or broken answer must still mean "down"
-            raise PrometheusUnavailable("response body nested too deeply") from None
-        except (httpx.HTTPError, ValueError) as exc:
-            raise PrometheusUnavailable(f"{type(exc).__name__}: {str(exc)[:200]}") from None
-        if not isinstance(body, dict) or r.status_code != 200 or body.get("status") != "success":
-            detail = body.get("error", "") if isinstance(body, dict) else ""
-            shown = detail[:200] if isinstance(detail, str) else type(detail).__name__  # never str() a deep value
-            raise PrometheusUnavailable(f"HTTP {r.status_code}: {shown}")
-        try:
-            return [(float(item["value"][0]), float(item["value"][1])) for item in body["data"]["result"]]
-        except (KeyError, IndexError, TypeError, ValueError, OverflowError) as exc:
-            raise PrometheusUnavailable(f"unexpected response body ({type(exc).__name__})") from None
-
-    def close(self) -> None:
-        self.http.close()
 
 
 @dataclass(frozen=True)
@@ -263,12 +230,12 @@ class TargetState:
 class RecommenderService:
     """Evaluates every target each interval; `collect()` exports the results (a prometheus_client Collector)."""
 
-    def __init__(self, settings: RecommenderSettings, client: PromClient | None = None,
+    def __init__(self, settings: RecommenderSettings, client: PrometheusClient | None = None,
                  replicas_fn: ReplicasFn | None = None, clock: Callable[[], float] = time.time) -> None:
         if not settings.targets:
             raise UsageError("the recommender needs at least one target (recommender.targets in the config file)")
         self.settings = settings
-        self.client = client or PromClient(settings.prometheus_url, settings.query_timeout_s)
+        self.client = client or PrometheusClient(settings.prometheus_url, settings.query_timeout_s)
         self.replicas_fn = replicas_fn
         self.clock = clock
         self.states: dict[tuple[str, str], TargetState] = {}

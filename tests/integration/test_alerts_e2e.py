@@ -18,9 +18,9 @@ from tests.unit.alerts.reviews_helpers import TOKEN as REVIEWS_TOKEN
 from tests.waiting import wait_for
 from tidescale.alerts.config import AlertsConfig
 from tidescale.alerts.generate import rendered
-from tidescale.alerts.summary import demo_summary
 from tidescale.contracts import recorded as names
 from tidescale.devstack.demo.faults import string_heavy_trace_viewer
+from tidescale.devstack.demo.summary import demo_summary
 from tidescale.devstack.exporter import spawn_exporter
 from tidescale.devstack.fleet.loadgen import LoadGenerator
 from tidescale.devstack.fleet.running import running_stack

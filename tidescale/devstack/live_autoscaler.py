@@ -11,7 +11,6 @@ from tidescale.autoscaler import adapter
 from tidescale.autoscaler.hpa import SYNC_PERIOD_S, HpaEmulator, HpaSpec, HpaStatus, pods_for
 from tidescale.autoscaler.manifests import Target, tidescale_hpa_spec
 from tidescale.autoscaler.service import (
-    PromClient,
     RecommenderService,
     RecommenderSettings,
     RecommenderTuning,
@@ -19,6 +18,7 @@ from tidescale.autoscaler.service import (
     TargetState,
 )
 from tidescale.contracts.errors import UsageError
+from tidescale.contracts.prometheus import PrometheusClient
 from tidescale.contracts.slo import SLO_P99_S
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ class LiveAutoscaler:
             interval_s=interval_s, tuning=tuning or RecommenderTuning(),
             targets=[TargetSettings(deployment=deployment, namespace=namespace, model=model,
                                     min_replicas=self.spec.min_replicas, max_replicas=self.spec.max_replicas)])
-        self.service = RecommenderService(settings, PromClient(prometheus_url),
+        self.service = RecommenderService(settings, PrometheusClient(prometheus_url),
                                           replicas_fn=lambda _t: (self.current_fn(), self.ready_fn()))
         self.hpa = HpaEmulator(self.spec, current_fn())
         self._stop = threading.Event()

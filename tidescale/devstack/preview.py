@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 import typer
 
-from tidescale.contracts.errors import TidescaleError, UsageError
+from tidescale.contracts.errors import UsageError
+from tidescale.contracts.prometheus import PrometheusClient, PrometheusUnavailable, PrometheusUnreachable
 
 ALL_VALUE = ".*"
 DEFAULT_WINDOW_S = 600.0
@@ -106,7 +106,7 @@ def parse_matrix(payload: Any) -> list[Series]:
 
 
 def fetch_panels(
-    client: httpx.Client, board: Mapping[str, Any], *, end: float, window_s: float, rate_interval: str,
+    client: PrometheusClient, board: Mapping[str, Any], *, end: float, window_s: float, rate_interval: str,
 ) -> list[PanelData]:
     """Run every query of every panel of *board* over [end - window_s, end]."""
     from tidescale.dashboards.lint import panels
@@ -120,12 +120,12 @@ def fetch_panels(
             expr = str(target.get("expr", ""))
             result = QueryResult(expr, str(target.get("legendFormat", "")))
             try:
-                resp = client.get("/api/v1/query_range", params={
+                _status, payload = client.get_json("/api/v1/query_range", params={
                     "query": substitute(expr, rate_interval), "start": end - window_s, "end": end, "step": step})
-                result.series = parse_matrix(resp.json())
-            except httpx.TransportError as exc:
-                raise TidescaleError(f"cannot reach Prometheus at {client.base_url}: {exc}") from exc
-            except ValueError as exc:
+                result.series = parse_matrix(payload)
+            except PrometheusUnreachable:
+                raise
+            except (PrometheusUnavailable, ValueError) as exc:
                 result.error = str(exc)
             results.append(result)
         out.append(PanelData(str(panel.get("title", "")), str(panel.get("type", "")), unit, results))
@@ -212,7 +212,7 @@ def collect(prometheus_url: str, *, window_s: float = DEFAULT_WINDOW_S, rate_int
     from tidescale.dashboards.registry import build_all
 
     end = time.time() if end is None else end
-    with httpx.Client(base_url=prometheus_url, timeout=10.0) as client:
+    with PrometheusClient(prometheus_url, timeout_s=10.0) as client:
         return {uid: fetch_panels(client, board, end=end, window_s=window_s, rate_interval=rate_interval)
                 for uid, board in build_all().items()}
 

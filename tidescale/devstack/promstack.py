@@ -18,7 +18,9 @@ import httpx
 import yaml
 
 from tidescale.contracts import tools
+from tidescale.contracts.alertmanager import active_alerts
 from tidescale.contracts.errors import TidescaleError
+from tidescale.contracts.prometheus import PrometheusClient
 from tidescale.devstack.ports import LOOPBACK, port_or_free
 from tidescale.devstack.procs import ManagedProcess
 
@@ -167,25 +169,13 @@ class PrometheusServer:
 
     # --- HTTP API ----------------------------------------------------------------------------------
     def _api(self, path: str, params: dict[str, Any] | None = None) -> Any:
-        try:
-            r = httpx.get(f"{self.url}{path}", params=params, timeout=15)
-        except httpx.HTTPError as exc:
-            raise TidescaleError(f"prometheus at {self.url} unreachable: {exc}") from exc
-        body = r.json() if r.headers.get("content-type", "").startswith("application/json") else {}
-        if not r.is_success or body.get("status") != "success":
-            raise TidescaleError(f"prometheus {path} failed ({r.status_code}): {body.get('error', r.text[:200])}")
-        return body["data"]
+        with PrometheusClient(self.url, timeout_s=15) as client:
+            return client.data(path, params)
 
     def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
         """Instant query; returns the `result` list (vector/matrix/scalar normalised to a list)."""
-        params: dict[str, Any] = {"query": expr}
-        if at is not None:
-            params["time"] = at
-        data = self._api("/api/v1/query", params)
-        result = data["result"]
-        if data["resultType"] in ("scalar", "string"):
-            return [{"metric": {}, "value": result}]
-        return list(result)
+        with PrometheusClient(self.url, timeout_s=15) as client:
+            return client.query(expr, at)
 
     def query_value(self, expr: str) -> float | None:
         """The single value of an instant query, or None when it returns nothing."""
@@ -195,8 +185,8 @@ class PrometheusServer:
         return float(res[0]["value"][1])
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
-        data = self._api("/api/v1/query_range", {"query": expr, "start": start, "end": end, "step": step})
-        return list(data["result"])
+        with PrometheusClient(self.url, timeout_s=15) as client:
+            return client.query_range(expr, start, end, step)
 
     def targets(self) -> list[dict[str, Any]]:
         return list(self._api("/api/v1/targets")["activeTargets"])
@@ -262,13 +252,7 @@ class AlertmanagerServer:
         return self
 
     def alerts(self, active_only: bool = True) -> list[dict[str, Any]]:
-        try:
-            r = httpx.get(f"{self.url}/api/v2/alerts", params={"active": str(active_only).lower()}, timeout=10)
-        except httpx.HTTPError as exc:
-            raise TidescaleError(f"alertmanager at {self.url} unreachable: {exc}") from exc
-        if not r.is_success:
-            raise TidescaleError(f"alertmanager alerts failed ({r.status_code}): {r.text[:200]}")
-        return list(r.json())
+        return active_alerts(self.url, active_only=active_only)
 
     def stop(self) -> None:
         if self.proc is not None:

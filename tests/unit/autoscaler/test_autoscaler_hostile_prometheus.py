@@ -14,12 +14,13 @@ import pytest
 import yaml
 
 from tests.hostile import JSON_DOCUMENTS, NUMBERS, TIMESTAMPS, deep_json
-from tidescale.autoscaler.service import PromClient, PrometheusUnavailable
 from tidescale.cli import main
+from tidescale.contracts.prometheus import PrometheusClient, PrometheusUnavailable
 
 
-def client_answering(content: bytes, status: int = 200) -> PromClient:
-    return PromClient("http://prom", transport=httpx.MockTransport(lambda _r: httpx.Response(status, content=content)))
+def client_answering(content: bytes, status: int = 200) -> PrometheusClient:
+    transport = httpx.MockTransport(lambda _r: httpx.Response(status, content=content))
+    return PrometheusClient("http://prom", transport=transport)
 
 
 def embedded(where: str, document: bytes) -> bytes:
@@ -29,7 +30,7 @@ def embedded(where: str, document: bytes) -> bytes:
     return b'{"status":"error","errorType":"bad_data","error":' + document + b"}"
 
 
-def assert_samples_or_unavailable(client: PromClient) -> None:
+def assert_samples_or_unavailable(client: PrometheusClient) -> None:
     try:
         rows = client.instant("up")
     except PrometheusUnavailable as exc:

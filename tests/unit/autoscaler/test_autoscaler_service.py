@@ -14,8 +14,6 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tidescale.autoscaler.service import (
-    PromClient,
-    PrometheusUnavailable,
     RecommenderService,
     RecommenderSettings,
     TargetQueries,
@@ -23,6 +21,7 @@ from tidescale.autoscaler.service import (
     make_app,
 )
 from tidescale.contracts.errors import UsageError
+from tidescale.contracts.prometheus import PrometheusClient, PrometheusUnavailable
 from tidescale.contracts.settings import load_settings
 
 
@@ -188,9 +187,9 @@ def test_settings_errors(tmp_path: Path) -> None:
         RecommenderService(RecommenderSettings(targets=[t], profile=prof), FakeProm())  # type: ignore[arg-type]
 
 
-def client_answering(status: int, content: bytes) -> PromClient:
+def client_answering(status: int, content: bytes) -> PrometheusClient:
     transport = httpx.MockTransport(lambda _req: httpx.Response(status, content=content))
-    return PromClient("http://prom", transport=transport)
+    return PrometheusClient("http://prom", transport=transport)
 
 
 def test_prom_client_reads_vectors() -> None:

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidescale.contracts.errors import TidescaleError, UsageError
+from tidescale.contracts.prometheus import PrometheusClient
 from tidescale.dashboards.registry import build_all
 from tidescale.devstack import preview
 
@@ -87,7 +88,7 @@ def test_legend_fuzz(fmt: str, labels: dict[str, str]) -> None:
     assert isinstance(preview.legend(fmt, labels), str)
 
 
-def _fake_prometheus(seen: list[str]) -> httpx.Client:
+def _fake_prometheus(seen: list[str]) -> PrometheusClient:
     """Answers every query with one series, except queries on ALERTS (no data) and `broken` (error)."""
     def handler(request: httpx.Request) -> httpx.Response:
         query = request.url.params["query"]
@@ -95,7 +96,7 @@ def _fake_prometheus(seen: list[str]) -> httpx.Client:
         if "ALERTS" in query:
             return httpx.Response(200, json=_matrix())
         return httpx.Response(200, json=_matrix(({"model": "resnet", "pod": "p-0"}, [1.0, 2.0, 4.0])))
-    return httpx.Client(base_url="http://prom", transport=httpx.MockTransport(handler))
+    return PrometheusClient("http://prom", transport=httpx.MockTransport(handler))
 
 
 def test_fetch_and_render_every_dashboard(tmp_path: Path) -> None:
@@ -116,7 +117,7 @@ def test_fetch_and_render_every_dashboard(tmp_path: Path) -> None:
 def test_unreachable_prometheus_is_a_clear_error(tmp_path: Path) -> None:
     def refuse(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("connection refused")
-    with httpx.Client(base_url="http://prom", transport=httpx.MockTransport(refuse)) as client, \
+    with PrometheusClient("http://prom", transport=httpx.MockTransport(refuse)) as client, \
             pytest.raises(TidescaleError, match="cannot reach Prometheus"):
         preview.fetch_panels(client, build_all()["tidescale-gpu"], end=END, window_s=60, rate_interval="30s")
 
@@ -124,7 +125,7 @@ def test_unreachable_prometheus_is_a_clear_error(tmp_path: Path) -> None:
 def test_query_errors_are_shown_not_raised() -> None:
     def bad(request: httpx.Request) -> httpx.Response:
         return httpx.Response(400, json={"status": "error", "error": "parse error"})
-    with httpx.Client(base_url="http://prom", transport=httpx.MockTransport(bad)) as client:
+    with PrometheusClient("http://prom", transport=httpx.MockTransport(bad)) as client:
         panels = preview.fetch_panels(client, build_all()["tidescale-profiler"], end=END, window_s=60,
                                       rate_interval="30s")
     assert all(not p.has_data and p.results[0].error for p in panels)

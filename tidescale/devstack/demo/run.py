@@ -92,7 +92,7 @@ class Sampler:
             res = prom.query('ALERTS{alertstate="firing", alertname!="Watchdog"}')
             self._firing = tuple(sorted({r["metric"]["alertname"] for r in res}))
         if self._n % 5 == 0 and self.stack.alertmanager is not None:
-            from tidescale.alerts.summary import alerts_fired
+            from tidescale.devstack.demo.summary import alerts_fired
 
             with contextlib.suppress(Exception):
                 self.alerts_seen |= set(alerts_fired(self.stack.alertmanager.url))
@@ -210,7 +210,7 @@ def summarise(s: DemoSettings, sc: Scenario, stack: LocalStack, timeline: Timeli
             'max(tidescale_request_duration_quantile_seconds{stage="request", quantile="0.99"})')
         summary["exporter_p99_s"] = fleet_p99
     with contextlib.suppress(Exception):
-        from tidescale.alerts.summary import reviews_opened
+        from tidescale.devstack.demo.summary import reviews_opened
 
         summary["reviews_opened"] = reviews_opened(stack.reviews_url)
     summary.setdefault("reviews_opened", [])

@@ -8,13 +8,13 @@ from typing import Any
 import httpx
 
 from tidescale.alerts.alerting import WATCHDOG_ALERT
+from tidescale.contracts.alertmanager import active_alerts
 
 
 def alerts_fired(alertmanager_url: str, timeout_s: float = 10.0) -> dict[str, int]:
     """Active alerts in Alertmanager by alert name (the Watchdog heartbeat left out)."""
-    resp = httpx.get(f"{alertmanager_url.rstrip('/')}/api/v2/alerts", params={"active": "true"}, timeout=timeout_s)
-    resp.raise_for_status()
-    names = Counter(a.get("labels", {}).get("alertname", "") for a in resp.json())
+    labels = (a.get("labels") for a in active_alerts(alertmanager_url, timeout_s))
+    names = Counter(str(lab.get("alertname", "")) for lab in labels if isinstance(lab, dict))
     names.pop(WATCHDOG_ALERT, None)
     return dict(sorted(names.items()))
 

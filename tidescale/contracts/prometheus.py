@@ -1,0 +1,87 @@
+"""The one client of Prometheus' HTTP API: the recommender, the dev stack, the previews and the tests.
+
+Whatever Prometheus (or something pretending to be it) answers, a caller gets either data or
+`PrometheusUnavailable` naming the problem: a deeply nested body, a number too large for a float
+or an error payload never escape as a traceback, and error text never prints a hostile value.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from tidescale.contracts.errors import TidescaleError
+
+MAX_DETAIL_CHARS = 200
+
+
+class PrometheusUnavailable(TidescaleError):
+    """Prometheus could not answer (down, timeout, HTTP error, bad body)."""
+
+
+class PrometheusUnreachable(PrometheusUnavailable):
+    """No answer at all (connection refused, timeout): unlike a bad answer, retrying later may help."""
+
+
+class PrometheusClient:
+    """Queries over Prometheus' HTTP API (`/api/v1/…`)."""
+
+    def __init__(self, url: str, timeout_s: float = 5.0, transport: httpx.BaseTransport | None = None) -> None:
+        self.url = url.rstrip("/")
+        self.http = httpx.Client(timeout=timeout_s, transport=transport)
+
+    def get_json(self, path: str, params: dict[str, Any] | None = None) -> tuple[int, Any]:
+        """(HTTP status, decoded body) of GET *path*; PrometheusUnavailable when there is no JSON answer."""
+        try:
+            r = self.http.get(f"{self.url}{path}", params=params)
+            return r.status_code, r.json()
+        except RecursionError:  # not a ValueError: a hostile or broken answer must still mean "unavailable"
+            raise PrometheusUnavailable("response body nested too deeply") from None
+        except httpx.TransportError as exc:
+            raise PrometheusUnreachable(f"cannot reach Prometheus at {self.url}: {type(exc).__name__}") from None
+        except (httpx.HTTPError, ValueError) as exc:
+            raise PrometheusUnavailable(f"{type(exc).__name__}: {str(exc)[:MAX_DETAIL_CHARS]}") from None
+
+    def data(self, path: str, params: dict[str, Any] | None = None) -> Any:
+        """The `data` of a successful API answer."""
+        status, body = self.get_json(path, params)
+        if not isinstance(body, dict) or status != 200 or body.get("status") != "success":
+            detail = body.get("error", "") if isinstance(body, dict) else ""
+            shown = detail[:MAX_DETAIL_CHARS] if isinstance(detail, str) else type(detail).__name__
+            raise PrometheusUnavailable(f"HTTP {status}: {shown}")  # never str() a deep value
+        return body.get("data")
+
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        """Instant query: the `result` list (a scalar or string normalised to one unlabelled sample)."""
+        params: dict[str, Any] = {"query": expr}
+        if at is not None:
+            params["time"] = at
+        data = self.data("/api/v1/query", params)
+        if not isinstance(data, dict) or not isinstance(data.get("result"), list | tuple):
+            raise PrometheusUnavailable("unexpected response body (no result list)")
+        if data.get("resultType") in ("scalar", "string"):
+            return [{"metric": {}, "value": list(data["result"])}]
+        return list(data["result"])
+
+    def instant(self, expr: str) -> list[tuple[float, float]]:
+        """[(sample timestamp, value)] of an instant vector."""
+        try:
+            return [(float(item["value"][0]), float(item["value"][1])) for item in self.query(expr)]
+        except (KeyError, IndexError, TypeError, ValueError, OverflowError) as exc:
+            raise PrometheusUnavailable(f"unexpected response body ({type(exc).__name__})") from None
+
+    def query_range(self, expr: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
+        data = self.data("/api/v1/query_range", {"query": expr, "start": start, "end": end, "step": step})
+        if not isinstance(data, dict) or not isinstance(data.get("result"), list):
+            raise PrometheusUnavailable("unexpected response body (no result list)")
+        return list(data["result"])
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> PrometheusClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
