@@ -336,11 +336,27 @@ def dominance_lines(doc: dict[str, Any]) -> list[str]:
                "SLO, and is strictly better on one." if hit else
                f"No frontier point of any peer dominates tidescale in any of the {len(rows)} scenarios.")
     out = ["## Is tidescale dominated by a tuned peer?", "", verdict, "",
-           "| scenario | tidescale: requests / windows / cost | dominated by |", "|---|---|---|"]
+           "Each peer's frontier is tuned in hindsight, per scenario; a deployment runs one setting for all "
+           "its traffic, where tidescale runs its one shipped configuration everywhere. Undominated is not "
+           "better: the last column is the cheapest peer point that meets the goals (≥ 99.9 % of requests, "
+           "≥ 99 % of windows), where tidescale may not.", "",
+           "| scenario | tidescale: requests / windows / cost | dominated by | cheapest peer point meeting the goals |",
+           "|---|---|---|---|"]
     for name, r in rows.items():
         by = ", ".join(r["dominated_by"]) or "no"
-        out.append(f"| {name} | {_measures(r)} | {by} |")
+        out.append(f"| {name} | {_measures(r)} | {by} | {_cheapest_meeting(doc, name)} |")
     return [*out, ""]
+
+
+def _cheapest_meeting(doc: dict[str, Any], name: str) -> str:
+    """The cheapest frontier point of any peer meeting both SLO goals, as `peer@setting: measures`."""
+    meeting = [(e["cost_vs_oracle"], peer, e) for peer, front in doc["frontiers"][name].items() for e in front
+               if e["cost_vs_oracle"] is not None and e["requests_within_slo"] >= GOALS["requests_within_slo"]
+               and e["windows_within_slo"] >= GOALS["windows_within_slo"]]
+    if not meeting:
+        return "none"
+    _cost_value, peer, e = min(meeting, key=lambda m: m[0])
+    return f"{bench.sweep_row(peer, e['setting'])}: {_measures(e)}"
 
 
 def _fixed_point(doc: dict[str, Any], name: str, peer: str) -> dict[str, Any] | None:
@@ -480,9 +496,32 @@ def write(doc: dict[str, Any], runs: dict[str, dict[str, RunResult]], doc_path: 
     plot_frontiers(doc, frontier_png)
 
 
+NINES_FLOOR = 1e-4  # 100 % sits four nines up: the scale spreads 90–100 %, where the peers differ
+
+
+def nines(pct: Any) -> Any:
+    """Requests within SLO (%) to "nines": 0 % → 0, 90 % → 1, 99 % → 2, 99.9 % → 3, 100 % → 4."""
+    return -np.log10(np.maximum(1.0 + NINES_FLOOR - np.asarray(pct, dtype=float) / 100.0, 1e-9))
+
+
+def from_nines(z: Any) -> Any:
+    return 100.0 * (1.0 + NINES_FLOOR - np.power(10.0, -np.asarray(z, dtype=float)))
+
+
+def _cost_ticks(ax: Any) -> None:
+    """Plain multiples of the oracle's cost on the log axis (matplotlib's 4×10⁻¹ labels collide)."""
+    from matplotlib.ticker import FixedLocator, NullLocator
+
+    lo, hi = ax.get_xlim()
+    ticks = [t for t in (0.25, 0.5, 1, 1.5, 2, 3, 4, 6, 8, 12, 16) if lo <= t <= hi]
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xticklabels([f"{t:g}×" for t in ticks])
+
+
 def plot_frontiers(doc: dict[str, Any], path: Path) -> None:
-    """A panel per scenario: cost vs oracle (log) against requests within SLO, each peer's frontier
-    as a line with markers labelled by setting, tidescale a star, the oracle a cross."""
+    """A panel per scenario: cost vs oracle (log) against requests within SLO (nines scale), each
+    peer's frontier as a line with markers labelled by setting, tidescale a star, the oracle a cross."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -491,8 +530,8 @@ def plot_frontiers(doc: dict[str, Any], path: Path) -> None:
     names = list(doc["scenarios"])
     cols = min(3, max(1, len(names)))
     rows = math.ceil(len(names) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(6.2 * cols, 4.6 * rows), squeeze=False)
-    colours = dict(zip(pol.PEERS, plt.get_cmap("tab10").colors, strict=False))
+    fig, axes = plt.subplots(rows, cols, figsize=(6.4 * cols, 5.0 * rows), squeeze=False)
+    colours = {peer: plt.get_cmap("tab10")(k) for k, peer in enumerate(pol.PEERS)}
     for ax, name in zip(axes.flat, names, strict=False):
         for peer, front in doc.get("frontiers", {}).get(name, {}).items():
             pts = [e for e in front if e["cost_vs_oracle"] is not None]
@@ -515,16 +554,20 @@ def plot_frontiers(doc: dict[str, Any], path: Path) -> None:
             ax.plot(1.0, 100 * res["oracle"]["requests_within_slo"], marker="x", markersize=10, color="red",
                     linestyle="none", label="oracle")
         ax.set_xscale("log")
+        _cost_ticks(ax)
+        ax.set_yscale("function", functions=(nines, from_nines))
+        ax.set_yticks([0, 50, 90, 99, 99.9, 100])
+        ax.set_yticklabels(["0 %", "50 %", "90 %", "99 %", "99.9 %", "100 %"])
+        ax.set_ylim(float(from_nines(-0.12)), float(from_nines(4.3)))  # room for the markers at 0 and 100 %
         ax.set_title(name)
         ax.set_xlabel("cost vs oracle (log)")
-        ax.set_ylabel("requests within SLO, %")
-        ax.set_ylim(-3, 103)
-        ax.grid(True, which="both", alpha=0.3)
+        ax.set_ylabel("requests within SLO (nines scale)")
+        ax.grid(True, alpha=0.3)
     for ax in list(axes.flat)[len(names):]:
         ax.set_visible(False)
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 8), fontsize=9)
     fig.tight_layout(rect=(0, 0, 1, 0.95))
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=80)
+    fig.savefig(path, dpi=90)
     plt.close(fig)

@@ -1,0 +1,220 @@
+"""Peer sweeps in `bench autoscale`: the frontier, the point a peer is judged by, who dominates
+tidescale, the validation of swept settings, and the JSON keys of a run."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from tests.hostile import NUMBERS
+from tidescale import cli
+from tidescale.autoscaler.service import RecommenderSettings
+from tidescale.benches.autoscale import policies as pol
+from tidescale.benches.autoscale import report as benchreport
+from tidescale.benches.autoscale import scenarios as bench
+from tidescale.benches.autoscale.frontier import Point, best_point, dominated_by, dominates, pareto_frontier
+from tidescale.contracts.errors import UsageError
+
+
+def P(setting: float, req: float, win: float, cost: float) -> Point:
+    return Point(setting, req, win, cost)
+
+
+@pytest.mark.parametrize(("points", "frontier"), [
+    ([], []),
+    ([P(1, 0.5, 0.5, 1.0)], [1]),
+    # a cheaper point that serves more and as many windows drops the other
+    ([P(1, 0.9, 0.9, 2.0), P(2, 0.95, 0.9, 1.0)], [2]),
+    # a trade-off keeps both, cheapest first
+    ([P(1, 1.0, 1.0, 3.0), P(2, 0.8, 0.7, 1.0)], [2, 1]),
+    # identical measures (settings that ran the same way): the first in sweep order stands for them
+    ([P(70, 0.0, 0.0, 0.3), P(90, 0.0, 0.0, 0.3)], [70]),
+    # equal cost, equal requests, more windows: strictly better, so it alone stays
+    ([P(1, 0.9, 0.8, 1.0), P(2, 0.9, 0.9, 1.0)], [2]),
+    # worse on requests but better on windows at the same cost: both stay (three measures)
+    ([P(1, 0.95, 0.8, 1.0), P(2, 0.9, 0.9, 1.0)], [1, 2]),
+    # a point beaten by one later in the sweep goes, a tie and a trade-off stay
+    ([P(1, 0.5, 0.5, 2.0), P(2, 0.6, 0.6, 1.5), P(3, 0.6, 0.6, 1.5), P(4, 1.0, 1.0, 4.0)], [2, 4]),
+])
+def test_pareto_frontier(points: list[Point], frontier: list[float]) -> None:
+    assert [p.setting for p in pareto_frontier(points)] == frontier
+
+
+def test_dominates_needs_one_strict_improvement() -> None:
+    a = P(1, 0.9, 0.9, 1.0)
+    assert not dominates(a, a)
+    assert not dominates(a, P(2, 0.9, 0.9, 1.0))  # same measures, another setting
+    assert dominates(P(2, 0.9, 0.9, 0.9), a) and dominates(P(2, 0.91, 0.9, 1.0), a)
+    assert not dominates(P(2, 1.0, 1.0, 1.01), a)  # better SLO but dearer: a trade-off
+    me = P(0, 0.85, 0.8, 2.0)
+    others = {"x@1": P(1, 0.9, 0.8, 2.0), "y@1": P(1, 0.99, 0.7, 1.0), "z@1": P(1, 0.85, 0.8, 2.0)}
+    assert dominated_by(me, others) == ["x@1"]
+
+
+@pytest.mark.parametrize(("frontier", "best"), [
+    # the cheapest point meeting both goals
+    ([P(1, 0.5, 0.5, 0.5), P(2, 0.9995, 0.99, 1.2), P(3, 1.0, 1.0, 3.0)], 2),
+    # none meets the goals: the most requests within the SLO
+    ([P(1, 0.5, 0.5, 0.5), P(2, 0.9, 0.8, 2.0), P(3, 0.8, 0.9, 1.5)], 2),
+    # none meets them, equal requests: more windows, then cheaper
+    ([P(1, 0.9, 0.8, 1.0), P(2, 0.9, 0.85, 2.0)], 2),
+    # two meet them at the same cost: more requests
+    ([P(1, 0.9995, 1.0, 1.0), P(2, 1.0, 0.99, 1.0)], 2),
+])
+def test_best_point(frontier: list[Point], best: float) -> None:
+    assert best_point(frontier, 0.999, 0.99).setting == best
+
+
+def test_best_point_needs_a_point() -> None:
+    with pytest.raises(ValueError, match="at least one point"):
+        best_point([], 0.999, 0.99)
+
+
+def fake(req: float, win: float, hours: float) -> dict[str, Any]:
+    return {"requests_within_slo": req, "windows_within_slo": win, "replica_hours": hours,
+            "cost_vs_oracle": hours, "scale_events": 1.0, "max_replicas": 3.0, "unserved_requests": 0.0,
+            "recovery_s": None}
+
+
+SWEEPS = {"keda-rps": (263.0, 376.0, 500.0), "ray-serve": (2.0, 8.0)}
+SCORES = {
+    "keda-rps@263": fake(1.0, 1.0, 1.3),
+    "keda-rps@376": fake(0.16, 0.2, 0.7),
+    "keda-rps@500": fake(0.0, 0.0, 0.34),
+    "ray-serve@2": fake(1.0, 1.0, 6.0),
+    "ray-serve@8": fake(1.0, 1.0, 2.5),
+    "tidescale": fake(1.0, 1.0, 1.1),
+    "oracle": fake(1.0, 1.0, 1.0),
+}
+
+
+def test_judge_picks_each_peers_best_and_checks_tidescale_against_frontier_points() -> None:
+    judged = benchreport.judge(SCORES, SWEEPS)
+    assert list(judged.rows) == ["keda-rps", "ray-serve", "tidescale", "oracle"]
+    assert judged.rows["keda-rps"]["setting"] == 263.0 and judged.run_of["keda-rps"] == "keda-rps@263"
+    assert judged.rows["ray-serve"]["setting"] == 8.0
+    assert [e["setting"] for e in judged.frontiers["keda-rps"]] == [500.0, 376.0, 263.0]
+    assert [e["setting"] for e in judged.frontiers["ray-serve"]] == [8.0]  # 2 costs more for the same
+    assert [e["on_frontier"] for e in judged.sweeps["ray-serve"]] == [False, True]
+    assert judged.rows["tidescale"]["dominated_by"] == []
+    assert judged.rows["keda-rps"]["dominated_by"] == ["tidescale"]
+    assert judged.rows["ray-serve"]["dominated_by"] == ["keda-rps@263", "tidescale"]
+    # a tuned peer cheaper than tidescale and as good dominates it, by its frontier point
+    dearer = {**SCORES, "tidescale": fake(0.99, 1.0, 1.4)}
+    assert benchreport.judge(dearer, SWEEPS).rows["tidescale"]["dominated_by"] == ["keda-rps@263"]
+
+
+def fake_doc(tidescale: dict[str, Any]) -> dict[str, Any]:
+    scores = {**SCORES, "tidescale": tidescale}
+    judged = benchreport.judge(scores, SWEEPS)
+    knobs = {p: {"knob": pol.KNOBS[p].knob, "unit": pol.KNOBS[p].unit, "fixed": pol.KNOBS[p].fixed,
+                 "documented": pol.KNOBS[p].documented, "settings": list(v)} for p, v in SWEEPS.items()}
+    setup = {"quick": True, "base_rps": 800.0, "duration_s": 1200.0, "slo_p99_s": 0.5, "curve": "V100",
+             "batcher": "max 32", "capacity_rps_per_replica": 375.9, "scrape_interval_s": 15, "hpa_sync_s": 15,
+             "min_replicas": 1, "max_replicas": 40, "queue_timeout_s": None, "tidescale_headroom": 1.0,
+             "headroom_sweep": [], "tidescale_tuning": {}, "wall_s": 1.0, "host": "x86_64", "sweep": True}
+    return {"setup": setup, "knobs": knobs, "scenarios": {"diurnal": judged.rows},
+            "frontiers": {"diurnal": judged.frontiers}, "sweeps": {"diurnal": judged.sweeps},
+            "scenario_info": {"diurnal": {"description": "day", "cold_start_s": 60.0, "surge_at_s": None}},
+            "bounds": {}}
+
+
+def test_page_reports_frontiers_fixed_settings_and_dominance_honestly() -> None:
+    text = benchreport.markdown(fake_doc(fake(1.0, 1.0, 1.1)))
+    assert "| keda-rps | per-pod rate threshold | 500 req/s: 0.00 % / 0 % / 0.34 ·" in text
+    assert "| diurnal | keda-rps | 500 req/s | 0.00 % / 0 % / 0.34 | 263 req/s | 100.00 % / 100 % / 1.30 |" in text
+    assert "No frontier point of any peer dominates tidescale in any of the 1 scenarios." in text
+    assert "autoscale-frontiers.png" in text
+    dominated = benchreport.markdown(fake_doc(fake(0.99, 1.0, 1.4)))
+    assert "tidescale is dominated in 1 of 1 scenarios (diurnal)" in dominated
+    assert "| diurnal | 99.00 % / 100 % / 1.40 | keda-rps@263 | keda-rps@263: 100.00 % / 100 % / 1.30 |" in dominated
+
+
+def test_frontier_plot_is_written(tmp_path: Any) -> None:
+    doc = fake_doc(fake(1.0, 1.0, 1.1))
+    benchreport.plot_frontiers(doc, tmp_path / "f.png")
+    assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_every_sweep_holds_the_documented_and_the_fixed_setting() -> None:
+    for peer, knob in pol.KNOBS.items():
+        values = knob.settings(375.9)
+        assert knob.fixed in values and knob.documented in values, peer
+        assert list(values) == sorted(set(values)) and all(knob.valid(v) for v in values), peer
+    keda = pol.KNOBS["keda-rps"].settings(375.9)
+    assert keda == (188.0, 263.0, 320.0, 376.0, 451.0, 500.0)  # 50–120 % of the capacity, and 500
+
+
+def test_no_sweep_runs_the_fixed_setting_and_given_settings_replace_the_sweep() -> None:
+    opts = benchreport.BenchOptions(["diurnal"], ("hpa-cpu", "ray-serve", "tidescale"), sweep=False,
+                                    peer_settings=("ray-serve=8", "ray-serve=4", "ray-serve=8.0"))
+    assert opts.peer_sweeps(375.9) == {"hpa-cpu": (70.0,), "ray-serve": (4.0, 8.0)}
+    swept = benchreport.BenchOptions(["diurnal"], ("hpa-cpu",))
+    assert swept.peer_sweeps(375.9)["hpa-cpu"] == pol.KNOBS["hpa-cpu"].settings(375.9)
+
+
+@pytest.mark.parametrize(("raw", "message"), [
+    ("hpa-cpu", "expected PEER=VALUE"),
+    ("magic=3", "unknown peer 'magic'; choose from hpa-cpu"),
+    ("tidescale=3", "unknown peer 'tidescale'"),
+    ("oracle=1", "unknown peer 'oracle'"),
+    ("ray-serve=two", "'two' is not a number"),
+    ("ray-serve=", "'' is not a number"),
+    ("ray-serve=0", "ray-serve's target ongoing requests must be in (0, 10000]"),
+    ("hpa-gpu-util=80", "hpa-gpu-util's GPU utilisation target must be in (0, 1]"),
+    ("hpa-cpu=-5", "hpa-cpu's CPU utilisation target must be in (0, 1000]"),
+    ("keda-rps=2", "keda-rps is not among the policies run (--policy)"),
+])
+def test_bad_peer_settings_are_named(raw: str, message: str) -> None:
+    with pytest.raises(UsageError) as exc:
+        benchreport.BenchOptions(None, ("hpa-cpu", "hpa-gpu-util", "ray-serve"), peer_settings=(raw,))
+    assert message in str(exc.value)
+
+
+@pytest.mark.parametrize(("label", "value"), NUMBERS)
+def test_hostile_numbers_as_a_gpu_target_are_refused(label: str, value: object) -> None:
+    """No hostile number is a duty cycle in (0, 1]; each is refused with the knob named, never a traceback."""
+    with pytest.raises(UsageError, match="GPU utilisation target must be in"):
+        benchreport.parse_peer_settings([f"hpa-gpu-util={value}"], ["hpa-gpu-util"])
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--peer-setting", "nope=1"], "unknown peer 'nope'"),
+    (["--peer-setting", "ray-serve=nan"], "ray-serve's target ongoing requests must be in"),
+    (["--policy", "tidescale", "--peer-setting", "ray-serve=2"], "ray-serve is not among the policies run"),
+])
+def test_bench_bad_sweep_values_exit_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["bench", "autoscale", "--no-write", "--quick", "--scenario", "diurnal", *argv])
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def check_keys(doc: dict[str, Any], scenario: str) -> None:
+    assert doc["config"] == RecommenderSettings().effective_config()
+    row = doc["scenarios"][scenario]["keda-rps"]
+    assert row["setting"] in (263.0, 500.0) and isinstance(row["dominated_by"], list)
+    front = doc["frontiers"][scenario]["keda-rps"]
+    assert front and set(front[0]) == {"setting", "requests_within_slo", "windows_within_slo", "cost_vs_oracle"}
+    assert [e["setting"] for e in doc["sweeps"][scenario]["keda-rps"]] == [263.0, 500.0]
+    assert doc["knobs"]["keda-rps"]["fixed"] == 500.0
+
+
+def test_a_short_run_records_frontiers_and_the_config() -> None:
+    opts = benchreport.BenchOptions(["surge-3x"], ("keda-rps", "oracle"), quick=True,
+                                    peer_settings=("keda-rps=500", "keda-rps=263"))
+    doc, runs = benchreport.run(opts)
+    check_keys(doc, "surge-3x")
+    assert doc["bounds"]["surge-3x"]["requests_within_slo_max"] < 1.0
+    assert set(runs["surge-3x"]) == {"keda-rps", "oracle"}  # each peer's best run, for the replica plot
+    assert math.isclose(doc["scenarios"]["surge-3x"]["oracle"]["cost_vs_oracle"], 1.0)
+
+
+def test_a_trace_run_records_the_same_keys() -> None:
+    opts = benchreport.BenchOptions(None, ("keda-rps", "oracle"), quick=True, trace=bench.AZURE_TRACE,
+                                    peer_settings=("keda-rps=500", "keda-rps=263"))
+    doc, _runs = benchreport.run(opts)
+    assert list(doc["scenarios"]) == ["trace"]
+    check_keys(doc, "trace")
