@@ -66,6 +66,10 @@ def lazy_group(entries: dict[str, tuple[str, str, str]]) -> type[LazyGroup]:
     return type("LazyGroup", (LazyGroup,), {"lazy": entries})
 
 
+# What the `devstack` extra installs: the dev stack and the benchmarks import these, the product never.
+DEVSTACK_PACKAGES = frozenset({"matplotlib", "tritonclient", "pytriton"})
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"tidescale {__version__}")
@@ -118,6 +122,12 @@ def main(argv: list[str] | None = None) -> Any:
     except TidescaleError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(exc.exit_code)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in DEVSTACK_PACKAGES:
+            raise
+        typer.echo(f"error: this command needs the dev-stack extra, which is not installed ({exc}): "
+                   "pip install 'tidescale[devstack]'", err=True)
+        sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)
 

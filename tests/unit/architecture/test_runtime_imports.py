@@ -66,3 +66,31 @@ def test_the_probe_sees_a_dev_stack_import() -> None:
     """A dev-stack command does import the dev stack, so the probe above can fail."""
     result = run_command("fleet", "--help")
     assert any(str(m).startswith("tidescale.devstack") for m in result["forbidden"])  # type: ignore[attr-defined]
+
+
+def test_a_dev_stack_command_without_its_extra_names_the_extra() -> None:
+    """Without the devstack extra a benchmark exits 2 naming it, instead of a ModuleNotFoundError traceback."""
+    probe = (
+        "import tidescale.benches.percentiles as bench\n"
+        "def run_command(**_kw):\n"
+        "    raise ModuleNotFoundError(\"No module named 'matplotlib'\", name='matplotlib')\n"
+        "bench.run_command = run_command\n"
+        "from tidescale.cli import main\n"
+        "main(['bench', 'percentiles', '--quick'])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "tidescale[devstack]" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_other_missing_modules_still_raise() -> None:
+    probe = (
+        "import tidescale.benches.percentiles as bench\n"
+        "def run_command(**_kw):\n"
+        "    raise ModuleNotFoundError(\"No module named 'nothing_like_it'\", name='nothing_like_it')\n"
+        "bench.run_command = run_command\n"
+        "from tidescale.cli import main\n"
+        "main(['bench', 'percentiles', '--quick'])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and "ModuleNotFoundError" in out.stderr
