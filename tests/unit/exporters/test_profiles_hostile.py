@@ -15,21 +15,12 @@ from typing import Any
 import pytest
 
 from tests.hostile import JSON_DOCUMENTS, NUMBERS
+from tests.protowire import varint
 from tidescale.exporters.errors import BadInput
 from tidescale.exporters.profiles import chrome, xplane
 from tidescale.exporters.profiles.ingest import parse_profile
 
 # --- builders (the bombs) ----------------------------------------------------------------------
-
-
-def varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
 
 
 def ld(num: int, data: bytes) -> bytes:

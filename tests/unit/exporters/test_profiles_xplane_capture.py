@@ -8,20 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.protowire import varint
 from tidescale.contracts.errors import MissingToolError, UsageError
 from tidescale.exporters.profiles.capture import capture, check_target, parse_duration_ms
 from tidescale.exporters.profiles.ingest import parse_profile
 from tidescale.exporters.profiles.xplane import op_of_host_event
-
-
-def varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
 
 
 def field(num: int, value: int | bytes | str) -> bytes:
