@@ -381,3 +381,35 @@ def test_adapter_values_and_alertmanager_secret_carry_the_generated_files(full_d
     [secret] = [d for d in full_docs if d["kind"] == "Secret" and d["metadata"]["name"].endswith("-alertmanager")]
     expected = (CHART / "files" / "alertmanager" / "alertmanager.yaml").read_text()
     assert yaml.safe_load(secret["stringData"]["alertmanager.yaml"]) == yaml.safe_load(expected)
+
+
+def _alerts(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for d in kinds(docs)["PrometheusRule"] for g in d["spec"]["groups"] for r in g["rules"] if "alert" in r]
+
+
+def test_exporter_job_is_stable_for_any_release_name(tmp: Path) -> None:
+    """`up{job=…}` in the rules matches the job the ServiceMonitor gives the exporter, whatever the release."""
+    from tidescale.alerts.config import default_config
+
+    result = helm("template", "observability", str(CHART), "--namespace", "mon", *MONITORING_API)
+    assert result.returncode == 0, result.stderr
+    docs = [d for d in yaml.safe_load_all(result.stdout) if d]
+    [monitor] = [d for d in kinds(docs)["ServiceMonitor"] if d["metadata"]["name"] == "observability-tidescale"]
+    relabel = monitor["spec"]["endpoints"][0]["relabelings"]
+    assert {"targetLabel": "job", "replacement": default_config().exporter_job} in relabel
+    [down] = [r for r in _alerts(docs) if r["alert"] == "TidescaleExporterDown"]
+    assert f'up{{job="{default_config().exporter_job}"}}' in down["expr"]
+
+
+@pytest.mark.parametrize("values", [{"exporter": {"enabled": False}},
+                                    {"monitoring": {"exporter": {"enabled": False}}}])
+def test_exporter_down_stays_silent_without_an_exporter(tmp: Path, values: dict[str, Any]) -> None:
+    names = {r["alert"] for r in _alerts(template(tmp, values, *MONITORING_API))}
+    assert "TidescaleExporterDown" not in names and "TritonLatencyBudgetBurn" in names
+
+
+def test_default_rules_can_be_disabled_by_name(tmp: Path, default_docs: list[dict[str, Any]]) -> None:
+    everything = {r["alert"] for r in _alerts(template(tmp, {}, *MONITORING_API))}
+    kept = {r["alert"] for r in _alerts(template(tmp, {"defaultRules": {"disabled": {"TritonQueueBacklog": True}}},
+                                                 *MONITORING_API))}
+    assert everything - kept == {"TritonQueueBacklog"}
