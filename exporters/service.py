@@ -71,9 +71,7 @@ def build_state(settings: ExporterSettings) -> ExporterState:
     selfmetrics = SelfMetrics()
     bounds = log_buckets(settings.bucket_min_s, settings.bucket_max_s, settings.slo_thresholds_s,
                          settings.max_buckets)
-    latency = LatencyAggregator(bounds, window_s=settings.window_s, slots=settings.window_slots,
-                                max_series=settings.max_series, sample_rate=settings.trace_sample_rate,
-                                sketch_max_bins=settings.sketch_max_bins,
+    latency = LatencyAggregator(bounds, max_series=settings.max_series, sample_rate=settings.trace_sample_rate,
                                 selfmetrics=selfmetrics)
     joiner = SpanJoiner(settings.join_max_pending, settings.join_ttl_s, on_drop=selfmetrics.drop_spans,
                         max_bytes=settings.join_max_bytes)

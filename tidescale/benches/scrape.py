@@ -3,7 +3,7 @@
 Series are filled the way a hostile or merely busy client fills them: Triton-shaped model and
 `compute` spans (five stages per model) with model names of the longest label value a client can
 send (`NAME_CHARS`, longer than the label cap so every name is cut), 20 requests per model spread
-over two decades of durations, so each series' window sketch holds real bins. Measured:
+over two decades of durations, so each series fills many histogram buckets. Measured:
 
 - render: seconds to build the exposition in this process (`render_metrics`, what the route runs in
   a worker thread), and its size in bytes;

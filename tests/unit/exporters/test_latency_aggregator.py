@@ -1,10 +1,12 @@
-"""The latency collector: fleet quantiles across namespaces, idle expiry, sample-rate gauge."""
+"""The latency collector: a histogram per namespace that adds up, idle expiry, sample-rate gauge."""
 
 from __future__ import annotations
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tidescale.contracts import catalog
 from tidescale.exporters.cardinality import MAX_LABEL_VALUE_CHARS, clean_label_value
 from tidescale.exporters.latency import LatencyAggregator, StageSample, log_buckets
 from tidescale.exporters.selfmetrics import SelfMetrics
@@ -20,13 +22,28 @@ def exposition(agg: LatencyAggregator) -> dict[str, list[tuple[dict[str, str], f
     return out
 
 
-def test_quantiles_merge_across_namespaces() -> None:
-    agg = LatencyAggregator(log_buckets(0.001, 10, [0.1]))
+def test_namespaces_get_histograms_that_add_up_to_the_fleet() -> None:
+    bounds = log_buckets(0.001, 10, [0.1])
+    agg = LatencyAggregator(bounds)
     for i in range(1, 101):
         agg.observe(StageSample("m", "1", "request", i / 1000, namespace="a" if i % 2 else "b"))
-    q = agg.fleet_quantiles("m", "1", "request")
-    assert abs(q[0.5] - 0.050) <= 0.005 * 0.050 + 1e-12
-    assert abs(q[0.99] - 0.099) <= 0.005 * 0.099 + 1e-12
+    out = exposition(agg)
+    assert sorted(labels["namespace"] for labels, _ in out["tidescale_request_duration_seconds_count"]) == ["a", "b"]
+    summed: dict[str, float] = {}
+    for labels, value in out["tidescale_request_duration_seconds_bucket"]:
+        summed[labels["le"]] = summed.get(labels["le"], 0.0) + value  # what `sum by (le)` does
+    assert summed["0.1"] == 100.0 and summed["+Inf"] == 100.0  # the SLO bound is exact: 1..100 ms
+    assert sum(v for _, v in out["tidescale_request_duration_seconds_sum"]) == pytest.approx(5.05)
+
+
+def test_no_quantile_gauges_are_exposed_or_catalogued() -> None:
+    """Per-replica quantiles cannot be aggregated: the quantiles come from the recording rules."""
+    agg = LatencyAggregator(log_buckets(0.001, 10, [0.1]))
+    agg.observe(StageSample("m", "1", "request", 0.05))
+    families = {fam.name for fam in text_string_to_metric_families(agg.exposition())}
+    assert families == {"tidescale_request_duration_seconds", "tidescale_trace_sample_rate"}
+    assert 'quantile="' not in agg.exposition()
+    assert "tidescale_request_duration_quantile_seconds" not in catalog.names()
 
 
 def test_idle_series_disappear_and_free_their_slot() -> None:
@@ -55,12 +72,11 @@ def test_clean_label_value_bounds_length_and_control_characters() -> None:
     assert clean_label_value('quote"s') == 'quote"s'
 
 
-def test_window_memory_is_bounded_whatever_the_durations() -> None:
-    agg = LatencyAggregator((0.1,), sketch_max_bins=64)
+def test_series_memory_is_fixed_whatever_the_durations() -> None:
+    bounds = log_buckets(0.001, 10, [0.1])
+    agg = LatencyAggregator(bounds)
     for i in range(5000):
         agg.observe(StageSample("m", "1", "request", 1e-6 * 1.01 ** i))  # spans 21 decades
     [series] = agg._series.values()
-    assert all(len(s.bins) <= 64 for s in series.window._ring.values())
-    top = agg.fleet_quantiles("m", "1", "request")[0.99]
-    truth = 1e-6 * 1.01 ** 4949
-    assert abs(top - truth) <= 0.005 * truth * 1.0001  # the tail keeps its accuracy
+    assert len(series.histogram.counts) == len(bounds) + 1
+    assert series.histogram.count == 5000 and series.histogram.counts[-1] > 0  # the top lands in +Inf

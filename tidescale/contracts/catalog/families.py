@@ -159,9 +159,6 @@ TIDESCALE: list[MetricFamily] = [
     _own("tidescale_request_duration_seconds", "histogram", "seconds",
          "Per-request stage duration from Triton traces; log-spaced buckets with the SLO thresholds as "
          "exact boundaries, aggregatable across pods.", (*_MVS, "stage"), ("namespace",)),
-    _own("tidescale_request_duration_quantile_seconds", "gauge", "seconds",
-         "Fleet-level quantile of a stage's duration over a sliding window, from merged sketches.",
-         (*_MVS, "stage", "quantile"), ("namespace",)),
     _own("tidescale_trace_sample_rate", "gauge", "ratio",
          "1/N for Triton trace rate=N: traced requests stand for 1/ratio real ones.", _MVS, ("namespace",)),
     # --- exporter: statistics poller ---------------------------------------------------------------

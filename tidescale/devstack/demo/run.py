@@ -14,6 +14,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from tidescale.contracts import recorded
+from tidescale.contracts.promql import selector
 from tidescale.devstack.demo.faults import string_heavy_trace_viewer
 from tidescale.devstack.demo.plots import write_plots
 from tidescale.devstack.demo.settings import DemoSettings
@@ -206,8 +208,8 @@ def summarise(s: DemoSettings, sc: Scenario, stack: LocalStack, timeline: Timeli
         "slo_p99_s": s.slo_p99_s,
     }
     with contextlib.suppress(Exception):
-        fleet_p99 = prom.query_value(
-            'max(tidescale_request_duration_quantile_seconds{stage="request", quantile="0.99"})')
+        # The recording rule over the exporter's histogram, as the dashboards read it.
+        fleet_p99 = prom.query_value(f"max({selector(recorded.P99, stage='request')})")
         summary["exporter_p99_s"] = fleet_p99
     with contextlib.suppress(Exception):
         from tidescale.devstack.demo.summary import reviews_opened
