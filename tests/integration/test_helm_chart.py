@@ -33,7 +33,9 @@ FULL_VALUES: dict[str, Any] = {
     ]},
     "monitoring": {"additionalLabels": {"release": "kps"}, "prometheusRule": {"additionalLabels": {"team": "ml"}}},
     "dashboards": {"namespace": "monitoring", "annotations": {"grafana_folder": "tidescale"}},
-    "alertmanager": {"configSecret": {"enabled": True}},
+    "alertmanager": {"configSecret": {"enabled": True, "pagerUrl": "https://pager.example/hook",
+                                      "ticketsUrl": "http://tickets.example/hook"},
+                     "alertmanagerConfig": {"enabled": True, "additionalLabels": {"alertmanager": "main"}}},
     "profileCapture": {"enabled": True, "target": "triton-ctr:6009", "model": "ctr", "version": "2"},
 }
 PEAK = {"timezone": "Europe/Berlin", "start": "50 8 * * 1-5", "end": "0 11 * * 1-5", "replicas": 6}
@@ -379,8 +381,16 @@ def test_adapter_values_and_alertmanager_secret_carry_the_generated_files(full_d
     assert values["rules"] == yaml.safe_load(adapter_file.read_text())["rules"]
     assert not [d for d in keda_docs if d["metadata"]["name"].endswith("-adapter-values")]  # KEDA: no adapter
     [secret] = [d for d in full_docs if d["kind"] == "Secret" and d["metadata"]["name"].endswith("-alertmanager")]
-    expected = (CHART / "files" / "alertmanager" / "alertmanager.yaml").read_text()
-    assert yaml.safe_load(secret["stringData"]["alertmanager.yaml"]) == yaml.safe_load(expected)
+    expected = yaml.safe_load((CHART / "files" / "alertmanager" / "alertmanager.yaml").read_text())
+    rendered = yaml.safe_load(secret["stringData"]["alertmanager.yaml"])
+    assert secret["metadata"]["namespace"] == "monitoring"  # where the operator reads configSecret
+    assert rendered["route"] == expected["route"] and rendered["inhibit_rules"] == expected["inhibit_rules"]
+    hooks = {r["name"]: r.get("webhook_configs", [{}])[0] for r in rendered["receivers"]}
+    assert hooks["pager"]["url"] == "https://pager.example/hook"
+    assert hooks["tickets"]["url"] == "http://tickets.example/hook"
+    assert hooks["model-reviews"]["url"] == f"http://t-tidescale-reviews.{NAMESPACE}.svc:9107/api/v1/alertmanager"
+    token = hooks["model-reviews"]["http_config"]["authorization"]["credentials_file"]
+    assert token == "/etc/alertmanager/secrets/t-tidescale-auth/reviews-token"
 
 
 def _alerts(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -413,3 +423,32 @@ def test_default_rules_can_be_disabled_by_name(tmp: Path, default_docs: list[dic
     kept = {r["alert"] for r in _alerts(template(tmp, {"defaultRules": {"disabled": {"TritonQueueBacklog": True}}},
                                                  *MONITORING_API))}
     assert everything - kept == {"TritonQueueBacklog"}
+
+
+def test_alertmanager_config_routes_reviews_to_this_release(tmp: Path) -> None:
+    """The operator route: this release's review Service and port, this chart's Secret, the generated matcher."""
+    values = {"alertmanager": {"alertmanagerConfig": {"enabled": True}}, "reviews": {"port": 9200}}
+    result = helm("template", "obs", str(CHART), "--namespace", "mon", "-f", str(_write(tmp, values)))
+    assert result.returncode == 0, result.stderr
+    [amc] = [d for d in yaml.safe_load_all(result.stdout) if d and d["kind"] == "AlertmanagerConfig"]
+    assert amc["metadata"]["namespace"] == "mon"
+    route = amc["spec"]["route"]
+    assert route["matchers"] == [{"name": "alertname", "matchType": "=", "value": "TritonModelReviewRequired"}]
+    [hook] = amc["spec"]["receivers"][0]["webhookConfigs"]
+    assert hook["url"] == "http://obs-tidescale-reviews.mon.svc:9200/api/v1/alertmanager"
+    assert hook["httpConfig"]["authorization"]["credentials"] == {"name": "obs-tidescale-auth", "key": "reviews-token"}
+    services = [d for d in yaml.safe_load_all(result.stdout) if d and d["kind"] == "Service"
+                and d["metadata"]["name"] == "obs-tidescale-reviews"]
+    assert services and services[0]["spec"]["ports"][0]["port"] == 9200
+
+
+def test_config_secret_needs_its_receivers(tmp: Path) -> None:
+    values = {"alertmanager": {"configSecret": {"enabled": True}}}
+    result = helm("template", "t", str(CHART), "-f", str(_write(tmp, values)))
+    assert result.returncode != 0 and "alertmanager.configSecret.pagerUrl is required" in result.stderr
+
+
+def _write(tmp: Path, values: dict[str, Any]) -> Path:
+    path = tmp / f"values-{len(list(tmp.iterdir()))}.yaml"
+    path.write_text(yaml.safe_dump(values))
+    return path
