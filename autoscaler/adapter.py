@@ -90,11 +90,6 @@ def external_rules() -> list[dict[str, Any]]:
     ]
 
 
-def adapter_values() -> dict[str, Any]:
-    """The `rules:` block of the prometheus-adapter chart values."""
-    return {"rules": {"default": False, "custom": custom_rules(), "external": external_rules()}}
-
-
 def adapter_config() -> dict[str, Any]:
     """The adapter's own config file (`--config`): `rules` and `externalRules`."""
     return {"rules": custom_rules(), "externalRules": external_rules()}

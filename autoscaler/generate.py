@@ -13,17 +13,15 @@ CHART_OBJECTS = "deploy/helm/tidescale/files/autoscaling/objects.yaml"
 PLACEHOLDER = Target("tidescale-placeholder-deployment", "tidescale-placeholder-namespace", "model", 1, 2,
                      prescale=(PreScale("UTC", "0 0 * * *", "0 1 * * *", 1),))
 PLACEHOLDER_PROMETHEUS = "http://tidescale-placeholder-prometheus:9090"
-# Committed once, in the chart's files/: the adapter chart's `rules:` values and the adapter's own config.
-ADAPTER_VALUES = "deploy/helm/tidescale/files/adapter/prometheus-adapter-rules.yaml"
+# Committed once, in the chart's files/: the adapter's own config, which the chart hands to the
+# prometheus-adapter chart through `rules.existing`.
 ADAPTER_CONFIG = "deploy/helm/tidescale/files/adapter/prometheus-adapter-config.yaml"
 
 
 def artifacts() -> dict[str, str]:
     """Repository-relative path -> full file content."""
-    values = HEADER + "# Values for the prometheus-community/prometheus-adapter chart (`rules:`).\n" + dump(
-        adapter.adapter_values())
     config = HEADER + "# prometheus-adapter --config file (rules, externalRules).\n" + dump(adapter.adapter_config())
-    return {ADAPTER_VALUES: values, ADAPTER_CONFIG: config, CHART_OBJECTS: chart_objects()}
+    return {ADAPTER_CONFIG: config, CHART_OBJECTS: chart_objects()}
 
 
 def chart_objects() -> str:

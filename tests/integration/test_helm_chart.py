@@ -373,12 +373,15 @@ def test_notes_explain_rules_and_dashboards() -> None:
 
 def test_adapter_values_and_alertmanager_secret_carry_the_generated_files(full_docs: list[dict[str, Any]],
                                                                           keda_docs: list[dict[str, Any]]) -> None:
-    adapter_file = CHART / "files" / "adapter" / "prometheus-adapter-rules.yaml"
+    adapter_file = CHART / "files" / "adapter" / "prometheus-adapter-config.yaml"
     [values_cm] = [d for d in full_docs
                    if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-adapter-values")]
     values = yaml.safe_load(values_cm["data"]["values.yaml"])
-    assert values["prometheus"] == {"url": "http://prometheus-operated.monitoring.svc", "port": 9090}
-    assert values["rules"] == yaml.safe_load(adapter_file.read_text())["rules"]
+    assert values["prometheus"] == {"url": "http://prometheus-operated.monitoring.svc", "port": 9090, "path": ""}
+    [config_cm] = [d for d in full_docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == values["rules"]
+                   ["existing"]]
+    assert config_cm["metadata"]["namespace"] == "monitoring"  # the adapter's namespace: rules.existing reads it
+    assert yaml.safe_load(config_cm["data"]["config.yaml"]) == yaml.safe_load(adapter_file.read_text())
     assert not [d for d in keda_docs if d["metadata"]["name"].endswith("-adapter-values")]  # KEDA: no adapter
     [secret] = [d for d in full_docs if d["kind"] == "Secret" and d["metadata"]["name"].endswith("-alertmanager")]
     expected = yaml.safe_load((CHART / "files" / "alertmanager" / "alertmanager.yaml").read_text())
@@ -452,3 +455,16 @@ def _write(tmp: Path, values: dict[str, Any]) -> Path:
     path = tmp / f"values-{len(list(tmp.iterdir()))}.yaml"
     path.write_text(yaml.safe_dump(values))
     return path
+
+
+@pytest.mark.parametrize(("url", "expected"), [
+    ("http://prometheus-operated.monitoring.svc:9090", ("http://prometheus-operated.monitoring.svc", 9090, "")),
+    ("http://mimir-gateway.mimir.svc/prometheus", ("http://mimir-gateway.mimir.svc", 80, "/prometheus")),
+    ("https://prom.example.com/", ("https://prom.example.com", 443, "")),
+    ("https://thanos.example:10902/api/prom/", ("https://thanos.example", 10902, "/api/prom")),
+])
+def test_adapter_prometheus_url_port_and_path(tmp: Path, url: str, expected: tuple[str, int, str]) -> None:
+    docs = template(tmp, {"recommender": {"prometheusUrl": url}})
+    [values_cm] = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-adapter-values")]
+    prom = yaml.safe_load(values_cm["data"]["values.yaml"])["prometheus"]
+    assert (prom["url"], prom["port"], prom["path"]) == expected
