@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.paths import FIXTURES
 from tests.waiting import wait_for
@@ -38,6 +39,12 @@ def running_exporter(workdir: Path, **env: str) -> Iterator[str]:
         yield url
     finally:
         proc.stop()
+
+
+def sample(text: str, name: str, **labels: str) -> float | None:
+    """The value of the sample *name* with exactly *labels* in an exposition (label order is free)."""
+    return next((s.value for fam in text_string_to_metric_families(text) for s in fam.samples
+                 if s.name == name and s.labels == labels), None)
 
 
 @pytest.fixture(scope="module")
@@ -109,18 +116,21 @@ def test_opentelemetry_sdk_protobuf_spans_are_joined(exporter: str) -> None:
                 "triton.model_name": "sdkmodel", "triton.model_version": 4})
             model.add_event("REQUEST_START", timestamp=start)
             model.add_event("QUEUE_START", timestamp=start + 100_000)
-            with tracer.start_as_current_span("compute", context=_ctx(model), start_time=start + 2_000_000) as c:
-                for name, offset in (("COMPUTE_START", 2_000_000), ("COMPUTE_INPUT_END", 2_100_000),
-                                     ("COMPUTE_OUTPUT_START", 6_100_000), ("COMPUTE_END", 6_200_000)):
-                    c.add_event(name, timestamp=start + offset)
+            # Ended at its own stamps: `start` runs ahead of the wall clock, and a span that ends
+            # before it starts is rejected (end_before_start).
+            c = tracer.start_span("compute", context=_ctx(model), start_time=start + 2_000_000)
+            for name, offset in (("COMPUTE_START", 2_000_000), ("COMPUTE_INPUT_END", 2_100_000),
+                                 ("COMPUTE_OUTPUT_START", 6_100_000), ("COMPUTE_END", 6_200_000)):
+                c.add_event(name, timestamp=start + offset)
+            c.end(end_time=start + 6_200_000)
             model.add_event("REQUEST_END", timestamp=start + 6_300_000)
             model.end(end_time=start + 6_300_000)
     provider.shutdown()
     text = httpx.get(f"{exporter}/metrics").text
     for stage in STAGES:
-        line = f'{HIST}_count{{model="sdkmodel",namespace="",stage="{stage}",version="4"}} 5.0'
-        assert line in text, stage
-    assert f'{HIST}_sum{{model="sdkmodel",namespace="",stage="compute_infer",version="4"}} 0.02' in text
+        assert sample(text, f"{HIST}_count", model="sdkmodel", namespace="", stage=stage, version="4") == 5.0, stage
+    assert sample(text, f"{HIST}_sum", model="sdkmodel", namespace="", stage="compute_infer",
+                  version="4") == pytest.approx(0.02)
 
 
 def _ctx(span):  # type: ignore[no-untyped-def]
@@ -147,7 +157,7 @@ def test_fixture_bodies_over_http(exporter: str) -> None:
                        headers={"content-type": "application/json", **AUTH})
         assert r.status_code == 200
     text = httpx.get(f"{exporter}/metrics").text
-    assert f'{HIST}_count{{model="batcher",namespace="",stage="queue",version="1"}} 32.0' in text
+    assert sample(text, f"{HIST}_count", model="batcher", namespace="", stage="queue", version="1") == 32.0
 
 
 
@@ -178,9 +188,10 @@ def test_triton_trace_file_is_tailed(tmp_path: Path) -> None:
             load = LoadGenerator(scenario("steady", 20.0, 1.0), one.ready_urls, ["ctr_ranker"], seed=2).start()
             assert load.wait(60)
             sent = sum(1 for r in load.records() if r.ok)
-        expected = f'{HIST}_count{{model="ctr_ranker",namespace="",stage="compute_infer",version="1"}} {sent}.0'
         assert sent >= 10
-        wait_for(lambda: expected in httpx.get(f"{url}/metrics").text, 20, expected)
+        labels = {"model": "ctr_ranker", "namespace": "", "stage": "compute_infer", "version": "1"}
+        wait_for(lambda: sample(httpx.get(f"{url}/metrics").text, f"{HIST}_count", **labels) == sent, 20,
+                 f"{HIST}_count{labels} == {sent}")
 
 
 def test_static_triton_targets_are_polled(fleet: TritonFleet, tmp_path: Path) -> None:
