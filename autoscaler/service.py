@@ -38,6 +38,7 @@ from tidescale.autoscaler.recommend import (
 from tidescale.contracts import catalog
 from tidescale.contracts import recorded as names
 from tidescale.contracts.errors import UsageError
+from tidescale.contracts.http import install_error_boundary
 from tidescale.contracts.prometheus import PrometheusClient, PrometheusUnavailable
 from tidescale.contracts.promql import selector
 from tidescale.contracts.settings import ComponentSettings
@@ -363,6 +364,7 @@ def make_app(service: RecommenderService) -> Any:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_as_collector(service))
     app = FastAPI(title="tidescale recommender")
+    registry.register(install_error_boundary(app, "recommender", log))
 
     @app.get("/metrics")
     def metrics() -> Response:

@@ -97,3 +97,23 @@ def test_tuning_is_validated() -> None:
         RecommenderTuning(fast_jump=0.5)
     with pytest.raises(ValueError, match="no_such_knob"):
         RecommenderTuning(no_such_knob=1.0)  # type: ignore[call-arg]
+
+
+def test_the_recommender_app_counts_unexpected_errors() -> None:
+    """Like every tidescale service: an unexpected exception is a counted 500, not a traceback."""
+    from fastapi.testclient import TestClient
+
+    from tidescale.autoscaler.service import make_app
+
+    target = TargetSettings(deployment="d", namespace="n", model="m")
+    service = RecommenderService(RecommenderSettings(targets=[target], capacity_rps=1.0), AllInputsProm())  # type: ignore[arg-type]
+    app = make_app(service)
+
+    @app.get("/boom")
+    def boom() -> None:
+        raise RuntimeError("boom")
+
+    client = TestClient(app, raise_server_exceptions=False)
+    assert client.get("/boom").status_code == 500
+    assert 'tidescale_http_unhandled_errors_total{route="/boom",service="recommender"} 1.0' in client.get(
+        "/metrics").text
