@@ -24,7 +24,7 @@ NAMESPACE = "tidescale"
 MONITORING_API = ("--api-versions", "monitoring.coreos.com/v1")
 FULL_VALUES: dict[str, Any] = {
     "serving": {"namespace": "serving", "selector": {"app.kubernetes.io/name": "triton-server"}, "metricsPort": 8002},
-    "exporter": {"replicas": 2, "settings": {"poll_interval_s": 2.0}},
+    "exporter": {"settings": {"poll_interval_s": 2.0}},
     "recommender": {"capacityRps": 50.0},
     "reviews": {"database": {"existingSecret": "reviews-db", "key": "url"}},
     "autoscaling": {"targets": [
@@ -42,7 +42,7 @@ PEAK = {"timezone": "Europe/Berlin", "start": "50 8 * * 1-5", "end": "0 11 * * 1
 KEDA_VALUES: dict[str, Any] = {**FULL_VALUES, "autoscaling": {"mode": "keda", "targets": [
     {**FULL_VALUES["autoscaling"]["targets"][0], "prescale": [PEAK]}, FULL_VALUES["autoscaling"]["targets"][1]]}}
 CORE_KINDS = {"Deployment", "Service", "ServiceAccount", "ConfigMap", "Secret", "Role", "RoleBinding",
-              "NetworkPolicy", "PersistentVolumeClaim", "PodDisruptionBudget", "HorizontalPodAutoscaler", "CronJob"}
+              "NetworkPolicy", "PersistentVolumeClaim", "HorizontalPodAutoscaler", "CronJob"}
 CRDS = {"PrometheusRule": "crd-prometheusrules.yaml", "ServiceMonitor": "crd-servicemonitors.yaml",
         "PodMonitor": "crd-podmonitors.yaml", "ScaledObject": "crd-keda-scaledobjects.yaml"}
 
@@ -326,11 +326,10 @@ def test_the_configmap_sections_load_with_the_components_settings(full_docs: lis
     assert {t.namespace for t in recommender.targets} == {"serving"}
 
 
-def test_network_policies_and_pdb(default_docs: list[dict[str, Any]], full_docs: list[dict[str, Any]]) -> None:
+def test_network_policies_and_no_pdb(default_docs: list[dict[str, Any]], full_docs: list[dict[str, Any]]) -> None:
     assert len(kinds(default_docs)["NetworkPolicy"]) == 3
-    assert "PodDisruptionBudget" not in kinds(default_docs)  # one exporter replica: a PDB would block drains
-    [pdb] = kinds(full_docs)["PodDisruptionBudget"]
-    assert pdb["spec"]["maxUnavailable"] == 1
+    # One exporter replica, always: a PDB of the singleton would only block node drains.
+    assert "PodDisruptionBudget" not in kinds(default_docs) and "PodDisruptionBudget" not in kinds(full_docs)
 
 
 @pytest.mark.parametrize(("values", "message"), [
@@ -468,3 +467,241 @@ def test_adapter_prometheus_url_port_and_path(tmp: Path, url: str, expected: tup
     [values_cm] = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-adapter-values")]
     prom = yaml.safe_load(values_cm["data"]["values.yaml"])["prometheus"]
     assert (prom["url"], prom["port"], prom["path"]) == expected
+
+
+# --- Escape hatches (issue 12): rendered under a release and namespace other than `tidescale`. -------------------
+
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+ZONE_SPREAD = {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway"}
+EXTRA_PDB = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+             "metadata": {"name": "{{ include \"tidescale.fullname\" . }}-reviews",
+                          "namespace": "{{ include \"tidescale.namespace\" . }}"},
+             "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {
+                 "app.kubernetes.io/instance": "{{ .Release.Name }}", "app.kubernetes.io/component": "reviews"}}}}
+# A string item: a template that is not YAML before rendering (an unquoted {{ }} as a value).
+EXTRA_STRING = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ include \"tidescale.fullname\" . }}-extra\n" \
+               "data:\n  priority: {{ .Values.priorityClassName }}\n"
+RELABEL = {"targetLabel": "cluster", "replacement": "eu-1"}
+DROP_GO = {"action": "drop", "sourceLabels": ["__name__"], "regex": "go_.*"}
+HATCH_VALUES: dict[str, Any] = {
+    **FULL_VALUES,
+    "nameOverride": "ts",
+    "namespaceOverride": "observability",
+    "image": {"digest": DIGEST},
+    "podLabels": {"team": "ml", "tier": "global"},
+    "podAnnotations": {"owner": "platform", "tier": "global"},
+    "priorityClassName": "tidescale-normal",
+    "topologySpreadConstraints": [ZONE_SPREAD],
+    "serviceAccount": {"name": "ts-sa"},
+    "exporter": {**FULL_VALUES["exporter"], "podLabels": {"tier": "exporter"}, "podAnnotations": {"tier": "exporter"},
+                 "priorityClassName": "tidescale-critical",
+                 "extraEnv": [{"name": "OTEL_SDK_DISABLED", "value": "true"}], "extraArgs": ["--log-level", "debug"],
+                 "extraVolumes": [{"name": "ca", "configMap": {"name": "ca-bundle"}}],
+                 "extraVolumeMounts": [{"name": "ca", "mountPath": "/etc/ssl/custom", "readOnly": True}],
+                 "resources": {"requests": {"cpu": "100m", "memory": "256Mi", "ephemeral-storage": "1Gi"},
+                               "limits": {"memory": "512Mi", "nvidia.com/gpu": 1}}},
+    "recommender": {**FULL_VALUES["recommender"], "extraEnv": [{"name": "TZ", "value": "UTC"}],
+                    "topologySpreadConstraints": [{**ZONE_SPREAD, "maxSkew": 2}]},
+    "reviews": {**FULL_VALUES["reviews"], "extraArgs": ["--verbose"],
+                "extraVolumes": [{"name": "scratch", "emptyDir": {}}],
+                "extraVolumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]},
+    "monitoring": {**FULL_VALUES["monitoring"],
+                   "triton": {"relabelings": [RELABEL], "metricRelabelings": [DROP_GO], "scrapeTimeout": "5s"},
+                   "exporter": {"relabelings": [RELABEL], "metricRelabelings": [DROP_GO], "scrapeTimeout": "10s"},
+                   "dcgmExporter": {"relabelings": [RELABEL], "metricRelabelings": [DROP_GO], "scrapeTimeout": "7s"}},
+    "extraObjects": [EXTRA_PDB, EXTRA_STRING],
+}
+# Objects that live in a namespace of their own on purpose (FULL_VALUES sets them), not namespaceOverride.
+ELSEWHERE = {("HorizontalPodAutoscaler", "serving"), ("Role", "serving"), ("RoleBinding", "serving"),
+             ("Secret", "monitoring"), ("ConfigMap", "monitoring")}
+
+
+def render(tmp: Path, values: dict[str, Any], release: str = "obs", namespace: str = "mon") -> list[dict[str, Any]]:
+    result = helm("template", release, str(CHART), "--namespace", namespace, *MONITORING_API,
+                  "-f", str(_write(tmp, values)))
+    assert result.returncode == 0, result.stderr
+    return [d for d in yaml.safe_load_all(result.stdout) if d]
+
+
+@pytest.fixture(scope="module")
+def hatch_docs(tmp: Path) -> list[dict[str, Any]]:
+    return render(tmp, HATCH_VALUES)
+
+
+def _deployments(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["labels"]["app.kubernetes.io/component"]: d for d in docs if d["kind"] == "Deployment"}
+
+
+def _endpoint(monitor: dict[str, Any]) -> dict[str, Any]:
+    [endpoint] = monitor["spec"].get("endpoints") or monitor["spec"]["podMetricsEndpoints"]
+    return endpoint
+
+
+def test_every_hatch_renders_valid_manifests(hatch_docs: list[dict[str, Any]]) -> None:
+    for doc in hatch_docs:
+        if doc["kind"] in CORE_KINDS | {"PodDisruptionBudget"}:
+            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+        elif doc["kind"] in CRDS:
+            errors = [e.message for e in crd_validator(doc["kind"]).iter_errors(doc)]
+            assert not errors, f"{doc['kind']} {doc['metadata']['name']}: {errors}"
+
+
+def test_namespace_override_moves_the_release_objects_only(hatch_docs: list[dict[str, Any]]) -> None:
+    elsewhere = []
+    for doc in hatch_docs:
+        namespace = doc["metadata"].get("namespace")
+        if namespace != "observability" and not (doc["kind"] == "ConfigMap" and namespace is None):
+            elsewhere.append((doc["kind"], namespace))
+    # The dashboards stay in dashboards.namespace, the adapter's config and the Alertmanager Secret in theirs,
+    # the HPAs and the exporter's Role in the serving namespace.
+    assert set(elsewhere) == ELSEWHERE and "mon" not in {ns for _, ns in elsewhere}
+    by_kind = kinds(hatch_docs)
+    [exporter_monitor] = [m for m in by_kind["ServiceMonitor"] if "dcgm" not in m["metadata"]["name"]]
+    assert exporter_monitor["spec"]["namespaceSelector"]["matchNames"] == ["observability"]
+    [binding] = by_kind["RoleBinding"]
+    assert binding["subjects"][0]["namespace"] == "observability"
+    reviews_env = {e["name"]: e.get("value") for e in _deployments(hatch_docs)["reviews"]["spec"]["template"]["spec"]
+                   ["containers"][0]["env"]}
+    assert reviews_env["TIDESCALE_REVIEWS_EXPORTER_URL"] == "http://obs-ts-exporter.observability.svc:9105"
+    [amc] = by_kind["AlertmanagerConfig"]
+    assert amc["spec"]["receivers"][0]["webhookConfigs"][0]["url"].startswith("http://obs-ts-reviews.observability.svc")
+
+
+def test_name_overrides(tmp: Path, hatch_docs: list[dict[str, Any]]) -> None:
+    names = {d["metadata"]["name"] for d in hatch_docs if d["kind"] == "Deployment"}
+    assert names == {"obs-ts-exporter", "obs-ts-recommender", "obs-ts-reviews"}
+    for d in _deployments(hatch_docs).values():
+        assert d["metadata"]["labels"]["app.kubernetes.io/name"] == "ts"
+        assert d["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"] == "ts"
+    full = render(tmp, {"fullnameOverride": "gpu-obs"})
+    assert {d["metadata"]["name"] for d in full if d["kind"] == "Deployment"} == \
+        {"gpu-obs-exporter", "gpu-obs-recommender", "gpu-obs-reviews"}
+    assert {d["metadata"]["namespace"] for d in full if "namespace" in d["metadata"]} == {"mon", "monitoring"}
+
+
+def test_pod_labels_and_annotations_merge_with_the_component_winning(hatch_docs: list[dict[str, Any]]) -> None:
+    deployments = _deployments(hatch_docs)
+    exporter = deployments["exporter"]["spec"]["template"]["metadata"]
+    assert exporter["labels"]["team"] == "ml" and exporter["labels"]["tier"] == "exporter"
+    assert exporter["annotations"]["owner"] == "platform" and exporter["annotations"]["tier"] == "exporter"
+    assert "checksum/config" in exporter["annotations"]  # the chart's own annotation stays
+    for component in ("recommender", "reviews"):
+        meta = deployments[component]["spec"]["template"]["metadata"]
+        assert meta["labels"]["tier"] == "global" and meta["annotations"]["tier"] == "global"
+    [cron] = kinds(hatch_docs)["CronJob"]
+    assert cron["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"]["team"] == "ml"
+
+
+def test_pod_labels_never_detach_a_pod_from_its_deployment(tmp: Path) -> None:
+    docs = render(tmp, {"podLabels": {"app.kubernetes.io/component": "other", "app.kubernetes.io/instance": "x"}})
+    for d in _deployments(docs).values():
+        labels = d["spec"]["template"]["metadata"]["labels"]
+        assert d["spec"]["selector"]["matchLabels"].items() <= labels.items()
+
+
+def test_extra_env_args_volumes_and_mounts_per_component(hatch_docs: list[dict[str, Any]]) -> None:
+    deployments = _deployments(hatch_docs)
+    exporter = deployments["exporter"]["spec"]["template"]["spec"]
+    [container] = exporter["containers"]
+    assert container["args"][:2] == ["exporter", "serve"] and container["args"][-2:] == ["--log-level", "debug"]
+    assert container["env"][0]["name"] == "TIDESCALE_EXPORTER_TOKEN"  # the chart's own first
+    assert container["env"][-1] == {"name": "OTEL_SDK_DISABLED", "value": "true"}
+    assert container["volumeMounts"][-1] == {"name": "ca", "mountPath": "/etc/ssl/custom", "readOnly": True}
+    assert exporter["volumes"][-1] == {"name": "ca", "configMap": {"name": "ca-bundle"}}
+    recommender = deployments["recommender"]["spec"]["template"]["spec"]["containers"][0]
+    assert recommender["env"] == [{"name": "TZ", "value": "UTC"}] and "--log-level" not in recommender["args"]
+    reviews = deployments["reviews"]["spec"]["template"]["spec"]
+    assert reviews["containers"][0]["args"][-1] == "--verbose"
+    assert reviews["containers"][0]["volumeMounts"][-1] == {"name": "scratch", "mountPath": "/scratch"}
+    assert reviews["volumes"][-1] == {"name": "scratch", "emptyDir": {}}
+
+
+def test_scheduling_and_service_account(hatch_docs: list[dict[str, Any]]) -> None:
+    deployments = {c: d["spec"]["template"]["spec"] for c, d in _deployments(hatch_docs).items()}
+    assert deployments["exporter"]["priorityClassName"] == "tidescale-critical"
+    assert deployments["reviews"]["priorityClassName"] == "tidescale-normal"
+    [recommender_spread] = deployments["recommender"]["topologySpreadConstraints"]
+    assert recommender_spread["maxSkew"] == 2  # the component's list replaces the global one
+    for component, spec in deployments.items():
+        [spread] = spec["topologySpreadConstraints"]
+        selector = spread["labelSelector"]["matchLabels"]
+        assert selector["app.kubernetes.io/component"] == component and selector["app.kubernetes.io/instance"] == "obs"
+    accounts = {d["metadata"]["name"] for d in kinds(hatch_docs)["ServiceAccount"]}
+    assert accounts == {"ts-sa", "ts-sa-exporter"}
+    assert deployments["exporter"]["serviceAccountName"] == "ts-sa-exporter"
+    assert deployments["recommender"]["serviceAccountName"] == "ts-sa"
+    assert kinds(hatch_docs)["RoleBinding"][0]["subjects"][0]["name"] == "ts-sa-exporter"
+
+
+def test_an_existing_service_account(tmp: Path) -> None:
+    docs = render(tmp, {"serviceAccount": {"create": False, "name": "platform-sa"}})
+    assert "ServiceAccount" not in kinds(docs)
+    assert {d["spec"]["template"]["spec"]["serviceAccountName"] for d in kinds(docs)["Deployment"]} == {"platform-sa"}
+    assert kinds(docs)["RoleBinding"][0]["subjects"][0]["name"] == "platform-sa"
+
+
+def test_monitor_relabelings_metric_relabelings_and_timeouts(hatch_docs: list[dict[str, Any]]) -> None:
+    from tidescale.alerts.config import default_config
+
+    by_kind = kinds(hatch_docs)
+    monitors = {m["metadata"]["name"]: _endpoint(m) for m in by_kind["ServiceMonitor"] + by_kind["PodMonitor"]}
+    triton, exporter, dcgm = monitors["obs-ts-triton"], monitors["obs-ts"], monitors["obs-ts-dcgm-exporter"]
+    assert exporter["relabelings"][0] == {"targetLabel": "job", "replacement": default_config().exporter_job}
+    assert exporter["relabelings"][1:] == [RELABEL]
+    assert [r.get("targetLabel") for r in triton["relabelings"]] == ["pod", "namespace", "cluster"]
+    assert dcgm["relabelings"] == [RELABEL]
+    for endpoint, timeout in ((triton, "5s"), (exporter, "10s"), (dcgm, "7s")):
+        assert endpoint["metricRelabelings"] == [DROP_GO] and endpoint["scrapeTimeout"] == timeout
+
+
+def test_image_digest_and_free_form_resources(hatch_docs: list[dict[str, Any]],
+                                              default_docs: list[dict[str, Any]]) -> None:
+    for spec in _pod_specs(hatch_docs):
+        for c in spec["containers"]:
+            assert c["image"] == f"ghcr.io/tidescale/tidescale@{DIGEST}"
+    for spec in _pod_specs(default_docs):
+        assert spec["containers"][0]["image"] == "ghcr.io/tidescale/tidescale:0.1.0"
+    resources = _deployments(hatch_docs)["exporter"]["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert resources["requests"]["ephemeral-storage"] == "1Gi" and resources["limits"]["nvidia.com/gpu"] == 1
+
+
+def test_extra_objects_render_with_tpl(hatch_docs: list[dict[str, Any]]) -> None:
+    [pdb] = kinds(hatch_docs)["PodDisruptionBudget"]
+    assert pdb["metadata"] == {"name": "obs-ts-reviews", "namespace": "observability"}
+    assert pdb["spec"]["selector"]["matchLabels"]["app.kubernetes.io/instance"] == "obs"
+    [extra] = [d for d in hatch_docs if d["metadata"]["name"] == "obs-ts-extra"]
+    assert extra["kind"] == "ConfigMap" and extra["data"] == {"priority": "tidescale-normal"}
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ({"namespaceOverides": "mon"}, "additional properties 'namespaceOverides' not allowed"),
+    ({"podLabel": {"team": "ml"}}, "additional properties 'podLabel' not allowed"),
+    ({"exporter": {"extraEnvs": [{"name": "A", "value": "b"}]}}, "additional properties 'extraEnvs' not allowed"),
+    ({"reviews": {"extraVolumeMount": []}}, "additional properties 'extraVolumeMount' not allowed"),
+    ({"recommender": {"resources": {"limit": {"cpu": 1}}}}, "additional properties 'limit' not allowed"),
+    ({"exporter": {"extraEnv": [{"name": "A", "vaule": "b"}]}}, "additional properties 'vaule' not allowed"),
+    ({"monitoring": {"exporter": {"relabelings": [{"sourcelabels": ["pod"]}]}}},
+     "additional properties 'sourcelabels' not allowed"),
+    ({"monitoring": {"dcgmExporter": {"scrapeTimout": "5s"}}}, "additional properties 'scrapeTimout' not allowed"),
+    ({"monitoring": {"triton": {"scrapeTimeout": "five"}}}, "/monitoring/triton/scrapeTimeout"),
+    ({"serviceAccount": {"nmae": "sa"}}, "additional properties 'nmae' not allowed"),
+    ({"image": {"digest": "latest"}}, "/image/digest"),
+    ({"exporter": {"extraArgs": "--debug"}}, "/exporter/extraArgs"),
+    ({"topologySpreadConstraints": [{"maxSkew": 1}]}, "/topologySpreadConstraints/0"),
+    ({"extraObjects": {"kind": "ConfigMap"}}, "/extraObjects"),
+])
+def test_schema_refuses_a_mistyped_hatch_naming_it(tmp: Path, values: dict[str, Any], message: str) -> None:
+    result = helm("template", "obs", str(CHART), "--namespace", "mon", "-f", str(_write(tmp, values)))
+    assert result.returncode != 0
+    assert "values don't meet the specifications of the schema" in result.stderr
+    assert message in result.stderr
+
+
+@pytest.mark.parametrize("replicas", [0, 2, 3])
+def test_exporter_replicas_other_than_one_are_refused(tmp: Path, replicas: int) -> None:
+    """The exporter is a stateful singleton: two replicas double-count series and split span joins."""
+    result = helm("template", "obs", str(CHART), "--namespace", "mon",
+                  "-f", str(_write(tmp, {"exporter": {"replicas": replicas}})))
+    assert result.returncode != 0 and "/exporter/replicas" in result.stderr
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert "singleton" in schema["properties"]["exporter"]["properties"]["replicas"]["description"]

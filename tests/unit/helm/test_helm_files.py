@@ -22,12 +22,16 @@ def schema() -> dict[str, Any]:
 
 
 def _objects(node: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    """Every object node with its own properties, under properties, definitions and array items."""
     out = []
     if isinstance(node, dict):
         if node.get("type") == "object" and "properties" in node:
             out.append((path or "/", node))
         for key, value in node.get("properties", {}).items():
             out += _objects(value, f"{path}/{key}")
+        for key, value in node.get("definitions", {}).items():
+            out += _objects(value, f"#/definitions/{key}")
+        out += _objects(node.get("items"), f"{path}[]")
     return out
 
 
@@ -56,6 +60,13 @@ def test_every_default_key_is_in_the_schema(schema: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("bad", [
     {"exporter": {"replicas": 0}},
+    {"exporter": {"replicas": 2}},
+    {"exporter": {"resources": {"requests": {"cpu": True}}}},
+    {"exporter": {"extraEnv": [{"value": "no name"}]}},
+    {"recommender": {"extraVolumeMounts": [{"name": "v"}]}},
+    {"monitoring": {"exporter": {"relabelings": [{"targetLabel": "a", "replacment": "b"}]}}},
+    {"image": {"digest": "sha256:short"}},
+    {"namespaceOverride": "Not_A_Namespace"},
     {"reviews": {"persistence": {"size": "lots"}}},
     {"serving": {"selector": {}}},
     {"dashboards": {"labels": {"grafana_dashboard": 1}}},
@@ -66,7 +77,7 @@ def test_every_default_key_is_in_the_schema(schema: dict[str, Any]) -> None:
 def test_schema_rejects_wrong_values(schema: dict[str, Any], bad: dict[str, Any]) -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     for key, value in bad.items():
-        values[key] = {**values[key], **value}
+        values[key] = {**values[key], **value} if isinstance(value, dict) else value
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(values, schema)
 
@@ -135,3 +146,22 @@ def test_chart_schema_lists_every_recommender_knob() -> None:
     schema = json.loads((REPO / "deploy" / "helm" / "tidescale" / "values.schema.json").read_text())
     tuning = schema["properties"]["recommender"]["properties"]["tuning"]
     assert set(tuning["properties"]) == set(RecommenderTuning.model_fields)
+
+
+def test_every_schema_reference_resolves(schema: dict[str, Any]) -> None:
+    refs = re.findall(r'"\$ref": "#/definitions/([^"]+)"', json.dumps(schema))
+    assert refs and set(refs) <= set(schema["definitions"])
+
+
+@pytest.mark.parametrize("good", [
+    {"exporter": {"resources": {"requests": {"ephemeral-storage": "1Gi"}, "limits": {"nvidia.com/gpu": 1}}}},
+    {"reviews": {"resources": {}}},
+    {"recommender": {"extraEnv": [{"name": "A", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]}},
+    {"extraObjects": [{"apiVersion": "v1", "kind": "ConfigMap"}, "kind: {{ .Values.x }}"]},
+    {"image": {"digest": "sha256:" + "ab" * 32}},
+])
+def test_schema_accepts_the_escape_hatches(schema: dict[str, Any], good: dict[str, Any]) -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    for key, value in good.items():
+        values[key] = {**values[key], **value} if isinstance(value, dict) else value
+    jsonschema.validate(values, schema)

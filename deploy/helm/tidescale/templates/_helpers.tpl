@@ -1,11 +1,26 @@
 {{/* Names, labels and the shared pod/container security settings. */}}
 
+{{/* The chart's name for labels and object names: nameOverride replaces the chart name. */}}
+{{- define "tidescale.appName" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{- define "tidescale.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "tidescale.appName" . -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Where the release's own namespaced objects go: namespaceOverride (umbrella charts), else the release's. */}}
+{{- define "tidescale.namespace" -}}
+{{- default .Release.Namespace .Values.namespaceOverride -}}
 {{- end -}}
 
 {{- define "tidescale.name" -}}
@@ -14,7 +29,7 @@
 
 {{- define "tidescale.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
-app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/name: {{ include "tidescale.appName" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
@@ -22,7 +37,7 @@ app.kubernetes.io/part-of: tidescale
 {{- end -}}
 
 {{- define "tidescale.selectorLabels" -}}
-app.kubernetes.io/name: {{ .root.Chart.Name }}
+app.kubernetes.io/name: {{ include "tidescale.appName" .root }}
 app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
@@ -33,67 +48,111 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{- define "tidescale.servingNamespace" -}}
-{{- default .Release.Namespace .Values.serving.namespace -}}
+{{- default (include "tidescale.namespace" .) .Values.serving.namespace -}}
 {{- end -}}
 
+{{/* repository@digest when image.digest is set (immutable), else repository:tag (tag defaults to appVersion). */}}
 {{- define "tidescale.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "tidescale.authSecret" -}}
 {{- default (printf "%s-auth" (include "tidescale.fullname" .)) .Values.auth.existingSecret -}}
 {{- end -}}
 
+{{/* The account of the pods without API access: serviceAccount.name (created, or an existing one with
+     create=false), else <fullname> when created, else the namespace's default account. */}}
 {{- define "tidescale.serviceAccount" -}}
-{{- if .Values.serviceAccount.create -}}{{ include "tidescale.fullname" . }}{{- else -}}default{{- end -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "tidescale.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "tidescale.hasPrometheusOperator" -}}
 {{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1" -}}true{{- end -}}
 {{- end -}}
 
-{{/* Pod spec fields every tidescale pod shares: non-root, no service account token unless needed. */}}
+{{/* Pod template metadata: the chart's labels and annotations over the component's podLabels/podAnnotations
+     over the global ones (the selector labels always win: a pod label must not detach a pod from its
+     Deployment). Takes root, component, values (the component's values; empty for the CronJob), annotations. */}}
+{{- define "tidescale.podMetadata" -}}
+{{- $v := .root.Values -}}
+{{- $c := .values | default dict -}}
+{{- $labels := merge (include "tidescale.componentLabels" . | fromYaml) (deepCopy ($c.podLabels | default dict)) (deepCopy $v.podLabels) -}}
+{{- $annotations := merge (deepCopy (.annotations | default dict)) (deepCopy ($c.podAnnotations | default dict)) (deepCopy $v.podAnnotations) -}}
+labels:
+  {{- toYaml $labels | nindent 2 }}
+{{- with $annotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* Pod spec fields every tidescale pod shares: non-root, scheduling (the component's priorityClassName and
+     topologySpreadConstraints replace the global ones; a constraint without labelSelector gets the
+     component's selector labels). Takes root, component, values. */}}
 {{- define "tidescale.podCommon" -}}
-{{- with .Values.imagePullSecrets }}
+{{- $v := .root.Values -}}
+{{- $c := .values | default dict -}}
+{{- with $v.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 securityContext:
-  {{- toYaml .Values.podSecurityContext | nindent 2 }}
-{{- with .Values.nodeSelector }}
+  {{- toYaml $v.podSecurityContext | nindent 2 }}
+{{- with $c.priorityClassName | default $v.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with $c.topologySpreadConstraints | default $v.topologySpreadConstraints }}
+{{- $selector := dict "matchLabels" (include "tidescale.selectorLabels" $ | fromYaml) }}
+topologySpreadConstraints:
+  {{- range $tsc := . }}
+  - {{- toYaml (merge (deepCopy $tsc) (dict "labelSelector" $selector)) | nindent 4 }}
+  {{- end }}
+{{- end }}
+{{- with $v.nodeSelector }}
 nodeSelector:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.tolerations }}
+{{- with $v.tolerations }}
 tolerations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.affinity }}
+{{- with $v.affinity }}
 affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end -}}
 
-{{/* An HTTP service container: image, security context, probes on /healthz and /readyz. */}}
+{{/* An HTTP service container: image, security context, probes on /healthz and /readyz; the component's
+     extraArgs, extraEnv and extraVolumeMounts come after the chart's own. Takes root, component, values, port,
+     args, env, mounts, readyPath. */}}
 {{- define "tidescale.container" -}}
 {{- $v := .root.Values -}}
+{{- $c := .values -}}
 - name: {{ .component }}
   image: {{ include "tidescale.image" .root }}
   imagePullPolicy: {{ $v.image.pullPolicy }}
   args:
-    {{- toYaml .args | nindent 4 }}
+    {{- toYaml (concat .args $c.extraArgs) | nindent 4 }}
   ports:
     - name: http
       containerPort: {{ .port }}
       protocol: TCP
-  {{- with .env }}
+  {{- with concat .env $c.extraEnv }}
   env:
     {{- toYaml . | nindent 4 }}
   {{- end }}
   securityContext:
     {{- toYaml $v.securityContext | nindent 4 }}
   resources:
-    {{- toYaml .resources | nindent 4 }}
+    {{- toYaml $c.resources | nindent 4 }}
   readinessProbe:
     httpGet: {path: {{ .readyPath | default "/healthz" }}, port: http}
     periodSeconds: 10
@@ -107,7 +166,7 @@ affinity:
   volumeMounts:
     - name: tmp
       mountPath: /tmp
-    {{- with .mounts }}
+    {{- with concat .mounts $c.extraVolumeMounts }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
 {{- end -}}
@@ -121,7 +180,32 @@ affinity:
 {{- join "," $parts -}}
 {{- end -}}
 
+{{/* The exporter's account (the one bound to the pod-reading Role): its own when the chart creates them. */}}
 {{- define "tidescale.exporterServiceAccount" -}}
-{{- if .Values.serviceAccount.create -}}{{ include "tidescale.fullname" . }}-exporter{{- else -}}default{{- end -}}
+{{- if .Values.serviceAccount.create -}}
+{{- printf "%s-exporter" (include "tidescale.serviceAccount" .) | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- include "tidescale.serviceAccount" . -}}
+{{- end -}}
 {{- end -}}
 
+{{/* A monitor endpoint's scrapeTimeout and metricRelabelings (monitoring.triton / exporter / dcgmExporter);
+     relabelings are added by the monitor itself, after the chart's own. */}}
+{{- define "tidescale.scrapeExtras" -}}
+{{- with .scrapeTimeout }}
+scrapeTimeout: {{ . }}
+{{- end }}
+{{- with .metricRelabelings }}
+metricRelabelings:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* extraObjects: each item a manifest (map) or a string, rendered with tpl against the release. */}}
+{{- define "tidescale.extraObject" -}}
+{{- if kindIs "string" .object -}}
+{{- tpl .object .root -}}
+{{- else -}}
+{{- tpl (toYaml .object) .root -}}
+{{- end -}}
+{{- end -}}
