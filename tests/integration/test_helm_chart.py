@@ -705,3 +705,24 @@ def test_exporter_replicas_other_than_one_are_refused(tmp: Path, replicas: int) 
     assert result.returncode != 0 and "/exporter/replicas" in result.stderr
     schema = json.loads((CHART / "values.schema.json").read_text())
     assert "singleton" in schema["properties"]["exporter"]["properties"]["replicas"]["description"]
+
+
+@pytest.mark.parametrize(("monitoring", "refused"), [
+    ({"triton": {"scrapeTimeout": "20s"}}, "monitoring.triton.scrapeTimeout (20s) is longer than monitoring.interval"),
+    ({"interval": "1m", "dcgmExporter": {"scrapeTimeout": "1m500ms"}}, "monitoring.dcgmExporter.scrapeTimeout"),
+    ({"interval": "1m30s", "exporter": {"scrapeTimeout": "90s"}}, None),
+])
+def test_scrape_timeout_longer_than_the_interval_is_refused(tmp: Path, monitoring: dict[str, Any],
+                                                            refused: str | None) -> None:
+    """Prometheus rejects a scrape config whose timeout exceeds its interval: the chart says so at render time."""
+    result = helm("template", "obs", str(CHART), "--namespace", "mon", *MONITORING_API,
+                  "-f", str(_write(tmp, {"monitoring": monitoring})))
+    if refused is None:
+        assert result.returncode == 0, result.stderr
+    else:
+        assert result.returncode != 0 and refused in result.stderr
+
+
+def test_helm_lint_passes_with_every_hatch(tmp: Path) -> None:
+    result = helm("lint", str(CHART), "--strict", "--namespace", "mon", "-f", str(_write(tmp, HATCH_VALUES)))
+    assert result.returncode == 0, result.stdout + result.stderr

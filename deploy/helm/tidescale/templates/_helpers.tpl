@@ -189,13 +189,28 @@ affinity:
 {{- end -}}
 {{- end -}}
 
+{{/* A Prometheus duration (1m30s, 500ms) in milliseconds. */}}
+{{- define "tidescale.durationMs" -}}
+{{- $factors := dict "ms" 1 "s" 1000 "m" 60000 "h" 3600000 -}}
+{{- $total := 0 -}}
+{{- range $part := regexFindAll "[0-9]+(ms|s|m|h)" . -1 -}}
+{{- $unit := regexFind "(ms|s|m|h)$" $part -}}
+{{- $total = add $total (mul (trimSuffix $unit $part | int64) (get $factors $unit)) -}}
+{{- end -}}
+{{- $total -}}
+{{- end -}}
+
 {{/* A monitor endpoint's scrapeTimeout and metricRelabelings (monitoring.triton / exporter / dcgmExporter);
-     relabelings are added by the monitor itself, after the chart's own. */}}
+     relabelings are added by the monitor itself, after the chart's own. Takes name, monitor, interval. A
+     timeout longer than the interval is refused here: Prometheus would reject the scrape config. */}}
 {{- define "tidescale.scrapeExtras" -}}
-{{- with .scrapeTimeout }}
+{{- with .monitor.scrapeTimeout }}
+{{- if gt (include "tidescale.durationMs" . | int64) (include "tidescale.durationMs" $.interval | int64) }}
+{{- fail (printf "monitoring.%s.scrapeTimeout (%s) is longer than monitoring.interval (%s)" $.name . $.interval) }}
+{{- end }}
 scrapeTimeout: {{ . }}
 {{- end }}
-{{- with .metricRelabelings }}
+{{- with .monitor.metricRelabelings }}
 metricRelabelings:
   {{- toYaml . | nindent 2 }}
 {{- end }}
