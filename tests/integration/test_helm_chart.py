@@ -408,7 +408,13 @@ def test_exporter_job_is_stable_for_any_release_name(tmp: Path) -> None:
     docs = [d for d in yaml.safe_load_all(result.stdout) if d]
     [monitor] = [d for d in kinds(docs)["ServiceMonitor"] if d["metadata"]["name"] == "observability-tidescale"]
     relabel = monitor["spec"]["endpoints"][0]["relabelings"]
-    assert {"targetLabel": "job", "replacement": default_config().exporter_job} in relabel
+    job = {"sourceLabels": ["__meta_kubernetes_service_label_app_kubernetes_io_component"], "targetLabel": "job",
+           "replacement": "tidescale-$1"}
+    assert relabel[0] == job
+    # The exporter Service's component label gives exactly the job the rules select.
+    [service] = [d for d in kinds(docs)["Service"] if d["metadata"]["name"] == "observability-tidescale-exporter"]
+    component = service["metadata"]["labels"]["app.kubernetes.io/component"]
+    assert job["replacement"].replace("$1", component) == default_config().exporter_job
     [down] = [r for r in _alerts(docs) if r["alert"] == "TidescaleExporterDown"]
     assert f'up{{job="{default_config().exporter_job}"}}' in down["expr"]
 
@@ -646,7 +652,8 @@ def test_monitor_relabelings_metric_relabelings_and_timeouts(hatch_docs: list[di
     by_kind = kinds(hatch_docs)
     monitors = {m["metadata"]["name"]: _endpoint(m) for m in by_kind["ServiceMonitor"] + by_kind["PodMonitor"]}
     triton, exporter, dcgm = monitors["obs-ts-triton"], monitors["obs-ts"], monitors["obs-ts-dcgm-exporter"]
-    assert exporter["relabelings"][0] == {"targetLabel": "job", "replacement": default_config().exporter_job}
+    assert exporter["relabelings"][0]["targetLabel"] == "job"  # tidescale-<component>, before the user's
+    assert exporter["relabelings"][0]["replacement"].replace("$1", "exporter") == default_config().exporter_job
     assert exporter["relabelings"][1:] == [RELABEL]
     assert [r.get("targetLabel") for r in triton["relabelings"]] == ["pod", "namespace", "cluster"]
     assert dcgm["relabelings"] == [RELABEL]
