@@ -244,16 +244,21 @@ def test_the_webhook_answers_while_the_profile_fetch_is_blocked(tmp_path: Path,
 
 def test_background_work_is_bounded() -> None:
     release = threading.Event()
+    started = threading.Semaphore(0)
     done: list[int] = []
 
     def work(item: int) -> None:
+        started.release()
         release.wait(timeout=30)
         done.append(item)
 
     jobs: BackgroundWork[int] = BackgroundWork(work, workers=2, capacity=3, name="t")
-    accepted = [jobs.submit(i) for i in range(8)]
-    # Two running, at most three waiting; the rest refused rather than buffered.
-    assert accepted.count(True) <= 5 and accepted[:3] == [True, True, True] and not accepted[-1]
+    first = [jobs.submit(i) for i in range(2)]
+    assert started.acquire(timeout=10) and started.acquire(timeout=10)  # both workers hold one item
+    rest = [jobs.submit(i) for i in range(2, 8)]
+    # Two running, three waiting; the rest refused rather than buffered (no race: the workers are blocked).
+    accepted = first + rest
+    assert accepted == [True] * 5 + [False] * 3
     assert len(jobs._threads) == 2
     release.set()
     assert jobs.drain(timeout=30)
