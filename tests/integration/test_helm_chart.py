@@ -733,3 +733,19 @@ def test_scrape_timeout_longer_than_the_interval_is_refused(tmp: Path, monitorin
 def test_helm_lint_passes_with_every_hatch(tmp: Path) -> None:
     result = helm("lint", str(CHART), "--strict", "--namespace", "mon", "-f", str(_write(tmp, HATCH_VALUES)))
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(("kube", "override", "legacy"), [
+    ("1.33.0", None, True), ("1.34.0", None, False), ("1.35.0", None, False),
+    ("1.35.0", True, True), ("1.33.0", False, False),
+])
+def test_hpa_tolerance_follows_the_cluster_version(tmp: Path, kube: str, override: bool | None, legacy: bool) -> None:
+    """behavior.*.tolerance needs HPAConfigurableTolerance (on from 1.34); below, the recommender rounds."""
+    from tidescale.autoscaler.manifests import Target, hpa_manifest
+
+    values: dict[str, Any] = {**FULL_VALUES, "autoscaling": {**FULL_VALUES["autoscaling"], "legacyTolerance": override}}
+    docs = template(tmp, values, "--kube-version", kube)
+    hpa = next(d for d in docs if d["kind"] == "HorizontalPodAutoscaler" and d["metadata"]["name"] == "triton-resnet")
+    assert hpa["spec"] == hpa_manifest(Target("triton-resnet", "serving", "resnet50", 2, 12), legacy=legacy)["spec"]
+    config = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-config"))
+    assert yaml.safe_load(config["data"]["config.yaml"])["recommender"]["hpa_tolerance_rounding"] is legacy

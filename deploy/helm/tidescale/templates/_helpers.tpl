@@ -224,3 +224,14 @@ metricRelabelings:
 {{- tpl (toYaml .object) .root -}}
 {{- end -}}
 {{- end -}}
+
+{{- /* "true" when the HPA's behavior.*.tolerance must be left out (and the recommender round instead):
+       autoscaling.legacyTolerance when set, else the cluster version (the gate is on from 1.34). */}}
+{{- define "tidescale.legacyTolerance" -}}
+{{- $set := .Values.autoscaling.legacyTolerance -}}
+{{- if kindIs "bool" $set -}}
+{{- ternary "true" "false" $set -}}
+{{- else -}}
+{{- ternary "true" "false" (semverCompare "<1.34-0" .Capabilities.KubeVersion.Version) -}}
+{{- end -}}
+{{- end -}}
