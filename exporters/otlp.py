@@ -34,7 +34,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from tidescale.contracts import catalog
+from tidescale.contracts import catalog, jsonio
 from tidescale.exporters.cardinality import cut_label_value
 from tidescale.exporters.errors import BadInput
 from tidescale.exporters.latency import MAX_STAGE_SECONDS, STAGE_STAMPS, StageSample, samples_for
@@ -157,8 +157,8 @@ def _pb_value_text(value: Any) -> str:
 def decode_json(body: bytes) -> list[Span]:
     """OTLP/JSON (hex ids per the OTLP spec; base64 ids as protobuf's JSON mapping also accepted)."""
     try:
-        doc = json.loads(body)
-    except (ValueError, RecursionError) as exc:
+        doc = jsonio.loads(body)
+    except ValueError as exc:
         raise BadInput(400, f"body is not valid JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise BadInput(400, "OTLP JSON body must be an object with resourceSpans")

@@ -31,7 +31,7 @@ from tidescale.contracts.http import install_error_boundary
 from tidescale.exporters.errors import BadInput
 from tidescale.exporters.latency import LatencyAggregator, StageSample, log_buckets
 from tidescale.exporters.otlp import PROTOBUF_TYPES, Span, SpanJoiner, decode_traces, decompress
-from tidescale.exporters.profiles.store import ProfileStore
+from tidescale.exporters.profiles.store import MAX_NAME_CHARS, ProfileStore
 from tidescale.exporters.selfmetrics import SelfMetrics, configure_logging, self_tracer
 from tidescale.exporters.settings import ExporterSettings
 from tidescale.exporters.stats_poller import StatsPoller
@@ -41,7 +41,6 @@ from tidescale.exporters.tracefile import TraceFileTailer
 
 log = logging.getLogger("tidescale.exporter")
 TAIL_INTERVAL_S = 1.0
-MAX_NAME_CHARS = 200
 
 
 @dataclass

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import threading
 import time
@@ -30,7 +29,7 @@ import aiohttp
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from tidescale.contracts import catalog
+from tidescale.contracts import catalog, jsonio
 from tidescale.exporters.cardinality import SeriesCap, clean_label_value
 from tidescale.exporters.errors import BadInput
 from tidescale.exporters.latency import BucketHistogram
@@ -341,8 +340,8 @@ class StatsPoller(Collector):
 def _loads(body: bytes) -> Any:
     """JSON of a Triton metadata answer; BadInput(502) when it is not JSON or nests too deep."""
     try:
-        return json.loads(body)
-    except (ValueError, RecursionError) as exc:
+        return jsonio.loads(body)
+    except ValueError as exc:
         raise BadInput(502, f"response is not JSON: {type(exc).__name__}") from None
 
 

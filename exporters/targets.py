@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import threading
 from collections.abc import Callable, Iterable
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from tidescale.contracts import jsonio
 from tidescale.contracts.errors import UsageError
 
 log = logging.getLogger(__name__)
@@ -48,8 +48,8 @@ ChangeCallback = Callable[[list[Target], list[Target]], None]
 def parse_targets_file(text: str, max_targets: int = MAX_TARGETS) -> list[Target]:
     """Targets from file_sd JSON; UsageError names what is wrong (the caller keeps the old set)."""
     try:
-        groups = json.loads(text)
-    except (ValueError, RecursionError) as exc:  # a hostile file may nest deeper than the parser's stack
+        groups = jsonio.loads(text)
+    except ValueError as exc:
         raise UsageError(f"targets file is not JSON: {str(exc)[:200]}") from None
     if not isinstance(groups, list):
         raise UsageError("targets file must be a JSON list of {targets, labels} groups")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hmac
-import json
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
@@ -43,7 +42,7 @@ from tidescale.alerts.reviews.store import (
     utc_naive,
 )
 from tidescale.alerts.reviews.store import now as utc_now
-from tidescale.contracts import catalog
+from tidescale.contracts import catalog, jsonio
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.http import install_error_boundary
 
@@ -218,12 +217,12 @@ def bearer_token(settings: ReviewsSettings) -> bytes:
 
 
 def parse_json(body: bytes) -> Any:
-    """The JSON body, or a ValueError naming why not (too deep a document must not escape as RecursionError)."""
+    """The JSON body, or a ValueError naming why not."""
     try:
-        return json.loads(body)
-    except RecursionError:
+        return jsonio.loads(body)
+    except jsonio.NestedTooDeeply:
         raise ValueError("body is nested too deeply") from None
-    except (ValueError, UnicodeDecodeError):
+    except ValueError:
         raise ValueError("body is not valid JSON") from None
 
 

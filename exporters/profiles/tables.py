@@ -12,6 +12,7 @@ import io
 import json
 from typing import Any
 
+from tidescale.contracts import jsonio
 from tidescale.exporters.errors import BadInput
 from tidescale.exporters.profiles.chrome import MAX_TIME_US
 from tidescale.exporters.profiles.opclass import classify_op_type
@@ -25,10 +26,10 @@ def _load(stream: io.BufferedReader, what: str) -> Any:
     if len(data) > MAX_TABLE_BYTES:
         raise BadInput(413, f"{what} larger than {MAX_TABLE_BYTES} bytes")
     try:
-        return json.loads(data)
+        return jsonio.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BadInput(400, f"{what} is not valid JSON: {exc}") from None
-    except RecursionError:
+    except jsonio.NestedTooDeeply:
         raise BadInput(400, f"{what} nests arrays or objects too deeply to decode") from None
     except ValueError as exc:  # e.g. an integer past the interpreter's digit limit
         raise BadInput(400, f"{what} is not valid JSON: {exc}"[:200]) from None

@@ -8,12 +8,12 @@ counts as an entry, a header and a stamp is the exporter's rule (`exporters.trac
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from tidescale.contracts import jsonio
 from tidescale.contracts.errors import UsageError
 from tidescale.exporters.tracefile import entry_id, entry_model, entry_stamps
 
@@ -42,8 +42,8 @@ class TracedRequests:
 def parse_trace(text: str, model: str | None = None) -> TracedRequests:
     """Requests with all four stamps, sorted by QUEUE_START; other entries are skipped."""
     try:
-        entries = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
+        entries = jsonio.loads(text)
+    except ValueError as exc:
         raise UsageError(f"trace file is not valid JSON: {exc}") from None
     if not isinstance(entries, list):
         raise UsageError("a Triton trace file must hold a JSON array")

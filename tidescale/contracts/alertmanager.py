@@ -6,6 +6,7 @@ from typing import Any
 
 import httpx
 
+from tidescale.contracts import jsonio
 from tidescale.contracts.errors import TidescaleError
 
 
@@ -18,8 +19,8 @@ def active_alerts(url: str, timeout_s: float = 10.0, active_only: bool = True) -
     try:
         r = httpx.get(f"{url.rstrip('/')}/api/v2/alerts", params={"active": str(active_only).lower()},
                       timeout=timeout_s)
-        body = r.json() if r.is_success else None
-    except RecursionError:
+        body = jsonio.loads(r.content) if r.is_success else None
+    except jsonio.NestedTooDeeply:
         raise AlertmanagerUnavailable("alertmanager answer nested too deeply") from None
     except (httpx.HTTPError, ValueError) as exc:
         raise AlertmanagerUnavailable(f"alertmanager at {url} unreachable: {type(exc).__name__}") from None

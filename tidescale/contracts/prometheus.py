@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 
+from tidescale.contracts import jsonio
 from tidescale.contracts.errors import TidescaleError
 
 MAX_DETAIL_CHARS = 200
@@ -35,8 +36,8 @@ class PrometheusClient:
         """(HTTP status, decoded body) of GET *path*; PrometheusUnavailable when there is no JSON answer."""
         try:
             r = self.http.get(f"{self.url}{path}", params=params)
-            return r.status_code, r.json()
-        except RecursionError:  # not a ValueError: a hostile or broken answer must still mean "unavailable"
+            return r.status_code, jsonio.loads(r.content)
+        except jsonio.NestedTooDeeply:
             raise PrometheusUnavailable("response body nested too deeply") from None
         except httpx.TransportError as exc:
             raise PrometheusUnreachable(f"cannot reach Prometheus at {self.url}: {type(exc).__name__}") from None
