@@ -94,3 +94,23 @@ def test_other_missing_modules_still_raise() -> None:
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert out.returncode == 1 and "ModuleNotFoundError" in out.stderr
+
+
+def test_help_works_where_the_dev_stack_is_not_installed() -> None:
+    """The image removes tidescale.devstack and tidescale.benches and runs `tidescale --help` by default."""
+    probe = (
+        "import sys, importlib.abc\n"
+        "class Hide(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name.split('.')[:2] in (['tidescale', 'devstack'], ['tidescale', 'benches']):\n"
+        "            raise ModuleNotFoundError(name, name=name)\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, Hide())\n"
+        "from tidescale.cli import main\n"
+        "main(sys.argv[1:])\n"
+    )
+    shown = subprocess.run([sys.executable, "-c", probe, "--help"], capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert "exporter" in shown.stdout and "demo" not in shown.stdout and "bench" not in shown.stdout
+    demo = subprocess.run([sys.executable, "-c", probe, "demo"], capture_output=True, text=True, timeout=120)
+    assert demo.returncode == 2 and "Traceback" not in demo.stderr
