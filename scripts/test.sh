@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up (idempotent) and run the whole test suite: lint, types, artifact drift, unit, integration.
+# Set up (idempotent) and run the whole test suite: lint, types, artifact drift, unit, integration, e2e.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -17,5 +17,6 @@ for entry in tidescale/*; do ln -s "../../$entry" .typecheck/tidescale/; done
 for folder in exporters alerts autoscaler dashboards; do ln -s "../../$folder" ".typecheck/tidescale/$folder"; done
 (cd .typecheck && mypy --config-file ../pyproject.toml --no-error-summary -p tidescale)
 echo "== generated artifacts"; tidescale generate --check
-echo "== unit tests"; pytest -q -m "not integration" "$@"
+echo "== unit tests"; pytest -q -m "not integration and not e2e" "$@"
 echo "== integration tests"; pytest -q -m integration "$@"
+echo "== e2e tests (the local Kubernetes cluster)"; pytest -q -m e2e tests/e2e "$@"

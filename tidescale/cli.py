@@ -90,6 +90,8 @@ app = typer.Typer(
                  "Run the local stack (real Triton, Prometheus, Alertmanager) and play a scenario."),
         "fleet": ("tidescale.devstack.fleet.cli", "app",
                   "The dev fleet: real Triton replicas, simulated GPUs and dcgm-exporter, traffic."),
+        "cluster": ("tidescale.devstack.cluster.cli", "app",
+                    "The local Kubernetes built from upstream: up, down, status, kubeconfig."),
         "bench": ("tidescale.benches.cli", "app", "Benchmarks against the peers, JSON on stdout."),
         "generate": ("tidescale.devstack.artifacts", "generate_command",
                      "Regenerate rules, dashboards and adapter config; --check fails on drift."),

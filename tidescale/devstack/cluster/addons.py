@@ -1,0 +1,81 @@
+"""Add-ons installed the way users install them, from the upstream modules setup built.
+
+prometheus-operator's CRDs and its RBAC/Deployment examples are read from the pinned Go module in
+Go's module cache (the same source the binary was built from), with only the namespace changed;
+then a Prometheus and an Alertmanager resource like kube-prometheus-stack's, selecting every
+ServiceMonitor, PodMonitor, PrometheusRule and AlertmanagerConfig in the cluster.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tidescale.contracts.errors import TidescaleError
+from tidescale.contracts.tools import REPO_ROOT, SETUP_HINT
+from tidescale.devstack.cluster.config import ClusterConfig
+from tidescale.devstack.cluster.lifecycle import deployment_available, kubectl, render_manifest, wait_for
+from tidescale.devstack.node.kubeapi import KubeApi
+
+GO_MODULES = REPO_ROOT / "deploy" / "cluster" / "go"
+MONITORING_NS = "monitoring"
+
+
+def module_dir(component: str, module: str) -> Path:
+    """Where Go's module cache holds *module* at the version deploy/cluster/go/<component> pins."""
+    proc = subprocess.run(["go", "list", "-m", "-f", "{{.Dir}}", module], cwd=GO_MODULES / component,
+                          capture_output=True, text=True)
+    path = Path(proc.stdout.strip())
+    if proc.returncode != 0 or not path.is_dir():
+        raise TidescaleError(f"the {module} module is not in Go's module cache: {SETUP_HINT}")
+    return path
+
+
+def _renamespace(docs: list[dict[str, Any]], namespace: str) -> list[dict[str, Any]]:
+    for doc in docs:
+        if doc.get("metadata", {}).get("namespace"):
+            doc["metadata"]["namespace"] = namespace
+        for subject in doc.get("subjects") or []:
+            if "namespace" in subject:
+                subject["namespace"] = namespace
+    return docs
+
+
+def _load_all(paths: list[Path]) -> list[dict[str, Any]]:
+    docs: list[dict[str, Any]] = []
+    for path in paths:
+        docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
+    return docs
+
+
+def apply(config: ClusterConfig, docs: list[dict[str, Any]], server_side: bool = False) -> None:
+    args = ["apply", "-f", "-"] + (["--server-side", "--force-conflicts"] if server_side else [])
+    kubectl(config, *args, stdin=yaml.safe_dump_all(docs, sort_keys=False))
+
+
+def install_prometheus_operator(config: ClusterConfig, api: KubeApi) -> None:
+    root = module_dir("prometheus-operator", "github.com/prometheus-operator/prometheus-operator")
+    kubectl(config, "create", "namespace", MONITORING_NS, check=False)
+    apply(config, _load_all(sorted((root / "example" / "prometheus-operator-crd").glob("*.yaml"))), server_side=True)
+    kubectl(config, "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+    rbac = root / "example" / "rbac" / "prometheus-operator"
+    docs = _renamespace(_load_all(sorted(p for p in rbac.glob("*.yaml") if "service-monitor" not in p.name)),
+                        MONITORING_NS)
+    apply(config, docs)
+    wait_for("prometheus-operator", lambda: deployment_available(api, MONITORING_NS, "prometheus-operator"), 120)
+
+
+def install_monitoring_stack(config: ClusterConfig, api: KubeApi) -> None:
+    """A Prometheus and an Alertmanager resource, as kube-prometheus-stack creates them."""
+    install_prometheus_operator(config, api)
+    kubectl(config, "apply", "-f", "-", stdin=render_manifest(config, "monitoring.yaml", NAMESPACE=MONITORING_NS))
+
+    def statefulset_ready(name: str) -> bool:
+        sts = api.get(f"/apis/apps/v1/namespaces/{MONITORING_NS}/statefulsets/{name}")
+        return int(sts.get("status", {}).get("readyReplicas") or 0) >= int(sts["spec"].get("replicas", 1))
+
+    wait_for("Prometheus", lambda: statefulset_ready("prometheus-k8s"), 180)
+    wait_for("Alertmanager", lambda: statefulset_ready("alertmanager-main"), 180)

@@ -1,0 +1,206 @@
+"""`tidescale cluster up | down | status`: bring the local cluster up in order, and tear it all down.
+
+Up: the host link and its address, certificates, etcd, kube-apiserver, then the controllers,
+scheduler and kube-proxy, then one node agent per node, then cluster DNS. Any failure or Ctrl-C
+on the way runs the same teardown as `down`, so nothing is left behind: no process, network
+namespace, link, mount point or kube-proxy rule.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import string
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tidescale.contracts.errors import MissingToolError, TidescaleError
+from tidescale.contracts.tools import REPO_ROOT, SETUP_HINT, find_binary
+from tidescale.devstack.cluster import controlplane as cp
+from tidescale.devstack.cluster.config import ClusterConfig, tool
+from tidescale.devstack.node.kubeapi import ApiError, KubeApi
+
+MANIFESTS = REPO_ROOT / "deploy" / "cluster" / "manifests"
+CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy")
+
+
+@dataclass
+class Step:
+    name: str
+    seconds: float
+
+
+def _preflight() -> None:
+    if os.geteuid() != 0:
+        raise TidescaleError("the local cluster makes network namespaces and mounts: run it as root")
+    cp.require_binaries()
+    for prog in ("ip", "iptables-restore", "nsenter", "unshare", "openssl"):
+        if shutil.which(prog) is None:
+            raise MissingToolError(f"{prog} is not installed: {SETUP_HINT}")
+
+
+def kubectl(config: ClusterConfig, *args: str, stdin: str | None = None, check: bool = True) -> str:
+    proc = subprocess.run([str(find_binary("kubectl")), f"--kubeconfig={config.admin_kubeconfig}", *args],
+                          input=stdin, capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise TidescaleError(f"kubectl {' '.join(args[:3])} failed: {proc.stderr.strip()[-600:]}")
+    return proc.stdout
+
+
+def render_manifest(config: ClusterConfig, name: str, **extra: str) -> str:
+    text = (MANIFESTS / name).read_text()
+    return string.Template(text).safe_substitute(
+        CLUSTER_DOMAIN=config.cluster_domain, DNS_IP=str(config.dns_ip), **extra)
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout: float, hint: Callable[[], str] = lambda: "") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(ApiError, OSError, TidescaleError):
+            if check():
+                return
+        time.sleep(0.5)
+    raise TidescaleError(f"{what} not ready after {timeout:.0f}s{(': ' + hint()) if hint() else ''}")
+
+
+def is_up(config: ClusterConfig) -> bool:
+    pids = cp.recorded_pids(config)
+    return bool(pids) and all(cp.alive(pids[n]) for n in CONTROL_PLANE if n in pids) and "kube-apiserver" in pids
+
+
+def up(config: ClusterConfig, progress: Callable[[str], None] = lambda s: None) -> list[Step]:
+    _preflight()
+    if is_up(config):
+        progress("the cluster is already up")
+        return []
+    down(config, quiet=True)  # a half-dead earlier run leaves nothing in the way
+    steps: list[Step] = []
+    try:
+        _up(config, progress, steps)
+    except BaseException:
+        progress("bringing the cluster up failed; tearing down what was started")
+        down(config, quiet=True)
+        raise
+    return steps
+
+
+def _timed(steps: list[Step], name: str, progress: Callable[[str], None], fn: Callable[[], object]) -> None:
+    progress(f"{name} ...")
+    start = time.monotonic()
+    fn()
+    steps.append(Step(name, round(time.monotonic() - start, 1)))
+
+
+def _up(config: ClusterConfig, progress: Callable[[str], None], steps: list[Step]) -> None:
+    from tidescale.devstack.node.sandbox import HostNetwork
+
+    host = HostNetwork(config.host_ip, config.pod_cidr)
+    _timed(steps, "host network", progress, host.up)
+    ids = cp.make_identities(config)
+    cp.write_kubeconfigs(config, ids)
+    argv, ready = cp.component_argv(config, ids), cp.readiness(config, ids)
+
+    def start(name: str) -> None:
+        proc = cp.start_daemon(config, name, argv[name])
+        cp.wait_ready(proc, *ready[name])
+
+    for name in CONTROL_PLANE:
+        _timed(steps, name, progress, lambda n=name: start(n))  # type: ignore[misc]
+    api = KubeApi(config.admin_kubeconfig)
+    _timed(steps, "node agents", progress, lambda: _start_agents(config, api))
+    _timed(steps, "cluster DNS (CoreDNS)", progress, lambda: _install_dns(config, api))
+
+
+def _start_agents(config: ClusterConfig, api: KubeApi) -> None:
+    ca = config.pki_dir / "ca.crt"
+    for node in config.node_names():
+        cp.start_daemon(config, f"node-agent-{node}", [
+            sys.executable, "-m", "tidescale.devstack.node.agent", f"--node={node}",
+            f"--kubeconfig={config.kubeconfig_for(node)}", f"--state-dir={config.state_dir}",
+            f"--host-ip={config.host_ip}", f"--dns-ip={config.dns_ip}", f"--cluster-domain={config.cluster_domain}",
+            f"--ca={ca}", f"--kubernetes-service={config.kubernetes_service_ip}:443",
+        ])
+
+    def ready() -> bool:
+        nodes = api.get("/api/v1/nodes").get("items", [])
+        ok = {n["metadata"]["name"] for n in nodes
+              if any(c["type"] == "Ready" and c["status"] == "True" for c in n.get("status", {}).get("conditions", []))}
+        return set(config.node_names()) <= ok
+
+    wait_for("the nodes", ready, 90, lambda: _log_tail(config, f"node-agent-{config.node_names()[0]}"))
+
+
+def _install_dns(config: ClusterConfig, api: KubeApi) -> None:
+    kubectl(config, "apply", "-f", "-", stdin=render_manifest(config, "coredns.yaml"))
+    wait_for("CoreDNS", lambda: deployment_available(api, "kube-system", "coredns"), 120,
+             lambda: _log_tail(config, f"node-agent-{config.node_names()[0]}"))
+
+
+def deployment_available(api: KubeApi, namespace: str, name: str) -> bool:
+    dep = api.get(f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}")
+    want = dep["spec"].get("replicas", 1)
+    return int(dep.get("status", {}).get("availableReplicas") or 0) >= want
+
+
+def _log_tail(config: ClusterConfig, name: str, lines: int = 15) -> str:
+    path = config.logs_dir / f"{name}.log"
+    with contextlib.suppress(OSError):
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    return ""
+
+
+def down(config: ClusterConfig, quiet: bool = False) -> None:
+    """Stop everything in parallel and remove every trace; safe to run any number of times."""
+    from tidescale.devstack.node.launch import cleanup_mountpoints
+    from tidescale.devstack.node.sandbox import HostNetwork
+
+    agents = [n for n in cp.recorded_pids(config) if n.startswith("node-agent-")]
+    cp.stop_recorded(config, agents, grace=45)  # agents stop their pods gracefully first
+    _kill_container_leftovers(config)
+    cp.stop_recorded(config, None, grace=10)
+    if tool("kube-proxy").exists() and shutil.which("iptables-restore"):
+        subprocess.run([str(tool("kube-proxy")), "--cleanup", "--proxy-mode=iptables"], capture_output=True)
+    HostNetwork(config.host_ip, config.pod_cidr).down()
+    nodes = config.state_dir / "nodes"
+    for specs in sorted(nodes.glob("*/pods/*/specs")) if nodes.is_dir() else []:
+        cleanup_mountpoints(specs)
+    for path in (config.state_dir / "etcd", nodes, config.state_dir / "pids"):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _kill_container_leftovers(config: ClusterConfig) -> None:
+    import signal
+
+    nodes = config.state_dir / "nodes"
+    for pidfile in nodes.glob("*/pods/*/pids/*") if nodes.is_dir() else []:
+        with contextlib.suppress(ValueError, OSError):
+            os.killpg(int(pidfile.read_text()), signal.SIGKILL)
+
+
+def status(config: ClusterConfig) -> dict[str, object]:
+    pids = cp.recorded_pids(config)
+    processes = {name: ("running" if cp.alive(pid) else "dead") for name, pid in sorted(pids.items())}
+    out: dict[str, object] = {"up": is_up(config), "api": config.api_url, "kubeconfig": str(config.admin_kubeconfig),
+                              "processes": processes}
+    if is_up(config):
+        with contextlib.suppress(ApiError, OSError):
+            api = KubeApi(config.admin_kubeconfig, timeout=5)
+            out["version"] = api.get("/version").get("gitVersion")
+            out["nodes"] = {n["metadata"]["name"]: next((c["status"] for c in n["status"].get("conditions", [])
+                                                         if c["type"] == "Ready"), "Unknown")
+                            for n in api.get("/api/v1/nodes").get("items", [])}
+    from tidescale.devstack.node.sandbox import HostNetwork
+
+    out["leftovers"] = HostNetwork.leftovers() if not is_up(config) else []
+    return out
+
+
+def kubeconfig_path(config: ClusterConfig) -> Path:
+    if not config.admin_kubeconfig.exists():
+        raise TidescaleError("the local cluster has never been up here: run `tidescale cluster up`")
+    return config.admin_kubeconfig

@@ -1,0 +1,120 @@
+"""Container images as host programs: what the node agent runs in place of pulling an image.
+
+Only the kubelet's container runtime is simulated, so an image names a program already on this
+machine: Triton's image is the tritonserver bundled in nvidia-pytriton, tidescale's is the venv's
+``tidescale``, Prometheus and Alertmanager are Debian's, and the add-ons are the upstream binaries
+that setup built into ``.tools/bin``. An image that is not mapped fails the container the way a
+failed pull does (``ErrImagePull``), with the list of known images in the message.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tidescale.contracts.tools import TOOLS_BIN
+
+
+class ImageNotMapped(Exception):
+    """No host program stands for this image; the pod's container waits in ErrImagePull."""
+
+
+@dataclass(frozen=True)
+class HostImage:
+    entrypoint: tuple[str, ...]
+    binaries: dict[str, str] = field(default_factory=dict)  # command basename -> host executable
+    env: dict[str, str] = field(default_factory=dict)
+    path: tuple[str, ...] = ()  # searched before the host PATH
+
+    def argv(self, command: Sequence[str] | None, args: Sequence[str] | None) -> list[str]:
+        """Kubernetes' rule: command replaces the entrypoint, args replace its default args."""
+        argv = list(command) if command else list(self.entrypoint)
+        argv += list(args or [])
+        if not argv:
+            raise ImageNotMapped("the container has no command and its image no entrypoint")
+        argv[0] = self.resolve(argv[0])
+        return argv
+
+    def resolve(self, program: str) -> str:
+        base = os.path.basename(program)
+        if base in self.binaries:
+            return self.binaries[base]
+        search = os.pathsep.join((*self.path, os.environ.get("PATH", "")))
+        found = shutil.which(base if program.startswith("/") and not os.path.exists(program) else program,
+                             path=search)
+        if not found:
+            raise ImageNotMapped(f"{program!r} is not a program of this image on this host")
+        return found
+
+
+def _tool(name: str) -> str:
+    return str(TOOLS_BIN / name)
+
+
+def _venv_bin() -> Path:
+    return Path(sys.executable).parent
+
+
+def _triton() -> HostImage:
+    from tidescale.contracts.tools import triton
+
+    install = triton()
+    env = install.env()
+    return HostImage(
+        entrypoint=("tritonserver",), binaries={"tritonserver": str(install.binary)},
+        env={"LD_LIBRARY_PATH": env.get("LD_LIBRARY_PATH", "")}, path=(str(_venv_bin()),),
+    )
+
+
+def _tidescale() -> HostImage:
+    venv = _venv_bin()
+    return HostImage(entrypoint=("tidescale",), binaries={"tidescale": str(venv / "tidescale")},
+                     path=(str(venv),))
+
+
+def _simple(binary: str, *names: str) -> HostImage:
+    return HostImage(entrypoint=(binary,), binaries={n: binary for n in (*names, os.path.basename(binary))})
+
+
+def _debian(names: Sequence[str]) -> str:
+    for name in names:
+        found = shutil.which(name)
+        if found:
+            return found
+    return names[0]
+
+
+# The last path element of the image repository -> how to run it here.
+IMAGES = {
+    "tritonserver": _triton,
+    "tidescale": _tidescale,
+    "prometheus": lambda: _simple(_debian(["prometheus"]), "prometheus"),
+    "alertmanager": lambda: _simple(_debian(["prometheus-alertmanager", "alertmanager"]), "alertmanager"),
+    "prometheus-config-reloader": lambda: _simple(_tool("prometheus-config-reloader")),
+    "prometheus-operator": lambda: _simple(_tool("prometheus-operator"), "operator"),
+    "coredns": lambda: _simple(_tool("coredns")),
+    "keda": lambda: _simple(_tool("keda"), "keda", "operator"),
+    "keda-metrics-apiserver": lambda: _simple(_tool("keda-adapter"), "keda-adapter", "adapter"),
+    "keda-admission-webhooks": lambda: _simple(_tool("keda-admission-webhooks"), "keda-admission-webhooks",
+                                               "webhooks"),
+    "prometheus-adapter": lambda: _simple(_tool("prometheus-adapter"), "adapter"),
+    "busybox": lambda: HostImage(entrypoint=("sh",)),
+}
+
+
+def repository(image: str) -> str:
+    """``ghcr.io/org/tidescale:0.1@sha256:…`` -> ``tidescale``."""
+    name = image.split("@", 1)[0]
+    last = name.rsplit("/", 1)[-1]
+    return last.split(":", 1)[0]
+
+
+def host_image(image: str) -> HostImage:
+    factory = IMAGES.get(repository(image))
+    if factory is None:
+        raise ImageNotMapped(f"image {image!r} has no host program here (known: {', '.join(sorted(IMAGES))})")
+    return factory()
