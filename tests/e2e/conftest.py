@@ -56,6 +56,9 @@ def cluster() -> Iterator[Cluster]:
     finally:
         if not was_up:
             lifecycle.down(config)
+            # Teardown is part of the contract: nothing the cluster made may outlive it.
+            assert lifecycle.leftovers(config) == [], "cluster down left something behind"
+            assert not lifecycle.is_up(config)
 
 
 @pytest.fixture

@@ -59,7 +59,9 @@ def apply(config: ClusterConfig, docs: list[dict[str, Any]], server_side: bool =
 def install_prometheus_operator(config: ClusterConfig, api: KubeApi) -> None:
     root = module_dir("prometheus-operator", "github.com/prometheus-operator/prometheus-operator")
     kubectl(config, "create", "namespace", MONITORING_NS, check=False)
-    apply(config, _load_all(sorted((root / "example" / "prometheus-operator-crd").glob("*.yaml"))), server_side=True)
+    # kubectl reads the CRDs itself: PyYAML cannot load their `=` scalars, and they are too big for
+    # client-side apply's last-applied annotation.
+    kubectl(config, "apply", "--server-side", "--force-conflicts", "-f", str(root / "example" / "prometheus-operator-crd"))
     kubectl(config, "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
     rbac = root / "example" / "rbac" / "prometheus-operator"
     docs = _renamespace(_load_all(sorted(p for p in rbac.glob("*.yaml") if "service-monitor" not in p.name)),

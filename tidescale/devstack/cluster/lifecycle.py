@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import string
 import subprocess
@@ -165,12 +166,52 @@ def down(config: ClusterConfig, quiet: bool = False) -> None:
     cp.stop_recorded(config, None, grace=10)
     if tool("kube-proxy").exists() and shutil.which("iptables-restore"):
         subprocess.run([str(tool("kube-proxy")), "--cleanup", "--proxy-mode=iptables"], capture_output=True)
+        remove_kube_chains()
     HostNetwork(config.host_ip, config.pod_cidr).down()
     nodes = config.state_dir / "nodes"
     for specs in sorted(nodes.glob("*/pods/*/specs")) if nodes.is_dir() else []:
         cleanup_mountpoints(specs)
     for path in (config.state_dir / "etcd", nodes, config.state_dir / "pids"):
         shutil.rmtree(path, ignore_errors=True)
+
+
+def remove_kube_chains() -> None:
+    """What `kube-proxy --cleanup` keeps (KUBE-FIREWALL, which a kubelet would own) goes too."""
+    for binary in ("iptables", "ip6tables"):
+        if shutil.which(binary) is None:
+            continue
+        for table in ("filter", "nat", "mangle"):
+            listed = subprocess.run([binary, "-t", table, "-S"], capture_output=True, text=True).stdout.splitlines()
+            for rule in listed:
+                parts = shlex.split(rule)
+                if parts[:1] == ["-A"] and not parts[1].startswith("KUBE-") and "KUBE-" in rule:
+                    subprocess.run([binary, "-t", table, "-D", *parts[1:]], capture_output=True)
+            chains = [r.split()[1] for r in listed if r.startswith("-N KUBE-")]
+            for chain in chains:
+                subprocess.run([binary, "-t", table, "-F", chain], capture_output=True)
+            for chain in chains:
+                subprocess.run([binary, "-t", table, "-X", chain], capture_output=True)
+
+
+def kube_chains() -> list[str]:
+    out: list[str] = []
+    for binary in ("iptables", "ip6tables"):
+        if shutil.which(f"{binary}-save"):
+            dump = subprocess.run([f"{binary}-save"], capture_output=True, text=True).stdout
+            out += [f"{binary}:{line.split()[0][1:]}" for line in dump.splitlines() if line.startswith(":KUBE-")]
+    return out
+
+
+def leftovers(config: ClusterConfig) -> list[str]:
+    """Whatever a cluster made that is still here: namespaces, links, rules, mounts, processes."""
+    from tidescale.devstack.node.sandbox import HostNetwork
+
+    found = HostNetwork.leftovers() + kube_chains()
+    state = str(config.state_dir)
+    with contextlib.suppress(OSError):
+        found += [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines() if state in line]
+    found += [f"process {name}" for name, pid in cp.recorded_pids(config).items() if cp.alive(pid)]
+    return found
 
 
 def _kill_container_leftovers(config: ClusterConfig) -> None:
@@ -194,9 +235,7 @@ def status(config: ClusterConfig) -> dict[str, object]:
             out["nodes"] = {n["metadata"]["name"]: next((c["status"] for c in n["status"].get("conditions", [])
                                                          if c["type"] == "Ready"), "Unknown")
                             for n in api.get("/api/v1/nodes").get("items", [])}
-    from tidescale.devstack.node.sandbox import HostNetwork
-
-    out["leftovers"] = HostNetwork.leftovers() if not is_up(config) else []
+    out["leftovers"] = leftovers(config) if not is_up(config) else []
     return out
 
 

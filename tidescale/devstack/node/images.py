@@ -2,8 +2,8 @@
 
 Only the kubelet's container runtime is simulated, so an image names a program already on this
 machine: Triton's image is the tritonserver bundled in nvidia-pytriton, tidescale's is the venv's
-``tidescale``, Prometheus and Alertmanager are Debian's, and the add-ons are the upstream binaries
-that setup built into ``.tools/bin``. An image that is not mapped fails the container the way a
+``tidescale``, Alertmanager is Debian's, and the add-ons are the upstream binaries
+that setup built into ``.tools/bin`` (Prometheus too: Debian's lacks Kubernetes service discovery). An image that is not mapped fails the container the way a
 failed pull does (``ErrImagePull``), with the list of known images in the message.
 """
 
@@ -92,7 +92,8 @@ def _debian(names: Sequence[str]) -> str:
 IMAGES = {
     "tritonserver": _triton,
     "tidescale": _tidescale,
-    "prometheus": lambda: _simple(_debian(["prometheus"]), "prometheus"),
+    # Upstream Prometheus 3 built by setup: Debian's is built without Kubernetes service discovery.
+    "prometheus": lambda: _simple(_tool("prometheus-v3"), "prometheus"),
     "alertmanager": lambda: _simple(_debian(["prometheus-alertmanager", "alertmanager"]), "alertmanager"),
     "prometheus-config-reloader": lambda: _simple(_tool("prometheus-config-reloader")),
     "prometheus-operator": lambda: _simple(_tool("prometheus-operator"), "operator"),

@@ -218,6 +218,7 @@ class PodRunner:
                 dns = DnsConfig(nameserver=dns.nameserver, search=(f"{ns}.svc.{dns.search[1]}", *dns.search))
             self.sandbox = PodSandbox.create(self.uid, self.ip, self.pod["spec"].get("hostname") or self.name, dns)
         self.sandbox_ready = True
+        self.pod["status"] = {**(self.pod.get("status") or {}), "podIP": self.pod_ip}  # for the downward API
         reader = SourceReader(self.ctx.api, self.namespace)
         self.volumes = VolumeBuilder(self.pod, self.dir, reader, self.ctx.tokens, self.ctx.node_name,
                                      self.ctx.host_ip, self.ctx.ca_pem)

@@ -264,8 +264,26 @@ class VolumeBuilder:
             files = self.files(volume)
             if files is not None:
                 self._sync(path, files)
+            else:
+                path.chmod(0o777)  # an emptyDir is world-writable, as the kubelet makes it
             paths[name] = path
+        self._apply_fs_group(paths)
         return paths
+
+    def _apply_fs_group(self, paths: dict[str, Path]) -> None:
+        """The kubelet gives volumes to the pod's fsGroup, so non-root containers can use them."""
+        group = (self.pod["spec"].get("securityContext") or {}).get("fsGroup")
+        if group is None:
+            return
+        volumes = {v["name"]: v for v in self.pod["spec"].get("volumes") or []}
+        for name, path in paths.items():
+            if "hostPath" in volumes.get(name, {}):
+                continue
+            for item in [path, *path.rglob("*")]:
+                with contextlib.suppress(OSError):
+                    os.chown(item, -1, int(group))
+                    if item.is_dir():
+                        item.chmod(item.stat().st_mode | 0o2070)
 
     def refresh(self) -> None:
         """Re-read ConfigMaps, Secrets and tokens into existing volume directories."""
@@ -277,8 +295,11 @@ class VolumeBuilder:
 
     @staticmethod
     def _sync(path: Path, files: FileSet) -> None:
+        group = path.stat().st_gid
         for rel, (data, mode) in files.items():
-            write_atomic(path / rel, data, mode)
+            if write_atomic(path / rel, data, mode) and group:
+                with contextlib.suppress(OSError):
+                    os.chown(path / rel, -1, group)
         wanted = {path / rel for rel in files}
         for existing in list(path.rglob("*")):
             if existing.is_file() and existing not in wanted and not existing.name.startswith("."):
