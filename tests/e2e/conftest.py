@@ -15,6 +15,7 @@ import yaml
 
 from tidescale.devstack.cluster import lifecycle
 from tidescale.devstack.cluster.config import ClusterConfig
+from tidescale.devstack.cluster.kubectl import kubectl
 from tidescale.devstack.node.kubeapi import KubeApi
 
 NODES = 2
@@ -26,7 +27,7 @@ class Cluster:
     api: KubeApi
 
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
-        return lifecycle.kubectl(self.config, *args, stdin=stdin, check=check)
+        return kubectl(self.config, *args, stdin=stdin, check=check)
 
     def apply(self, *docs: dict[str, Any]) -> None:
         self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(list(docs)))

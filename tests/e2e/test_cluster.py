@@ -28,8 +28,11 @@ def phase(cluster: Cluster, namespace: str, name: str) -> str:
 
 
 def finished(cluster: Cluster, namespace: str, name: str) -> str:
-    return wait_for(lambda: phase(cluster, namespace, name) in ("Succeeded", "Failed") and phase(cluster, namespace, name),
-                    90, f"pod {name} to finish")
+    def done() -> str:
+        current = phase(cluster, namespace, name)
+        return current if current in ("Succeeded", "Failed") else ""
+
+    return wait_for(done, 90, f"pod {name} to finish")
 
 
 def apply_in(cluster: Cluster, namespace: str, *docs: dict[str, Any]) -> None:
@@ -46,7 +49,8 @@ def test_nodes_are_ready_with_leases_and_pod_cidrs(cluster: Cluster) -> None:
         ready = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
         assert ready["status"] == "True"
         cidrs.add(node["spec"]["podCIDR"])
-        lease = cluster.get(f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node['metadata']['name']}")
+        name = node["metadata"]["name"]
+        lease = cluster.get(f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}")
         assert lease["spec"]["holderIdentity"] == node["metadata"]["name"]
     assert len(cidrs) == NODES
 
@@ -77,7 +81,10 @@ def web(cluster: Cluster) -> tuple[str, list[dict[str, Any]]]:
     return ns, cluster.pods(ns, "app=web")
 
 
-def test_each_pod_has_its_own_address_and_the_same_port(cluster: Cluster, web: tuple[str, list[dict[str, Any]]]) -> None:
+Web = tuple[str, list[dict[str, Any]]]
+
+
+def test_each_pod_has_its_own_address_and_the_same_port(cluster: Cluster, web: Web) -> None:
     _, pods = web
     ips = [IPv4Address(p["status"]["podIP"]) for p in pods]
     assert len(set(ips)) == 2
@@ -86,7 +93,7 @@ def test_each_pod_has_its_own_address_and_the_same_port(cluster: Cluster, web: t
         assert httpx.get(f"http://{ip}:8080/", timeout=5).status_code == 200
 
 
-def test_endpointslices_follow_readiness(cluster: Cluster, web: tuple[str, list[dict[str, Any]]]) -> None:
+def test_endpointslices_follow_readiness(cluster: Cluster, web: Web) -> None:
     ns, pods = web
     slices = cluster.get(f"/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices")["items"]
     ready = {a for s in slices for e in s.get("endpoints", []) if e["conditions"].get("ready") for a in e["addresses"]}
@@ -94,7 +101,7 @@ def test_endpointslices_follow_readiness(cluster: Cluster, web: tuple[str, list[
 
 
 def test_a_pod_reaches_a_service_by_dns_name_through_kube_proxy(cluster: Cluster,
-                                                                 web: tuple[str, list[dict[str, Any]]]) -> None:
+                                                                 web: Web) -> None:
     ns, _ = web
     script = ("import urllib.request, socket; print(socket.gethostbyname('web')); "
               f"print(urllib.request.urlopen('http://web.{ns}.svc.cluster.local/', timeout=5).status)")
@@ -112,7 +119,8 @@ def test_the_projected_service_account_token_authenticates(cluster: Cluster, nam
         "ctx = ssl.create_default_context(cafile=d + 'ca.crt')\n"
         "body = json.dumps({'apiVersion': 'authentication.k8s.io/v1', 'kind': 'SelfSubjectReview'}).encode()\n"
         "req = urllib.request.Request('https://kubernetes.default.svc/apis/authentication.k8s.io/v1/selfsubjectreviews',"
-        " data=body, headers={'Authorization': 'Bearer ' + open(d + 'token').read(), 'Content-Type': 'application/json'})\n"
+        " data=body, headers={'Authorization': 'Bearer ' + open(d + 'token').read(),"
+        " 'Content-Type': 'application/json'})\n"
         "print(json.load(urllib.request.urlopen(req, context=ctx))['status']['userInfo']['username'])\n"
         "print(open(d + 'namespace').read())\n"
     )
@@ -124,7 +132,8 @@ def test_the_projected_service_account_token_authenticates(cluster: Cluster, nam
 
 def test_env_value_from_and_configmap_volumes(cluster: Cluster, namespace: str) -> None:
     apply_in(cluster, namespace,
-             {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"mode": "fast", "f.txt": "hi"}},
+             {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"},
+              "data": {"mode": "fast", "f.txt": "hi"}},
              {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "sec"}, "stringData": {"token": "s3cret"}})
     script = ("import os, json; print(json.dumps({k: os.environ[k] for k in ('MODE', 'TOKEN', 'POD', 'IP', 'REF')}));"
               " print(open('/etc/e2e/f.txt').read())")

@@ -287,7 +287,9 @@ def test_commands_tokens_and_storage(default_docs: list[dict[str, Any]], full_do
 
     default = containers(default_docs)
     assert default["exporter"]["args"][:4] == ["exporter", "serve", "--port", "9105"]
-    assert default["recommender"]["args"][:4] == ["autoscale", "recommend", "--port", "9106"]
+    # No targets, no recommender: with none it has nothing to compute and would crash-loop.
+    assert "recommender" not in default
+    assert containers(full_docs)["recommender"]["args"][:4] == ["autoscale", "recommend", "--port", "9106"]
     assert default["reviews"]["args"] == ["reviews", "serve", "--port", "9107", "--database", "sqlite:////data/reviews.db"]
     env = {e["name"]: e for e in default["exporter"]["env"] + default["reviews"]["env"]}
     assert env["TIDESCALE_EXPORTER_TOKEN"]["valueFrom"]["secretKeyRef"]["key"] == "exporter-token"
@@ -581,7 +583,7 @@ def test_name_overrides(tmp: Path, hatch_docs: list[dict[str, Any]]) -> None:
         assert d["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"] == "ts"
     full = render(tmp, {"fullnameOverride": "gpu-obs"})
     assert {d["metadata"]["name"] for d in full if d["kind"] == "Deployment"} == \
-        {"gpu-obs-exporter", "gpu-obs-recommender", "gpu-obs-reviews"}
+        {"gpu-obs-exporter", "gpu-obs-reviews"}  # no targets: no recommender
     assert {d["metadata"]["namespace"] for d in full if "namespace" in d["metadata"]} == {"mon", "monitoring"}
 
 

@@ -17,7 +17,7 @@ import yaml
 from tidescale.contracts.errors import TidescaleError
 from tidescale.contracts.tools import REPO_ROOT, SETUP_HINT
 from tidescale.devstack.cluster.config import ClusterConfig
-from tidescale.devstack.cluster.lifecycle import deployment_available, kubectl, render_manifest, wait_for
+from tidescale.devstack.cluster.kubectl import deployment_available, kubectl, render_manifest, wait_for
 from tidescale.devstack.node.kubeapi import KubeApi
 
 GO_MODULES = REPO_ROOT / "deploy" / "cluster" / "go"
@@ -61,7 +61,8 @@ def install_prometheus_operator(config: ClusterConfig, api: KubeApi) -> None:
     kubectl(config, "create", "namespace", MONITORING_NS, check=False)
     # kubectl reads the CRDs itself: PyYAML cannot load their `=` scalars, and they are too big for
     # client-side apply's last-applied annotation.
-    kubectl(config, "apply", "--server-side", "--force-conflicts", "-f", str(root / "example" / "prometheus-operator-crd"))
+    crds = root / "example" / "prometheus-operator-crd"
+    kubectl(config, "apply", "--server-side", "--force-conflicts", "-f", str(crds))
     kubectl(config, "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
     rbac = root / "example" / "rbac" / "prometheus-operator"
     docs = _renamespace(_load_all(sorted(p for p in rbac.glob("*.yaml") if "service-monitor" not in p.name)),

@@ -18,12 +18,15 @@ def _config(nodes: int = 1) -> ClusterConfig:
 
 
 @app.command()
-def up(nodes: int = typer.Option(1, min=1, max=8, help="Nodes to register (one agent each).")) -> None:
+def up(nodes: int = typer.Option(1, min=1, max=8, help="Nodes to register (one agent each)."),
+       monitoring: bool = typer.Option(True, help="Install prometheus-operator with a Prometheus and an Alertmanager.")
+       ) -> None:
     """Bring the cluster up (idempotent); Ctrl-C or a failure tears everything down."""
     from tidescale.devstack.cluster import lifecycle
 
     start = time.monotonic()
-    steps = lifecycle.up(_config(nodes), progress=lambda s: typer.echo(f"[cluster] {s}", err=True))
+    steps = lifecycle.up(_config(nodes), progress=lambda s: typer.echo(f"[cluster] {s}", err=True),
+                         monitoring=monitoring)
     if steps:
         typer.echo(f"[cluster] up in {time.monotonic() - start:.1f} s; "
                    f"export KUBECONFIG=$(tidescale cluster kubeconfig)", err=True)

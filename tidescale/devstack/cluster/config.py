@@ -22,10 +22,10 @@ NODE_PREFIX = "tidescale-node-"
 class ClusterConfig:
     state_dir: Path = field(default_factory=lambda: Path(os.environ.get("TIDESCALE_CLUSTER_DIR",
                                                                           REPO_ROOT / ".cluster")))
-    host_ip: IPv4Address = IPv4Address("10.243.0.1")
-    pod_cidr: IPv4Network = IPv4Network("10.244.0.0/16")
-    service_cidr: IPv4Network = IPv4Network("10.96.0.0/16")
-    dns_ip: IPv4Address = IPv4Address("10.96.0.10")
+    host_ip: IPv4Address = IPv4Address("10.243.0.1")  # noqa: RUF009 - immutable
+    pod_cidr: IPv4Network = IPv4Network("10.244.0.0/16")  # noqa: RUF009 - immutable
+    service_cidr: IPv4Network = IPv4Network("10.96.0.0/16")  # noqa: RUF009 - immutable
+    dns_ip: IPv4Address = IPv4Address("10.96.0.10")  # noqa: RUF009 - immutable
     cluster_domain: str = "cluster.local"
     api_port: int = 6443
     etcd_port: int = 2379

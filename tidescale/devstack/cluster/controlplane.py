@@ -94,7 +94,7 @@ def require_binaries() -> None:
 
 def component_argv(config: ClusterConfig, ids: Identities) -> dict[str, list[str]]:
     """Each control-plane process and its flags; everything binds to the cluster's host address."""
-    host, pki = str(config.host_ip), config.pki_dir
+    host, _pki = str(config.host_ip), config.pki_dir
     etcd_url = f"http://{host}:{config.etcd_port}"
     return {
         "etcd": [
@@ -184,7 +184,8 @@ def wait_ready(proc: ManagedProcess, url: str, verify: ssl.SSLContext | bool, ti
                          f"{proc.log_tail()}")
 
 
-def start_daemon(config: ClusterConfig, name: str, argv: list[str], env: dict[str, str] | None = None) -> ManagedProcess:
+def start_daemon(config: ClusterConfig, name: str, argv: list[str],
+                 env: dict[str, str] | None = None) -> ManagedProcess:
     proc = ManagedProcess(name, argv, config.logs_dir / f"{name}.log", env=env).start()
     config.pids_dir.mkdir(parents=True, exist_ok=True)
     (config.pids_dir / f"{name}.pid").write_text(str(proc.pid))

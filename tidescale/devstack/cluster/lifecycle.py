@@ -12,7 +12,6 @@ import contextlib
 import os
 import shlex
 import shutil
-import string
 import subprocess
 import sys
 import time
@@ -21,12 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tidescale.contracts.errors import MissingToolError, TidescaleError
-from tidescale.contracts.tools import REPO_ROOT, SETUP_HINT, find_binary
+from tidescale.contracts.tools import SETUP_HINT
 from tidescale.devstack.cluster import controlplane as cp
 from tidescale.devstack.cluster.config import ClusterConfig, tool
+from tidescale.devstack.cluster.kubectl import deployment_available, kubectl, render_manifest, wait_for
 from tidescale.devstack.node.kubeapi import ApiError, KubeApi
 
-MANIFESTS = REPO_ROOT / "deploy" / "cluster" / "manifests"
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy")
 
 
@@ -43,30 +42,18 @@ def _preflight() -> None:
     for prog in ("ip", "iptables-restore", "nsenter", "unshare", "openssl"):
         if shutil.which(prog) is None:
             raise MissingToolError(f"{prog} is not installed: {SETUP_HINT}")
+    _let_non_root_containers_run_python()
 
 
-def kubectl(config: ClusterConfig, *args: str, stdin: str | None = None, check: bool = True) -> str:
-    proc = subprocess.run([str(find_binary("kubectl")), f"--kubeconfig={config.admin_kubeconfig}", *args],
-                          input=stdin, capture_output=True, text=True)
-    if check and proc.returncode != 0:
-        raise TidescaleError(f"kubectl {' '.join(args[:3])} failed: {proc.stderr.strip()[-600:]}")
-    return proc.stdout
-
-
-def render_manifest(config: ClusterConfig, name: str, **extra: str) -> str:
-    text = (MANIFESTS / name).read_text()
-    return string.Template(text).safe_substitute(
-        CLUSTER_DOMAIN=config.cluster_domain, DNS_IP=str(config.dns_ip), **extra)
-
-
-def wait_for(what: str, check: Callable[[], bool], timeout: float, hint: Callable[[], str] = lambda: "") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(ApiError, OSError, TidescaleError):
-            if check():
-                return
-        time.sleep(0.5)
-    raise TidescaleError(f"{what} not ready after {timeout:.0f}s{(': ' + hint()) if hint() else ''}")
+def _let_non_root_containers_run_python() -> None:
+    """Containers run as their securityContext's user, and tidescale's image is the venv, whose
+    interpreter may live under a root-only home (pyenv in /root). Grant search (x) on those
+    directories, never read, so a non-root container can exec it as it would in its image."""
+    real = Path(os.path.realpath(sys.executable))
+    for directory in reversed(real.parents):
+        mode = directory.stat().st_mode
+        if not mode & 0o001:
+            directory.chmod(mode | 0o001)
 
 
 def is_up(config: ClusterConfig) -> bool:
@@ -74,7 +61,7 @@ def is_up(config: ClusterConfig) -> bool:
     return bool(pids) and all(cp.alive(pids[n]) for n in CONTROL_PLANE if n in pids) and "kube-apiserver" in pids
 
 
-def up(config: ClusterConfig, progress: Callable[[str], None] = lambda s: None) -> list[Step]:
+def up(config: ClusterConfig, progress: Callable[[str], None] = lambda s: None, monitoring: bool = True) -> list[Step]:
     _preflight()
     if is_up(config):
         progress("the cluster is already up")
@@ -82,7 +69,7 @@ def up(config: ClusterConfig, progress: Callable[[str], None] = lambda s: None) 
     down(config, quiet=True)  # a half-dead earlier run leaves nothing in the way
     steps: list[Step] = []
     try:
-        _up(config, progress, steps)
+        _up(config, progress, steps, monitoring)
     except BaseException:
         progress("bringing the cluster up failed; tearing down what was started")
         down(config, quiet=True)
@@ -97,7 +84,7 @@ def _timed(steps: list[Step], name: str, progress: Callable[[str], None], fn: Ca
     steps.append(Step(name, round(time.monotonic() - start, 1)))
 
 
-def _up(config: ClusterConfig, progress: Callable[[str], None], steps: list[Step]) -> None:
+def _up(config: ClusterConfig, progress: Callable[[str], None], steps: list[Step], monitoring: bool) -> None:
     from tidescale.devstack.node.sandbox import HostNetwork
 
     host = HostNetwork(config.host_ip, config.pod_cidr)
@@ -114,7 +101,15 @@ def _up(config: ClusterConfig, progress: Callable[[str], None], steps: list[Step
         _timed(steps, name, progress, lambda n=name: start(n))  # type: ignore[misc]
     api = KubeApi(config.admin_kubeconfig)
     _timed(steps, "node agents", progress, lambda: _start_agents(config, api))
+    cp.start_daemon(config, "local-provisioner", [
+        sys.executable, "-m", "tidescale.devstack.cluster.provisioner", f"--kubeconfig={config.admin_kubeconfig}",
+        f"--root={config.state_dir / 'volumes'}"])
     _timed(steps, "cluster DNS (CoreDNS)", progress, lambda: _install_dns(config, api))
+    if monitoring:
+        from tidescale.devstack.cluster.addons import install_monitoring_stack
+
+        _timed(steps, "monitoring (prometheus-operator, Prometheus, Alertmanager)", progress,
+               lambda: install_monitoring_stack(config, api))
 
 
 def _start_agents(config: ClusterConfig, api: KubeApi) -> None:
@@ -142,12 +137,6 @@ def _install_dns(config: ClusterConfig, api: KubeApi) -> None:
              lambda: _log_tail(config, f"node-agent-{config.node_names()[0]}"))
 
 
-def deployment_available(api: KubeApi, namespace: str, name: str) -> bool:
-    dep = api.get(f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}")
-    want = dep["spec"].get("replicas", 1)
-    return int(dep.get("status", {}).get("availableReplicas") or 0) >= want
-
-
 def _log_tail(config: ClusterConfig, name: str, lines: int = 15) -> str:
     path = config.logs_dir / f"{name}.log"
     with contextlib.suppress(OSError):
@@ -171,7 +160,7 @@ def down(config: ClusterConfig, quiet: bool = False) -> None:
     nodes = config.state_dir / "nodes"
     for specs in sorted(nodes.glob("*/pods/*/specs")) if nodes.is_dir() else []:
         cleanup_mountpoints(specs)
-    for path in (config.state_dir / "etcd", nodes, config.state_dir / "pids"):
+    for path in (config.state_dir / "etcd", nodes, config.state_dir / "pids", config.state_dir / "volumes"):
         shutil.rmtree(path, ignore_errors=True)
 
 

@@ -57,8 +57,8 @@ class NodeAgent:
     # -- node ------------------------------------------------------------------------------------
     def node_status(self) -> Json:
         stamp = micro_now()[:19] + "Z"
-        ready = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "tidescale node agent is ready",
-                 "lastHeartbeatTime": stamp}
+        ready = {"type": "Ready", "status": "True", "reason": "KubeletReady",
+                 "message": "tidescale node agent is ready", "lastHeartbeatTime": stamp}
         capacity = {"cpu": "16", "memory": "64Gi", "pods": "110", "ephemeral-storage": "100Gi",
                     "nvidia.com/gpu": str(self.gpu_count)}
         return {
@@ -177,15 +177,15 @@ class NodeAgent:
                         if event.get("type") == "BOOKMARK":
                             continue
                         if event.get("type") == "DELETED":
-                            runner = self.runners.get(obj["metadata"]["uid"])
-                            if runner is not None:
-                                runner.deleting.set()
+                            gone = self.runners.get(obj["metadata"]["uid"])
+                            if gone is not None:
+                                gone.deleting.set()
                             continue
                         self._handle(obj)
                         if self.stopping.is_set():
                             break
                     self._reap()
-            except Exception as exc:  # noqa: BLE001 - relist after any watch failure, like an informer
+            except Exception as exc:
                 if not self.stopping.is_set():
                     log.warning("pod watch: %s; listing again", exc)
                     self.stopping.wait(1.0)

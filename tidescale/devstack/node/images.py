@@ -3,7 +3,8 @@
 Only the kubelet's container runtime is simulated, so an image names a program already on this
 machine: Triton's image is the tritonserver bundled in nvidia-pytriton, tidescale's is the venv's
 ``tidescale``, Alertmanager is Debian's, and the add-ons are the upstream binaries
-that setup built into ``.tools/bin`` (Prometheus too: Debian's lacks Kubernetes service discovery). An image that is not mapped fails the container the way a
+that setup built into ``.tools/bin`` (Prometheus too: Debian's lacks Kubernetes service
+discovery). An image that is not mapped fails the container the way a
 failed pull does (``ErrImagePull``), with the list of known images in the message.
 """
 

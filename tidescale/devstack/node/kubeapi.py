@@ -70,7 +70,8 @@ class KubeApi:
         """The events of one watch request; the caller lists again on a 410 (expired version)."""
         query = {"watch": "1", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
                  "timeoutSeconds": str(timeout_s), **params}
-        with httpx.Client(base_url=self.server, verify=self._ctx, timeout=httpx.Timeout(10.0, read=timeout_s + 30)) as c, \
+        timeout = httpx.Timeout(10.0, read=timeout_s + 30)
+        with httpx.Client(base_url=self.server, verify=self._ctx, timeout=timeout) as c, \
                 c.stream("GET", path, params=query) as resp:
             if resp.status_code >= 400:
                 raise ApiError(resp.status_code, resp.read().decode(errors="replace")[:500])

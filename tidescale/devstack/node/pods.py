@@ -197,7 +197,7 @@ class PodRunner:
                     next_sync = time.monotonic() + VOLUME_SYNC_S
                 self._report()
                 self.deleting.wait(0.5)
-        except Exception as exc:  # noqa: BLE001 - a pod's failure must never stop the node
+        except Exception as exc:
             log.exception("pod %s/%s failed", self.namespace, self.name)
             for c in self.containers:
                 if c.proc is None:
@@ -345,7 +345,11 @@ class PodRunner:
         launch = ContainerLaunch(argv=argv, env=env, mounts=mounts, working_dir=spec.get("workingDir"),
                                  run_as_user=security.get("runAsUser"), run_as_group=security.get("runAsGroup"),
                                  hostname=self.pod["spec"].get("hostname") or self.name)
-        full = launch_argv(self.sandbox.netns if self.sandbox else None, launch, self.dir / "specs")
+        if self.sandbox is None:
+            c.waiting_reason, c.waiting_message = "CreateContainerError", "hostNetwork pods are not supported here"
+            c.next_start = time.monotonic() + BACKOFF_MAX_S
+            return
+        full = launch_argv(self.sandbox.netns, launch, self.dir / "specs")
         log_path = self.dir / "logs" / f"{spec['name']}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("ab") as out:
@@ -468,7 +472,7 @@ class PodRunner:
         if c.proc is not None and c.proc.poll() is None:
             status["state"] = {"running": {"startedAt": c.started_at}}
             status["containerID"] = self._container_id(c)
-        elif c.terminated is not None and not (c.waiting_reason == "CrashLoopBackOff"):
+        elif c.terminated is not None and c.waiting_reason != "CrashLoopBackOff":
             status["state"] = {"terminated": c.terminated}
             status["containerID"] = c.terminated["containerID"]
         else:

@@ -254,10 +254,7 @@ class VolumeBuilder:
                 paths[name] = host
                 continue
             if "persistentVolumeClaim" in volume:
-                claim = volume["persistentVolumeClaim"]["claimName"]
-                path = self.root.parent.parent / "pvc" / self.pod["metadata"]["namespace"] / claim
-                path.mkdir(parents=True, exist_ok=True)
-                paths[name] = path
+                paths[name] = self._claimed(volume["persistentVolumeClaim"]["claimName"])
                 continue
             path = self.root / "volumes" / name
             path.mkdir(parents=True, exist_ok=True)
@@ -269,6 +266,20 @@ class VolumeBuilder:
             paths[name] = path
         self._apply_fs_group(paths)
         return paths
+
+    def _claimed(self, claim: str) -> Path:
+        """The hostPath of the PersistentVolume bound to *claim* (the scheduler only binds bound claims)."""
+        ns = self.pod["metadata"]["namespace"]
+        pvc = self.reader.api.get(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{claim}")
+        volume = pvc.get("spec", {}).get("volumeName")
+        if not volume:
+            raise PodSpecError(f"PersistentVolumeClaim {ns}/{claim} is not bound")
+        source = self.reader.api.get(f"/api/v1/persistentvolumes/{volume}").get("spec", {}).get("hostPath")
+        if not source:
+            raise PodSpecError(f"PersistentVolume {volume} is not a hostPath volume this node can mount")
+        path = Path(source["path"])
+        path.mkdir(parents=True, exist_ok=True)
+        return path
 
     def _apply_fs_group(self, paths: dict[str, Path]) -> None:
         """The kubelet gives volumes to the pod's fsGroup, so non-root containers can use them."""
