@@ -82,3 +82,37 @@ def install_monitoring_stack(config: ClusterConfig, api: KubeApi) -> None:
 
     wait_for("Prometheus", lambda: statefulset_ready("prometheus-k8s"), 180)
     wait_for("Alertmanager", lambda: statefulset_ready("alertmanager-main"), 180)
+
+
+KEDA_NS = "keda"
+EXTERNAL_METRICS = "v1beta1.external.metrics.k8s.io"
+
+
+def install_keda(config: ClusterConfig, api: KubeApi) -> None:
+    """KEDA's own kustomization (config/default) from the pinned module, rendered by kubectl."""
+    root = module_dir("keda", "github.com/kedacore/keda/v2")
+    rendered = kubectl(config, "kustomize", str(root / "config" / "default"))
+    kubectl(config, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=rendered)
+    for name in ("keda-operator", "keda-metrics-apiserver", "keda-admission"):
+        wait_for(name, lambda n=name: deployment_available(api, KEDA_NS, n), 180)  # type: ignore[misc]
+
+
+def install_prometheus_adapter(config: ClusterConfig, api: KubeApi, configmap: str) -> None:
+    """prometheus-adapter reading the rules the tidescale chart rendered into *configmap*."""
+    kubectl(config, "apply", "-f", "-", stdin=render_manifest(
+        config, "prometheus-adapter.yaml", NAMESPACE=MONITORING_NS, CONFIGMAP=configmap,
+        PROMETHEUS_URL=f"http://prometheus-operated.{MONITORING_NS}.svc:9090/"))
+    wait_for("prometheus-adapter", lambda: deployment_available(api, MONITORING_NS, "prometheus-adapter"), 120)
+
+
+def use_external_metrics_from(config: ClusterConfig, api: KubeApi, provider: str) -> None:
+    """Point the external metrics API at KEDA or prometheus-adapter: one cluster serves it from one."""
+    service = {"keda": ("keda-metrics-apiserver", KEDA_NS), "adapter": ("prometheus-adapter", MONITORING_NS)}[provider]
+    api.patch_merge(f"/apis/apiregistration.k8s.io/v1/apiservices/{EXTERNAL_METRICS}",
+                    {"spec": {"service": {"name": service[0], "namespace": service[1]}}})
+
+    def available() -> bool:
+        svc = api.get(f"/apis/apiregistration.k8s.io/v1/apiservices/{EXTERNAL_METRICS}")
+        return any(c["type"] == "Available" and c["status"] == "True" for c in svc.get("status", {}).get("conditions", []))
+
+    wait_for(f"the external metrics API from {provider}", available, 60)

@@ -188,7 +188,9 @@ class PodRunner:
     # -- lifecycle -------------------------------------------------------------------------------
     def _run(self) -> None:
         try:
-            self._setup()
+            while not self._setup_volumes_once():
+                if self.deleting.wait(2.0):
+                    return
             next_sync = time.monotonic() + VOLUME_SYNC_S
             while not self.deleting.is_set():
                 self._step()
@@ -222,10 +224,24 @@ class PodRunner:
         reader = SourceReader(self.ctx.api, self.namespace)
         self.volumes = VolumeBuilder(self.pod, self.dir, reader, self.ctx.tokens, self.ctx.node_name,
                                      self.ctx.host_ip, self.ctx.ca_pem)
-        self.volume_paths = self.volumes.materialize()
+
+    def _setup_volumes_once(self) -> bool:
+        """Like the kubelet, a missing ConfigMap/Secret keeps the pod in ContainerCreating, retried."""
+        if self.volumes is None:
+            self._setup()
+        assert self.volumes is not None
+        try:
+            self.volume_paths = self.volumes.materialize()
+        except (PodSpecError, ApiError) as exc:
+            for c in self.inits + self.containers:
+                c.waiting_reason, c.waiting_message = "ContainerCreating", f"MountVolume.SetUp failed: {exc}"
+            self._report()
+            return False
         for c in self.inits + self.containers:
+            c.waiting_reason, c.waiting_message = "ContainerCreating", ""
             c.reset_probes()
         self._report()
+        return True
 
     def _teardown(self) -> None:
         grace = float(self.pod["metadata"].get("deletionGracePeriodSeconds")
