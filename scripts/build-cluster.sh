@@ -25,6 +25,7 @@ components=(
   "coredns|github.com/coredns/coredns|coredns=github.com/coredns/coredns"
   "prometheus-operator|github.com/prometheus-operator/prometheus-operator|prometheus-operator=github.com/prometheus-operator/prometheus-operator/cmd/operator prometheus-config-reloader=github.com/prometheus-operator/prometheus-operator/cmd/prometheus-config-reloader"
   "prometheus|github.com/prometheus/prometheus|prometheus-v3=github.com/prometheus/prometheus/cmd/prometheus"
+  "kube-state-metrics|k8s.io/kube-state-metrics/v2|kube-state-metrics=k8s.io/kube-state-metrics/v2"
   "prometheus-adapter|sigs.k8s.io/prometheus-adapter|prometheus-adapter=sigs.k8s.io/prometheus-adapter/cmd/adapter"
   "keda|github.com/kedacore/keda/v2|keda=github.com/kedacore/keda/v2/cmd/operator keda-adapter=github.com/kedacore/keda/v2/cmd/adapter keda-admission-webhooks=github.com/kedacore/keda/v2/cmd/webhooks"
 )

@@ -82,6 +82,7 @@ def install_monitoring_stack(config: ClusterConfig, api: KubeApi) -> None:
 
     wait_for("Prometheus", lambda: statefulset_ready("prometheus-k8s"), 180)
     wait_for("Alertmanager", lambda: statefulset_ready("alertmanager-main"), 180)
+    wait_for("kube-state-metrics", lambda: deployment_available(api, MONITORING_NS, "kube-state-metrics"), 120)
 
 
 KEDA_NS = "keda"

@@ -30,6 +30,7 @@ class HostImage:
     binaries: dict[str, str] = field(default_factory=dict)  # command basename -> host executable
     env: dict[str, str] = field(default_factory=dict)
     path: tuple[str, ...] = ()  # searched before the host PATH
+    files: tuple[tuple[str, str], ...] = ()  # (host path, path in the image): the image's own files
 
     def argv(self, command: Sequence[str] | None, args: Sequence[str] | None) -> list[str]:
         """Kubernetes' rule: command replaces the entrypoint, args replace its default args."""
@@ -65,9 +66,14 @@ def _triton() -> HostImage:
 
     install = triton()
     env = install.env()
+    libs = install.binary.parents[3] / "nvidia_pytriton.libs"
     return HostImage(
         entrypoint=("tritonserver",), binaries={"tritonserver": str(install.binary)},
-        env={"LD_LIBRARY_PATH": env.get("LD_LIBRARY_PATH", "")}, path=(str(_venv_bin()),),
+        # The backend stub finds its CUDA runtime by an RPATH relative to where the wheel put it;
+        # mounted at the image's path that misses, so the wheel's library folder is searched too.
+        env={"LD_LIBRARY_PATH": os.pathsep.join(p for p in (str(libs), env.get("LD_LIBRARY_PATH", "")) if p)},
+        path=(str(_venv_bin()),),
+        files=((str(install.backend_dir), "/opt/tritonserver/backends"),),  # where the image keeps them
     )
 
 
@@ -103,6 +109,7 @@ IMAGES = {
     "keda-metrics-apiserver": lambda: _simple(_tool("keda-adapter"), "keda-adapter", "adapter"),
     "keda-admission-webhooks": lambda: _simple(_tool("keda-admission-webhooks"), "keda-admission-webhooks",
                                                "webhooks"),
+    "kube-state-metrics": lambda: _simple(_tool("kube-state-metrics")),
     "prometheus-adapter": lambda: _simple(_tool("prometheus-adapter"), "adapter"),
     "busybox": lambda: HostImage(entrypoint=("sh",)),
 }

@@ -28,7 +28,7 @@ import httpx
 
 from tidescale.devstack.node.images import ImageNotMapped, host_image
 from tidescale.devstack.node.kubeapi import ApiError, Json, KubeApi
-from tidescale.devstack.node.launch import ContainerLaunch, launch_argv
+from tidescale.devstack.node.launch import ContainerLaunch, Mount, launch_argv
 from tidescale.devstack.node.podspec import (
     PodSpecError,
     SourceReader,
@@ -348,7 +348,8 @@ class PodRunner:
                 env["NVIDIA_VISIBLE_DEVICES"] = ",".join(map(str, ids))
             argv = image.argv(expand_args(spec.get("command") or [], env) or None,
                               expand_args(spec.get("args") or [], env))
-            mounts = container_mounts(spec, self.volume_paths)
+            mounts = [Mount(Path(src), dst) for src, dst in image.files]  # a writable image layer
+            mounts += container_mounts(spec, self.volume_paths)
         except ImageNotMapped as exc:
             c.waiting_reason, c.waiting_message = "ErrImagePull", str(exc)
             c.next_start = time.monotonic() + BACKOFF_START_S

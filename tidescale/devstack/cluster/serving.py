@@ -1,0 +1,67 @@
+"""The serving side on the local cluster: a Triton Deployment of real tritonserver pods and the
+simulated dcgm-exporter, written as a user's manifests would be.
+
+The model repository (the dev fleet's Python-backend models that emulate GPU batch latency) ships
+as a ConfigMap mounted at /models. Each Triton pod traces to the tidescale exporter's Service over
+OTLP/HTTP and names itself in the span resource (``k8s.namespace.name``, ``k8s.pod.name``) from the
+downward API, which is what puts ``namespace`` and ``pod`` on the latency series.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tidescale.devstack.fleet.model_repo import DEFAULT_MODELS, MODEL_PY, ModelSpec, render_config, with_load_seconds
+
+TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:24.10-py3"
+LABELS = {"app.kubernetes.io/name": "triton"}
+
+
+def model_repository_configmap(name: str, namespace: str, specs: tuple[ModelSpec, ...]) -> dict[str, Any]:
+    data = {}
+    for spec in specs:
+        data[f"{spec.name}.config.pbtxt"] = render_config(spec)
+        data[f"{spec.name}.model.py"] = MODEL_PY
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace},
+            "data": data}
+
+
+def triton_deployment(namespace: str, *, replicas: int = 1, otlp_url: str, trace_rate: int = 10,
+                      specs: tuple[ModelSpec, ...] = DEFAULT_MODELS, load_seconds: float = 2.0,
+                      name: str = "triton") -> list[dict[str, Any]]:
+    specs = with_load_seconds(specs, load_seconds)
+    repo = f"{name}-models"
+    items = [item for s in specs for item in (
+        {"key": f"{s.name}.config.pbtxt", "path": f"{s.name}/config.pbtxt"},
+        {"key": f"{s.name}.model.py", "path": f"{s.name}/1/model.py"})]
+    args = [
+        "--model-repository=/models", "--http-port=8000", "--grpc-port=8001", "--metrics-port=8002",
+        "--log-verbose=0", "--trace-config=level=TIMESTAMPS", f"--trace-config=rate={trace_rate}",
+        "--trace-config=mode=opentelemetry", f"--trace-config=opentelemetry,url={otlp_url}",
+        "--trace-config=opentelemetry,resource=k8s.namespace.name=$(POD_NAMESPACE)",
+        "--trace-config=opentelemetry,resource=k8s.pod.name=$(POD_NAME)",
+    ]
+    container = {
+        "name": "triton", "image": TRITON_IMAGE, "command": ["tritonserver"], "args": args,
+        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
+        "ports": [{"name": "http", "containerPort": 8000}, {"name": "grpc", "containerPort": 8001},
+                  {"name": "metrics", "containerPort": 8002}],
+        "readinessProbe": {"httpGet": {"path": "/v2/health/ready", "port": "http"}, "periodSeconds": 1},
+        "startupProbe": {"httpGet": {"path": "/v2/health/live", "port": "http"}, "periodSeconds": 1,
+                         "failureThreshold": 120},
+        "resources": {"limits": {"nvidia.com/gpu": 1}},
+        "volumeMounts": [{"name": "models", "mountPath": "/models", "readOnly": True}],
+    }
+    return [
+        model_repository_configmap(repo, namespace, specs),
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": namespace,
+                                                                     "labels": LABELS},
+         "spec": {"replicas": replicas, "selector": {"matchLabels": LABELS}, "template": {
+             "metadata": {"labels": LABELS},
+             "spec": {"terminationGracePeriodSeconds": 10, "containers": [container],
+                      "volumes": [{"name": "models", "configMap": {"name": repo, "items": items}}]}}}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": namespace, "labels": LABELS},
+         "spec": {"selector": LABELS, "ports": [{"name": "http", "port": 8000, "targetPort": "http"},
+                                                {"name": "metrics", "port": 8002, "targetPort": "metrics"}]}},
+    ]
