@@ -268,7 +268,11 @@ class Recommender:
             # Scale down to the largest count that sufficed (at the lower utilisation) over the delay.
             now_need = max(down_need, up_need)
             self._down_candidates.append((obs.t, now_need))
-            while self._down_candidates and self._down_candidates[0][0] < obs.t - cfg.down_delay_s:
+            # Keep the newest candidate at or before the window's start, so the span can reach the delay
+            # with real clocks too: dropping every one older than the delay left a span just short of
+            # it whenever evaluations drift by milliseconds, and scale-down never came (found on the
+            # local cluster; the simulator's exact intervals hid it).
+            while len(self._down_candidates) > 1 and self._down_candidates[1][0] <= obs.t - cfg.down_delay_s:
                 self._down_candidates.popleft()
             span = obs.t - self._down_candidates[0][0]
             held = max(n for _, n in self._down_candidates)

@@ -251,3 +251,13 @@ def test_the_drain_term_at_most_doubles_the_rates_need() -> None:
     r = rec(cold_start_s=0.0, lookahead_extra_s=0.0, pod_drain_s=100.0, max_replicas=40, max_drain_factor=2.0)
     out = r.recommend(Observation(0, 300.0, 60000.0, 3, 3, slo_p99_s=0.5, max_pod_queue=20000.0))
     assert out.desired == 2 * math.ceil(300 / 90) and out.reason == "drain"
+
+
+def test_scale_down_happens_when_evaluations_drift_by_milliseconds() -> None:
+    """A real clock never ticks exactly `interval` apart; the hold-down window must still elapse."""
+    r = Recommender(RecommenderConfig(capacity_rps=40.0, min_replicas=1, max_replicas=4, down_delay_s=30.0))
+    t, desired = 1000.0, 4
+    for _ in range(12):
+        t += 5.013  # a 5 s loop whose Prometheus queries take 13 ms
+        desired = r.recommend(Observation(t, 0.0, 0.0, 4, 4, None, 0.5)).desired
+    assert desired == 1
