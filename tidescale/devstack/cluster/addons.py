@@ -18,7 +18,7 @@ from tidescale.contracts.errors import TidescaleError
 from tidescale.contracts.tools import REPO_ROOT, SETUP_HINT
 from tidescale.devstack.cluster.config import ClusterConfig
 from tidescale.devstack.cluster.kubectl import deployment_available, kubectl, render_manifest, wait_for
-from tidescale.devstack.node.kubeapi import KubeApi
+from tidescale.devstack.node.kubeapi import ApiError, KubeApi
 
 GO_MODULES = REPO_ROOT / "deploy" / "cluster" / "go"
 MONITORING_NS = "monitoring"
@@ -107,13 +107,34 @@ def install_prometheus_adapter(config: ClusterConfig, api: KubeApi, configmap: s
 
 
 def use_external_metrics_from(config: ClusterConfig, api: KubeApi, provider: str) -> None:
-    """Point the external metrics API at KEDA or prometheus-adapter: one cluster serves it from one."""
-    service = {"keda": ("keda-metrics-apiserver", KEDA_NS), "adapter": ("prometheus-adapter", MONITORING_NS)}[provider]
-    api.patch_merge(f"/apis/apiregistration.k8s.io/v1/apiservices/{EXTERNAL_METRICS}",
-                    {"spec": {"service": {"name": service[0], "namespace": service[1]}}})
+    """Point the external metrics API at KEDA or prometheus-adapter: a cluster serves it from one.
+
+    KEDA's APIService is verified with the CA its operator rotates (``kedaorg-certs``); the adapter
+    serves a self-signed certificate, as the prometheus-community chart deploys it.
+    """
+    name, namespace = {"keda": ("keda-metrics-apiserver", KEDA_NS),
+                       "adapter": ("prometheus-adapter", MONITORING_NS)}[provider]
+    spec: dict[str, Any] = {"service": {"name": name, "namespace": namespace, "port": 443},
+                            "group": "external.metrics.k8s.io", "version": "v1beta1",
+                            "groupPriorityMinimum": 100, "versionPriority": 100}
+    if provider == "keda":
+        secret = api.get(f"/api/v1/namespaces/{KEDA_NS}/secrets/kedaorg-certs")
+        spec |= {"caBundle": secret["data"]["ca.crt"], "insecureSkipTLSVerify": None}
+    else:
+        spec |= {"caBundle": None, "insecureSkipTLSVerify": True}
+    path = f"/apis/apiregistration.k8s.io/v1/apiservices/{EXTERNAL_METRICS}"
+    try:
+        api.patch_merge(path, {"spec": spec})
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+        api.create("/apis/apiregistration.k8s.io/v1/apiservices", {
+            "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService", "metadata": {"name": EXTERNAL_METRICS},
+            "spec": {k: v for k, v in spec.items() if v is not None}})
 
     def available() -> bool:
-        svc = api.get(f"/apis/apiregistration.k8s.io/v1/apiservices/{EXTERNAL_METRICS}")
-        return any(c["type"] == "Available" and c["status"] == "True" for c in svc.get("status", {}).get("conditions", []))
+        svc = api.get(path)
+        return svc["spec"]["service"]["name"] == name and any(
+            c["type"] == "Available" and c["status"] == "True" for c in svc.get("status", {}).get("conditions", []))
 
     wait_for(f"the external metrics API from {provider}", available, 60)
