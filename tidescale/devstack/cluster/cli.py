@@ -57,3 +57,11 @@ def kubeconfig() -> None:
     from tidescale.devstack.cluster import lifecycle
 
     typer.echo(str(lifecycle.kubeconfig_path(_config())))
+
+
+@app.command()
+def usage() -> None:
+    """Resident memory (MiB) and CPU seconds of each cluster process and pod container, as JSON."""
+    from tidescale.devstack.cluster.usage import usage as measure
+
+    typer.echo(json.dumps(measure(_config()), indent=2))

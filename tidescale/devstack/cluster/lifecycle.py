@@ -97,10 +97,12 @@ def _up(config: ClusterConfig, progress: Callable[[str], None], steps: list[Step
         proc = cp.start_daemon(config, name, argv[name])
         cp.wait_ready(proc, *ready[name])
 
-    for name in CONTROL_PLANE:
+    for name in CONTROL_PLANE[:-1]:
         _timed(steps, name, progress, lambda n=name: start(n))  # type: ignore[misc]
     api = KubeApi(config.admin_kubeconfig)
     _timed(steps, "node agents", progress, lambda: _start_agents(config, api))
+    # kube-proxy last: it reports healthy only once its Node exists (30 s of waiting otherwise).
+    _timed(steps, "kube-proxy", progress, lambda: start("kube-proxy"))
     cp.start_daemon(config, "local-provisioner", [
         sys.executable, "-m", "tidescale.devstack.cluster.provisioner", f"--kubeconfig={config.admin_kubeconfig}",
         f"--root={config.state_dir / 'volumes'}"])

@@ -213,6 +213,7 @@ class PodRunner:
 
     def _setup(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "pod").write_text(f"{self.namespace}/{self.name}")  # names the pids for `cluster usage`
         if not self.host_network:
             dns = self.ctx.dns if self.pod["spec"].get("dnsPolicy", "ClusterFirst") == "ClusterFirst" else None
             if dns is not None:
