@@ -103,13 +103,20 @@ def test_endpointslices_follow_readiness(cluster: Cluster, web: Web) -> None:
 def test_a_pod_reaches_a_service_by_dns_name_through_kube_proxy(cluster: Cluster,
                                                                  web: Web) -> None:
     ns, _ = web
-    script = ("import urllib.request, socket; print(socket.gethostbyname('web')); "
-              f"print(urllib.request.urlopen('http://web.{ns}.svc.cluster.local/', timeout=5).status)")
+    # kube-proxy programs a Service's rules within a sync period of its endpoints: retry like a client.
+    script = ("import urllib.request, socket, sys, time\n"
+              "for _ in range(30):\n"
+              "    try:\n"
+              "        ip = socket.gethostbyname('web')\n"
+              f"        status = urllib.request.urlopen('http://web.{ns}.svc.cluster.local/', timeout=5).status\n"
+              "        print(ip, status); break\n"
+              "    except OSError as exc:\n"
+              "        print('retry', exc, file=sys.stderr); time.sleep(1)\n")
     apply_in(cluster, ns, pod("client", script))
     assert finished(cluster, ns, "client") == "Succeeded"
     service_ip = cluster.get(f"/api/v1/namespaces/{ns}/services/web")["spec"]["clusterIP"]
-    out = cluster.logs_of(ns, pod_json(cluster, ns, "client"), "main").split()
-    assert out[:2] == [service_ip, "200"]
+    out = cluster.logs_of(ns, pod_json(cluster, ns, "client"), "main").splitlines()
+    assert out[-1].split() == [service_ip, "200"], out
 
 
 def test_the_projected_service_account_token_authenticates(cluster: Cluster, namespace: str) -> None:
