@@ -159,7 +159,7 @@ class _Mounter:
     def __init__(self, spec_dir: Path) -> None:
         self.spec_dir = spec_dir
         self.shadowed: set[Path] = set()  # on a tmpfs of ours: free to create paths in
-        self.bound: list[Path] = []  # volume targets, directories whose source is on the host
+        self.bound: dict[Path, Path] = {}  # directory volumes: container path -> host path
 
     def mount_all(self, mounts: list[Mount]) -> None:
         for m in mounts:
@@ -179,8 +179,9 @@ class _Mounter:
                 is_dir = os.path.isdir(f"/proc/self/fd/{fd}")
                 target = self._mountpoint(m.target, is_dir)
                 _mount(f"/proc/self/fd/{fd}", target, None, MS_BIND | MS_REC)
+                self.shadowed.discard(target)  # now the volume's directory, not the tmpfs one under it
                 if is_dir:
-                    self.bound.append(target)
+                    self.bound[target] = Path(os.path.realpath(m.source))
                 if m.read_only:
                     read_only.append(target)
         finally:
@@ -206,8 +207,8 @@ class _Mounter:
             anchor = anchor.parent
         if not anchor.is_dir():
             raise _Fail(f"cannot create the mount point {target}: {anchor} is not a directory")
-        in_volume = anchor not in self.shadowed and any(anchor == b or b in anchor.parents for b in self.bound)
-        if not in_volume and anchor not in self.shadowed:
+        volume = None if anchor in self.shadowed else self._volume_of(anchor)
+        if volume is None and anchor not in self.shadowed:
             self._shadow(anchor)
         current = anchor
         for i, name in enumerate(reversed(missing)):
@@ -216,12 +217,21 @@ class _Mounter:
                 current.touch(mode=0o644, exist_ok=False)
             else:
                 current.mkdir(mode=0o755)
-            if in_volume:
+            if volume is not None:
+                target_dir, host_dir = volume
                 with open(self.spec_dir / CREATED_MOUNTPOINTS, "a") as record:
-                    record.write(f"{current}\n")
+                    record.write(f"{host_dir / current.relative_to(target_dir)}\n")
             else:
                 self.shadowed.add(current)
         return current
+
+    def _volume_of(self, path: Path) -> tuple[Path, Path] | None:
+        """The innermost directory volume holding *path*: (its container path, its host path)."""
+        holders = [t for t in self.bound if t == path or t in path.parents]
+        if not holders:
+            return None
+        target = max(holders, key=lambda t: len(t.parts))
+        return target, self.bound[target]
 
     def _shadow(self, directory: Path) -> None:
         """Cover *directory* with a tmpfs holding bind mounts of all its entries."""
