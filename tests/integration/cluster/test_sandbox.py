@@ -131,6 +131,13 @@ def http_get(url: str, timeout_s: float = 15.0) -> str:
             time.sleep(0.1)
 
 
+# Not `python -m http.server`: it looks up its own name (socket.getfqdn) between bind and listen, and the
+# pods' DNS server (the cluster's, 10.96.0.10) is not there while these tests run.
+SERVE_FILES = """
+    import http.server, socketserver
+    socketserver.ThreadingTCPServer(("0.0.0.0", 8080), http.server.SimpleHTTPRequestHandler).serve_forever()
+"""
+
 FETCH = """
     import sys, urllib.request
     print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())
@@ -144,8 +151,7 @@ def test_two_pods_serve_the_same_port_to_each_other_and_to_the_host(pods: Pods, 
         www.mkdir()
         (www / "who").write_text(name)
         sb = pods.sandbox(n, name)
-        pods.start(sb, ContainerLaunch([sys.executable, "-m", "http.server", "8080", "--bind", "0.0.0.0"],
-                                       PATH_ENV, [], working_dir=str(www)))
+        pods.start(sb, ContainerLaunch(python(SERVE_FILES), PATH_ENV, [], working_dir=str(www)))
         servers[name] = sb
     for name, sb in servers.items():
         assert http_get(f"http://{sb.ip}:8080/who") == name
@@ -269,6 +275,36 @@ def test_a_volume_inside_another_gets_its_mount_point_in_that_volume_and_cleanup
     assert sorted(p.name for p in outer.iterdir()) == ["kept"]
     assert not (spec_dir / CREATED_MOUNTPOINTS).exists()
     cleanup_mountpoints(spec_dir)
+
+
+def test_a_volume_over_tmp_hides_neither_the_launch_spec_nor_the_checkout(pods: Pods, tmp_path: Path) -> None:
+    # KEDA and the review service mount a scratch emptyDir at /tmp; CI may clone the checkout under /tmp,
+    # and the spec directory (tmp_path here) is under it too.
+    assert str(pods.spec_root).startswith("/tmp/")
+    scratch, config = tmp_path / "scratch", tmp_path / "config"
+    scratch.mkdir()
+    config.mkdir()
+    (config / "setting").write_text("kept")
+    checkout = Path(__file__).resolve().parents[3]
+    sb = pods.sandbox(91, "scratchy")
+    mounts = [Mount(scratch, "/tmp"), Mount(config, "/etc/tidescale-test/config", read_only=True),
+              Mount(config, "/tmp/nested/config", read_only=True),
+              Mount(scratch, str(checkout.parent))]  # covers the checkout wherever it is
+    got = pods.run(sb, ContainerLaunch(
+        [*python("""
+            import json, pathlib, sys, tidescale
+            print(json.dumps({"etc": pathlib.Path("/etc/tidescale-test/config/setting").read_text(),
+                              "nested": pathlib.Path("/tmp/nested/config/setting").read_text(),
+                              "tmp": sorted(p.name for p in pathlib.Path("/tmp").iterdir()),
+                              "checkout": pathlib.Path(sys.argv[1]).is_dir()}))
+        """), str(checkout / "tidescale")], PATH_ENV, mounts))
+    assert got.returncode == 0, got.stderr
+    report = json.loads(got.stdout)
+    assert report["etc"] == report["nested"] == "kept"
+    assert "nested" in report["tmp"] and "pytest-of-root" not in report["tmp"]
+    assert report["checkout"]
+    # The mount point made inside the /tmp volume was recorded in the (hidden) spec directory.
+    assert str(scratch / "nested") in (pods.spec_root / sb.netns / CREATED_MOUNTPOINTS).read_text().split()
 
 
 def test_run_as_user_and_group(pods: Pods) -> None:

@@ -15,6 +15,11 @@ directory as it was plus the new path; the host sees nothing. Only a target insi
 created in that volume's source, as runtimes do; those paths are listed in `<spec_dir>/created-mountpoints`
 for `cleanup_mountpoints`.
 
+A real container has a root of its own; here the host's tree is the root, so a volume may cover what the
+launcher itself needs (an emptyDir at /tmp over a checkout cloned under /tmp). The launcher therefore holds
+its spec directory and its scratch tmpfs by file descriptor, and binds the checkout and the interpreter's
+prefix back over any volume that covers them.
+
 Failures before the exec print one line on stderr and exit 127, like a runtime that cannot start a container.
 This module imports only the standard library: it runs once per container start.
 """
@@ -157,14 +162,32 @@ class _Mounter:
     that do not exist."""
 
     def __init__(self, spec_dir: Path) -> None:
-        self.spec_dir = spec_dir
+        # Held as file descriptors, not paths: a volume mounted at /tmp would hide a spec_dir under /tmp.
+        try:
+            self.spec_fd = os.open(spec_dir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise _Fail(f"the launch spec's directory {spec_dir}: {exc.strerror}") from exc
+        # Shadow tmpfses are built under a scratch tmpfs of this namespace's own, stacked on spec_dir.
+        _mount("tmpfs", spec_dir, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700")
+        # Unbindable: when a shadowed directory is an ancestor of spec_dir, binding its entries
+        # recursively must not copy the scratch tmpfs into itself.
+        _mount(None, spec_dir, None, MS_UNBINDABLE)
+        self.scratch_fd = os.open(spec_dir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.staged = 0
         self.shadowed: set[Path] = set()  # on a tmpfs of ours: free to create paths in
         self.bound: dict[Path, Path] = {}  # directory volumes: container path -> host path
+
+    def _record_created(self, host_path: Path) -> None:
+        fd = os.open(CREATED_MOUNTPOINTS, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600,
+                     dir_fd=self.spec_fd)
+        with os.fdopen(fd, "a") as record:
+            record.write(f"{host_path}\n")
 
     def mount_all(self, mounts: list[Mount]) -> None:
         for m in mounts:
             if not PurePosixPath(m.target).is_absolute():
                 raise _Fail(f"mount target {m.target!r} is not an absolute path")
+        mounts = mounts + _kept_visible(mounts)
         # Open every source first: a later mount may cover the path a source was named by.
         sources: list[int] = []
         try:
@@ -219,8 +242,7 @@ class _Mounter:
                 current.mkdir(mode=0o755)
             if volume is not None:
                 target_dir, host_dir = volume
-                with open(self.spec_dir / CREATED_MOUNTPOINTS, "a") as record:
-                    record.write(f"{host_dir / current.relative_to(target_dir)}\n")
+                self._record_created(host_dir / current.relative_to(target_dir))
             else:
                 self.shadowed.add(current)
         return current
@@ -237,12 +259,11 @@ class _Mounter:
         """Cover *directory* with a tmpfs holding bind mounts of all its entries."""
         st = directory.stat()
         entries = list(os.scandir(directory))
-        staging = self.spec_dir
+        self.staged += 1
+        staging = Path(f"/proc/self/fd/{self.scratch_fd}/{self.staged}")
+        staging.mkdir()
         _mount("tmpfs", staging, "tmpfs", MS_NOSUID | MS_NODEV,
                f"mode={st.st_mode & 0o7777:o},uid={st.st_uid},gid={st.st_gid}")
-        # Unbindable: when *directory* is an ancestor of the staging point, binding its entries
-        # recursively must not copy the staging tmpfs into itself.
-        _mount(None, staging, None, MS_UNBINDABLE)
         for entry in entries:
             copy = staging / entry.name
             if entry.is_symlink():
@@ -262,6 +283,23 @@ class _Mounter:
             _mount(str(staging), directory, None, MS_MOVE)
         _mount(None, directory, None, MS_PRIVATE)
         self.shadowed.add(directory)
+
+
+def _kept_visible(mounts: list[Mount]) -> list[Mount]:
+    """The host trees the container's program runs from (this checkout: the venv, .tools, the
+    cluster's state; the interpreter's prefix), bound back over any volume that would cover them.
+
+    A real container has its own root; here a volume at, say, /tmp (KEDA's and the review
+    service's scratch emptyDir) would otherwise hide a checkout cloned under /tmp, and with it
+    the program and this spec file.
+    """
+    keep = {Path(__file__).resolve().parents[3], Path(os.path.realpath(sys.executable)).parents[1]}
+    out = []
+    for path in sorted(keep):
+        covered = any(path == Path(m.target) or Path(m.target) in path.parents for m in mounts)
+        if covered:
+            out.append(Mount(source=path, target=str(path)))
+    return out
 
 
 def _drop_privileges(launch: ContainerLaunch, env: dict[str, str]) -> None:
