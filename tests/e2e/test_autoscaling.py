@@ -4,6 +4,8 @@ prometheus-operator, and the external metrics API, all as users run them."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import subprocess
 import threading
 import time
@@ -115,27 +117,93 @@ def external_metric(cluster: Cluster, name: str, selector: str) -> list[dict[str
     return list(yaml.safe_load(raw).get("items", []))
 
 
-def scale_up_then_down(cluster: Cluster, service_ip: str) -> tuple[int, list[str]]:
-    load = Load(f"http://{service_ip}:8000/v2/models/resnet50/infer", rps=100)
+@contextlib.contextmanager
+def load_on(service_ip: str, rps: float = 100) -> Iterator[Load]:
+    load = Load(f"http://{service_ip}:8000/v2/models/resnet50/infer", rps=rps)
     thread = threading.Thread(target=load.run)
     thread.start()
     try:
-        peak = wait_for(lambda: replicas(cluster) if replicas(cluster) > 1 else 0, 240, "the HPA to scale Triton up")
+        yield load
     finally:
         load.stop.set()
         thread.join()
     assert load.ok > 0 and load.failed == 0
+
+
+def scale_up(cluster: Cluster) -> int:
+    return wait_for(lambda: replicas(cluster) if replicas(cluster) > 1 else 0, 240, "the HPA to scale Triton up")
+
+
+def scale_down_and_events(cluster: Cluster) -> list[str]:
     wait_for(lambda: replicas(cluster) == 1, 300, "the HPA to scale Triton back down after the load")
     events = cluster.get(f"/api/v1/namespaces/{SERVING}/events")["items"]
-    reasons = [e["message"] for e in events if e.get("reason") == "SuccessfulRescale"]
-    return peak, reasons
+    return [e["message"] for e in events if e.get("reason") == "SuccessfulRescale"]
 
 
-def test_keda_mode_scales_triton_up_under_load_and_back_down(cluster: Cluster, serving: str,
-                                                            tmp_path: Any) -> None:
+def set_prometheus_replicas(cluster: Cluster, n: int) -> None:
+    """Stop or start the monitoring stack's Prometheus through its resource, as an operator user would."""
+    cluster.kubectl("patch", "prometheus", "k8s", "-n", "monitoring", "--type", "merge",
+                    "-p", json.dumps({"spec": {"replicas": n}}))
+
+    def settled() -> bool:
+        pods = cluster.pods("monitoring", "app.kubernetes.io/name=prometheus,app.kubernetes.io/instance=k8s")
+        ready = [p for p in pods if any(c["type"] == "Ready" and c["status"] == "True"
+                                        for c in p.get("status", {}).get("conditions", []))]
+        return len(pods) == len(ready) == n
+
+    wait_for(settled, 180, f"{n} Prometheus pod(s)")
+
+
+def prometheus_series(cluster: Cluster, query: str) -> list[dict[str, str]]:
+    """The label sets an instant query returns; empty while Prometheus is not answering."""
+    pod = cluster.get("/api/v1/namespaces/monitoring/pods/prometheus-k8s-0")
+    try:
+        found = httpx.get(f"http://{pod['status']['podIP']}:9090/api/v1/query", params={"query": query},
+                          timeout=10).json()["data"]["result"]
+    except (httpx.HTTPError, KeyError, ValueError):
+        return []
+    return [r["metric"] for r in found]
+
+
+def latency_series(cluster: Cluster) -> list[dict[str, str]]:
+    return prometheus_series(cluster, f'tidescale_request_duration_seconds_count{{namespace="{SERVING}"}} > 0')
+
+
+def gpu_series(cluster: Cluster) -> list[dict[str, str]]:
+    """dcgm-exporter's utilisation of the GPUs that Triton pods hold, scraped through the chart's monitor."""
+    return prometheus_series(cluster, f'DCGM_FI_DEV_GPU_UTIL{{namespace="{SERVING}"}}')
+
+
+# Longer than a scale-down takes with Prometheus up: the recommender's rate window and down delay (30 s each),
+# KEDA's polling and the HPA's sync (15 s each) and the scale-down stabilization window (30 s).
+OUTAGE_S = 150
+
+
+def test_keda_mode_scales_up_under_load_holds_while_prometheus_is_down_then_scales_down(
+        cluster: Cluster, serving: str, tmp_path: Any) -> None:
     install(cluster, "keda", tmp_path)
-    peak, events = scale_up_then_down(cluster, serving)
+    with load_on(serving):
+        peak = scale_up(cluster)
+        traced = wait_for(lambda: latency_series(cluster), 60, "latency series from Triton's traces in Prometheus")
+        gpus = wait_for(lambda: gpu_series(cluster), 60, "dcgm-exporter series of the Triton pods' GPUs")
+        triton_pods = {(p["metadata"]["name"], p["spec"]["nodeName"])
+                       for p in cluster.pods(SERVING, "app.kubernetes.io/name=triton")}
+        set_prometheus_replicas(cluster, 0)
+    # Triton's OTLP spans reached the exporter and came out labelled with the serving namespace and model.
+    assert {(m["namespace"], m["model"]) for m in traced} == {(SERVING, "resnet50")}
+    assert {m["stage"] for m in traced} >= {"request", "queue", "compute_infer"}
+    # Each GPU series names a Triton pod and the node that pod runs on, as dcgm-exporter's pod mapping does.
+    assert {(m["pod"], m["Hostname"]) for m in gpus} <= triton_pods and {m["container"] for m in gpus} == {"triton"}
     assert 1 < peak <= MAX_REPLICAS
+    # No load and no metrics: the HPA must keep what it has (KEDA has no fallback, null values are errors).
+    held, seen = replicas(cluster), set()
+    deadline = time.monotonic() + OUTAGE_S
+    while time.monotonic() < deadline:
+        seen.add(replicas(cluster))
+        time.sleep(2)
+    set_prometheus_replicas(cluster, 1)
+    assert min(seen) >= held, f"scaled down to {min(seen)} while Prometheus was down (from {held})"
+    events = scale_down_and_events(cluster)
     assert any("above target" in e for e in events) and any("below target" in e for e in events), events
     [item] = external_metric(cluster, "s0-prometheus", "scaledobject.keda.sh%2Fname%3Dtriton")
     assert item["metricName"] == "s0-prometheus" and float(item["value"]) == 1.0
@@ -151,7 +219,9 @@ def test_adapter_mode_scales_triton_up_under_load_and_back_down(cluster: Cluster
         items = wait_for(lambda: external_metric(cluster, "tidescale_desired_replicas", "deployment%3Dtriton"), 90,
                          "the recommender's metric through prometheus-adapter")
         assert float(items[0]["value"]) >= 1
-        peak, _ = scale_up_then_down(cluster, serving)
+        with load_on(serving):
+            peak = scale_up(cluster)
         assert 1 < peak <= MAX_REPLICAS
+        scale_down_and_events(cluster)
     finally:
         addons.use_external_metrics_from(cluster.config, cluster.api, "keda")

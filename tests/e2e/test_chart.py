@@ -4,6 +4,7 @@ prometheus-operator, under a release name and namespace other than `tidescale`."
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -32,7 +33,21 @@ def release(cluster: Cluster) -> Iterator[str]:
     run_helm(cluster, "install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace", "--wait",
              "--timeout", "240s")
     yield RELEASE
-    run_helm(cluster, "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout", "120s")
+    if installed(cluster):  # the last test uninstalls it itself
+        run_helm(cluster, "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout", "120s")
+
+
+def installed(cluster: Cluster) -> bool:
+    return bool(run_helm(cluster, "list", "--namespace", NAMESPACE, "--filter", f"^{RELEASE}$", "-q").strip())
+
+
+def get_json(url: str) -> Any:
+    """None while the server is not answering (yet)."""
+    try:
+        resp = httpx.get(url, timeout=5)
+    except httpx.HTTPError:
+        return None
+    return resp.json() if resp.status_code == 200 else None
 
 
 def prometheus(cluster: Cluster, path: str) -> dict[str, Any]:
@@ -51,12 +66,16 @@ def test_the_release_becomes_ready(cluster: Cluster, release: str) -> None:
 def test_every_target_the_operator_made_from_the_chart_is_up(cluster: Cluster, release: str) -> None:
     def chart_targets() -> list[dict[str, Any]]:
         active = prometheus(cluster, "/api/v1/targets?state=active")["data"]["activeTargets"]
-        ours = [t for t in active if t["labels"].get("namespace") == NAMESPACE]
+        # Scrape pools are named <kind>/<monitor's namespace>/<monitor>/<endpoint>.
+        ours = [t for t in active if t["scrapePool"].split("/")[1] == NAMESPACE]
         return ours if ours and all(t["health"] == "up" for t in ours) else []
 
     targets = wait_for(chart_targets, 120, "the chart's scrape targets to be up")
     jobs = {t["labels"]["job"] for t in targets}
     assert {"tidescale-exporter", "tidescale-reviews"} <= jobs, jobs  # no targets: no recommender
+    # The chart's dcgm-exporter monitor finds the GPU Operator's layout: one target per node.
+    dcgm = [t for t in targets if t["labels"].get("namespace") == "gpu-operator"]
+    assert len(dcgm) == cluster.config.nodes, [t["scrapePool"] for t in targets]
 
 
 def test_the_chart_rules_are_loaded(cluster: Cluster, release: str) -> None:
@@ -65,3 +84,61 @@ def test_the_chart_rules_are_loaded(cluster: Cluster, release: str) -> None:
         return [g["name"] for g in data if NAMESPACE in g.get("file", "")]
 
     assert wait_for(groups, 90, "the chart's PrometheusRules in Prometheus")
+
+
+REVIEW_ALERT = {"alertname": "TritonModelReviewRequired", "severity": "info", "namespace": "e2e-serving",
+                "model": "e2e-review-model", "version": "3", "reason": "string_ops"}
+
+
+def test_alertmanager_delivers_a_review_alert_to_the_review_service_with_the_charts_token(
+        cluster: Cluster, release: str) -> None:
+    alertmanager = cluster.get("/api/v1/namespaces/monitoring/pods/alertmanager-main-0")["status"]["podIP"]
+    reviews = cluster.get(f"/api/v1/namespaces/{NAMESPACE}/services/{release}-tidescale-reviews")["spec"]
+    reviews_url = f"http://{reviews['clusterIP']}:{reviews['ports'][0]['port']}/api/v1/reviews"
+
+    def route_loaded() -> bool:
+        status = get_json(f"http://{alertmanager}:9093/api/v2/status")
+        return bool(status) and f"{NAMESPACE}/{release}-tidescale-reviews/model-reviews" in status["config"]["original"]
+
+    # prometheus-operator turns the chart's AlertmanagerConfig (and the token in the chart's Secret) into
+    # Alertmanager's configuration; the config reloader then applies it.
+    wait_for(route_loaded, 180, "the chart's AlertmanagerConfig in Alertmanager's configuration")
+    alert = {"labels": REVIEW_ALERT, "annotations": {"summary": "string ops take 30 % of op time"}}
+    httpx.post(f"http://{alertmanager}:9093/api/v2/alerts", json=[alert], timeout=10).raise_for_status()
+
+    def opened() -> list[dict[str, Any]]:
+        found = get_json(f"{reviews_url}?model={REVIEW_ALERT['model']}")
+        return list(found["items"]) if found else []
+
+    # The webhook answers 401 without the chart's token: a review that opens proves Alertmanager sent it.
+    [review] = wait_for(opened, 120, "the review the alert opens (group_wait is 30 s)")
+    assert (review["namespace"], review["version"], review["reason"]) == ("e2e-serving", "3", "string_ops")
+    # The same alert again, as Alertmanager re-sends a firing alert: still exactly one review.
+    httpx.post(f"http://{alertmanager}:9093/api/v2/alerts", json=[alert], timeout=10).raise_for_status()
+    time.sleep(5)
+    assert len(opened()) == 1
+
+
+def leftovers(cluster: Cluster) -> list[str]:
+    """Every object of any listable kind, in any namespace or none, that still carries the release's label."""
+    kinds = [k for k in cluster.kubectl("api-resources", "--verbs=list", "-o", "name").split()
+             if k.split(".")[0] != "events"]
+    found = cluster.kubectl("get", ",".join(kinds), "--all-namespaces", "-o", "name",
+                            "-l", f"app.kubernetes.io/instance={RELEASE}", check=False).split()
+    history = cluster.kubectl("get", "secrets", "-n", NAMESPACE, "-o", "name", "-l", f"owner=helm,name={RELEASE}")
+    return found + history.split()
+
+
+def test_helm_upgrade_rolls_the_release_and_uninstall_leaves_nothing_behind(cluster: Cluster, release: str) -> None:
+    exporter = f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{release}-tidescale-exporter"
+    run_helm(cluster, "upgrade", RELEASE, str(CHART), "--namespace", NAMESPACE, "--reuse-values",
+             "--set", "exporter.podAnnotations.e2e/upgraded=yes", "--wait", "--timeout", "240s")
+    deployment = cluster.get(exporter)
+    assert deployment["spec"]["template"]["metadata"]["annotations"]["e2e/upgraded"] == "yes"
+    status = deployment["status"]
+    assert status.get("updatedReplicas") == status.get("availableReplicas") == deployment["spec"]["replicas"]
+    assert leftovers(cluster), "the release's objects carry app.kubernetes.io/instance (else this test proves nothing)"
+
+    run_helm(cluster, "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout", "120s")
+    # Pods go with their ReplicaSets through the garbage collector, a moment after helm returns.
+    wait_for(lambda: leftovers(cluster) == [], 120, f"nothing left of the release: {leftovers(cluster)}")

@@ -85,6 +85,20 @@ def install_monitoring_stack(config: ClusterConfig, api: KubeApi) -> None:
     wait_for("kube-state-metrics", lambda: deployment_available(api, MONITORING_NS, "kube-state-metrics"), 120)
 
 
+GPU_OPERATOR_NS = "gpu-operator"
+
+
+def install_dcgm_exporter(config: ClusterConfig, api: KubeApi) -> None:
+    """The simulated dcgm-exporter on every node, where GPU Operator puts the real one."""
+    kubectl(config, "apply", "-f", "-", stdin=render_manifest(config, "dcgm-exporter.yaml", NAMESPACE=GPU_OPERATOR_NS))
+
+    def on_every_node() -> bool:
+        ds = api.get(f"/apis/apps/v1/namespaces/{GPU_OPERATOR_NS}/daemonsets/nvidia-dcgm-exporter").get("status", {})
+        return int(ds.get("desiredNumberScheduled") or 0) == config.nodes == int(ds.get("numberReady") or 0)
+
+    wait_for("dcgm-exporter on every node", on_every_node, 120)
+
+
 KEDA_NS = "keda"
 EXTERNAL_METRICS = "v1beta1.external.metrics.k8s.io"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import typer
 
@@ -65,3 +66,15 @@ def usage() -> None:
     from tidescale.devstack.cluster.usage import usage as measure
 
     typer.echo(json.dumps(measure(_config()), indent=2))
+
+
+@app.command("dcgm-exporter", hidden=True)
+def dcgm_exporter(
+        pod_resources: Path = typer.Option(Path("/var/lib/kubelet/pod-resources/pod-resources.json"),
+                                           help="The node's GPU assignments, written by the node agent."),
+        hostname: str = typer.Option(..., envvar="NODE_NAME", help="The node's name (the Hostname label)."),
+        gpus: int = typer.Option(4, min=1, max=16), port: int = typer.Option(9400, min=1, max=65535)) -> None:
+    """The simulated dcgm-exporter's container process (image dcgm-exporter on the local cluster)."""
+    from tidescale.devstack.cluster.dcgm import serve
+
+    serve(pod_resources, hostname, gpus, port)

@@ -107,6 +107,9 @@ def _up(config: ClusterConfig, progress: Callable[[str], None], steps: list[Step
         sys.executable, "-m", "tidescale.devstack.cluster.provisioner", f"--kubeconfig={config.admin_kubeconfig}",
         f"--root={config.state_dir / 'volumes'}"])
     _timed(steps, "cluster DNS (CoreDNS)", progress, lambda: _install_dns(config, api))
+    from tidescale.devstack.cluster.addons import install_dcgm_exporter
+
+    _timed(steps, "simulated GPUs (dcgm-exporter on every node)", progress, lambda: install_dcgm_exporter(config, api))
     if monitoring:
         from tidescale.devstack.cluster.addons import install_monitoring_stack
 

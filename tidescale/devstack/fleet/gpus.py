@@ -27,6 +27,7 @@ from tidescale.contracts.errors import UsageError
 from tidescale.devstack.fleet.exposition import render_family
 from tidescale.devstack.fleet.httpserve import LoopbackHttpServer, Response, ServesHttp, json_response, text_response
 from tidescale.devstack.fleet.periodic import Periodic
+from tidescale.devstack.ports import LOOPBACK
 
 # DCGM_CLOCKS_EVENT_REASON_* bits.
 CLOCKS_GPU_IDLE = 0x1
@@ -225,7 +226,8 @@ class SimulatedGpuNode(ServesHttp):
     def __init__(self, hostname: str, gpus: Sequence[GpuAssignment], port: int | None = None,
                  model_name: str = "NVIDIA A100-SXM4-80GB", *, driver_version: str = "550.90.07",
                  poll_interval: float = 1.0, busy_reader: BusyReader = read_busy_seconds,
-                 token: str | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 token: str | None = None, clock: Callable[[], float] = time.monotonic,
+                 host: str = LOOPBACK) -> None:
         if not gpus:
             raise UsageError(f"node {hostname}: needs at least one GPU")
         if poll_interval <= 0:
@@ -240,7 +242,7 @@ class SimulatedGpuNode(ServesHttp):
         self.clock = clock
         self.states = [GpuState() for _ in self.gpus]
         self._lock = threading.Lock()
-        self._server = LoopbackHttpServer(f"dcgm[{hostname}]", port)
+        self._server = LoopbackHttpServer(f"dcgm[{hostname}]", port, host)
         self._server.get_routes["/metrics"] = lambda: text_response(self.render())
         self._server.post_routes["/faults"] = self._post_faults
         self._sampler = Periodic(f"gpu-sampler[{hostname}]", poll_interval, self.sample)

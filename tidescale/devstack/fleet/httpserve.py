@@ -41,8 +41,10 @@ def _guarded(call: Callable[[], Response]) -> Response:
 class LoopbackHttpServer:
     """Serves GET/POST routes on 127.0.0.1 from a daemon thread; `stop()` closes the socket."""
 
-    def __init__(self, name: str, port: int | None = None) -> None:
+    def __init__(self, name: str, port: int | None = None, host: str = LOOPBACK) -> None:
+        # *host* other than loopback only inside a pod's own network namespace (the cluster's dcgm-exporter).
         self.name = name
+        self.host = host
         self.port = port_or_free(port, name)
         self.get_routes: dict[str, GetHandler] = {}
         self.post_routes: dict[str, PostHandler] = {}
@@ -95,7 +97,7 @@ class LoopbackHttpServer:
             def log_message(self, format: str, *args: Any) -> None:
                 return  # quiet: never log request lines (they may carry tokens in headers)
 
-        self._server = ThreadingHTTPServer((LOOPBACK, self.port), Handler)
+        self._server = ThreadingHTTPServer((self.host, self.port), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.1,), name=self.name, daemon=True)
         self._thread.start()

@@ -83,6 +83,12 @@ def _tidescale() -> HostImage:
                      path=(str(venv),))
 
 
+def _dcgm_exporter() -> HostImage:
+    tidescale = _tidescale()
+    return HostImage(entrypoint=(tidescale.binaries["tidescale"], "cluster", "dcgm-exporter"),
+                     binaries={"dcgm-exporter": tidescale.binaries["tidescale"]}, path=tidescale.path)
+
+
 def _simple(binary: str, *names: str) -> HostImage:
     return HostImage(entrypoint=(binary,), binaries={n: binary for n in (*names, os.path.basename(binary))})
 
@@ -112,6 +118,8 @@ IMAGES = {
     "kube-state-metrics": lambda: _simple(_tool("kube-state-metrics")),
     "prometheus-adapter": lambda: _simple(_tool("prometheus-adapter"), "adapter"),
     "busybox": lambda: HostImage(entrypoint=("sh",)),
+    # GPUs are simulated: dcgm-exporter's image is tidescale's simulation of it (devstack/cluster/dcgm.py).
+    "dcgm-exporter": _dcgm_exporter,
 }
 
 

@@ -77,18 +77,19 @@ class GpuAllocator:
 
     count: int
     file: Path
-    assigned: dict[str, tuple[str, str, str, list[int]]] = field(default_factory=dict)  # key -> ns, pod, ctr, ids
+    # key -> namespace, pod, container, pod IP, GPU ids
+    assigned: dict[str, tuple[str, str, str, str, list[int]]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def allocate(self, key: str, namespace: str, pod: str, container: str, n: int) -> list[int]:
+    def allocate(self, key: str, namespace: str, pod: str, container: str, ip: str, n: int) -> list[int]:
         with self.lock:
             if key in self.assigned:
-                return self.assigned[key][3]
+                return self.assigned[key][4]
             used = {i for *_, ids in self.assigned.values() for i in ids}
             free = [i for i in range(self.count) if i not in used][:n]
             if len(free) < n:
                 raise PodSpecError(f"{n} GPU(s) wanted, {self.count - len(used)} free on this node")
-            self.assigned[key] = (namespace, pod, container, free)
+            self.assigned[key] = (namespace, pod, container, ip, free)
             self._write()
             return free
 
@@ -101,8 +102,8 @@ class GpuAllocator:
     def _write(self) -> None:
         import json
 
-        rows = [{"namespace": ns, "pod": pod, "container": c, "gpus": ids}
-                for ns, pod, c, ids in self.assigned.values()]
+        rows = [{"namespace": ns, "pod": pod, "container": c, "ip": ip, "gpus": ids}
+                for ns, pod, c, ip, ids in self.assigned.values()]
         self.file.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.file.with_suffix(".tmp")
         tmp.write_text(json.dumps(rows))
@@ -224,7 +225,7 @@ class PodRunner:
         self.pod["status"] = {**(self.pod.get("status") or {}), "podIP": self.pod_ip}  # for the downward API
         reader = SourceReader(self.ctx.api, self.namespace)
         self.volumes = VolumeBuilder(self.pod, self.dir, reader, self.ctx.tokens, self.ctx.node_name,
-                                     self.ctx.host_ip, self.ctx.ca_pem)
+                                     self.ctx.host_ip, self.ctx.ca_pem, kubelet_root=self.ctx.state_dir / "kubelet")
 
     def _setup_volumes_once(self) -> bool:
         """Like the kubelet, a missing ConfigMap/Secret keeps the pod in ContainerCreating, retried."""
@@ -345,7 +346,7 @@ class PodRunner:
             gpus = int(str((spec.get("resources", {}).get("limits") or {}).get("nvidia.com/gpu", 0)))
             if gpus:
                 ids = self.ctx.gpus.allocate(f"{self.uid}/{spec['name']}", self.namespace, self.name, spec["name"],
-                                             gpus)
+                                             str(self.pod_ip), gpus)
                 env["NVIDIA_VISIBLE_DEVICES"] = ",".join(map(str, ids))
             argv = image.argv(expand_args(spec.get("command") or [], env) or None,
                               expand_args(spec.get("args") or [], env))

@@ -24,6 +24,12 @@ from tidescale.devstack.node.launch import Mount
 TOKEN_SECONDS = 3607  # what the kubelet asks for on behalf of kube-api-access volumes
 
 
+KUBELET_ROOT = Path("/var/lib/kubelet")
+# Where the simulated device plugin writes which GPUs each container holds (a JSON list), standing in for
+# the kubelet's pod-resources gRPC socket that the real dcgm-exporter reads; relative to the kubelet root.
+POD_RESOURCES = "pod-resources/pod-resources.json"
+
+
 class PodSpecError(Exception):
     """A reference the pod makes cannot be resolved (the kubelet's CreateContainerConfigError)."""
 
@@ -186,9 +192,10 @@ def _items(data: dict[str, bytes], items: list[Json] | None, default_mode: int) 
 
 class VolumeBuilder:
     def __init__(self, pod: Json, root: Path, reader: SourceReader, tokens: TokenCache, node_name: str,
-                 host_ip: str, ca_pem: bytes) -> None:
+                 host_ip: str, ca_pem: bytes, kubelet_root: Path | None = None) -> None:
         self.pod, self.root, self.reader, self.tokens = pod, root, reader, tokens
         self.node_name, self.host_ip, self.ca_pem = node_name, host_ip, ca_pem
+        self.kubelet_root = kubelet_root
 
     def files(self, volume: Json) -> FileSet | None:
         """The files of a kubelet-managed volume, or None for a plain directory volume."""
@@ -248,7 +255,7 @@ class VolumeBuilder:
         for volume in self.pod["spec"].get("volumes") or []:
             name = volume["name"]
             if "hostPath" in volume:
-                host = Path(volume["hostPath"]["path"])
+                host = self._host_path(volume["hostPath"]["path"])
                 if volume["hostPath"].get("type") in ("DirectoryOrCreate", None, ""):
                     host.mkdir(parents=True, exist_ok=True)
                 paths[name] = host
@@ -266,6 +273,14 @@ class VolumeBuilder:
             paths[name] = path
         self._apply_fs_group(paths)
         return paths
+
+    def _host_path(self, path: str) -> Path:
+        """Paths under the kubelet's root are this node's own (the nodes share one host), as
+        /var/lib/kubelet/pod-resources is each node's for dcgm-exporter; the rest are the host's."""
+        host = Path(path)
+        if self.kubelet_root is not None and (host == KUBELET_ROOT or KUBELET_ROOT in host.parents):
+            return self.kubelet_root / host.relative_to(KUBELET_ROOT)
+        return host
 
     def _claimed(self, claim: str) -> Path:
         """The hostPath of the PersistentVolume bound to *claim* (the scheduler only binds bound claims)."""
