@@ -30,8 +30,9 @@ def run_helm(cluster: Cluster, *args: str) -> str:
 
 @pytest.fixture(scope="module")
 def release(cluster: Cluster) -> Iterator[str]:
+    # The route to the review service as an AlertmanagerConfig, as docs/install.md has operator users do.
     run_helm(cluster, "install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace", "--wait",
-             "--timeout", "240s")
+             "--set", "alertmanager.alertmanagerConfig.enabled=true", "--timeout", "240s")
     yield RELEASE
     if installed(cluster):  # the last test uninstalls it itself
         run_helm(cluster, "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout", "120s")
