@@ -435,6 +435,24 @@ def test_default_rules_can_be_disabled_by_name(tmp: Path, default_docs: list[dic
     assert everything - kept == {"TritonQueueBacklog"}
 
 
+def test_default_rules_take_for_and_severity_overrides_by_name(tmp: Path) -> None:
+    def rules(values: dict[str, Any]) -> list[dict[str, Any]]:
+        return [r for r in _alerts(template(tmp, values, *MONITORING_API)) if r["alert"] == "TritonLatencyBudgetBurn"]
+
+    before = rules({})
+    after = rules({"defaultRules": {"overrides": {"TritonLatencyBudgetBurn": {"for": "30s", "severity": "warning"}}}})
+    assert {r["for"] for r in before} == {"2m", "15m"}  # the page and the ticket
+    assert {r["for"] for r in after} == {"30s"} and {r["labels"]["severity"] for r in after} == {"warning"}
+    assert [r["expr"] for r in after] == [r["expr"] for r in before]
+    assert [set(r["labels"]) for r in after] == [set(r["labels"]) for r in before]
+
+
+def test_default_rule_overrides_are_validated(tmp: Path) -> None:
+    bad = {"defaultRules": {"overrides": {"TritonQueueBacklog": {"for": "soon"}}}}
+    result = helm("template", "obs", str(CHART), "-f", str(_write(tmp, bad)))
+    assert result.returncode != 0 and "for" in result.stderr
+
+
 def test_alertmanager_config_routes_reviews_to_this_release(tmp: Path) -> None:
     """The operator route: this release's review Service and port, this chart's Secret, the generated matcher."""
     values = {"alertmanager": {"alertmanagerConfig": {"enabled": True}}, "reviews": {"port": 9200}}
