@@ -8,6 +8,8 @@ ServiceMonitor, PodMonitor, PrometheusRule and AlertmanagerConfig in the cluster
 
 from __future__ import annotations
 
+import base64
+import secrets
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -86,10 +88,26 @@ def install_monitoring_stack(config: ClusterConfig, api: KubeApi) -> None:
 
 
 GPU_OPERATOR_NS = "gpu-operator"
+DCGM_FAULTS_SECRET = "dcgm-faults"
+
+
+def dcgm_fault_token(api: KubeApi) -> str:
+    """The token the simulated dcgm-exporters take for POST /faults."""
+    data = api.get(f"/api/v1/namespaces/{GPU_OPERATOR_NS}/secrets/{DCGM_FAULTS_SECRET}")["data"]
+    return base64.b64decode(data["token"]).decode()
 
 
 def install_dcgm_exporter(config: ClusterConfig, api: KubeApi) -> None:
     """The simulated dcgm-exporter on every node, where GPU Operator puts the real one."""
+    kubectl(config, "create", "namespace", GPU_OPERATOR_NS, check=False)  # the Secret goes in before the pods
+    try:
+        api.get(f"/api/v1/namespaces/{GPU_OPERATOR_NS}/secrets/{DCGM_FAULTS_SECRET}")
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+        api.create(f"/api/v1/namespaces/{GPU_OPERATOR_NS}/secrets", {
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": DCGM_FAULTS_SECRET},
+            "stringData": {"token": secrets.token_urlsafe(24)}})
     kubectl(config, "apply", "-f", "-", stdin=render_manifest(config, "dcgm-exporter.yaml", NAMESPACE=GPU_OPERATOR_NS))
 
     def on_every_node() -> bool:

@@ -73,8 +73,10 @@ def dcgm_exporter(
         pod_resources: Path = typer.Option(Path("/var/lib/kubelet/pod-resources/pod-resources.json"),
                                            help="The node's GPU assignments, written by the node agent."),
         hostname: str = typer.Option(..., envvar="NODE_NAME", help="The node's name (the Hostname label)."),
-        gpus: int = typer.Option(4, min=1, max=16), port: int = typer.Option(9400, min=1, max=65535)) -> None:
+        gpus: int = typer.Option(4, min=1, max=16), port: int = typer.Option(9400, min=1, max=65535),
+        fault_token: str = typer.Option(..., envvar="TIDESCALE_DCGM_FAULT_TOKEN", show_default=False,
+                                        help="Bearer token for POST /faults.")) -> None:
     """The simulated dcgm-exporter's container process (image dcgm-exporter on the local cluster)."""
     from tidescale.devstack.cluster.dcgm import serve
 
-    serve(pod_resources, hostname, gpus, port)
+    serve(pod_resources, hostname, gpus, port, fault_token)

@@ -79,9 +79,9 @@ class PodMappedGpuNode(SimulatedGpuNode):
         super().sample()
 
 
-def serve(pod_resources: Path, hostname: str, gpus: int, port: int) -> None:
-    """Serve /metrics until SIGTERM, as the container's main process."""
-    node = PodMappedGpuNode(pod_resources, hostname, gpus, port).start()
+def serve(pod_resources: Path, hostname: str, gpus: int, port: int, fault_token: str) -> None:
+    """Serve /metrics (and POST /faults with *fault_token*) until SIGTERM, as the container's main process."""
+    node = PodMappedGpuNode(pod_resources, hostname, gpus, port, token=fault_token).start()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
