@@ -435,6 +435,23 @@ def test_default_rules_can_be_disabled_by_name(tmp: Path, default_docs: list[dic
     assert everything - kept == {"TritonQueueBacklog"}
 
 
+@pytest.mark.parametrize("mode", ["keda", "adapter"])
+def test_the_cluster_demos_values_render_its_story(tmp: Path, mode: str) -> None:
+    """The demo installs the chart with values only: short alert windows, the review route, its target."""
+    from tidescale.devstack.demo.on_cluster import SHORT_WINDOWS, chart_values
+    from tidescale.devstack.demo.settings import DemoSettings
+
+    docs = template(tmp, chart_values(DemoSettings(on="cluster"), mode, 30.0),
+                    "--api-versions", "monitoring.coreos.com/v1", "--api-versions", "monitoring.coreos.com/v1alpha1",
+                    "--api-versions", "keda.sh/v1alpha1")
+    shortened = {r["alert"] for r in _alerts(docs) if r.get("for") == "30s"}
+    assert shortened == set(SHORT_WINDOWS)
+    assert any(d["kind"] == "AlertmanagerConfig" for d in docs)
+    scaler = "ScaledObject" if mode == "keda" else "HorizontalPodAutoscaler"
+    [obj] = [d for d in docs if d["kind"] == scaler]
+    assert obj["metadata"]["namespace"] == "inference"
+
+
 def test_default_rules_take_for_and_severity_overrides_by_name(tmp: Path) -> None:
     def rules(values: dict[str, Any]) -> list[dict[str, Any]]:
         return [r for r in _alerts(template(tmp, values, *MONITORING_API)) if r["alert"] == "TritonLatencyBudgetBurn"]

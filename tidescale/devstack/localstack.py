@@ -24,7 +24,7 @@ from typing import Any
 from tidescale.contracts.slo import SLO_P99_S
 from tidescale.contracts.tools import CHART_FILES
 from tidescale.devstack.fleet.httpserve import LoopbackHttpServer, json_response, text_response
-from tidescale.devstack.fleet.model_repo import DEFAULT_MODELS, ModelSpec, with_load_seconds
+from tidescale.devstack.fleet.model_repo import DEFAULT_MODELS, ModelSpec, sustainable_rps, with_load_seconds
 from tidescale.devstack.fleet.periodic import Periodic
 from tidescale.devstack.fleet.stack import FleetStack
 from tidescale.devstack.fleet.triton import TraceSettings
@@ -67,8 +67,9 @@ class StackOptions:
 class NotificationSink:
     """Stands in for the pager and ticket gateways: records what Alertmanager sends them."""
 
-    def __init__(self) -> None:
-        self.server = LoopbackHttpServer("notification-sink")
+    def __init__(self, host: str = LOOPBACK) -> None:
+        # On the local cluster: the host's cluster address, which pods (Alertmanager) reach.
+        self.server = LoopbackHttpServer("notification-sink", host=host)
         self.received: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         for receiver in ("pager", "tickets"):
@@ -248,10 +249,7 @@ class LocalStack:
         if self.opts.capacity_rps is not None:
             return self.opts.capacity_rps
         models = self.models()
-        spec = next((m for m in models if m.name == self.opts.autoscale_model), models[0])
-        # Sustainable throughput at the preferred batch size, with 30 % headroom for the SLO.
-        batch = max(spec.preferred_batch_sizes or (1,))
-        return 0.7 * spec.curve.throughput(batch) * spec.instance_count
+        return sustainable_rps(next((m for m in models if m.name == self.opts.autoscale_model), models[0]))
 
     def _start_autoscaler(self) -> None:
         from tidescale.autoscaler.service import RecommenderTuning

@@ -30,6 +30,9 @@ def demo_command(
     live: bool | None = typer.Option(None, "--live/--no-live", help="Live terminal table."),
     seed: int | None = typer.Option(None, "--seed"),
     config: Path | None = typer.Option(None, "--config", help="YAML file with a `demo:` section."),
+    on: str | None = typer.Option(None, "--on", help="cluster: the local Kubernetes, the chart and the real HPA "
+                                  "(needs root); local: the process stack (default local)."),
+    mode: str | None = typer.Option(None, "--mode", help="On the cluster: keda (default) or adapter."),
 ) -> None:
     """Run the demo and write DIR/summary.json plus PNG plots."""
     from tidescale.devstack.demo.run import run_demo
@@ -38,8 +41,17 @@ def demo_command(
     settings = load_settings(
         DemoSettings, config, duration_s=duration, scenario=scenario, base_rps=base_rps, trace_csv=trace_csv,
         time_scale=time_scale, min_replicas=min_replicas, max_replicas=max_replicas, cold_start_s=cold_start,
-        inject_faults=faults, live=live, seed=seed,
+        inject_faults=faults, live=live, seed=seed, on=on, autoscaling_mode=mode,
     )
+    if settings.on == "cluster":
+        from tidescale.devstack.demo.on_cluster import run_cluster_demo
+
+        summary = run_cluster_demo(settings, out, settings.autoscaling_mode)
+        typer.echo(f"summary: {out / 'summary.json'}  (requests within the SLO {summary['requests_within_slo']}, "
+                   f"replicas {summary['hpa']['replicas_seen']['min']}..{summary['hpa']['replicas_seen']['max']}, "
+                   f"alerts {', '.join(summary['alerts_fired']) or 'none'}, "
+                   f"reviews {len(summary['reviews_opened'])})")
+        return
     summary = run_demo(settings, out)
     typer.echo(f"summary: {out / 'summary.json'}  (p99 {summary['latency_p99_s']:.3f}s, "
                f"replicas {summary['replicas']['min']}..{summary['replicas']['max']}, "

@@ -37,7 +37,7 @@ def build_scenario(s: DemoSettings) -> Scenario:
 
 
 @contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
+def sigterm_as_interrupt() -> Iterator[None]:
     """SIGTERM stops the demo like Ctrl-C does, so every child process is stopped."""
     def handler(_signum: int, _frame: object) -> None:
         raise KeyboardInterrupt
@@ -230,7 +230,7 @@ def run_demo(s: DemoSettings, out: Path) -> dict[str, Any]:
                         curve_scale=s.curve_scale)
     stack = LocalStack(out / "run", opts)
     timeline = Timeline()
-    with _sigterm_as_interrupt():
+    with sigterm_as_interrupt():
         try:
             console.print(f"[bold]tidescale demo[/]: starting the local stack in {out / 'run'} …")
             stack.start()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
@@ -34,6 +34,10 @@ class DemoSettings(ComponentSettings):
     inject_faults: bool = True
     live: bool = True
     seed: int = 0
+    # Where the story plays: the local Kubernetes cluster (the chart, the real HPA) or the process stack.
+    on: Literal["cluster", "local"] = "local"
+    # On the cluster: how the HPA reads the recommender (the chart's autoscaling.mode).
+    autoscaling_mode: Literal["keda", "adapter"] = "keda"
 
     @model_validator(mode="after")
     def _check(self) -> DemoSettings:

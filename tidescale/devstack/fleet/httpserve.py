@@ -53,11 +53,11 @@ class LoopbackHttpServer:
 
     @property
     def url(self) -> str:
-        return f"http://{LOOPBACK}:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def address(self) -> str:
-        return f"{LOOPBACK}:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def start(self) -> LoopbackHttpServer:
         routes_get, routes_post = self.get_routes, self.post_routes

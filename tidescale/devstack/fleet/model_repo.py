@@ -70,6 +70,12 @@ DEFAULT_MODELS: tuple[ModelSpec, ...] = (
 )
 
 
+def sustainable_rps(spec: ModelSpec) -> float:
+    """What one replica serves within the SLO: throughput at the preferred batch size, less 30 % headroom."""
+    batch = max(spec.preferred_batch_sizes or (1,))
+    return 0.7 * spec.curve.throughput(batch) * spec.instance_count
+
+
 def with_load_seconds(specs: tuple[ModelSpec, ...] | list[ModelSpec], seconds: float) -> tuple[ModelSpec, ...]:
     """The same models with another cold-start time (0 in tests)."""
     return tuple(s.with_load_seconds(seconds) for s in specs)

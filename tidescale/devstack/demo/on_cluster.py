@@ -1,0 +1,399 @@
+"""`tidescale demo --on cluster`: the story on the local Kubernetes cluster, as users run tidescale.
+
+The cluster (`tidescale cluster up`, two nodes) comes up with prometheus-operator, a Prometheus and an
+Alertmanager resource and the simulated dcgm-exporter on every node. The demo then deploys real
+`tritonserver` pods that trace to the exporter, `helm install`s deploy/helm/tidescale (KEDA mode, or
+prometheus-adapter with `--mode adapter`) and plays traffic at the Triton Service's cluster address.
+The replicas change because the real HPA changes them. The story, in phases of one run:
+
+1. steady traffic, then a 3x surge that the autoscaler absorbs;
+2. a model version whose profile spends 30 % of its op time in string ops: `TritonModelReviewRequired`
+   opens a review in the review service (Alertmanager -> the chart's AlertmanagerConfig);
+3. an XID error on a GPU a Triton pod holds, which pages;
+4. traffic beyond what `maxReplicas` can serve: `TritonLatencyBudgetBurn` and
+   `TritonAutoscalerMaxedOut` fire.
+
+Alert windows are shortened through the chart's values (`defaultRules.overrides`), never by editing
+rendered output. Pages and tickets go to a notification sink on the host, through the platform team's
+own AlertmanagerConfig (the chart routes only model reviews).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import dataclasses
+import json
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+from rich.console import Console
+from rich.live import Live
+
+from tidescale.contracts.tools import REPO_ROOT, helm
+from tidescale.devstack.cluster import addons, lifecycle
+from tidescale.devstack.cluster.config import ClusterConfig
+from tidescale.devstack.cluster.kubectl import kubectl
+from tidescale.devstack.cluster.kubectl import wait_for as wait_until
+from tidescale.devstack.cluster.serving import triton_deployment
+from tidescale.devstack.demo.faults import string_heavy_trace_viewer
+from tidescale.devstack.demo.plots import write_plots
+from tidescale.devstack.demo.run import error_breakdown, render_table, sigterm_as_interrupt
+from tidescale.devstack.demo.settings import DemoSettings
+from tidescale.devstack.demo.summary import reviews_opened
+from tidescale.devstack.demo.timeline import Sample, Timeline
+from tidescale.devstack.fleet.model_repo import DEFAULT_MODELS, ModelSpec, sustainable_rps
+from tidescale.devstack.localstack import NotificationSink
+from tidescale.devstack.node.kubeapi import KubeApi
+from tidescale.sim.traffic import Scenario
+
+SERVING, RELEASE, RELEASE_NS, DEPLOYMENT = "inference", "tidescale", "tidescale", "triton"
+AUTOSCALED_MODEL, REVIEW_MODEL, REVIEW_VERSION = "resnet50", "ctr_ranker", "1"
+CHART = REPO_ROOT / "deploy" / "helm" / "tidescale"
+NODES = 2
+XID = 79  # "GPU has fallen off the bus"
+# Long enough to see one evaluation, short enough for a six-minute story.
+SHORT_WINDOWS = {name: {"for": "30s"} for name in
+                 ("TritonModelReviewRequired", "TritonAutoscalerMaxedOut", "TritonLatencyBudgetBurn")}
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    start: float  # fraction of the run
+    factor: float  # times the base rate; the overload phase's rate is computed instead
+
+
+def story_phases() -> tuple[Phase, ...]:
+    return (Phase("steady", 0.0, 1.0), Phase("surge 3x", 0.12, 3.0), Phase("calm", 0.35, 1.0),
+            Phase("beyond maxReplicas", 0.55, 0.0), Phase("recovery", 0.85, 1.0))
+
+
+def phase_at(t: float, duration_s: float) -> Phase:
+    phases = story_phases()
+    return [p for p in phases if t >= p.start * duration_s][-1] if t >= 0 else phases[0]
+
+
+def story(s: DemoSettings, overload_rps: float) -> Scenario:
+    """The traffic of the four-part story: base rate, a 3x surge, and load beyond maxReplicas."""
+    def rate(t: float) -> float:
+        p = phase_at(t, s.duration_s)
+        return overload_rps if p.factor == 0.0 else s.base_rps * p.factor
+
+    return Scenario("cluster-story", s.duration_s, rate, "steady, 3x surge, calm, beyond maxReplicas, recovery",
+                    peak_rps=max(overload_rps, 3 * s.base_rps))
+
+
+def served_models(s: DemoSettings) -> tuple[ModelSpec, ...]:
+    return tuple(dataclasses.replace(m, curve=m.curve.scaled(s.curve_scale)) for m in DEFAULT_MODELS)
+
+
+def overload_rate(s: DemoSettings, models: tuple[ModelSpec, ...]) -> float:
+    """Total req/s at which the autoscaled model needs 1.4x what maxReplicas replicas can serve at best."""
+    spec = next(m for m in models if m.name == AUTOSCALED_MODEL)
+    peak = spec.curve.throughput(spec.max_batch_size) * spec.instance_count
+    share = s.model_mix.get(AUTOSCALED_MODEL, 1.0) / sum(s.model_mix.values())
+    return 1.4 * s.max_replicas * peak / share
+
+
+def chart_values(s: DemoSettings, mode: str, capacity_rps: float) -> dict[str, Any]:
+    """The values the demo installs the chart with: a user's, with the alert windows shortened."""
+    return {
+        "serving": {"namespace": SERVING},
+        # Triton's OTLP exporter sends no bearer token; its spans come in through the NetworkPolicy.
+        "exporter": {"settings": {"traces_require_token": False}},
+        "recommender": {"intervalSeconds": 5, "sloP99Seconds": s.slo_p99_s,
+                        "tuning": {"down_delay_s": 30, "rate_window_s": 30, "fast_window_s": 15}},
+        "autoscaling": {"mode": mode, "keda": {"pollingInterval": 5},
+                        "targets": [{"deployment": DEPLOYMENT, "model": AUTOSCALED_MODEL,
+                                     "minReplicas": s.min_replicas, "maxReplicas": s.max_replicas,
+                                     "capacityRps": round(capacity_rps, 1)}]},
+        "alertmanager": {"alertmanagerConfig": {"enabled": True}},
+        "defaultRules": {"overrides": SHORT_WINDOWS},
+        "monitoring": {"interval": "5s"},
+    }
+
+
+def oncall_routes(sink: NotificationSink) -> dict[str, Any]:
+    """The platform team's own routes (the chart routes only model reviews): pages and tickets to the sink."""
+    def receiver(name: str) -> dict[str, Any]:
+        return {"name": name, "webhookConfigs": [{"url": sink.url(name), "sendResolved": False}]}
+
+    return {"apiVersion": "monitoring.coreos.com/v1alpha1", "kind": "AlertmanagerConfig",
+            "metadata": {"name": "oncall", "namespace": addons.MONITORING_NS},
+            "spec": {"route": {"receiver": "tickets", "groupBy": ["alertname", "namespace"], "groupWait": "5s",
+                               "groupInterval": "30s", "repeatInterval": "1h",
+                               "matchers": [{"name": "severity", "matchType": "=~", "value": "critical|warning"}],
+                               "routes": [{"receiver": "pager", "matchers": [
+                                   {"name": "severity", "matchType": "=", "value": "critical"}]}]},
+                     "receivers": [receiver("pager"), receiver("tickets")]}}
+
+
+class ClusterStack:
+    """The demo's handles on the cluster: API, Prometheus, Alertmanager, the release's Services."""
+
+    def __init__(self, config: ClusterConfig, api: KubeApi) -> None:
+        self.config, self.api = config, api
+
+    def pod_ip(self, namespace: str, name: str) -> str:
+        return str(self.api.get(f"/api/v1/namespaces/{namespace}/pods/{name}")["status"]["podIP"])
+
+    def service_url(self, namespace: str, name: str) -> str:
+        spec = self.api.get(f"/api/v1/namespaces/{namespace}/services/{name}")["spec"]
+        return f"http://{spec['clusterIP']}:{spec['ports'][0]['port']}"
+
+    @property
+    def prometheus_url(self) -> str:
+        return f"http://{self.pod_ip(addons.MONITORING_NS, 'prometheus-k8s-0')}:9090"
+
+    @property
+    def alertmanager_url(self) -> str:
+        return f"http://{self.pod_ip(addons.MONITORING_NS, 'alertmanager-main-0')}:9093"
+
+    def query(self, promql: str) -> list[dict[str, Any]]:
+        resp = httpx.get(f"{self.prometheus_url}/api/v1/query", params={"query": promql}, timeout=5)
+        resp.raise_for_status()
+        return list(resp.json()["data"]["result"])
+
+    def secret(self, namespace: str, name: str, key: str) -> str:
+        data = self.api.get(f"/api/v1/namespaces/{namespace}/secrets/{name}")["data"]
+        return base64.b64decode(data[key]).decode()
+
+    def deployment(self) -> dict[str, Any]:
+        return self.api.get(f"/apis/apps/v1/namespaces/{SERVING}/deployments/{DEPLOYMENT}")
+
+    def hpa(self) -> dict[str, Any] | None:
+        items = self.api.get(f"/apis/autoscaling/v2/namespaces/{SERVING}/horizontalpodautoscalers")["items"]
+        return items[0] if items else None
+
+
+def run_helm(config: ClusterConfig, *args: str) -> str:
+    proc = subprocess.run([str(helm()), f"--kubeconfig={config.admin_kubeconfig}", *args],
+                          capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise RuntimeError(f"helm {args[0]} failed: {proc.stderr.strip()[-800:]}")
+    return proc.stdout
+
+
+def install(stack: ClusterStack, s: DemoSettings, mode: str, sink: NotificationSink, out: Path,
+            say: Callable[[str], None]) -> None:
+    config, api = stack.config, stack.api
+    models = served_models(s)
+    spec = next(m for m in models if m.name == AUTOSCALED_MODEL)
+    say("Triton: a Deployment of real tritonserver pods, traced to the exporter")
+    kubectl(config, "create", "namespace", SERVING, check=False)
+    kubectl(config, "apply", "-f", "-", stdin=yaml.safe_dump_all(triton_deployment(
+        SERVING, replicas=s.min_replicas, specs=models, load_seconds=s.cold_start_s,
+        otlp_url=f"http://{RELEASE}-exporter.{RELEASE_NS}.svc:9105/v1/traces")))
+    if mode == "keda":
+        say("KEDA (operator and metrics API server)")
+        addons.install_keda(config, api)
+    values = out / "values.yaml"
+    values.write_text(yaml.safe_dump(chart_values(s, mode, sustainable_rps(spec))))
+    say(f"helm install {RELEASE} deploy/helm/tidescale -n {RELEASE_NS} -f {values} ({mode} mode)")
+    run_helm(config, "upgrade", "--install", RELEASE, str(CHART), "--namespace", RELEASE_NS, "--create-namespace",
+             "-f", str(values), "--wait", "--timeout", "300s")
+    if mode == "adapter":
+        say("prometheus-adapter, reading the rules the chart rendered")
+        addons.install_prometheus_adapter(config, api, f"{RELEASE}-prometheus-adapter")
+    addons.use_external_metrics_from(config, api, "keda" if mode == "keda" else "adapter")
+    kubectl(config, "apply", "-f", "-", stdin=yaml.safe_dump(oncall_routes(sink)))
+    wait_until("the Triton Deployment", lambda: int(stack.deployment().get("status", {}).get(
+        "readyReplicas") or 0) >= s.min_replicas, 180)
+
+
+def inject_review_profile(stack: ClusterStack) -> dict[str, Any]:
+    """Story part 2: a string-heavy profile of one model version, uploaded as a profiler job would."""
+    token = stack.secret(RELEASE_NS, f"{RELEASE}-auth", "exporter-token")
+    resp = httpx.post(f"{stack.service_url(RELEASE_NS, f'{RELEASE}-exporter')}/v1/profiles",
+                      params={"model": REVIEW_MODEL, "version": REVIEW_VERSION},
+                      headers={"Authorization": f"Bearer {token}", "content-type": "application/json",
+                               "x-filename": "string_heavy.trace_viewer.json"},
+                      content=string_heavy_trace_viewer(0.3), timeout=30)
+    resp.raise_for_status()
+    share = resp.json().get("op_class_share", {}).get("string")
+    return {"model": REVIEW_MODEL, "version": REVIEW_VERSION, "string_share": share}
+
+
+def inject_xid(stack: ClusterStack) -> dict[str, Any]:
+    """Story part 3: XID 79 on the GPU that a Triton pod holds, through that node's dcgm-exporter."""
+    pods = stack.api.get(f"/api/v1/namespaces/{SERVING}/pods", labelSelector="app.kubernetes.io/name=triton")["items"]
+    node = pods[0]["spec"]["nodeName"]
+    exporters = stack.api.get(f"/api/v1/namespaces/{addons.GPU_OPERATOR_NS}/pods",
+                              labelSelector="app=nvidia-dcgm-exporter")["items"]
+    dcgm = next(p for p in exporters if p["spec"]["nodeName"] == node)
+    rows = json.loads((stack.config.state_dir / "nodes" / node / "kubelet" / "pod-resources"
+                       / "pod-resources.json").read_text())
+    gpu = next(r["gpus"][0] for r in rows if r["pod"] == pods[0]["metadata"]["name"])
+    resp = httpx.post(f"http://{dcgm['status']['podIP']}:9400/faults", json={"xid": XID, "gpu": gpu},
+                      headers={"Authorization": f"Bearer {addons.dcgm_fault_token(stack.api)}"}, timeout=10)
+    resp.raise_for_status()
+    return {"node": node, "gpu": gpu, "code": XID, "pod": pods[0]["metadata"]["name"]}
+
+
+class ClusterSampler:
+    """Once a second: the client's view, the Deployment and HPA, Prometheus's queue depth and alerts."""
+
+    def __init__(self, stack: ClusterStack, sc: Scenario, loadgen: Any) -> None:
+        self.stack, self.sc, self.loadgen = stack, sc, loadgen
+        self._queue: float | None = None
+        self._firing: tuple[str, ...] = ()
+        self.alerts_seen: set[str] = set()
+        self._n = 0
+
+    def _prometheus(self) -> None:
+        with contextlib.suppress(Exception):
+            found = self.stack.query(f'sum(nv_inference_pending_request_count{{namespace="{SERVING}"}})')
+            self._queue = float(found[0]["value"][1]) if found else None
+        with contextlib.suppress(Exception):
+            found = self.stack.query('ALERTS{alertstate="firing", alertname!="Watchdog"}')
+            self._firing = tuple(sorted({r["metric"]["alertname"] for r in found}))
+            self.alerts_seen |= set(self._firing)
+
+    def sample(self, t: float) -> Sample:
+        self._n += 1
+        if self._n % 2 == 1:
+            self._prometheus()
+        stats = self.loadgen.stats(window_s=10.0)
+        dep: dict[str, Any] = {}
+        desired = None
+        with contextlib.suppress(Exception):
+            dep = self.stack.deployment()
+            hpa = self.stack.hpa()
+            desired = int(hpa["status"]["desiredReplicas"]) if hpa else None
+        return Sample(
+            t=t, offered_rps=float(self.sc.rate(min(t, self.sc.duration_s - 1e-6))),
+            completed_rps=stats.completed_rps, p50_s=stats.p50_s, p95_s=stats.p95_s, p99_s=stats.p99_s,
+            replicas_ready=int(dep.get("status", {}).get("readyReplicas") or 0),
+            replicas_total=int(dep.get("spec", {}).get("replicas") or 0),
+            replicas_desired=desired, queue_depth=self._queue, firing=self._firing)
+
+
+def hpa_report(stack: ClusterStack) -> dict[str, Any]:
+    """The real HPA's bounds and status, and its scale events as the controller recorded them."""
+    hpa = stack.hpa() or {}
+    events = stack.api.get(f"/api/v1/namespaces/{SERVING}/events")["items"]
+    rescales = sorted((e for e in events if e.get("reason") == "SuccessfulRescale"
+                       and e["involvedObject"].get("kind") == "HorizontalPodAutoscaler"),
+                      key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+    spec, status = hpa.get("spec", {}), hpa.get("status", {})
+    return {"name": hpa.get("metadata", {}).get("name"), "min_replicas": spec.get("minReplicas"),
+            "max_replicas": spec.get("maxReplicas"), "current_replicas": status.get("currentReplicas"),
+            "desired_replicas": status.get("desiredReplicas"),
+            "scale_events": [{"at": e.get("lastTimestamp") or e.get("eventTime"), "message": e.get("message"),
+                              "count": e.get("count", 1)} for e in rescales]}
+
+
+def summarise(stack: ClusterStack, s: DemoSettings, mode: str, sc: Scenario, timeline: Timeline,
+              sampler: ClusterSampler, loadgen: Any, sink: NotificationSink, faults: dict[str, Any],
+              elapsed: float) -> dict[str, Any]:
+    records = loadgen.records()
+    ok = sorted(r.latency_s for r in records if r.ok)
+
+    def pct(q: float) -> float | None:
+        return ok[min(len(ok) - 1, round(q * (len(ok) - 1)))] if ok else None
+
+    within = sum(1 for v in ok if v <= s.slo_p99_s)
+    status = json.loads(run_helm(stack.config, "status", RELEASE, "--namespace", RELEASE_NS, "-o", "json"))
+    firing_now: set[str] = set()
+    with contextlib.suppress(Exception):
+        from tidescale.devstack.demo.summary import alerts_fired
+
+        firing_now = set(alerts_fired(stack.alertmanager_url))
+    summary: dict[str, Any] = {
+        "on": "cluster", "autoscaling_mode": mode, "scenario": sc.name, "duration_s": round(elapsed, 1),
+        "story": [{"phase": p.name, "from_s": round(p.start * s.duration_s)} for p in story_phases()],
+        "kubernetes": {"server_version": stack.api.get("/version").get("gitVersion"), "nodes": NODES},
+        "helm": {"release": {"name": status["name"], "namespace": status["namespace"],
+                             "status": status["info"]["status"], "revision": status["version"]}},
+        "hpa": {**hpa_report(stack), "replicas_seen": timeline.replicas_range()},
+        "latency_p50_s": pct(0.50), "latency_p95_s": pct(0.95), "latency_p99_s": pct(0.99),
+        "requests": {"sent": len(records), "ok": len(ok), "errors": len(records) - len(ok),
+                     "errors_by_status": error_breakdown(records)},
+        "requests_within_slo": round(within / len(records), 4) if records else None,
+        "slo_p99_s": s.slo_p99_s,
+        "alerts_fired": sorted(sampler.alerts_seen | firing_now | set(timeline.alerts_seen())),
+        "notifications": sink.alert_names(),
+        "faults_injected": faults,
+    }
+    try:
+        summary["reviews_opened"] = reviews_opened(stack.service_url(RELEASE_NS, f"{RELEASE}-reviews"))
+    except Exception as exc:
+        summary["reviews_opened"], summary["reviews_error"] = [], f"{type(exc).__name__}: {exc}"
+    return summary
+
+
+def run_cluster_demo(s: DemoSettings, out: Path, mode: str = "keda") -> dict[str, Any]:
+    from tidescale.devstack.fleet.loadgen import LoadGenerator
+
+    out.mkdir(parents=True, exist_ok=True)
+    console = Console(stderr=True)
+
+    def say(text: str) -> None:
+        console.print(f"[bold]demo[/] {text}")
+
+    config = ClusterConfig(nodes=NODES)
+    was_up = lifecycle.is_up(config)
+    models = served_models(s)
+    sc = story(s, overload_rate(s, models))
+    timeline = Timeline()
+    sink = NotificationSink(host=str(config.host_ip))
+    with sigterm_as_interrupt():
+        try:
+            lifecycle.up(config, progress=lambda text: say(f"cluster: {text}"))
+            api = KubeApi(config.admin_kubeconfig)
+            stack = ClusterStack(config, api)
+            sink.server.start()
+            install(stack, s, mode, sink, out, say)
+            url = f"{stack.service_url(SERVING, DEPLOYMENT)}"
+            say(f"traffic to the Triton Service at {url} for {s.duration_s:.0f} s; "
+                f"export KUBECONFIG={config.admin_kubeconfig} to watch")
+            loadgen = LoadGenerator(sc, lambda: [url], s.model_mix, seed=s.seed).start()
+            sampler = ClusterSampler(stack, sc, loadgen)
+            faults: dict[str, Any] = {}
+            start = time.monotonic()
+            live_ctx: Any = Live(console=console, refresh_per_second=2, transient=False) if (
+                s.live and console.is_terminal) else contextlib.nullcontext()
+            with live_ctx as live:
+                while (t := time.monotonic() - start) < sc.duration_s and loadgen.running:
+                    if s.inject_faults and "profile" not in faults and t >= 0.35 * s.duration_s:
+                        faults["profile"] = _attempt(lambda: inject_review_profile(stack), t)
+                    if s.inject_faults and "xid" not in faults and t >= 0.45 * s.duration_s:
+                        faults["xid"] = _attempt(lambda: inject_xid(stack), t)
+                    sample = sampler.sample(t)
+                    timeline.add(sample)
+                    table = render_table(sample, sc.duration_s, f"{sc.name}: {phase_at(t, s.duration_s).name}")
+                    if live is not None:
+                        live.update(table)
+                    elif int(t) % 10 == 0:
+                        console.print(table)
+                    time.sleep(max(0.0, 1.0 - (time.monotonic() - start - t)))
+            loadgen.stop()
+            elapsed = time.monotonic() - start
+            time.sleep(10)  # one more scrape, evaluation and notification
+            sampler.sample(elapsed)
+            summary = summarise(stack, s, mode, sc, timeline, sampler, loadgen, sink, faults, elapsed)
+            summary["plots"] = [p.name for p in write_plots(timeline, out, s.slo_p99_s)]
+            (out / "timeline.json").write_text(json.dumps(timeline.to_rows(), indent=1))
+            (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True))
+            return summary
+        finally:
+            with contextlib.suppress(Exception):
+                sink.server.stop()
+            if not was_up:
+                say("stopping the cluster …")
+                lifecycle.down(config)
+
+
+def _attempt(inject: Callable[[], dict[str, Any]], t: float) -> dict[str, Any]:
+    """A fault that cannot be injected is reported in the summary, and the story goes on."""
+    try:
+        return {**inject(), "at_s": round(t, 1)}
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}", "at_s": round(t, 1)}
