@@ -452,6 +452,14 @@ def test_the_cluster_demos_values_render_its_story(tmp: Path, mode: str) -> None
     assert obj["metadata"]["namespace"] == "inference"
 
 
+@pytest.mark.parametrize("keep", [False, True])
+def test_uninstall_removes_the_review_claim_unless_asked_to_keep_it(tmp: Path, keep: bool) -> None:
+    docs = template(tmp, {"reviews": {"persistence": {"keepOnUninstall": keep}}})
+    policies = {d["kind"]: (d["metadata"].get("annotations") or {}).get("helm.sh/resource-policy") for d in docs}
+    assert policies["PersistentVolumeClaim"] == ("keep" if keep else None)
+    assert {k for k, v in policies.items() if v} == ({"PersistentVolumeClaim"} if keep else set())
+
+
 def test_default_rules_take_for_and_severity_overrides_by_name(tmp: Path) -> None:
     def rules(values: dict[str, Any]) -> list[dict[str, Any]]:
         return [r for r in _alerts(template(tmp, values, *MONITORING_API)) if r["alert"] == "TritonLatencyBudgetBurn"]
