@@ -65,13 +65,19 @@ def test_the_release_becomes_ready(cluster: Cluster, release: str) -> None:
 
 
 def test_every_target_the_operator_made_from_the_chart_is_up(cluster: Cluster, release: str) -> None:
-    def chart_targets() -> list[dict[str, Any]]:
+    def ours() -> list[dict[str, Any]]:
         active = prometheus(cluster, "/api/v1/targets?state=active")["data"]["activeTargets"]
         # Scrape pools are named <kind>/<monitor's namespace>/<monitor>/<endpoint>.
-        ours = [t for t in active if t["scrapePool"].split("/")[1] == NAMESPACE]
-        return ours if ours and all(t["health"] == "up" for t in ours) else []
+        return [t for t in active if t["scrapePool"].split("/")[1] == NAMESPACE]
 
-    targets = wait_for(chart_targets, 120, "the chart's scrape targets to be up")
+    def chart_targets() -> list[dict[str, Any]]:
+        found = ours()
+        return found if found and all(t["health"] == "up" for t in found) else []
+
+    try:
+        targets = wait_for(chart_targets, 180, "the chart's scrape targets to be up")
+    except AssertionError:
+        raise AssertionError([(t["scrapePool"], t["scrapeUrl"], t["health"], t["lastError"]) for t in ours()]) from None
     jobs = {t["labels"]["job"] for t in targets}
     assert {"tidescale-exporter", "tidescale-reviews"} <= jobs, jobs  # no targets: no recommender
     # The chart's dcgm-exporter monitor finds the GPU Operator's layout: one target per node.
