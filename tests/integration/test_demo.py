@@ -16,8 +16,8 @@ pytestmark = pytest.mark.integration
 def demo_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("demo")
     proc = subprocess.run(
-        [sys.executable, "-m", "tidescale.cli", "demo", "--duration", "30", "--out", str(out), "--no-live",
-         "--cold-start", "2"],
+        [sys.executable, "-m", "tidescale.cli", "demo", "--on", "local", "--duration", "30", "--out", str(out),
+         "--no-live", "--cold-start", "2"],
         capture_output=True, text=True, timeout=400,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -30,7 +30,7 @@ def test_the_story_surges_then_outruns_max_replicas_then_recovers() -> None:
     # What maxReplicas replicas of the autoscaled model serve at their largest batch falls short of the overload.
     spec = next(m for m in models if m.name == AUTOSCALED_MODEL)
     share = s.model_mix[AUTOSCALED_MODEL] / sum(s.model_mix.values())
-    assert overload * share > s.max_replicas * spec.curve.throughput(spec.max_batch_size)
+    assert overload * share > 1.1 * s.max_replicas * spec.curve.throughput(spec.max_batch_size)
     assert sc.peak_rps >= max(sc.rate(t) for t in range(300))
 
 

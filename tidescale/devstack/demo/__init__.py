@@ -1,8 +1,10 @@
-"""`tidescale demo`: the local stack playing a scenario, watched live, summarised on disk.
+"""`tidescale demo`: tidescale as users run it, playing a story, watched live, summarised on disk.
 
-Real Triton replicas serve real requests; a real Prometheus scrapes them, the simulated GPUs
-and kube-state-metrics, the exporter and the review service, and evaluates the project's rules;
-a real Alertmanager routes what fires; the recommender and the emulated HPA scale the fleet.
+By default (`--on cluster`) on the local Kubernetes cluster: real Triton pods, `helm install` of the
+chart next to prometheus-operator, KEDA or prometheus-adapter, and the real HPA scaling the pods
+(devstack/demo/on_cluster.py). `--on local` plays a scenario on the process stack instead: real
+Triton replicas, Prometheus and Alertmanager, simulated GPUs and the recommender driving an
+emulated HPA (devstack/demo/run.py).
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ def demo_command(
     duration: float | None = typer.Option(None, "--duration", help="Seconds of traffic (default 300)."),
     out: Path = typer.Option(Path("demo-out"), "--out", help="Folder for summary.json, plots and logs."),
     scenario: str | None = typer.Option(None, "--scenario",
-                                        help="steady, diurnal, surge, flash-crowd, diurnal-surge (default)."),
+                                        help="steady, diurnal, surge, flash-crowd, diurnal-surge (default with "
+                                             "--on local; on the cluster the default is the four-part story)."),
     base_rps: float | None = typer.Option(None, "--base-rps", help="Mean request rate of the scenario."),
     trace_csv: Path | None = typer.Option(None, "--trace-csv", help="Replay a CSV of request timestamps."),
     time_scale: float | None = typer.Option(None, "--time-scale", help="Time compression of --trace-csv."),
@@ -30,8 +33,8 @@ def demo_command(
     live: bool | None = typer.Option(None, "--live/--no-live", help="Live terminal table."),
     seed: int | None = typer.Option(None, "--seed"),
     config: Path | None = typer.Option(None, "--config", help="YAML file with a `demo:` section."),
-    on: str | None = typer.Option(None, "--on", help="cluster: the local Kubernetes, the chart and the real HPA "
-                                  "(needs root); local: the process stack (default local)."),
+    on: str | None = typer.Option(None, "--on", help="cluster (default): the local Kubernetes, the chart and the "
+                                  "real HPA (needs root); local: the process stack with an emulated HPA."),
     mode: str | None = typer.Option(None, "--mode", help="On the cluster: keda (default) or adapter."),
 ) -> None:
     """Run the demo and write DIR/summary.json plus PNG plots."""

@@ -44,7 +44,7 @@ from tidescale.devstack.cluster.kubectl import wait_for as wait_until
 from tidescale.devstack.cluster.serving import triton_deployment
 from tidescale.devstack.demo.faults import string_heavy_trace_viewer
 from tidescale.devstack.demo.plots import write_plots
-from tidescale.devstack.demo.run import error_breakdown, render_table, sigterm_as_interrupt
+from tidescale.devstack.demo.run import build_scenario, error_breakdown, render_table, sigterm_as_interrupt
 from tidescale.devstack.demo.settings import DemoSettings
 from tidescale.devstack.demo.summary import reviews_opened
 from tidescale.devstack.demo.timeline import Sample, Timeline
@@ -90,16 +90,21 @@ def story(s: DemoSettings, overload_rps: float) -> Scenario:
                     peak_rps=max(overload_rps, 3 * s.base_rps))
 
 
+def plays_other_traffic(s: DemoSettings) -> bool:
+    """`--scenario` or `--trace-csv` replace the story's traffic (the faults stay)."""
+    return s.trace_csv is not None or "scenario" in s.model_fields_set
+
+
 def served_models(s: DemoSettings) -> tuple[ModelSpec, ...]:
     return tuple(dataclasses.replace(m, curve=m.curve.scaled(s.curve_scale)) for m in DEFAULT_MODELS)
 
 
 def overload_rate(s: DemoSettings, models: tuple[ModelSpec, ...]) -> float:
-    """Total req/s at which the autoscaled model needs 1.4x what maxReplicas replicas can serve at best."""
+    """Total req/s at which the autoscaled model needs 1.2x what maxReplicas replicas can serve at best."""
     spec = next(m for m in models if m.name == AUTOSCALED_MODEL)
     peak = spec.curve.throughput(spec.max_batch_size) * spec.instance_count
     share = s.model_mix.get(AUTOSCALED_MODEL, 1.0) / sum(s.model_mix.values())
-    return 1.4 * s.max_replicas * peak / share
+    return 1.2 * s.max_replicas * peak / share
 
 
 def chart_values(s: DemoSettings, mode: str, capacity_rps: float) -> dict[str, Any]:
@@ -300,6 +305,11 @@ def summarise(stack: ClusterStack, s: DemoSettings, mode: str, sc: Scenario, tim
         return ok[min(len(ok) - 1, round(q * (len(ok) - 1)))] if ok else None
 
     within = sum(1 for v in ok if v <= s.slo_p99_s)
+    by_phase: dict[str, list[int]] = {p.name: [0, 0] for p in story_phases()}
+    for r in records:
+        counts = by_phase[phase_at(r.t_send, s.duration_s).name]
+        counts[0] += 1
+        counts[1] += int(r.ok and r.latency_s <= s.slo_p99_s)
     status = json.loads(run_helm(stack.config, "status", RELEASE, "--namespace", RELEASE_NS, "-o", "json"))
     firing_now: set[str] = set()
     with contextlib.suppress(Exception):
@@ -317,6 +327,8 @@ def summarise(stack: ClusterStack, s: DemoSettings, mode: str, sc: Scenario, tim
         "requests": {"sent": len(records), "ok": len(ok), "errors": len(records) - len(ok),
                      "errors_by_status": error_breakdown(records)},
         "requests_within_slo": round(within / len(records), 4) if records else None,
+        "requests_within_slo_by_phase": {name: round(good / sent, 4) if sent else None
+                                         for name, (sent, good) in by_phase.items()},
         "slo_p99_s": s.slo_p99_s,
         "alerts_fired": sorted(sampler.alerts_seen | firing_now | set(timeline.alerts_seen())),
         "notifications": sink.alert_names(),
@@ -333,7 +345,7 @@ def run_cluster_demo(s: DemoSettings, out: Path, mode: str = "keda") -> dict[str
     from tidescale.devstack.fleet.loadgen import LoadGenerator
 
     out.mkdir(parents=True, exist_ok=True)
-    console = Console(stderr=True)
+    console = Console(stderr=True, width=None if Console(stderr=True).is_terminal else 120)
 
     def say(text: str) -> None:
         console.print(f"[bold]demo[/] {text}")
@@ -341,7 +353,8 @@ def run_cluster_demo(s: DemoSettings, out: Path, mode: str = "keda") -> dict[str
     config = ClusterConfig(nodes=NODES)
     was_up = lifecycle.is_up(config)
     models = served_models(s)
-    sc = story(s, overload_rate(s, models))
+    # The story, unless a scenario or trace is asked for (validated here, before anything starts).
+    sc = build_scenario(s) if plays_other_traffic(s) else story(s, overload_rate(s, models))
     timeline = Timeline()
     sink = NotificationSink(host=str(config.host_ip))
     with sigterm_as_interrupt():
@@ -368,7 +381,8 @@ def run_cluster_demo(s: DemoSettings, out: Path, mode: str = "keda") -> dict[str
                         faults["xid"] = _attempt(lambda: inject_xid(stack), t)
                     sample = sampler.sample(t)
                     timeline.add(sample)
-                    table = render_table(sample, sc.duration_s, f"{sc.name}: {phase_at(t, s.duration_s).name}")
+                    title = sc.name if plays_other_traffic(s) else f"{sc.name}: {phase_at(t, s.duration_s).name}"
+                    table = render_table(sample, sc.duration_s, title)
                     if live is not None:
                         live.update(table)
                     elif int(t) % 10 == 0:

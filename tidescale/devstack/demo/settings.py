@@ -14,7 +14,8 @@ from tidescale.sim.traffic import SCENARIOS
 
 
 class DemoSettings(ComponentSettings):
-    """The embedded default: 5 minutes of a diurnal day with a 3x surge on 1..4 replicas."""
+    """The embedded default: the four-part story for 5 minutes on the local Kubernetes cluster, 1..4
+    replicas (`on: local`: a diurnal day with a 3x surge on the process stack)."""
 
     model_config = SettingsConfigDict(env_prefix="TIDESCALE_DEMO_", extra="forbid")
     section: ClassVar[str] = "demo"
@@ -35,7 +36,7 @@ class DemoSettings(ComponentSettings):
     live: bool = True
     seed: int = 0
     # Where the story plays: the local Kubernetes cluster (the chart, the real HPA) or the process stack.
-    on: Literal["cluster", "local"] = "local"
+    on: Literal["cluster", "local"] = "cluster"
     # On the cluster: how the HPA reads the recommender (the chart's autoscaling.mode).
     autoscaling_mode: Literal["keda", "adapter"] = "keda"
 
