@@ -58,6 +58,7 @@ AUTOSCALED_MODEL, REVIEW_MODEL, REVIEW_VERSION = "resnet50", "ctr_ranker", "1"
 CHART = REPO_ROOT / "deploy" / "helm" / "tidescale"
 NODES = 2
 XID = 79  # "GPU has fallen off the bus"
+PROFILE_AT, XID_AT = 0.3, 0.38  # fractions of the run: story parts 2 and 3, in the calm after the surge
 # Long enough to see one evaluation, short enough for a six-minute story.
 SHORT_WINDOWS = {name: {"for": "30s"} for name in
                  ("TritonModelReviewRequired", "TritonAutoscalerMaxedOut", "TritonLatencyBudgetBurn")}
@@ -71,8 +72,10 @@ class Phase:
 
 
 def story_phases() -> tuple[Phase, ...]:
-    return (Phase("steady", 0.0, 1.0), Phase("surge 3x", 0.12, 3.0), Phase("calm", 0.35, 1.0),
-            Phase("beyond maxReplicas", 0.55, 0.0), Phase("recovery", 0.85, 1.0))
+    # The overload phase is the longest: the HPA first climbs from minReplicas, and the maxed-out alert
+    # needs its condition to hold through its window and an evaluation at maxReplicas.
+    return (Phase("steady", 0.0, 1.0), Phase("surge 3x", 0.1, 3.0), Phase("calm", 0.3, 1.0),
+            Phase("beyond maxReplicas", 0.45, 0.0), Phase("recovery", 0.9, 1.0))
 
 
 def phase_at(t: float, duration_s: float) -> Phase:
@@ -375,9 +378,9 @@ def run_cluster_demo(s: DemoSettings, out: Path, mode: str = "keda") -> dict[str
                 s.live and console.is_terminal) else contextlib.nullcontext()
             with live_ctx as live:
                 while (t := time.monotonic() - start) < sc.duration_s and loadgen.running:
-                    if s.inject_faults and "profile" not in faults and t >= 0.35 * s.duration_s:
+                    if s.inject_faults and "profile" not in faults and t >= PROFILE_AT * s.duration_s:
                         faults["profile"] = _attempt(lambda: inject_review_profile(stack), t)
-                    if s.inject_faults and "xid" not in faults and t >= 0.45 * s.duration_s:
+                    if s.inject_faults and "xid" not in faults and t >= XID_AT * s.duration_s:
                         faults["xid"] = _attempt(lambda: inject_xid(stack), t)
                     sample = sampler.sample(t)
                     timeline.add(sample)
