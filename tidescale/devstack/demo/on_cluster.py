@@ -370,7 +370,9 @@ def run_cluster_demo(s: DemoSettings, out: Path, mode: str = "keda") -> dict[str
             url = f"{stack.service_url(SERVING, DEPLOYMENT)}"
             say(f"traffic to the Triton Service at {url} for {s.duration_s:.0f} s; "
                 f"export KUBECONFIG={config.admin_kubeconfig} to watch")
-            loadgen = LoadGenerator(sc, lambda: [url], s.model_mix, seed=s.seed).start()
+            # Clients that keep up to 1,024 requests open: beyond maxReplicas the queues stay long (a
+            # smaller cap lets them drain between bursts, and the maxed-out alert's window restarts).
+            loadgen = LoadGenerator(sc, lambda: [url], s.model_mix, seed=s.seed, max_in_flight=1024).start()
             sampler = ClusterSampler(stack, sc, loadgen)
             faults: dict[str, Any] = {}
             start = time.monotonic()
