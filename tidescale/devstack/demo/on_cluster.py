@@ -44,13 +44,20 @@ from tidescale.devstack.cluster.kubectl import wait_for as wait_until
 from tidescale.devstack.cluster.serving import triton_deployment
 from tidescale.devstack.demo.faults import string_heavy_trace_viewer
 from tidescale.devstack.demo.plots import write_plots
-from tidescale.devstack.demo.run import build_scenario, error_breakdown, render_table, sigterm_as_interrupt
+from tidescale.devstack.demo.run import (
+    build_scenario,
+    error_breakdown,
+    percentile,
+    render_table,
+    sigterm_as_interrupt,
+)
 from tidescale.devstack.demo.settings import DemoSettings
 from tidescale.devstack.demo.summary import reviews_opened
 from tidescale.devstack.demo.timeline import Sample, Timeline
 from tidescale.devstack.fleet.model_repo import DEFAULT_MODELS, ModelSpec, sustainable_rps
 from tidescale.devstack.localstack import NotificationSink
 from tidescale.devstack.node.kubeapi import KubeApi
+from tidescale.devstack.node.podspec import POD_RESOURCES, kubelet_root
 from tidescale.sim.traffic import Scenario
 
 SERVING, RELEASE, RELEASE_NS, DEPLOYMENT = "inference", "tidescale", "tidescale", "triton"
@@ -236,8 +243,7 @@ def inject_xid(stack: ClusterStack) -> dict[str, Any]:
     exporters = stack.api.get(f"/api/v1/namespaces/{addons.GPU_OPERATOR_NS}/pods",
                               labelSelector="app=nvidia-dcgm-exporter")["items"]
     dcgm = next(p for p in exporters if p["spec"]["nodeName"] == node)
-    rows = json.loads((stack.config.state_dir / "nodes" / node / "kubelet" / "pod-resources"
-                       / "pod-resources.json").read_text())
+    rows = json.loads((kubelet_root(stack.config.state_dir / "nodes" / node) / POD_RESOURCES).read_text())
     gpu = next(r["gpus"][0] for r in rows if r["pod"] == pods[0]["metadata"]["name"])
     resp = httpx.post(f"http://{dcgm['status']['podIP']}:9400/faults", json={"xid": XID, "gpu": gpu},
                       headers={"Authorization": f"Bearer {addons.dcgm_fault_token(stack.api)}"}, timeout=10)
@@ -302,10 +308,10 @@ def summarise(stack: ClusterStack, s: DemoSettings, mode: str, sc: Scenario, tim
               sampler: ClusterSampler, loadgen: Any, sink: NotificationSink, faults: dict[str, Any],
               elapsed: float) -> dict[str, Any]:
     records = loadgen.records()
-    ok = sorted(r.latency_s for r in records if r.ok)
+    ok = [r.latency_s for r in records if r.ok]
 
     def pct(q: float) -> float | None:
-        return ok[min(len(ok) - 1, round(q * (len(ok) - 1)))] if ok else None
+        return percentile(ok, q) if ok else None
 
     within = sum(1 for v in ok if v <= s.slo_p99_s)
     by_phase: dict[str, list[int]] = {p.name: [0, 0] for p in story_phases()}
@@ -348,7 +354,9 @@ def run_cluster_demo(s: DemoSettings, out: Path, mode: str = "keda") -> dict[str
     from tidescale.devstack.fleet.loadgen import LoadGenerator
 
     out.mkdir(parents=True, exist_ok=True)
-    console = Console(stderr=True, width=None if Console(stderr=True).is_terminal else 120)
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        console.width = 120  # logs and CI: the table's columns, not 80-column wrapping
 
     def say(text: str) -> None:
         console.print(f"[bold]demo[/] {text}")
@@ -357,7 +365,8 @@ def run_cluster_demo(s: DemoSettings, out: Path, mode: str = "keda") -> dict[str
     was_up = lifecycle.is_up(config)
     models = served_models(s)
     # The story, unless a scenario or trace is asked for (validated here, before anything starts).
-    sc = build_scenario(s) if plays_other_traffic(s) else story(s, overload_rate(s, models))
+    told = not plays_other_traffic(s)
+    sc = story(s, overload_rate(s, models)) if told else build_scenario(s)
     timeline = Timeline()
     sink = NotificationSink(host=str(config.host_ip))
     with sigterm_as_interrupt():
@@ -367,7 +376,7 @@ def run_cluster_demo(s: DemoSettings, out: Path, mode: str = "keda") -> dict[str
             stack = ClusterStack(config, api)
             sink.server.start()
             install(stack, s, mode, sink, out, say)
-            url = f"{stack.service_url(SERVING, DEPLOYMENT)}"
+            url = stack.service_url(SERVING, DEPLOYMENT)
             say(f"traffic to the Triton Service at {url} for {s.duration_s:.0f} s; "
                 f"export KUBECONFIG={config.admin_kubeconfig} to watch")
             # Clients that keep up to 1,024 requests open: beyond maxReplicas the queues stay long (a
@@ -386,7 +395,7 @@ def run_cluster_demo(s: DemoSettings, out: Path, mode: str = "keda") -> dict[str
                         faults["xid"] = _attempt(lambda: inject_xid(stack), t)
                     sample = sampler.sample(t)
                     timeline.add(sample)
-                    title = sc.name if plays_other_traffic(s) else f"{sc.name}: {phase_at(t, s.duration_s).name}"
+                    title = f"{sc.name}: {phase_at(t, s.duration_s).name}" if told else sc.name
                     table = render_table(sample, sc.duration_s, title)
                     if live is not None:
                         live.update(table)

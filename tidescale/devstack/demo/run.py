@@ -166,7 +166,7 @@ def error_breakdown(records: list[Any]) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
-def _percentile(values: list[float], q: float) -> float:
+def percentile(values: list[float], q: float) -> float:
     if not values:
         return 0.0
     s = sorted(values)
@@ -194,9 +194,9 @@ def summarise(s: DemoSettings, sc: Scenario, stack: LocalStack, timeline: Timeli
         "prometheus": {"targets_up": sum(1 for t in targets if t.get("health") == "up"),
                        "targets_total": len(targets),
                        "jobs": sorted({t["labels"].get("job", "") for t in targets})},
-        "latency_p50_s": _percentile(ok, 0.50),
-        "latency_p95_s": _percentile(ok, 0.95),
-        "latency_p99_s": _percentile(ok, 0.99),
+        "latency_p50_s": percentile(ok, 0.50),
+        "latency_p95_s": percentile(ok, 0.95),
+        "latency_p99_s": percentile(ok, 0.99),
         "requests": {"sent": len(records), "ok": len(ok), "errors": len(records) - len(ok),
                      "errors_by_status": error_breakdown(records)},
         # A crashed replica is restarted like a pod (the demo's fleet has been seen to lose its only

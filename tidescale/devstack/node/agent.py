@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tidescale.devstack.node.kubeapi import ApiError, Json, KubeApi
 from tidescale.devstack.node.pods import GpuAllocator, NodeContext, PodRunner
-from tidescale.devstack.node.podspec import POD_RESOURCES, TokenCache
+from tidescale.devstack.node.podspec import POD_RESOURCES, TokenCache, kubelet_root
 from tidescale.devstack.node.sandbox import DnsConfig
 
 log = logging.getLogger("tidescale.node")
@@ -47,7 +47,7 @@ class NodeAgent:
         node_dir = state_dir / "nodes" / name
         self.ctx = NodeContext(api=api, node_name=name, host_ip=host_ip, dns=dns, state_dir=node_dir, ca_pem=ca_pem,
                                service_env=service_env, tokens=TokenCache(api, {}),
-                               gpus=GpuAllocator(gpus, node_dir / "kubelet" / POD_RESOURCES))
+                               gpus=GpuAllocator(gpus, kubelet_root(node_dir) / POD_RESOURCES))
         self.gpu_count = gpus
         self.runners: dict[str, PodRunner] = {}
         self.used_ips: set[IPv4Address] = set()

@@ -37,6 +37,7 @@ from tidescale.devstack.node.podspec import (
     container_env,
     container_mounts,
     expand_args,
+    kubelet_root,
 )
 from tidescale.devstack.node.sandbox import DnsConfig, PodSandbox
 
@@ -225,7 +226,7 @@ class PodRunner:
         self.pod["status"] = {**(self.pod.get("status") or {}), "podIP": self.pod_ip}  # for the downward API
         reader = SourceReader(self.ctx.api, self.namespace)
         self.volumes = VolumeBuilder(self.pod, self.dir, reader, self.ctx.tokens, self.ctx.node_name,
-                                     self.ctx.host_ip, self.ctx.ca_pem, kubelet_root=self.ctx.state_dir / "kubelet")
+                                     self.ctx.host_ip, self.ctx.ca_pem, kubelet_root=kubelet_root(self.ctx.state_dir))
 
     def _setup_volumes_once(self) -> bool:
         """Like the kubelet, a missing ConfigMap/Secret keeps the pod in ContainerCreating, retried."""

@@ -25,6 +25,12 @@ TOKEN_SECONDS = 3607  # what the kubelet asks for on behalf of kube-api-access v
 
 
 KUBELET_ROOT = Path("/var/lib/kubelet")
+
+
+def kubelet_root(node_dir: Path) -> Path:
+    """Where a node keeps what the kubelet keeps under KUBELET_ROOT (the nodes share one host)."""
+    return node_dir / "kubelet"
+
 # Where the simulated device plugin writes which GPUs each container holds (a JSON list), standing in for
 # the kubelet's pod-resources gRPC socket that the real dcgm-exporter reads; relative to the kubelet root.
 POD_RESOURCES = "pod-resources/pod-resources.json"
