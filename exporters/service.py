@@ -30,7 +30,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from tidescale.contracts.http import install_error_boundary
 from tidescale.exporters.errors import BadInput
 from tidescale.exporters.latency import LatencyAggregator, StageSample, log_buckets
-from tidescale.exporters.otlp import PROTOBUF_TYPES, Span, SpanJoiner, decode_traces, decompress
+from tidescale.exporters.otlp import PROTOBUF_TYPES, Span, SpanJoiner, attribute_to, decode_traces, decompress
 from tidescale.exporters.profiles.store import MAX_NAME_CHARS, ProfileStore
 from tidescale.exporters.selfmetrics import SelfMetrics, configure_logging, self_tracer
 from tidescale.exporters.settings import ExporterSettings
@@ -63,6 +63,7 @@ class ExporterState:
     stoppers: list[Callable[[], None]] = field(default_factory=list)  # for work running in threads
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     started: bool = False
+    targets: TargetSet | None = None  # the discovered Triton pods, also used to attribute spans
 
 
 def build_state(settings: ExporterSettings) -> ExporterState:
@@ -137,6 +138,7 @@ def _add_discovery_and_polling(state: ExporterState) -> None:
         return
     targets = TargetSet(settings.triton_urls, settings.kube_namespace, settings.kube_selector,
                         targets_file=settings.targets_file)
+    state.targets = targets
     poller = StatsPoller(targets, interval_s=settings.poll_interval_s, self_metrics=state.selfmetrics)
     state.registry.register(poller)
     state.background += [targets.run, poller.run]
@@ -224,6 +226,13 @@ def _otlp_response(content_type: str | None, rejected: int, message: str) -> Res
     return JSONResponse(payload)
 
 
+def _sender(state: ExporterState, request: Request) -> tuple[str, str] | None:
+    """(namespace, pod) of a Triton pod that sent traces straight to us, by its address."""
+    if state.targets is None or request.client is None:
+        return None
+    return state.targets.sender(request.client.host)
+
+
 def _name_param(value: str | None, what: str) -> str:
     """A required query parameter (the profile store validates its content)."""
     if not value:
@@ -300,6 +309,9 @@ def create_app(settings: ExporterSettings) -> FastAPI:
                 log.warning("rejected OTLP body", extra={"fields": {"status": exc.status_code,
                                                                      "reason": exc.message[:200]}})
                 raise
+            sender = _sender(state, request)
+            if sender is not None:
+                attribute_to(spans, *sender)
             rejected, message = ingest(state, spans)
             span.set_attribute("spans", len(spans))
             span.set_attribute("rejected", rejected)

@@ -45,6 +45,11 @@ class Target:
 ChangeCallback = Callable[[list[Target], list[Target]], None]
 
 
+def target_host(target: Target) -> str:
+    """The address part of a target's URL (the pod IP of a discovered pod, without brackets)."""
+    return urlsplit(target.url).hostname or ""
+
+
 def parse_targets_file(text: str, max_targets: int = MAX_TARGETS) -> list[Target]:
     """Targets from file_sd JSON; UsageError names what is wrong (the caller keeps the old set)."""
     try:
@@ -116,6 +121,7 @@ class TargetSet:
         self._api = api
         self._watch_factory = watch_factory
         self._pods: dict[tuple[str | None, str | None], Target] = {}
+        self._by_ip: dict[str, Target] = {}  # pod IP -> its target, for attributing what a pod sends
         self.targets_file = targets_file
         self._from_file: set[Target] = set()
         self._file_mtime: float | None = None
@@ -131,6 +137,15 @@ class TargetSet:
     def targets(self) -> list[Target]:
         with self._lock:
             return sorted(self._static | self._from_file | set(self._pods.values()))
+
+    def sender(self, address: str) -> tuple[str, str] | None:
+        """(namespace, pod) of the discovered pod at *address*, or None for any other sender
+        (a collector in between, a static target, a pod not yet Ready)."""
+        with self._lock:
+            target = self._by_ip.get(address)
+        if target is None or not target.namespace or not target.pod:
+            return None
+        return target.namespace, target.pod
 
     def reload_targets_file(self) -> bool:
         """Re-read the targets file if it changed; a bad file is logged and the old targets kept."""
@@ -183,12 +198,14 @@ class TargetSet:
                 return
             if old is not None:
                 del self._pods[key]
+                self._by_ip.pop(target_host(old), None)
                 removed.append(old)
             if target is not None:
                 if len(self._pods) >= self.max_targets:
                     self.refused += 1
                 else:
                     self._pods[key] = target
+                    self._by_ip[target_host(target)] = target
                     added.append(target)
         self._notify(added, removed)
 
@@ -202,6 +219,7 @@ class TargetSet:
         with self._lock:
             before = set(self._pods.values())
             self._pods = fresh
+            self._by_ip = {target_host(t): t for t in fresh.values()}
             after = set(fresh.values())
         self._notify(sorted(after - before), sorted(before - after))
 

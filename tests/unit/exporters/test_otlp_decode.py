@@ -9,6 +9,7 @@ from collections import Counter
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from tests.paths import FIXTURES
 from tidescale.exporters.errors import BadInput
@@ -227,3 +228,20 @@ def test_protobuf_ids_of_the_wrong_size_are_dropped() -> None:
     samples, accepted = SpanJoiner(on_drop=lambda r, n: drops.update({r: n})).add(
         decode_protobuf(encode_protobuf([bad])))
     assert samples == [] and accepted == 0 and drops["bad_ids"] == 1
+
+
+def test_resource_namespace_and_pod_reach_every_sample() -> None:
+    """Triton started with `--trace-config opentelemetry,resource=k8s.pod.name=…` (the downward API)."""
+    doc = json.loads(BODIES[0].read_bytes())
+    for resource_spans in doc["resourceSpans"]:
+        resource_spans.setdefault("resource", {})["attributes"] = [
+            {"key": "k8s.namespace.name", "value": {"stringValue": "serving"}},
+            {"key": "k8s.pod.name", "value": {"stringValue": "triton-0"}}]
+    body = json.dumps(doc).encode()
+    from_json, _, _ = _join_all([body])
+    pb = ExportTraceServiceRequest.FromString(encode_protobuf(decode_json(body)))
+    for key, value in (("k8s.namespace.name", "serving"), ("k8s.pod.name", "triton-0")):
+        attr = pb.resource_spans[0].resource.attributes.add()
+        attr.key, attr.value.string_value = key, value
+    from_proto, _, _ = _join_all([pb.SerializeToString()], decode=lambda b: decode_traces(b, "application/x-protobuf"))
+    assert from_json and {(s.namespace, s.pod) for s in from_json + from_proto} == {("serving", "triton-0")}

@@ -198,3 +198,27 @@ def test_empty_token_means_no_token() -> None:
         r = c.post("/v1/traces", content=b"{}", headers={"content-type": "application/json",
                                                           "authorization": "Bearer   "})
         assert r.status_code == 401 and "TIDESCALE_EXPORTER_TOKEN" in r.json()["detail"]
+
+
+def test_spans_are_attributed_to_the_pod_that_sent_them() -> None:
+    """As k8sattributes does: a Triton pod the watch knows is recognised by its address, and its
+    namespace and pod outrank what the resource attributes claim; other senders keep theirs."""
+    from types import SimpleNamespace as NS
+
+    from tidescale.exporters.targets import TargetSet
+
+    app = create_app(make_settings())
+    targets = TargetSet(kube_namespace="serving", kube_selector="app=triton")
+    targets.apply_pod_event("ADDED", NS(
+        metadata=NS(name="triton-7d9f-abcde", namespace="serving", deletion_timestamp=None),
+        status=NS(phase="Running", pod_ip="10.244.1.7", conditions=[NS(type="Ready", status="True")])))
+    app.state.exporter.targets = targets
+    claimed = {"resource": {"attributes": [{"key": "k8s.namespace.name", "value": {"stringValue": "claimed"}},
+                                           {"key": "k8s.pod.name", "value": {"stringValue": "claimed-pod"}}]}}
+    body = json.dumps({"resourceSpans": [{**claimed, "scopeSpans": [{"spans": [model_span("m")]}]}]}).encode()
+    for address in ("10.244.1.7", "10.244.9.9"):  # a known Triton pod, then a collector in between
+        client = TestClient(app, client=(address, 40000))
+        assert client.post("/v1/traces", content=body, headers=JSON).status_code == 200
+    counts = {(labels["namespace"], labels["pod"]): v
+              for labels, v in samples(TestClient(app), "tidescale_request_duration_seconds_count")}
+    assert counts == {("serving", "triton-7d9f-abcde"): 1, ("claimed", "claimed-pod"): 1}

@@ -169,3 +169,17 @@ def test_fuzz_url_parsing(text: str) -> None:
         return
     assert url.startswith(("http://", "https://")) and not url.endswith("/")
     assert normalize_url(url) == url
+
+
+def test_sender_names_the_discovered_pod_at_an_address_until_it_goes() -> None:
+    ts = TargetSet(["http://10.0.0.5:8000"], kube_namespace="serving", kube_selector="app=triton")
+    ts.apply_pod_event("ADDED", pod("p1", ip="10.0.0.1"))
+    ts.apply_pod_event("ADDED", pod("p2", ip="fd00::2"))
+    assert ts.sender("10.0.0.1") == ("serving", "p1") and ts.sender("fd00::2") == ("serving", "p2")
+    assert ts.sender("10.0.0.5") is None  # a static target has no pod to name
+    ts.apply_pod_event("MODIFIED", pod("p1", ip="10.0.0.9"))
+    assert ts.sender("10.0.0.1") is None and ts.sender("10.0.0.9") == ("serving", "p1")
+    ts.apply_pod_event("DELETED", pod("p1", ip="10.0.0.9"))
+    assert ts.sender("10.0.0.9") is None
+    ts.replace_pods([pod("p3", ip="10.0.0.3")])
+    assert ts.sender("fd00::2") is None and ts.sender("10.0.0.3") == ("serving", "p3")
