@@ -17,7 +17,10 @@ from tidescale.contracts.tools import REPO_ROOT, helm
 
 pytestmark = pytest.mark.e2e
 
-RELEASE, NAMESPACE = "obs", "observability"
+RELEASE, NAMESPACE, SERVING = "obs", "observability", "e2e-serving"
+MODEL_DEPLOYMENT = "e2e-model-server"
+REVIEW_ALERT = {"alertname": "TritonModelReviewRequired", "severity": "info", "namespace": SERVING,
+                "model": "e2e-review-model", "version": "3", "reason": "string_ops"}
 CHART = REPO_ROOT / "deploy" / "helm" / "tidescale"
 
 
@@ -31,11 +34,16 @@ def run_helm(cluster: Cluster, *args: str) -> str:
 @pytest.fixture(scope="module")
 def release(cluster: Cluster) -> Iterator[str]:
     # The route to the review service as an AlertmanagerConfig, as docs/install.md has operator users do.
+    # The serving namespace holds the model's Deployment: the review service may create Events there.
+    cluster.kubectl("create", "namespace", SERVING, check=False)
     run_helm(cluster, "install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace", "--wait",
-             "--set", "alertmanager.alertmanagerConfig.enabled=true", "--timeout", "240s")
+             "--set", "alertmanager.alertmanagerConfig.enabled=true", "--set", f"serving.namespace={SERVING}",
+             "--set", f"reviews.kubeEvents.modelDeployments.{REVIEW_ALERT['model']}={MODEL_DEPLOYMENT}",
+             "--timeout", "240s")
     yield RELEASE
     if installed(cluster):  # the last test uninstalls it itself
         run_helm(cluster, "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout", "120s")
+    cluster.kubectl("delete", "namespace", SERVING, "--wait=false", check=False)
 
 
 def installed(cluster: Cluster) -> bool:
@@ -93,8 +101,6 @@ def test_the_chart_rules_are_loaded(cluster: Cluster, release: str) -> None:
     assert wait_for(groups, 90, "the chart's PrometheusRules in Prometheus")
 
 
-REVIEW_ALERT = {"alertname": "TritonModelReviewRequired", "severity": "info", "namespace": "e2e-serving",
-                "model": "e2e-review-model", "version": "3", "reason": "string_ops"}
 
 
 def test_alertmanager_delivers_a_review_alert_to_the_review_service_with_the_charts_token(
@@ -119,11 +125,21 @@ def test_alertmanager_delivers_a_review_alert_to_the_review_service_with_the_cha
 
     # The webhook answers 401 without the chart's token: a review that opens proves Alertmanager sent it.
     [review] = wait_for(opened, 120, "the review the alert opens (group_wait is 30 s)")
-    assert (review["namespace"], review["version"], review["reason"]) == ("e2e-serving", "3", "string_ops")
-    # The same alert again, as Alertmanager re-sends a firing alert: still exactly one review.
+    assert (review["namespace"], review["version"], review["reason"]) == (SERVING, "3", "string_ops")
+
+    def review_events() -> list[dict[str, Any]]:
+        return [e for e in cluster.get(f"/api/v1/namespaces/{SERVING}/events")["items"]
+                if e["reason"] == "ModelReviewOpened"]
+
+    # The review service, with its own account (allowed to create Events in the serving namespace only),
+    # tells `kubectl describe deployment` about the review.
+    [event] = wait_for(review_events, 60, "the review's Kubernetes Event on the model's Deployment")
+    assert event["involvedObject"]["kind"] == "Deployment" and event["involvedObject"]["name"] == MODEL_DEPLOYMENT
+    assert f"review #{review['id']}" in event["message"]
+    # The same alert again, as Alertmanager re-sends a firing alert: still exactly one review, one Event.
     httpx.post(f"http://{alertmanager}:9093/api/v2/alerts", json=[alert], timeout=10).raise_for_status()
     time.sleep(5)
-    assert len(opened()) == 1
+    assert len(opened()) == 1 and len(review_events()) == 1
 
 
 def leftovers(cluster: Cluster) -> list[str]:

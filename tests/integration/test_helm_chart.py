@@ -268,16 +268,44 @@ def test_production_defaults_on_every_pod(full_docs: list[dict[str, Any]]) -> No
 def test_least_privilege_rbac(full_docs: list[dict[str, Any]]) -> None:
     by_kind = kinds(full_docs)
     assert "ClusterRole" not in by_kind and "ClusterRoleBinding" not in by_kind
-    [role] = by_kind["Role"]
-    assert role["metadata"]["namespace"] == "serving"
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
-    [binding] = by_kind["RoleBinding"]
-    exporter_sa = binding["subjects"][0]["name"]
+    roles = {r["metadata"]["name"]: r for r in by_kind["Role"]}
+    assert {r["metadata"]["namespace"] for r in roles.values()} == {"serving"}
+    assert roles["t-tidescale-exporter"]["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+    assert roles["t-tidescale-reviews-events"]["rules"] == [
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+    bound = {b["roleRef"]["name"]: b["subjects"][0]["name"] for b in by_kind["RoleBinding"]}
+    assert bound.keys() == roles.keys()
+    # Each account with a permission belongs to exactly one component; the rest get no token at all.
+    accounts = {"exporter": bound["t-tidescale-exporter"], "reviews": bound["t-tidescale-reviews-events"]}
+    assert len(set(accounts.values())) == 2
     for d in by_kind["Deployment"]:
         spec = d["spec"]["template"]["spec"]
-        is_exporter = d["metadata"]["labels"]["app.kubernetes.io/component"] == "exporter"
-        assert (spec["serviceAccountName"] == exporter_sa) == is_exporter
-        assert spec["automountServiceAccountToken"] is is_exporter
+        component = d["metadata"]["labels"]["app.kubernetes.io/component"]
+        assert (spec["serviceAccountName"] in accounts.values()) == (component in accounts)
+        assert spec["automountServiceAccountToken"] is (component in accounts)
+
+
+def test_review_events_name_each_model_deployment_and_are_granted_where_it_runs(tmp: Path) -> None:
+    from tidescale.alerts.reviews.settings import ReviewsSettings
+
+    values = {**FULL_VALUES, "reviews": {"kubeEvents": {"modelDeployments": {"bert": "nlp/bert", "ctr": "ctr-v2"}}}}
+    docs = template(tmp, values)
+    [reviews] = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "t-tidescale-reviews"]
+    env = {e["name"]: e.get("value") for e in reviews["spec"]["template"]["spec"]["containers"][0]["env"]}
+    settings = ReviewsSettings(kube_events=env["TIDESCALE_REVIEWS_KUBE_EVENTS"],
+                               model_deployments=json.loads(env["TIDESCALE_REVIEWS_MODEL_DEPLOYMENTS"]))
+    # autoscaling.targets in the serving namespace, then the explicit map (a bare name: the serving namespace).
+    assert settings.kube_events and settings.model_deployments == {
+        "resnet50": "serving/triton-resnet", "ctr": "serving/ctr-v2", "bert": "nlp/bert"}
+    assert {d["metadata"]["namespace"] for d in docs if d["kind"] == "Role" and "events" in d["metadata"]["name"]} == {
+        "serving", "nlp"}
+    off = template(tmp, {**FULL_VALUES, "reviews": {"kubeEvents": {"enabled": False}}})
+    assert not [d for d in off if d["kind"] in ("Role", "RoleBinding") and "events" in d["metadata"]["name"]]
+    assert len([d for d in off if d["kind"] == "ServiceAccount"]) == 2
+    [spec] = [d["spec"]["template"]["spec"] for d in off if d["metadata"]["name"] == "t-tidescale-reviews"
+              and d["kind"] == "Deployment"]
+    assert spec["automountServiceAccountToken"] is False
 
 
 def test_commands_tokens_and_storage(default_docs: list[dict[str, Any]], full_docs: list[dict[str, Any]]) -> None:
@@ -450,6 +478,10 @@ def test_the_cluster_demos_values_render_its_story(tmp: Path, mode: str) -> None
     scaler = "ScaledObject" if mode == "keda" else "HorizontalPodAutoscaler"
     [obj] = [d for d in docs if d["kind"] == scaler]
     assert obj["metadata"]["namespace"] == "inference"
+    # The profile review's Event lands on the Deployment that serves the reviewed model.
+    [reviews] = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-reviews")]
+    env = {e["name"]: e.get("value") for e in reviews["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert json.loads(env["TIDESCALE_REVIEWS_MODEL_DEPLOYMENTS"])["ctr_ranker"] == "inference/triton"
 
 
 @pytest.mark.parametrize("keep", [False, True])
@@ -609,8 +641,8 @@ def test_namespace_override_moves_the_release_objects_only(hatch_docs: list[dict
     by_kind = kinds(hatch_docs)
     [exporter_monitor] = [m for m in by_kind["ServiceMonitor"] if "dcgm" not in m["metadata"]["name"]]
     assert exporter_monitor["spec"]["namespaceSelector"]["matchNames"] == ["observability"]
-    [binding] = by_kind["RoleBinding"]
-    assert binding["subjects"][0]["namespace"] == "observability"
+    assert len(by_kind["RoleBinding"]) == 2  # the exporter's pod watch, the review service's Events
+    assert {b["subjects"][0]["namespace"] for b in by_kind["RoleBinding"]} == {"observability"}
     reviews_env = {e["name"]: e.get("value") for e in _deployments(hatch_docs)["reviews"]["spec"]["template"]["spec"]
                    ["containers"][0]["env"]}
     assert reviews_env["TIDESCALE_REVIEWS_EXPORTER_URL"] == "http://obs-ts-exporter.observability.svc:9105"
@@ -678,10 +710,11 @@ def test_scheduling_and_service_account(hatch_docs: list[dict[str, Any]]) -> Non
         selector = spread["labelSelector"]["matchLabels"]
         assert selector["app.kubernetes.io/component"] == component and selector["app.kubernetes.io/instance"] == "obs"
     accounts = {d["metadata"]["name"] for d in kinds(hatch_docs)["ServiceAccount"]}
-    assert accounts == {"ts-sa", "ts-sa-exporter"}
+    assert accounts == {"ts-sa", "ts-sa-exporter", "ts-sa-reviews"}
     assert deployments["exporter"]["serviceAccountName"] == "ts-sa-exporter"
+    assert deployments["reviews"]["serviceAccountName"] == "ts-sa-reviews"
     assert deployments["recommender"]["serviceAccountName"] == "ts-sa"
-    assert kinds(hatch_docs)["RoleBinding"][0]["subjects"][0]["name"] == "ts-sa-exporter"
+    assert {b["subjects"][0]["name"] for b in kinds(hatch_docs)["RoleBinding"]} == {"ts-sa-exporter", "ts-sa-reviews"}
 
 
 def test_an_existing_service_account(tmp: Path) -> None:

@@ -130,6 +130,8 @@ def chart_values(s: DemoSettings, mode: str, capacity_rps: float) -> dict[str, A
                                      "minReplicas": s.min_replicas, "maxReplicas": s.max_replicas,
                                      "capacityRps": round(capacity_rps, 1)}]},
         "alertmanager": {"alertmanagerConfig": {"enabled": True}},
+        # The reviewed model runs in the same Triton Deployment; its profile alert names no Deployment.
+        "reviews": {"kubeEvents": {"modelDeployments": {REVIEW_MODEL: DEPLOYMENT}}},
         "defaultRules": {"overrides": SHORT_WINDOWS},
         "monitoring": {"interval": "5s"},
     }
@@ -347,7 +349,16 @@ def summarise(stack: ClusterStack, s: DemoSettings, mode: str, sc: Scenario, tim
         summary["reviews_opened"] = reviews_opened(stack.service_url(RELEASE_NS, f"{RELEASE}-reviews"))
     except Exception as exc:
         summary["reviews_opened"], summary["reviews_error"] = [], f"{type(exc).__name__}: {exc}"
+    summary["review_events"] = review_events(stack)
     return summary
+
+
+def review_events(stack: ClusterStack) -> list[dict[str, Any]]:
+    """The Kubernetes Events the review service posted on the serving Deployments (what
+    `kubectl describe deployment` shows)."""
+    items = stack.api.get(f"/api/v1/namespaces/{SERVING}/events").get("items", [])
+    return [{"deployment": e["involvedObject"]["name"], "message": e.get("message", "")}
+            for e in items if e.get("reason") == "ModelReviewOpened"]
 
 
 def run_cluster_demo(s: DemoSettings, out: Path, mode: str = "keda") -> dict[str, Any]:

@@ -189,6 +189,29 @@ affinity:
 {{- end -}}
 {{- end -}}
 
+{{/* The review service's account when it posts Events: <account>-reviews when created, else the given one. */}}
+{{- define "tidescale.reviewsServiceAccount" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- printf "%s-reviews" (include "tidescale.serviceAccount" .) | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- include "tidescale.serviceAccount" . -}}
+{{- end -}}
+{{- end -}}
+
+{{/* model -> namespace/deployment for review Events (YAML): autoscaling.targets in the serving namespace,
+     then reviews.kubeEvents.modelDeployments (a bare name is in the serving namespace), which wins. */}}
+{{- define "tidescale.modelDeployments" -}}
+{{- $ns := include "tidescale.servingNamespace" . -}}
+{{- $out := dict -}}
+{{- range .Values.autoscaling.targets -}}
+{{- if .model -}}{{- $_ := set $out .model (printf "%s/%s" $ns .deployment) -}}{{- end -}}
+{{- end -}}
+{{- range $model, $target := .Values.reviews.kubeEvents.modelDeployments -}}
+{{- $_ := set $out $model (ternary $target (printf "%s/%s" $ns $target) (contains "/" $target)) -}}
+{{- end -}}
+{{- toYaml $out -}}
+{{- end -}}
+
 {{/* A Prometheus duration (1m30s, 500ms) in milliseconds. */}}
 {{- define "tidescale.durationMs" -}}
 {{- $factors := dict "ms" 1 "s" 1000 "m" 60000 "h" 3600000 -}}
