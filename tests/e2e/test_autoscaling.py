@@ -35,8 +35,8 @@ def values(mode: str) -> dict[str, Any]:
     # Short windows so a test run sees a scale-up and a scale-down within minutes.
     return {
         "serving": {"namespace": SERVING},
-        # Triton's OTLP exporter sends no bearer token; spans come in through the NetworkPolicy instead.
-        "exporter": {"settings": {"traces_require_token": False}},
+        # Triton's OTLP exporter sends no bearer token: the exporter accepts its spans as those of watched
+        # Triton pods, by their address (the default, traces_require_token: true, is kept).
         "recommender": {"intervalSeconds": 5, "tuning": {"down_delay_s": 30, "rate_window_s": 30,
                                                           "fast_window_s": 15}},
         "autoscaling": {"mode": mode, "targets": [{"deployment": "triton", "model": "resnet50", "minReplicas": 1,

@@ -219,6 +219,12 @@ def test_spans_are_attributed_to_the_pod_that_sent_them() -> None:
     for address in ("10.244.1.7", "10.244.9.9"):  # a known Triton pod, then a collector in between
         client = TestClient(app, client=(address, 40000))
         assert client.post("/v1/traces", content=body, headers=JSON).status_code == 200
+    # Only the watched pod may send without the token (Triton's OTLP exporter cannot send one).
+    anonymous = {"content-type": "application/json"}
+    assert TestClient(app, client=("10.244.1.7", 40000)).post("/v1/traces", content=body,
+                                                                headers=anonymous).status_code == 200
+    assert TestClient(app, client=("10.244.9.9", 40000)).post("/v1/traces", content=body,
+                                                                headers=anonymous).status_code == 401
     counts = {(labels["namespace"], labels["pod"]): v
               for labels, v in samples(TestClient(app), "tidescale_request_duration_seconds_count")}
-    assert counts == {("serving", "triton-7d9f-abcde"): 1, ("claimed", "claimed-pod"): 1}
+    assert counts == {("serving", "triton-7d9f-abcde"): 2, ("claimed", "claimed-pod"): 1}

@@ -121,8 +121,6 @@ def chart_values(s: DemoSettings, mode: str, capacity_rps: float) -> dict[str, A
     """The values the demo installs the chart with: a user's, with the alert windows shortened."""
     return {
         "serving": {"namespace": SERVING},
-        # Triton's OTLP exporter sends no bearer token; its spans come in through the NetworkPolicy.
-        "exporter": {"settings": {"traces_require_token": False}},
         "recommender": {"intervalSeconds": 5, "sloP99Seconds": s.slo_p99_s,
                         "tuning": {"down_delay_s": 30, "rate_window_s": 30, "fast_window_s": 15}},
         "autoscaling": {"mode": mode, "keda": {"pollingInterval": 5},
