@@ -24,6 +24,7 @@ class ExporterSettings(ComponentSettings):
     triton_urls: list[str] = Field(default_factory=list)
     kube_namespace: str | None = None
     kube_selector: str | None = None
+    kube_http_port: int = Field(8000, ge=1, le=65535, description="Triton's HTTP port on discovered pods")
     targets_file: Path | None = Field(None, description="file_sd JSON of Triton HTTP targets, re-read on change")
     poll_interval_s: float = Field(5.0, gt=0, le=3600)
     # Latency aggregation.

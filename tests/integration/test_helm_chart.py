@@ -827,3 +827,14 @@ def test_hpa_tolerance_follows_the_cluster_version(tmp: Path, kube: str, overrid
     assert hpa["spec"] == hpa_manifest(Target("triton-resnet", "serving", "resnet50", 2, 12), legacy=legacy)["spec"]
     config = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-config"))
     assert yaml.safe_load(config["data"]["config.yaml"])["recommender"]["hpa_tolerance_rounding"] is legacy
+
+
+def test_the_triton_http_port_reaches_the_exporters_pod_discovery(tmp: Path) -> None:
+    from tidescale.exporters.service import build_state
+    from tidescale.exporters.settings import ExporterSettings
+
+    docs = template(tmp, {"serving": {"httpPort": 9000}})
+    config = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-config"))
+    section = yaml.safe_load(config["data"]["config.yaml"])["exporter"]
+    state = build_state(ExporterSettings(**section))
+    assert state.targets is not None and state.targets.port == 9000

@@ -24,13 +24,14 @@ import numpy as np
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from tidescale.benches.common import bench_main
+from tidescale.benches.report import BENCH_DIR
 from tidescale.devstack.exporter import spawn_exporter
 from tidescale.exporters.otlp import Span, encode_json, encode_protobuf
 
 REQUESTS_PER_BODY = 512
 SPANS_PER_REQUEST = 3
 MODELS = ("ranker", "embedder", "tokenizer", "reranker")
-RESULT_MD = Path("docs/benchmarks/ingest.md")
+RESULT_MD = BENCH_DIR / "ingest.md"
 TOKEN = "bench-token"
 
 

@@ -30,6 +30,7 @@ from prometheus_client.registry import Collector
 
 from tidescale.autoscaler.servicecurve import ServiceCurve
 from tidescale.benches.common import bench_main
+from tidescale.benches.report import BENCH_DIR
 from tidescale.contracts import catalog
 from tidescale.contracts.promql import selector
 from tidescale.devstack.fleet.httpserve import LoopbackHttpServer, text_response
@@ -46,7 +47,7 @@ PROM_DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1
 JOB_OURS = "bench-tidescale-buckets"
 JOB_DEFAULT = "bench-default-buckets"
 MODEL, VERSION = "ranker", "1"
-RESULT_MD = Path("docs/benchmarks/percentiles.md")
+RESULT_MD = BENCH_DIR / "percentiles.md"
 RESULT_PNG = RESULT_MD.with_suffix(".png")
 
 

@@ -25,11 +25,12 @@ from typing import Any
 from aiohttp import web
 
 from tidescale.benches.common import bench_main
+from tidescale.benches.report import BENCH_DIR
 from tidescale.contracts.tools import FIXTURES, REPO_ROOT
 from tidescale.devstack.ports import free_port
 
 FIXTURE = FIXTURES / "triton" / "real-2.51" / "stats.json"
-RESULT_MD = REPO_ROOT / "docs" / "benchmarks" / "poll.md"
+RESULT_MD = BENCH_DIR / "poll.md"
 MODELS = 10
 GOAL_S = 2.0
 

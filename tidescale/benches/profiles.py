@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from tidescale.benches.common import bench_main
+from tidescale.benches.report import BENCH_DIR
 from tidescale.contracts.tools import FIXTURES, REPO_ROOT
 
 FIXTURE = FIXTURES / "profiles" / "pytorch" / "ranker_pystring.pt.trace.json.gz"
-RESULT_MD = REPO_ROOT / "docs" / "benchmarks" / "profiles.md"
+RESULT_MD = BENCH_DIR / "profiles.md"
 GOAL_MB_S = 50.0
 GOAL_RSS_MB = 300.0
 

@@ -3,11 +3,32 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-BENCH_DIR = Path(__file__).resolve().parents[2] / "docs" / "benchmarks"
+from tidescale.contracts.tools import REPO_ROOT
+
+
+def is_source_checkout(root: Path) -> bool:
+    """True for a clone (editable install); False for a wheel, whose root is site-packages."""
+    return (root / "pyproject.toml").is_file() and not {"site-packages", "dist-packages"} & set(root.parts)
+
+
+def bench_dir(root: Path = REPO_ROOT, env: dict[str, str] | None = None, cwd: Path | None = None) -> Path:
+    """Where benchmarks record: $TIDESCALE_BENCH_DIR, else the checkout's docs/benchmarks, else
+    ./tidescale-benchmarks. Never a directory inside an installed package, which a later upgrade
+    would wipe and which may not be writable at all."""
+    override = (os.environ if env is None else env).get("TIDESCALE_BENCH_DIR")
+    if override:
+        return Path(override)
+    if is_source_checkout(root):
+        return root / "docs" / "benchmarks"
+    return (cwd or Path.cwd()) / "tidescale-benchmarks"
+
+
+BENCH_DIR = bench_dir()
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

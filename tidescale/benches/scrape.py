@@ -26,12 +26,11 @@ import httpx
 import numpy as np
 
 from tidescale.benches.common import bench_main
-from tidescale.benches.report import markdown_table
-from tidescale.contracts.tools import REPO_ROOT
+from tidescale.benches.report import BENCH_DIR, markdown_table
 from tidescale.devstack.exporter import spawn_exporter
 from tidescale.exporters.otlp import Span, encode_protobuf
 
-RESULT_MD = REPO_ROOT / "docs" / "benchmarks" / "scrape.md"
+RESULT_MD = BENCH_DIR / "scrape.md"
 TOKEN = "bench-token"
 STAGES_PER_MODEL = 5
 REQUESTS_PER_MODEL = 20

@@ -20,17 +20,17 @@ from tidescale.benches.autoscale import policies as pol
 from tidescale.benches.autoscale import scenarios as bench
 from tidescale.benches.autoscale.closedloop import RunResult, SimParams
 from tidescale.benches.autoscale.frontier import Point, best_point, dominated_by, pareto_frontier
+from tidescale.benches.report import BENCH_DIR
 from tidescale.contracts.errors import UsageError
-from tidescale.contracts.tools import REPO_ROOT
 from tidescale.sim import BatcherConfig
 
-DOC = REPO_ROOT / "docs" / "benchmarks" / "autoscale.md"
-PNG = REPO_ROOT / "docs" / "benchmarks" / "autoscale.png"
+DOC = BENCH_DIR / "autoscale.md"
+PNG = BENCH_DIR / "autoscale.png"
 # A run with a Triton queue timeout is a different server configuration: recorded beside the default.
-SHED_DOC = REPO_ROOT / "docs" / "benchmarks" / "autoscale-queue-timeout.md"
-SHED_PNG = REPO_ROOT / "docs" / "benchmarks" / "autoscale-queue-timeout.png"
-FRONTIER_PNG = REPO_ROOT / "docs" / "benchmarks" / "autoscale-frontiers.png"
-SHED_FRONTIER_PNG = REPO_ROOT / "docs" / "benchmarks" / "autoscale-queue-timeout-frontiers.png"
+SHED_DOC = BENCH_DIR / "autoscale-queue-timeout.md"
+SHED_PNG = BENCH_DIR / "autoscale-queue-timeout.png"
+FRONTIER_PNG = BENCH_DIR / "autoscale-frontiers.png"
+SHED_FRONTIER_PNG = BENCH_DIR / "autoscale-queue-timeout-frontiers.png"
 FULL_S, QUICK_S = 3600.0, 1200.0
 GOALS = {"requests_within_slo": 0.999, "windows_within_slo": 0.99, "cost_vs_oracle": 1.15}
 
