@@ -67,12 +67,18 @@ def slow_ratio_slo(cfg: AlertsConfig, window: str) -> str:
     return "max without (le) (" + " or ".join(parts) + ")"
 
 
-def burn_expr(ratio: Any, budget: float, windows: tuple[tuple[str, str, float], ...]) -> str:
-    """Burn rate of the long window where both windows burn faster than the factor."""
+def burn_expr(ratio: Any, budget: float, windows: tuple[tuple[str, str, float], ...],
+              min_request_rate: float = 0.0) -> str:
+    """Burn rate of the long window where both windows burn faster than the factor, and the
+    model serves at least *min_request_rate* requests/s over the short window (the short window,
+    so that a model that started serving minutes ago can page as soon as it burns)."""
     clauses = []
     for long_w, short_w, factor in windows:
+        guard = (f"\nand on (namespace, model)\n  {n.REQUEST_RATE[short_w]} >= {min_request_rate:g}"
+                 if min_request_rate > 0 else "")
         clauses.append(
-            f"(\n  {ratio(long_w)} / {budget:g} > {factor:g}\nand\n  {ratio(short_w)} / {budget:g} > {factor:g}\n)"
+            f"(\n  {ratio(long_w)} / {budget:g} > {factor:g}\nand\n  {ratio(short_w)} / {budget:g} > {factor:g}"
+            f"{guard}\n)"
         )
     return "\nor\n".join(clauses)
 
@@ -87,7 +93,7 @@ def budget_burn_alerts(cfg: AlertsConfig) -> list[AlertSpec]:
     ):
         out.append(AlertSpec(
             "TritonLatencyBudgetBurn",
-            burn_expr(lambda w: slow_ratio_slo(cfg, w), latency_budget, windows),
+            burn_expr(lambda w: slow_ratio_slo(cfg, w), latency_budget, windows, cfg.burn_min_request_rate),
             for_, sev,
             "Model {{ $labels.model }} is burning its latency SLO budget fast.",
             "Model {{ $labels.namespace }}/{{ $labels.model }} burns its latency error budget at "
@@ -96,7 +102,7 @@ def budget_burn_alerts(cfg: AlertsConfig) -> list[AlertSpec]:
         ))
         out.append(AlertSpec(
             "TritonErrorBudgetBurn",
-            burn_expr(lambda w: n.ERROR_RATIO[w], error_budget, windows),
+            burn_expr(lambda w: n.ERROR_RATIO[w], error_budget, windows, cfg.burn_min_request_rate),
             for_, sev,
             "Model {{ $labels.model }} is burning its availability SLO budget fast.",
             "Model {{ $labels.namespace }}/{{ $labels.model }} burns its error budget at "

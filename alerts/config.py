@@ -93,6 +93,9 @@ class AlertsConfig(ComponentSettings):
     op_class_limits: dict[str, float] = Field(default_factory=lambda: {"string": 0.05})
     regression_ratio: float = Field(0.20, gt=0)
     regression_min_rps: float = Field(0.1, ge=0)
+    # Burn-rate alerts stay quiet below this many requests/s over their short window (0: no guard):
+    # at a handful of requests, one slow or failed request is already a 14x burn.
+    burn_min_request_rate: float = Field(0.05, ge=0)
     pod_restarts_limit: int = Field(3, ge=1)
     gpu_memory_predict_hours: float = Field(4.0, gt=0)
     gpu_memory_lookback: Duration = "6h"

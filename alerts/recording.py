@@ -57,6 +57,10 @@ def error_ratio(window: str) -> str:
     return f"{fail}\n/\n({ok} + {fail})"
 
 
+def request_rate(window: str) -> str:
+    return f"{sum_rate(metric('nv_inference_request_success'), NM, window)} + {failure_rate(NM, window)}"
+
+
 def requests_group(cfg: AlertsConfig) -> Group:
     ok, fail = metric("nv_inference_request_success"), metric("nv_inference_request_failure")
     inf, execs = metric("nv_inference_count"), metric("nv_inference_exec_count")
@@ -67,6 +71,7 @@ def requests_group(cfg: AlertsConfig) -> Group:
         record(n.POD_REQUEST_FAILURE_RATE5M, sum_rate(fail, NMP, "5m")),
         record(n.VERSION_REQUEST_SUCCESS_RATE5M, sum_rate(ok, f"{NM}, version", "5m")),
         *(record(n.ERROR_RATIO[w], error_ratio(w)) for w in n.WINDOWS),
+        *(record(name, request_rate(w)) for w, name in n.REQUEST_RATE.items()),
         record(n.INFERENCES_PER_EXEC_RATE5M, f"{sum_rate(inf, NM, '5m')}\n/\n{sum_rate(execs, NM, '5m')}"),
         record(n.POD_INFERENCES_PER_EXEC_RATE5M, f"{sum_rate(inf, NMP, '5m')}\n/\n{sum_rate(execs, NMP, '5m')}"),
         record(n.MODEL_POD_SERVING, f"group by ({NMP}) ({ok})"),

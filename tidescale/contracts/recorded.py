@@ -29,6 +29,10 @@ VERSION_REQUEST_SUCCESS_RATE5M: Final = "namespace_model_version:nv_inference_re
 # failure / (success + failure) over each window: the error-budget burn-rate inputs.
 ERROR_RATIO: Final[dict[str, str]] = _windowed("namespace_model:nv_inference_request:error_ratio_rate")
 ERROR_RATIO_RATE5M: Final = ERROR_RATIO["5m"]
+# Requests per second (successes and failures) per model, over the burn alerts' short windows:
+# their low-traffic guard.
+REQUEST_RATE: Final[dict[str, str]] = {w: f"namespace_model:nv_inference_request:rate{w}"
+                                       for w in ("5m", "30m", "2h", "6h")}
 
 # --- Batching -------------------------------------------------------------------------------------
 """Inferences per execution (a batch of n counts n): 1.0 means the dynamic batcher never batched."""
