@@ -838,3 +838,57 @@ def test_the_triton_http_port_reaches_the_exporters_pod_discovery(tmp: Path) -> 
     section = yaml.safe_load(config["data"]["config.yaml"])["exporter"]
     state = build_state(ExporterSettings(**section))
     assert state.targets is not None and state.targets.port == 9000
+
+
+RULE_VALUES: dict[str, Any] = {"defaultRules": {
+    "runbookUrl": "https://wiki.example/sre/runbooks/",
+    "additionalRuleLabels": {"team": "ml-platform", "severity": "ignored"},
+    "disabled": {"GPUThrottling": True},
+    "overrides": {"TritonQueueBacklog": {"severity": "critical"}},
+}}
+
+
+def _as_rendered(test: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """A promtool test of the committed rules, with the expectations the rendered values imply."""
+    rules = values["defaultRules"]
+    out = {**test, "alert_rule_test": []}
+    for case in test.get("alert_rule_test", []):
+        if rules["disabled"].get(case["alertname"]):
+            continue
+        for alert in case.get("exp_alerts") or []:
+            labels = {**rules["additionalRuleLabels"], **alert["exp_labels"]}
+            if "severity" in rules["overrides"].get(case["alertname"], {}):
+                labels["severity"] = rules["overrides"][case["alertname"]]["severity"]
+            alert["exp_labels"] = labels
+            annotations = alert.get("exp_annotations") or {}
+            if "runbook_url" in annotations:
+                annotations["runbook_url"] = f"https://wiki.example/sre/runbooks/{case['alertname'].lower()}.md"
+        out["alert_rule_test"].append(case)
+    return out
+
+
+def test_promtool_tests_pass_on_the_rules_rendered_from_non_default_values(tmp: Path) -> None:
+    """The chart renders the rules from values (labels, runbooks, overrides, disabled alerts): the
+    promtool suite, its expectations changed exactly as the values say, passes on what it renders."""
+    from tidescale.alerts import tooling
+
+    work = tmp / "rendered-rules"
+    work.mkdir()
+    rule_files = []
+    for doc in template(tmp, RULE_VALUES, *MONITORING_API):
+        if doc["kind"] == "PrometheusRule":
+            path = work / f"{doc['metadata']['name']}.yaml"
+            path.write_text(yaml.safe_dump({"groups": doc["spec"]["groups"]}))
+            rule_files.append(str(path))
+    assert len(rule_files) == 2
+    checked = 0
+    for source in tooling.test_files():
+        suite = yaml.safe_load(source.read_text())
+        suite["rule_files"] = rule_files
+        suite["tests"] = [_as_rendered(t, RULE_VALUES) for t in suite["tests"]]
+        checked += sum(len(t["alert_rule_test"]) for t in suite["tests"])
+        (work / source.name).write_text(yaml.safe_dump(suite))
+    files = sorted(work.glob("*.yaml"))
+    run = tooling.test_rules([f for f in files if str(f) not in rule_files])
+    assert run.ok, run.output
+    assert checked > 40
