@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from tests.e2e.conftest import Cluster
 from tests.waiting import wait_for
@@ -140,6 +141,14 @@ def test_alertmanager_delivers_a_review_alert_to_the_review_service_with_the_cha
     httpx.post(f"http://{alertmanager}:9093/api/v2/alerts", json=[alert], timeout=10).raise_for_status()
     time.sleep(5)
     assert len(opened()) == 1 and len(review_events()) == 1
+
+
+def test_the_chart_reads_the_installed_podmonitor_crd_for_a_numeric_port(cluster: Cluster) -> None:
+    """monitoring.triton.portNumber=auto looks up the real CRD (prometheus-operator v0.85 has portNumber)."""
+    out = run_helm(cluster, "template", "probe", str(CHART), "--dry-run=server", "--namespace", NAMESPACE,
+                   "--set", "serving.metricsPort=8002", "--show-only", "templates/monitors.yaml")
+    [monitor] = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "PodMonitor"]
+    assert monitor["spec"]["podMetricsEndpoints"][0]["portNumber"] == 8002
 
 
 def leftovers(cluster: Cluster) -> list[str]:

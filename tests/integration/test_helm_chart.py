@@ -892,3 +892,13 @@ def test_promtool_tests_pass_on_the_rules_rendered_from_non_default_values(tmp: 
     run = tooling.test_rules([f for f in files if str(f) not in rule_files])
     assert run.ok, run.output
     assert checked > 40
+
+
+@pytest.mark.parametrize(("choice", "field"), [("auto", "portNumber"), (True, "portNumber"), (False, "targetPort")])
+def test_a_numeric_triton_port_uses_the_field_the_operator_has(tmp: Path, choice: Any, field: str) -> None:
+    """auto reads the installed PodMonitor CRD (`lookup`); `helm template` cannot, and assumes portNumber."""
+    docs = template(tmp, {"serving": {"metricsPort": 8002}, "monitoring": {"triton": {"portNumber": choice}}},
+                    *MONITORING_API)
+    [monitor] = [d for d in docs if d["kind"] == "PodMonitor"]
+    [endpoint] = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint[field] == 8002 and not ({"portNumber", "targetPort"} - {field}) & set(endpoint)

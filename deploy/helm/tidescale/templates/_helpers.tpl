@@ -212,6 +212,23 @@ affinity:
 {{- toYaml $out -}}
 {{- end -}}
 
+{{/* "true" when a PodMonitor may use podMetricsEndpoints[].portNumber: monitoring.triton.portNumber
+     true/false, or with "auto" whether the installed PodMonitor CRD has the field (`lookup`; under
+     `helm template`, which cannot look, the current operator's field). */}}
+{{- define "tidescale.podMonitorPortNumber" -}}
+{{- $choice := toString .Values.monitoring.triton.portNumber -}}
+{{- if eq $choice "auto" -}}
+{{- $crd := lookup "apiextensions.k8s.io/v1" "CustomResourceDefinition" "" "podmonitors.monitoring.coreos.com" -}}
+{{- if not $crd -}}true
+{{- else -}}
+{{- range $v := $crd.spec.versions -}}
+{{- if hasKey (dig "schema" "openAPIV3Schema" "properties" "spec" "properties" "podMetricsEndpoints" "items" "properties" (dict) $v) "portNumber" -}}true{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- else if eq $choice "true" -}}true
+{{- end -}}
+{{- end -}}
+
 {{/* A Prometheus duration (1m30s, 500ms) in milliseconds. */}}
 {{- define "tidescale.durationMs" -}}
 {{- $factors := dict "ms" 1 "s" 1000 "m" 60000 "h" 3600000 -}}
