@@ -229,6 +229,39 @@ affinity:
 {{- end -}}
 {{- end -}}
 
+{{/* "true" when every label of .want is in .have (an empty .want selects everything). */}}
+{{- define "tidescale.selects" -}}
+{{- $ok := true -}}
+{{- range $k, $v := .want -}}{{- if ne (toString (get $.have $k)) (toString $v) -}}{{- $ok = false -}}{{- end -}}{{- end -}}
+{{- if $ok -}}true{{- end -}}
+{{- end -}}
+
+{{/* namespace/name of a ServiceMonitor outside this release that already scrapes the dcgm-exporter
+     Service (the standalone chart's, or the GPU Operator's), found with `lookup`; empty when there is
+     none, or under `helm template`, which cannot look. The chart then adds no second one. */}}
+{{- define "tidescale.dcgmScrapedBy" -}}
+{{- $m := .Values.monitoring.dcgmExporter -}}
+{{- $services := list -}}
+{{- range $s := (lookup "v1" "Service" $m.namespace "").items | default list -}}
+{{- if include "tidescale.selects" (dict "want" $m.selector "have" ($s.metadata.labels | default dict)) -}}
+{{- $services = append $services $s -}}
+{{- end -}}
+{{- end -}}
+{{- $found := list -}}
+{{- range $sm := (lookup "monitoring.coreos.com/v1" "ServiceMonitor" "" "").items | default list -}}
+{{- $nsSel := $sm.spec.namespaceSelector | default dict -}}
+{{- $covers := or $nsSel.any (has $m.namespace ($nsSel.matchNames | default list)) (and (not $nsSel.matchNames) (eq $sm.metadata.namespace $m.namespace)) -}}
+{{- if and $covers (ne (dig "metadata" "labels" "app.kubernetes.io/instance" "" $sm) $.Release.Name) -}}
+{{- range $s := $services -}}
+{{- if include "tidescale.selects" (dict "want" (dig "spec" "selector" "matchLabels" (dict) $sm) "have" ($s.metadata.labels | default dict)) -}}
+{{- $found = append $found (printf "%s/%s" $sm.metadata.namespace $sm.metadata.name) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $found | uniq | join ", " -}}
+{{- end -}}
+
 {{/* A Prometheus duration (1m30s, 500ms) in milliseconds. */}}
 {{- define "tidescale.durationMs" -}}
 {{- $factors := dict "ms" 1 "s" 1000 "m" 60000 "h" 3600000 -}}
