@@ -151,15 +151,17 @@ def test_the_chart_reads_the_installed_podmonitor_crd_for_a_numeric_port(cluster
     assert monitor["spec"]["podMetricsEndpoints"][0]["portNumber"] == 8002
 
 
-def test_a_dcgm_exporter_someone_else_scrapes_is_not_scraped_twice(cluster: Cluster) -> None:
+def test_a_dcgm_exporter_someone_else_scrapes_is_not_scraped_twice(cluster: Cluster, release: str) -> None:
     """The standalone dcgm-exporter chart brings its own ServiceMonitor: the chart finds it and adds none."""
-    def dcgm_monitors() -> list[str]:
-        out = run_helm(cluster, "template", "probe", str(CHART), "--dry-run=server", "--namespace", NAMESPACE,
+    def dcgm_monitors(name: str) -> list[str]:
+        out = run_helm(cluster, "template", name, str(CHART), "--dry-run=server", "--namespace", NAMESPACE,
                        "--show-only", "templates/monitors.yaml")
         return [d["metadata"]["name"] for d in yaml.safe_load_all(out)
                 if d and d["kind"] == "ServiceMonitor" and "dcgm" in d["metadata"]["name"]]
 
-    assert dcgm_monitors() == ["probe-tidescale-dcgm-exporter"]
+    # An upgrade of this release keeps its own monitor; a second release finds this one's and adds none.
+    assert dcgm_monitors(release) == [f"{release}-tidescale-dcgm-exporter"]
+    assert dcgm_monitors("second") == []
     theirs = {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
               "metadata": {"name": "dcgm-exporter", "namespace": "gpu-operator",
                            "labels": {"app.kubernetes.io/instance": "dcgm-exporter"}},
@@ -167,7 +169,7 @@ def test_a_dcgm_exporter_someone_else_scrapes_is_not_scraped_twice(cluster: Clus
                        "endpoints": [{"port": "gpu-metrics", "honorLabels": True}]}}
     cluster.apply(theirs)
     try:
-        assert dcgm_monitors() == []
+        assert dcgm_monitors(release) == []
     finally:
         cluster.kubectl("delete", "servicemonitor", "-n", "gpu-operator", "dcgm-exporter", check=False)
 
