@@ -39,7 +39,7 @@ from tidescale.contracts import catalog
 from tidescale.contracts import recorded as names
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.http import install_error_boundary
-from tidescale.contracts.prometheus import PrometheusClient, PrometheusUnavailable
+from tidescale.contracts.prometheus import PrometheusAuth, PrometheusClient, PrometheusUnavailable
 from tidescale.contracts.promql import selector
 from tidescale.contracts.settings import ComponentSettings
 from tidescale.contracts.slo import SLO_P99_S
@@ -119,6 +119,7 @@ class RecommenderSettings(ComponentSettings):
     model_config = SettingsConfigDict(env_prefix="TIDESCALE_RECOMMENDER_", extra="forbid")
 
     prometheus_url: str = "http://localhost:9090"
+    prometheus_auth: PrometheusAuth = Field(default_factory=PrometheusAuth)
     host: str = "0.0.0.0"
     port: int = Field(default=9108, ge=0, le=65535)
     interval_s: float = Field(default=15.0, gt=0)
@@ -236,7 +237,8 @@ class RecommenderService:
         if not settings.targets:
             raise UsageError("the recommender needs at least one target (recommender.targets in the config file)")
         self.settings = settings
-        self.client = client or PrometheusClient(settings.prometheus_url, settings.query_timeout_s)
+        self.client = client or PrometheusClient(settings.prometheus_url, settings.query_timeout_s,
+                                                 auth=settings.prometheus_auth)
         self.replicas_fn = replicas_fn
         self.clock = clock
         self.states: dict[tuple[str, str], TargetState] = {}

@@ -902,3 +902,34 @@ def test_a_numeric_triton_port_uses_the_field_the_operator_has(tmp: Path, choice
     [monitor] = [d for d in docs if d["kind"] == "PodMonitor"]
     [endpoint] = monitor["spec"]["podMetricsEndpoints"]
     assert endpoint[field] == 8002 and not ({"portNumber", "targetPort"} - {field}) & set(endpoint)
+
+
+def test_the_recommender_reaches_an_authenticated_prometheus_with_what_the_chart_mounts(tmp: Path) -> None:
+    from tidescale.autoscaler.service import RecommenderSettings
+
+    values = {**FULL_VALUES, "recommender": {**FULL_VALUES["recommender"], "replicas": 2, "prometheusAuth": {
+        "basicAuthSecret": {"name": "mimir-basic", "usernameKey": "user", "passwordKey": "pass"},
+        "caSecret": {"name": "mimir-ca"}, "tenant": "team-ml", "headers": {"X-Source": "tidescale"}}}}
+    docs = template(tmp, values)
+    [deployment] = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-recommender")]
+    spec = deployment["spec"]["template"]["spec"]
+    [container] = spec["containers"]
+    [username] = [e for e in container["env"] if e["name"].endswith("BASIC_AUTH_USERNAME")]
+    assert username["valueFrom"]["secretKeyRef"] == {"name": "mimir-basic", "key": "user"}
+    [mount] = [m for m in container["volumeMounts"] if m["name"] == "prometheus-auth"]
+    [volume] = [v for v in spec["volumes"] if v["name"] == "prometheus-auth"]
+    files = {f"{mount['mountPath']}/{item['path']}": (s["secret"]["name"], item["key"])
+             for s in volume["projected"]["sources"] for item in s["secret"]["items"]}
+    config = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-config"))
+    section = yaml.safe_load(config["data"]["config.yaml"])["recommender"]
+    section["prometheus_auth"]["basic_auth_username"] = "from-the-secret"  # the env var the chart sets
+    settings = RecommenderSettings(**section)
+    auth = settings.prometheus_auth
+    assert files == {str(auth.basic_auth_password_file): ("mimir-basic", "pass"),
+                     str(auth.ca_file): ("mimir-ca", "ca.crt")}
+    assert auth.request_headers() == {"X-Source": "tidescale", "X-Scope-OrgID": "team-ml"}
+    # Two replicas: both write their answer, KEDA and the adapter read the max; a PDB keeps one.
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    [pdb] = [d for d in docs if d["kind"] == "PodDisruptionBudget"]
+    assert pdb["spec"]["minAvailable"] == 1

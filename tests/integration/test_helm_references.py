@@ -28,10 +28,15 @@ from tests.integration.test_helm_chart import (
 
 RELEASE, NAMESPACE = "obs", "mon"
 APIS = (*MONITORING_API, "--api-versions", "monitoring.coreos.com/v1alpha1", "--api-versions", "keda.sh/v1alpha1")
+AUTH_VALUES: dict[str, Any] = {**KEDA_VALUES, "recommender": {
+    **FULL_VALUES["recommender"], "replicas": 2, "prometheusUrl": "https://mimir-gateway.mimir.svc/prometheus",
+    "prometheusAuth": {"basicAuthSecret": {"name": "mimir-basic"}, "caSecret": {"name": "mimir-ca"},
+                       "tenant": "team-ml"}}}
 CASES: dict[str, dict[str, Any]] = {
     "default": {},
     "full": FULL_VALUES,
     "keda": KEDA_VALUES,
+    "keda-mimir": AUTH_VALUES,  # an authenticated Prometheus and two recommenders
 }
 # A cluster-local URL: http(s)://<service>.<namespace>.svc[.cluster.local][:port][/path]
 SERVICE_URL = re.compile(r"https?://([a-z0-9-]+)\.([a-z0-9-]+)\.svc(?:\.cluster\.local)?(?::(\d+))?")
@@ -53,19 +58,20 @@ def docs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_lint_strict_under_another_release_and_namespace(tmp_path: Any, case: str) -> None:
     # helm lint has no --api-versions: it renders without the operator and KEDA (the rest does not).
-    result = helm("lint", str(CHART), "--strict", "--namespace", NAMESPACE, "-f", str(_write(tmp_path, CASES[case])))
+    values = str(_write(tmp_path, CASES[case]))
+    result = helm("lint", str(CHART), "--strict", "--namespace", NAMESPACE, "-f", values)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_every_object_validates_against_kubernetes_and_the_crds(docs: list[dict[str, Any]]) -> None:
     for doc in docs:
-        if doc["kind"] in CORE_KINDS:
+        if doc["kind"] in CORE_KINDS | {"PodDisruptionBudget"}:
             kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
         elif doc["kind"] in CRDS:
             errors = [e.message for e in crd_validator(doc["kind"]).iter_errors(doc)]
             assert not errors, f"{doc['kind']} {doc['metadata']['name']}: {errors}"
-        else:  # AlertmanagerConfig: no CRD fixture here; the e2e suite applies it to the real CRD
-            assert doc["kind"] == "AlertmanagerConfig", doc["kind"]
+        else:  # no CRD fixture here; the e2e suite applies AlertmanagerConfig to the real CRD
+            assert doc["kind"] in ("AlertmanagerConfig", "TriggerAuthentication"), doc["kind"]
 
 
 def strings(node: Any) -> Iterator[str]:
@@ -98,8 +104,10 @@ def key(doc: dict[str, Any]) -> tuple[str, str]:
 
 def external_secrets(values: dict[str, Any]) -> set[str]:
     """Secrets the user names in values and creates themselves."""
+    auth = (values.get("recommender") or {}).get("prometheusAuth") or {}
+    prometheus = ((auth.get(k) or {}).get("name") for k in ("bearerTokenSecret", "basicAuthSecret", "caSecret"))
     return {s for s in ((values.get("reviews") or {}).get("database", {}).get("existingSecret"),
-                        (values.get("auth") or {}).get("existingSecret")) if s}
+                        (values.get("auth") or {}).get("existingSecret"), *prometheus) if s}
 
 
 def container_ports(pod_spec: dict[str, Any]) -> dict[str, int]:
@@ -175,10 +183,21 @@ def test_every_secret_and_configmap_reference_exists_with_its_key(docs: list[dic
         for volume in spec.get("volumes", []):
             if "secret" in volume:
                 check("Secret", namespace, volume["secret"]["secretName"], None, f"volume {volume['name']}")
+            for source in volume.get("projected", {}).get("sources", []):
+                if "secret" in source:
+                    check("Secret", namespace, source["secret"]["name"], None, f"volume {volume['name']}")
             if "configMap" in volume:
                 check("ConfigMap", namespace, volume["configMap"]["name"], None, f"volume {volume['name']}")
                 for item in volume["configMap"].get("items", []):
                     check("ConfigMap", namespace, volume["configMap"]["name"], item["key"], volume["name"])
+    for auth in of_kind(docs, "TriggerAuthentication"):
+        for ref in auth["spec"]["secretTargetRef"]:
+            check("Secret", key(auth)[0], ref["name"], ref["key"], "TriggerAuthentication")
+    for scaled in of_kind(docs, "ScaledObject"):
+        for trigger in scaled["spec"]["triggers"]:
+            if "authenticationRef" in trigger:
+                assert (key(scaled)[0], trigger["authenticationRef"]["name"]) in {
+                    key(a) for a in of_kind(docs, "TriggerAuthentication")}
     for amc in of_kind(docs, "AlertmanagerConfig"):
         for receiver in amc["spec"]["receivers"]:
             for hook in receiver.get("webhookConfigs", []):

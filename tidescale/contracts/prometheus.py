@@ -7,12 +7,17 @@ or an error payload never escape as a traceback, and error text never prints a h
 
 from __future__ import annotations
 
+import base64
+import ssl
+from collections.abc import Generator
+from pathlib import Path
 from typing import Any
 
 import httpx
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tidescale.contracts import jsonio
-from tidescale.contracts.errors import TidescaleError
+from tidescale.contracts.errors import TidescaleError, UsageError
 
 MAX_DETAIL_CHARS = 200
 
@@ -25,12 +30,75 @@ class PrometheusUnreachable(PrometheusUnavailable):
     """No answer at all (connection refused, timeout): unlike a bad answer, retrying later may help."""
 
 
+class PrometheusAuth(BaseModel):
+    """How to reach a Prometheus that is not open: Mimir, Thanos or Cortex behind a gateway, or
+    Prometheus behind kube-rbac-proxy. Secrets are read from files (mounted Secrets), never from
+    settings, and re-read on every request, so a rotated token is used without a restart."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    bearer_token_file: Path | None = None
+    basic_auth_username: str | None = None
+    basic_auth_password_file: Path | None = None
+    ca_file: Path | None = None  # a PEM bundle to trust for https:// (else the system's)
+    tenant: str | None = Field(None, description="X-Scope-OrgID, the tenant of Mimir, Cortex or Loki-style gateways")
+    headers: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_scheme(self) -> PrometheusAuth:
+        if self.bearer_token_file and (self.basic_auth_username or self.basic_auth_password_file):
+            raise ValueError("give a bearer token or basic auth, not both")
+        if bool(self.basic_auth_username) != bool(self.basic_auth_password_file):
+            raise ValueError("basic auth needs both basic_auth_username and basic_auth_password_file")
+        return self
+
+    def request_headers(self) -> dict[str, str]:
+        headers = dict(self.headers)
+        if self.tenant:
+            headers["X-Scope-OrgID"] = self.tenant
+        return headers
+
+    def verify(self) -> ssl.SSLContext | bool:
+        if self.ca_file is None:
+            return True
+        try:
+            return ssl.create_default_context(cafile=str(self.ca_file))
+        except (OSError, ssl.SSLError) as exc:
+            raise UsageError(f"Prometheus CA file {self.ca_file}: {type(exc).__name__}: {exc}") from None
+
+
+class _FileAuth(httpx.Auth):
+    """Bearer or basic credentials read from their files at each request."""
+
+    def __init__(self, auth: PrometheusAuth) -> None:
+        self.auth = auth
+
+    @staticmethod
+    def _read(path: Path) -> str:
+        try:
+            return path.read_text().strip()
+        except OSError as exc:
+            raise PrometheusUnavailable(f"cannot read the Prometheus credentials file {path}: "
+                                        f"{type(exc).__name__}") from None
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        if self.auth.bearer_token_file is not None:
+            request.headers["Authorization"] = f"Bearer {self._read(self.auth.bearer_token_file)}"
+        elif self.auth.basic_auth_username and self.auth.basic_auth_password_file is not None:
+            pair = f"{self.auth.basic_auth_username}:{self._read(self.auth.basic_auth_password_file)}"
+            request.headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
+        yield request
+
+
 class PrometheusClient:
     """Queries over Prometheus' HTTP API (`/api/v1/…`)."""
 
-    def __init__(self, url: str, timeout_s: float = 5.0, transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(self, url: str, timeout_s: float = 5.0, transport: httpx.BaseTransport | None = None,
+                 auth: PrometheusAuth | None = None) -> None:
         self.url = url.rstrip("/")
-        self.http = httpx.Client(timeout=timeout_s, transport=transport)
+        auth = auth or PrometheusAuth()
+        self.http = httpx.Client(timeout=timeout_s, transport=transport, headers=auth.request_headers(),
+                                 verify=auth.verify(), auth=_FileAuth(auth))
 
     def get_json(self, path: str, params: dict[str, Any] | None = None) -> tuple[int, Any]:
         """(HTTP status, decoded body) of GET *path*; PrometheusUnavailable when there is no JSON answer."""

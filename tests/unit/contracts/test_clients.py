@@ -42,3 +42,69 @@ def test_a_vector_answer_is_read() -> None:
 def test_an_unreachable_alertmanager_is_a_named_error() -> None:
     with pytest.raises(AlertmanagerUnavailable, match="unreachable"):
         active_alerts(f"http://127.0.0.1:{free_port()}", timeout_s=2)
+
+
+OK_BODY = b'{"status":"success","data":{"resultType":"vector","result":[]}}'
+
+
+def recording(auth: object) -> tuple[PrometheusClient, list[httpx.Request]]:
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, content=OK_BODY)
+
+    return PrometheusClient("https://mimir/prometheus", transport=httpx.MockTransport(answer), auth=auth), seen
+
+
+def test_a_bearer_token_is_read_from_its_file_at_every_query_and_the_tenant_header_sent(tmp_path) -> None:
+    from tidescale.contracts.prometheus import PrometheusAuth
+
+    token = tmp_path / "token"
+    token.write_text("first\n")
+    client, seen = recording(PrometheusAuth(bearer_token_file=token, tenant="team-ml", headers={"X-Extra": "1"}))
+    client.query("up")
+    token.write_text("rotated")  # a projected or rotated token: no restart needed
+    client.query("up")
+    assert [r.headers["authorization"] for r in seen] == ["Bearer first", "Bearer rotated"]
+    assert seen[0].headers["x-scope-orgid"] == "team-ml" and seen[0].headers["x-extra"] == "1"
+    assert seen[0].url.path == "/prometheus/api/v1/query"
+
+
+def test_basic_auth_and_a_missing_credentials_file_is_a_named_error(tmp_path) -> None:
+    from tidescale.contracts.prometheus import PrometheusAuth
+
+    password = tmp_path / "password"
+    password.write_text("s3cret")
+    client, seen = recording(PrometheusAuth(basic_auth_username="tidescale", basic_auth_password_file=password))
+    client.query("up")
+    assert seen[0].headers["authorization"] == "Basic dGlkZXNjYWxlOnMzY3JldA=="
+    password.unlink()
+    with pytest.raises(PrometheusUnavailable, match="credentials file") as info:
+        client.query("up")
+    assert "s3cret" not in str(info.value)
+
+
+@pytest.mark.parametrize("fields", [
+    {"bearer_token_file": "/t", "basic_auth_username": "u", "basic_auth_password_file": "/p"},
+    {"basic_auth_username": "u"},
+    {"basic_auth_password_file": "/p"},
+    {"unknown": 1},
+])
+def test_auth_settings_that_cannot_work_are_refused(fields: dict[str, object]) -> None:
+    from pydantic import ValidationError
+
+    from tidescale.contracts.prometheus import PrometheusAuth
+
+    with pytest.raises(ValidationError):
+        PrometheusAuth(**fields)  # type: ignore[arg-type]
+
+
+def test_a_ca_file_that_is_not_a_certificate_is_a_usage_error(tmp_path) -> None:
+    from tidescale.contracts.errors import UsageError
+    from tidescale.contracts.prometheus import PrometheusAuth
+
+    bad = tmp_path / "ca.pem"
+    bad.write_text("not a certificate")
+    with pytest.raises(UsageError, match="CA file"):
+        PrometheusClient("https://prom", auth=PrometheusAuth(ca_file=bad))

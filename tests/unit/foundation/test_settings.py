@@ -137,3 +137,15 @@ def test_a_fifo_or_a_directory_as_config_is_refused_without_blocking(tmp_path: P
     for path in (fifo, tmp_path):
         with pytest.raises(UsageError, match="is not a regular file"):
             load_settings(DemoLikeSettings, path)
+
+
+def test_a_username_from_the_environment_joins_the_files_of_the_config(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The chart sets the basic-auth username from a Secret (env) and the file paths in config.yaml."""
+    from tidescale.autoscaler.service import RecommenderSettings
+    from tidescale.contracts.settings import load_settings
+
+    config = tmp_path / "config.yaml"
+    config.write_text("recommender:\n  prometheus_auth:\n    basic_auth_password_file: /p\n    tenant: ml\n")
+    monkeypatch.setenv("TIDESCALE_RECOMMENDER_PROMETHEUS_AUTH__BASIC_AUTH_USERNAME", "bob")
+    auth = load_settings(RecommenderSettings, config).prometheus_auth
+    assert (auth.basic_auth_username, str(auth.basic_auth_password_file), auth.tenant) == ("bob", "/p", "ml")

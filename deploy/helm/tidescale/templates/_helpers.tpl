@@ -262,6 +262,19 @@ affinity:
 {{- $found | uniq | join ", " -}}
 {{- end -}}
 
+{{/* The recommender's prometheus_auth settings (YAML): files under /etc/tidescale-prometheus, where the
+     projected volume of recommender.prometheusAuth's Secrets puts them. */}}
+{{- define "tidescale.prometheusAuthSettings" -}}
+{{- $a := .Values.recommender.prometheusAuth -}}
+{{- $out := dict -}}
+{{- if $a.bearerTokenSecret.name }}{{- $_ := set $out "bearer_token_file" "/etc/tidescale-prometheus/token" }}{{- end -}}
+{{- if $a.basicAuthSecret.name }}{{- $_ := set $out "basic_auth_password_file" "/etc/tidescale-prometheus/password" }}{{- end -}}
+{{- if $a.caSecret.name }}{{- $_ := set $out "ca_file" "/etc/tidescale-prometheus/ca.crt" }}{{- end -}}
+{{- with $a.tenant }}{{- $_ := set $out "tenant" . }}{{- end -}}
+{{- with $a.headers }}{{- $_ := set $out "headers" . }}{{- end -}}
+{{- if $out }}{{ toYaml $out }}{{ end -}}
+{{- end -}}
+
 {{/* A Prometheus duration (1m30s, 500ms) in milliseconds. */}}
 {{- define "tidescale.durationMs" -}}
 {{- $factors := dict "ms" 1 "s" 1000 "m" 60000 "h" 3600000 -}}
