@@ -37,8 +37,9 @@ def values(mode: str) -> dict[str, Any]:
         "serving": {"namespace": SERVING},
         # Triton's OTLP exporter sends no bearer token: the exporter accepts its spans as those of watched
         # Triton pods, by their address (the default, traces_require_token: true, is kept).
-        "recommender": {"intervalSeconds": 5, "tuning": {"down_delay_s": 30, "rate_window_s": 30,
-                                                          "fast_window_s": 15}},
+        # KEDA mode with two recommenders, as an HA install runs them: the trigger reads the max of both.
+        "recommender": {"intervalSeconds": 5, "replicas": 2 if mode == "keda" else 1,
+                        "tuning": {"down_delay_s": 30, "rate_window_s": 30, "fast_window_s": 15}},
         "autoscaling": {"mode": mode, "targets": [{"deployment": "triton", "model": "resnet50", "minReplicas": 1,
                                                    "maxReplicas": MAX_REPLICAS, "capacityRps": 40}]},
     }
@@ -186,6 +187,10 @@ def test_keda_mode_scales_up_under_load_holds_while_prometheus_is_down_then_scal
         peak = scale_up(cluster)
         traced = wait_for(lambda: latency_series(cluster), 60, "latency series from Triton's traces in Prometheus")
         gpus = wait_for(lambda: gpu_series(cluster), 60, "dcgm-exporter series of the Triton pods' GPUs")
+        # Both recommenders write their answer; the ScaledObject's max() reads one value from them.
+        writers = wait_for(lambda: len({m.get("pod") for m in prometheus_series(
+            cluster, f'tidescale_desired_replicas{{namespace="{SERVING}"}}')}) == 2 or None, 60,
+            "a tidescale_desired_replicas series from each of the two recommenders")
         triton_pods = {(p["metadata"]["name"], p["spec"]["nodeName"])
                        for p in cluster.pods(SERVING, "app.kubernetes.io/name=triton")}
         set_prometheus_replicas(cluster, 0)
@@ -196,7 +201,7 @@ def test_keda_mode_scales_up_under_load_holds_while_prometheus_is_down_then_scal
     assert {m["stage"] for m in traced} >= {"request", "queue", "compute_infer"}
     # Each GPU series names a Triton pod and the node that pod runs on, as dcgm-exporter's pod mapping does.
     assert {(m["pod"], m["Hostname"]) for m in gpus} <= triton_pods and {m["container"] for m in gpus} == {"triton"}
-    assert 1 < peak <= MAX_REPLICAS
+    assert 1 < peak <= MAX_REPLICAS and writers
     # No load and no metrics: the HPA must keep what it has (KEDA has no fallback, null values are errors).
     held, seen = replicas(cluster), set()
     deadline = time.monotonic() + OUTAGE_S
