@@ -96,6 +96,9 @@ class AlertsConfig(ComponentSettings):
     # Burn-rate alerts stay quiet below this many requests/s over their short window (0: no guard):
     # at a handful of requests, one slow or failed request is already a 14x burn.
     burn_min_request_rate: float = Field(0.05, ge=0)
+    # Labels every aggregation and join keeps (kubernetes-mixin's clusterLabel): the external label
+    # that tells clusters apart in a Thanos or Mimir holding several.
+    aggregation_labels: list[str] = Field(default_factory=lambda: ["cluster"])
     pod_restarts_limit: int = Field(3, ge=1)
     gpu_memory_predict_hours: float = Field(4.0, gt=0)
     gpu_memory_lookback: Duration = "6h"

@@ -1,7 +1,7 @@
 """What every tidescale dashboard shares: uid, variables, links, refresh, serialisation.
 
 Variables follow the kubernetes-mixin convention: a `datasource` variable first, then
-`namespace` and `model` chained with `label_values`, refreshed when the time range changes.
+`cluster`, `namespace` and `model` chained with `label_values`, refreshed when the time range changes.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from grafana_foundation_sdk.models import dashboard as dash_m
 
 from tidescale.contracts.promql import metric
 from tidescale.dashboards.panels import DATASOURCE
-from tidescale.dashboards.queries import NS
+from tidescale.dashboards.queries import CLUSTER, NS
 
 TAG = "tidescale"
 
@@ -55,12 +55,15 @@ def query_variable(name: str, label: str, query: str, description: str) -> dash_
 
 
 def variables() -> list[dash_b.DatasourceVariable | dash_b.QueryVariable]:
-    """datasource, then namespace and model chained with label_values."""
+    """datasource, then cluster, namespace and model chained with label_values."""
     return [
         dash_b.DatasourceVariable("datasource").label("Data source").type("prometheus")
         .description("Prometheus that scrapes Triton, dcgm-exporter and the tidescale exporter."),
-        query_variable("namespace", "Namespace", f"label_values({metric(MODEL_SOURCE)}, namespace)",
-                        "Kubernetes namespaces with Triton serving pods."),
+        query_variable("cluster", "Cluster", f"label_values({metric(MODEL_SOURCE)}, cluster)",
+                       "The `cluster` external label of a Thanos or Mimir holding several clusters "
+                       "(All also matches series without it)."),
+        query_variable("namespace", "Namespace", f"label_values({metric(MODEL_SOURCE)}{{{CLUSTER}}}, namespace)",
+                       "Kubernetes namespaces with Triton serving pods."),
         query_variable("model", "Model", f"label_values({metric(MODEL_SOURCE)}{{{NS}}}, model)",
                        "Triton models served in the selected namespaces."),
     ]

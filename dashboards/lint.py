@@ -79,16 +79,21 @@ def template_datasource_rule(board: Dashboard) -> list[str]:
 
 
 def template_chain_rule(board: Dashboard) -> list[str]:
-    """`namespace` then `model`, both label_values queries, model filtered by $namespace."""
+    """`cluster`, `namespace` then `model`, all label_values queries, each filtered by the one before."""
     by_name = {v.get("name"): v for v in _variables(board)}
     problems = []
-    for name in ("namespace", "model"):
+    for name in ("cluster", "namespace", "model"):
         var = by_name.get(name)
         if var is None:
             problems.append(f"variable {name!r} is missing")
         elif not str(var.get("query", "")).startswith("label_values("):
             problems.append(f"variable {name!r} must use label_values(...)")
     names = [v.get("name") for v in _variables(board)]
+    if {"cluster", "namespace"} <= set(names):
+        if names.index("cluster") > names.index("namespace"):
+            problems.append("variable `cluster` must come before `namespace`")
+        if "$cluster" not in str(by_name["namespace"].get("query", "")):
+            problems.append("variable `namespace` must be filtered by $cluster")
     if {"namespace", "model"} <= set(names):
         if names.index("namespace") > names.index("model"):
             problems.append("variable `namespace` must come before `model`")

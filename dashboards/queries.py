@@ -4,7 +4,7 @@ Panels read the recording rules (tidescale.contracts.recorded), as kubernetes-mi
 dashboard, an alert and the autoscaler then show the same number, and a panel does not redo at
 every refresh what the rule manager already computed. Only series no rule aggregates are read
 raw; `dashboards.lint.RAW_SERIES` lists them with the reason. Label filters use the dashboard
-variables (`$namespace`, `$model`), which Grafana substitutes and regex-escapes itself.
+variables (`$cluster`, `$namespace`, `$model`), which Grafana substitutes and regex-escapes itself.
 """
 
 from __future__ import annotations
@@ -13,10 +13,13 @@ from tidescale.contracts import catalog, recorded
 from tidescale.contracts.promql import join_serving_pods, metric
 
 RATE_INTERVAL = "$__rate_interval"
-NS_MODEL = 'namespace=~"$namespace", model=~"$model"'
-NS = 'namespace=~"$namespace"'
+# `cluster` is the external label of a Thanos or Mimir holding several clusters; "All" (.*) also
+# matches series without it, so one Prometheus per cluster needs nothing.
+CLUSTER = 'cluster=~"$cluster"'
+NS = f'{CLUSTER}, namespace=~"$namespace"'
+NS_MODEL = f'{NS}, model=~"$model"'
 # Profiles carry model and version only: the exporter's own namespace would be wrong for the model.
-MODEL_ONLY = 'model=~"$model"'
+MODEL_ONLY = f'{CLUSTER}, model=~"$model"'
 
 # Stages of tidescale_request_duration_seconds (exporters.latency.STAGES, from Triton trace timestamps).
 STAGE_REQUEST = "request"

@@ -14,7 +14,7 @@ NS_DEPLOY = f'{NS}, deployment=~"$deployment"'
 HPA_TOLERANCE = 0.1
 
 
-POD_OF_DEPLOYMENT = 'namespace=~"$namespace", pod=~"($deployment)-.+"'
+POD_OF_DEPLOYMENT = f'{NS}, pod=~"($deployment)-.+"'
 COLD_START = (f"max by (pod) ({sel('kube_pod_status_ready_time', POD_OF_DEPLOYMENT)}"
               f" - on (namespace, pod) {sel('kube_pod_start_time', POD_OF_DEPLOYMENT)})")
 

@@ -9,10 +9,10 @@ from tidescale.contracts import recorded as rules
 from tidescale.dashboards.base import FLEET, new_dashboard
 from tidescale.dashboards.boards.autoscaling import replica_queries
 from tidescale.dashboards.panels import Query, Threshold, graph, row, single_stat, table_of
-from tidescale.dashboards.queries import NS, NS_MODEL, QUANTILES, STAGE_REQUEST, agg, sel, stage_quantile
+from tidescale.dashboards.queries import CLUSTER, NS, NS_MODEL, QUANTILES, STAGE_REQUEST, agg, sel, stage_quantile
 
-FIRING = sel("ALERTS", 'alertstate="firing"')
-OPEN_REVIEWS = sel("tidescale_model_reviews", 'state="open"')
+FIRING = sel("ALERTS", f'{CLUSTER}, alertstate="firing"')
+OPEN_REVIEWS = sel("tidescale_model_reviews", f'{CLUSTER}, state="open"')
 
 
 def build() -> dash_b.Dashboard:
@@ -71,7 +71,7 @@ def build() -> dash_b.Dashboard:
         .with_row(row("Alerts and reviews"))
         .with_panel(table_of(
             "Firing alerts", "Alerts firing now in Prometheus (ALERTS), by name, severity and model.",
-            "short", [Query(f"sum by (alertname, severity, namespace, model) ({FIRING})",
+            "short", [Query(f"sum by (cluster, alertname, severity, namespace, model) ({FIRING})",
                             instant=True)], span=16))
         .with_panel(single_stat(
             "Open model reviews",

@@ -5,6 +5,7 @@ Label values that reach a query are escaped, never pasted raw; metric names come
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from tidescale.contracts import catalog
 
@@ -66,6 +67,20 @@ def count(name: str) -> str:
 
 def sum_rate(series: str, by: str, window: str) -> str:
     return f"sum by ({by}) (rate({series}[{window}]))"
+
+
+_GROUPING = re.compile(r"\b(by|on)\s*\(([^)]*)\)")
+
+
+def keep_labels(expr: str, labels: Sequence[str]) -> str:
+    """*expr* with *labels* first in every `by (…)` and `on (…)`, as kubernetes-mixin's clusterLabel:
+    in a Thanos or Mimir that holds several clusters an aggregation never adds two clusters up and a
+    join never matches across them. Where the label is absent it changes nothing."""
+    def grouped(match: re.Match[str]) -> str:
+        present = [x.strip() for x in match.group(2).split(",") if x.strip()]
+        return f"{match.group(1)} ({', '.join([*(x for x in labels if x not in present), *present])})"
+
+    return _GROUPING.sub(grouped, expr) if labels else expr
 
 
 def with_label(expr: str, label: str, value: str) -> str:

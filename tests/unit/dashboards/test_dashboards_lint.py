@@ -153,13 +153,22 @@ def test_every_panel_has_a_unit_and_a_description(boards: dict[str, dict[str, An
             assert len(panel["description"]) > 20
 
 
-def test_variables_chain_datasource_namespace_model(boards: dict[str, dict[str, Any]]) -> None:
+def test_variables_chain_datasource_cluster_namespace_model(boards: dict[str, dict[str, Any]]) -> None:
     for board in boards.values():
         names = [v["name"] for v in board["templating"]["list"]]
-        assert names[:3] == ["datasource", "namespace", "model"]
-        namespace, model = board["templating"]["list"][1:3]
-        assert namespace["query"].startswith("label_values(") and "$namespace" in model["query"]
-        assert namespace["refresh"] == model["refresh"] == 2
+        assert names[:4] == ["datasource", "cluster", "namespace", "model"]
+        cluster, namespace, model = board["templating"]["list"][1:4]
+        assert cluster["query"] == "label_values(nv_inference_request_success, cluster)"
+        assert "$cluster" in namespace["query"] and "$namespace" in model["query"]
+        assert cluster["refresh"] == namespace["refresh"] == model["refresh"] == 2
+
+
+def test_every_query_filters_on_the_cluster(boards: dict[str, dict[str, Any]]) -> None:
+    """A Thanos or Mimir with several clusters: no panel mixes them when one is chosen."""
+    for board in boards.values():
+        for panel in lint.panels(board):
+            for target in panel.get("targets", []):
+                assert 'cluster=~"$cluster"' in target["expr"], (panel["title"], target["expr"])
 
 
 def test_the_issue_panels_exist(boards: dict[str, dict[str, Any]]) -> None:

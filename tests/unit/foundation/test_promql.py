@@ -41,3 +41,14 @@ def test_templates_are_substituted() -> None:
     assert "5m" in substitute_templates("rate(x[$__rate_interval])")
     assert metric_names('sum(rate(x{namespace="$namespace", model=~"${model:regex}"}[$__rate_interval]))') == {"x"}
     assert metric_names("sum(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>)") == set()
+
+
+def test_keep_labels_adds_the_cluster_to_every_grouping_and_join_once() -> None:
+    from tidescale.contracts.promql import keep_labels
+
+    expr = ('sum by (namespace, model) (rate(x[5m])) / on (namespace) group_left () max without (le) (y)'
+            ' and on () z > ignoring (le) w + count by(cluster, pod) (v)')
+    assert keep_labels(expr, ["cluster"]) == (
+        'sum by (cluster, namespace, model) (rate(x[5m])) / on (cluster, namespace) group_left () '
+        'max without (le) (y) and on (cluster) z > ignoring (le) w + count by (cluster, pod) (v)')
+    assert keep_labels(expr, []) == expr
