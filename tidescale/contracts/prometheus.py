@@ -41,7 +41,7 @@ class PrometheusAuth(BaseModel):
     basic_auth_username: str | None = None
     basic_auth_password_file: Path | None = None
     ca_file: Path | None = None  # a PEM bundle to trust for https:// (else the system's)
-    tenant: str | None = Field(default=None, description="X-Scope-OrgID, the tenant of Mimir, Cortex or Loki-style gateways")
+    tenant: str | None = Field(default=None, description="X-Scope-OrgID: the tenant of a Mimir or Cortex gateway")
     headers: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
