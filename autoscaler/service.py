@@ -129,6 +129,9 @@ class RecommenderSettings(ComponentSettings):
     profile: Path | None = None  # perf_analyzer CSV: capacity at the SLO
     capacity_rps: float | None = Field(default=None, gt=0)
     cold_start_s: float = Field(default=60.0, ge=0)
+    # Where Triton reports nv_model_load_duration_secs (24.11+), the cold start is that plus this
+    # (scheduling, container and server start): learned, not typed; cold_start_s is the fallback.
+    pod_start_overhead_s: float = Field(default=15.0, ge=0)
     headroom: float = Field(default=1.0, ge=1.0, allow_inf_nan=False)  # standing capacity: x the 10-min floor
     hpa_tolerance_rounding: bool = False  # cluster without behavior.*.tolerance (k8s < 1.33)
     tuning: RecommenderTuning = Field(default_factory=RecommenderTuning)
@@ -186,6 +189,7 @@ class TargetQueries:
     p99: str
     spec_replicas: str
     ready_replicas: str
+    model_load: str
 
     @classmethod
     def for_target(cls, t: TargetSettings, tuning: RecommenderTuning | None = None) -> TargetQueries:
@@ -209,6 +213,7 @@ class TargetQueries:
             p99=f'max({selector(names.P99, **triton, stage="request")})',
             spec_replicas=f"max({selector(catalog.get('kube_deployment_spec_replicas').name, **dep)})",
             ready_replicas=f"max({selector(catalog.get('kube_deployment_status_replicas_ready').name, **dep)})",
+            model_load=f"max({selector(catalog.get('nv_model_load_duration_secs').name, **triton)})",
         )
 
 
@@ -227,6 +232,7 @@ class TargetState:
     failsafe: str | None = None
     detail: str = ""
     last_success: float | None = None
+    cold_start_source: str = "configured"
 
 
 class RecommenderService:
@@ -297,7 +303,23 @@ class RecommenderService:
                 self._evaluate_one(st, now)
             return dict(self.states)
 
+    def _learn_cold_start(self, st: TargetState) -> None:
+        """Cold start from the server's own model load time when it reports one (the slowest pod's),
+        else the configured value; a failed read keeps what the recommender has."""
+        try:
+            load = self._value(st.queries.model_load, "model load time", required=False)
+        except PrometheusUnavailable:
+            return
+        if load is not None and load >= 0:
+            cold, source = load + self.settings.pod_start_overhead_s, "model_load"
+        else:
+            cold, source = self.settings.cold_start_s, "configured"
+        if cold != st.recommender.config.cold_start_s:
+            st.recommender.config = dataclasses.replace(st.recommender.config, cold_start_s=cold)
+        st.cold_start_source = source
+
     def _evaluate_one(self, st: TargetState, now: float) -> None:
+        self._learn_cold_start(st)
         try:
             obs = self.observe(st, now)
             rec = st.recommender.recommend(obs)
@@ -332,6 +354,7 @@ class RecommenderService:
         failsafe = family("tidescale_recommender_failsafe", ("reason",))
         capacity = family("tidescale_recommender_capacity_rps")
         success = family("tidescale_recommender_last_success_timestamp_seconds")
+        cold = family("tidescale_recommender_cold_start_seconds", ("source",))
         with self._lock:
             for (ns, dep), st in self.states.items():
                 if st.published is not None:
@@ -339,9 +362,10 @@ class RecommenderService:
                 for reason in FAILSAFE_REASONS:
                     failsafe.add_metric([ns, dep, reason], 1.0 if st.failsafe == reason else 0.0)
                 capacity.add_metric([ns, dep], st.recommender.capacity_rps)
+                cold.add_metric([ns, dep, st.cold_start_source], st.recommender.config.cold_start_s)
                 if st.last_success is not None:
                     success.add_metric([ns, dep], st.last_success)
-        yield from (desired, failsafe, capacity, success)
+        yield from (desired, failsafe, capacity, success, cold)
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
         return iter(())

@@ -42,6 +42,19 @@ def serve_command(
     serve(settings)
 
 
+@app.command("model-metrics")
+def model_metrics_command(
+    slo_threshold: list[float] = typer.Option([0.1, 0.25, 0.5, 1.0], "--slo-threshold",
+                                              help="Latency SLO threshold in seconds (repeatable)."),
+    max_buckets: int = typer.Option(30, min=4, max=60, help="Boundaries in all, the SLO thresholds included."),
+) -> None:
+    """Print the config.pbtxt `model_metrics` section for Triton 2.65+: first-response histogram
+    buckets with each SLO threshold an exact boundary."""
+    from tidescale.exporters.model_metrics import model_metrics_snippet
+
+    typer.echo(model_metrics_snippet(slo_threshold, max_buckets=max_buckets), nl=False)
+
+
 @profile_app.command("report")
 def profile_report_command(
     files: list[Path] = typer.Argument(..., help="Profiles of one model version: Chrome trace JSON(.gz), "

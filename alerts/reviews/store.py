@@ -29,6 +29,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
+from tidescale.alerts.reviews.migrations import migrate
 from tidescale.alerts.reviews.schema import WebhookAlert, review_reason, to_float
 from tidescale.contracts.errors import TidescaleError, UsageError
 
@@ -140,12 +141,13 @@ def make_engine(url: str) -> Engine:
 
 
 class ReviewStore:
-    """All review reads and writes; writes are serialised so concurrent re-sends cannot race."""
+    """All review reads and writes; writes are serialised so concurrent re-sends cannot race, within
+    one process by a lock and across replicas by row locks and the unique key."""
 
     def __init__(self, url: str) -> None:
         self.engine = make_engine(url)
         try:
-            Base.metadata.create_all(self.engine)
+            migrate(self.engine)
         except OperationalError as exc:
             raise TidescaleError(f"cannot open review database {url!r}: {exc.orig}") from None
         self._session = sessionmaker(self.engine, expire_on_commit=False)
@@ -155,9 +157,11 @@ class ReviewStore:
         self.engine.dispose()
 
     def _find(self, s: Session, key: ReviewKey) -> Review | None:
+        """The review of *key*, row-locked until the transaction ends (PostgreSQL: SELECT … FOR UPDATE),
+        so two replicas never both reopen it; SQLite serialises writers anyway."""
         return s.scalars(select(Review).filter_by(
             namespace=key.namespace, model=key.model, version=key.version, reason=key.reason
-        )).one_or_none()
+        ).with_for_update()).one_or_none()
 
     def apply_firing(self, alert: WebhookAlert) -> tuple[int, FiringOutcome]:
         key, starts = key_of(alert), utc_naive(alert.startsAt)

@@ -933,3 +933,13 @@ def test_the_recommender_reaches_an_authenticated_prometheus_with_what_the_chart
     assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
     [pdb] = [d for d in docs if d["kind"] == "PodDisruptionBudget"]
     assert pdb["spec"]["minAvailable"] == 1
+
+
+def test_review_replicas_need_postgresql_and_then_roll(tmp: Path) -> None:
+    refused = helm("template", "t", str(CHART), "--set", "reviews.replicas=2")
+    assert refused.returncode != 0 and "reviews.replicas > 1 needs PostgreSQL" in refused.stderr
+    docs = template(tmp, {"reviews": {"replicas": 3, "database": {"existingSecret": "reviews-db"}}})
+    [deployment] = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "t-tidescale-reviews"]
+    assert deployment["spec"]["replicas"] == 3 and deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+    [pdb] = [d for d in docs if d["kind"] == "PodDisruptionBudget"]
+    assert pdb["metadata"]["name"] == "t-tidescale-reviews" and pdb["spec"]["minAvailable"] == 1

@@ -82,3 +82,47 @@ def test_ids_beyond_the_integer_column_on_postgresql(database: str) -> None:
         for review_id in (2**31, 2**63):
             assert client.get(f"/api/v1/reviews/{review_id}").status_code == 422
         assert client.get(f"/api/v1/reviews/{2**31 - 1}").status_code == 404
+
+
+def test_replicas_starting_at_once_migrate_once(database: str) -> None:
+    """Four review-service replicas start together on an empty database: one migrates, all serve."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from sqlalchemy import create_engine, text
+
+    from tidescale.alerts.reviews import migrations
+    from tidescale.alerts.reviews.store import ReviewStore
+
+    with ThreadPoolExecutor(4) as pool:
+        stores = list(pool.map(lambda _: ReviewStore(database), range(4)))
+    with create_engine(database).connect() as conn:
+        versions = [v for (v,) in conn.execute(text(f"SELECT version FROM {migrations.VERSION_TABLE}"))]
+    assert versions == [m.version for m in migrations.MIGRATIONS]
+    for store in stores:
+        store.close()
+
+
+def test_two_replicas_under_concurrent_resends_keep_one_review_and_count_a_reopen_once(database: str) -> None:
+    """Alertmanager HA pairs send the same notification to both replicas at once: the row lock makes
+    the read-modify-write of each one atomic across processes, not only across threads."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.unit.alerts.reviews_helpers import alert
+    from tidescale.alerts.reviews.schema import WebhookAlert
+    from tidescale.alerts.reviews.store import ReviewStore
+
+    replicas = [ReviewStore(database), ReviewStore(database)]
+    first = WebhookAlert.model_validate(alert(starts="2026-11-21T10:00:00Z"))
+    resolved = WebhookAlert.model_validate(alert(status="resolved", starts="2026-11-21T10:00:00Z",
+                                                 ends="2026-11-21T10:30:00Z"))
+    again = WebhookAlert.model_validate(alert(starts="2026-11-21T11:00:00Z"))
+    with ThreadPoolExecutor(8) as pool:
+        opened = list(pool.map(lambda i: replicas[i % 2].apply_firing(first), range(16)))
+        assert replicas[0].apply_resolved(resolved) == "cleared"
+        outcomes = [o for _, o in pool.map(lambda i: replicas[i % 2].apply_firing(again), range(16))]
+    assert len({review_id for review_id, _ in opened}) == 1 and [o for _, o in opened].count("opened") == 1
+    assert outcomes.count("reopened") == 1
+    [review] = replicas[1].list()
+    assert review["times_reopened"] == 1 and review["state"] == "open"
+    for store in replicas:
+        store.close()

@@ -51,6 +51,9 @@ QUEUE_TO_COMPUTE_RATIO_RATE5M: Final = "namespace_model:nv_inference_queue_to_co
 P50: Final = "namespace_model:tidescale_request_duration_seconds:p50"
 P95: Final = "namespace_model:tidescale_request_duration_seconds:p95"
 P99: Final = "namespace_model:tidescale_request_duration_seconds:p99"
+# Triton 2.65+ with per-model buckets (`tidescale exporter model-metrics`): the server's own P99 of
+# the time to the first response, in seconds; absent on older servers. A cross-check of P99 above.
+FIRST_RESPONSE_P99: Final = "namespace_model:nv_inference_first_response_seconds:p99"
 # P99 per model version (stage="request"), the input of the version-regression review.
 VERSION_P99: Final = "namespace_model_version:tidescale_request_duration_seconds:p99"
 """Fraction of requests (stage="request") slower than each SLO threshold, label `le` = the

@@ -31,7 +31,8 @@ class FakeProm:
     def __init__(self) -> None:
         self.values: dict[str, float | None] = {"nv_inference_request_failure": None, "rate(": 450.0,  # first match
                                                  "sum(nv_inference_pending": 0.0, "sum by (pod)": 0.0, "time()": 5.0,
-                                                "spec_replicas": 5.0, "replicas_ready": 5.0, "p99": None}
+                                                "spec_replicas": 5.0, "replicas_ready": 5.0, "p99": None,
+                                                "nv_model_load_duration_secs": None}
         self.down = False
         self.queries: list[str] = []
 
@@ -231,3 +232,20 @@ def test_prom_client_fuzz_json_shapes(data: object) -> None:
     except PrometheusUnavailable:
         return
     assert all(isinstance(t, float) and isinstance(v, float) for t, v in rows)
+
+
+def test_the_cold_start_is_learned_from_tritons_model_load_time_and_exported() -> None:
+    """Triton 24.11+ reports nv_model_load_duration_secs: cold start = that + the pod start overhead;
+    without it, the configured value (and the source label says which)."""
+    svc, fake = make(cold_start_s=60.0, pod_start_overhead_s=15.0)
+    state = svc.states[("ml", "triton")]
+    svc.evaluate(1000.0)
+    key = ("tidescale_recommender_cold_start_seconds",
+           (("deployment", "triton"), ("namespace", "ml"), ("source", "configured")))
+    assert exported(svc)[key] == 60.0 and state.recommender.config.cold_start_s == 60.0
+    fake.values["nv_model_load_duration_secs"] = 42.0
+    svc.evaluate(1015.0)
+    learned = ("tidescale_recommender_cold_start_seconds",
+               (("deployment", "triton"), ("namespace", "ml"), ("source", "model_load")))
+    assert exported(svc)[learned] == 57.0 and state.recommender.config.cold_start_s == 57.0
+    assert any('nv_model_load_duration_secs{namespace="ml",model="re\\"snet"}' in q for q in fake.queries)

@@ -219,6 +219,10 @@ TIDESCALE: list[MetricFamily] = [
          ("namespace", "deployment", "reason")),
     _own("tidescale_recommender_capacity_rps", "gauge", "requests_per_second",
          "Per-replica capacity at the SLO the recommender currently uses.", ("namespace", "deployment")),
+    _own("tidescale_recommender_cold_start_seconds", "gauge", "seconds",
+         "Time a new replica needs to serve that the recommender uses now: Triton's model load time plus "
+         "the pod start overhead where the server reports it (source=model_load), else the configured one.",
+         ("namespace", "deployment", "source")),
     _own("tidescale_recommender_last_success_timestamp_seconds", "gauge", "seconds",
          "Unix time of the recommender's last successful evaluation.", ("namespace", "deployment")),
 ]

@@ -1,0 +1,72 @@
+"""Versioned schema migrations of the review database, applied at start-up by every replica.
+
+Two or more review-service replicas share one PostgreSQL and may start at once: the migration
+runs in one transaction under a PostgreSQL advisory lock, so exactly one replica applies each
+step and the others find it done. SQLite (one replica, one writer) needs no lock.
+
+Rules for a new step: append a `Migration` with the next version that brings a database of the
+previous version to the new one (ALTER, never a re-create), and update the `Review` model to the
+result; `tests/unit/alerts/test_reviews_migrations.py` checks that migrating an empty database
+gives exactly the model's columns. A database newer than this code is refused, not downgraded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy import Column, Connection, Integer, MetaData, Table, inspect, select, text
+from sqlalchemy.engine import Engine
+
+from tidescale.contracts.errors import TidescaleError
+
+VERSION_TABLE = "tidescale_schema_version"
+# pg_advisory_xact_lock key: "tidescal" as a 64-bit integer, so no other tool picks it by chance.
+ADVISORY_LOCK_KEY = int.from_bytes(b"tidescal", "big") & 0x7FFFFFFFFFFFFFFF
+
+_versions = Table(VERSION_TABLE, MetaData(), Column("version", Integer, primary_key=True))
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    description: str
+    apply: Callable[[Connection], None]
+
+
+def _create_reviews(conn: Connection) -> None:
+    from tidescale.alerts.reviews.store import Base
+
+    Base.metadata.tables["reviews"].create(conn, checkfirst=True)
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "the reviews table (tidescale 0.1)", _create_reviews),
+)
+LATEST = MIGRATIONS[-1].version
+
+
+def current_version(conn: Connection) -> int:
+    """The applied version; a 0.1 database (reviews table, no version table) counts as version 1."""
+    tables = set(inspect(conn).get_table_names())
+    if VERSION_TABLE in tables:
+        return int(conn.execute(select(_versions.c.version).order_by(_versions.c.version.desc())).scalar() or 0)
+    return 1 if "reviews" in tables else 0
+
+
+def migrate(engine: Engine) -> int:
+    """Bring the database to LATEST; returns the version it was at. Refuses a newer database."""
+    with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": ADVISORY_LOCK_KEY})
+        before = current_version(conn)
+        if before > LATEST:
+            raise TidescaleError(f"the review database is at schema version {before}, newer than this "
+                                 f"tidescale knows ({LATEST}): run the newer tidescale, or restore a backup")
+        _versions.create(conn, checkfirst=True)
+        if before and conn.execute(select(_versions.c.version)).first() is None:
+            conn.execute(_versions.insert().values(version=before))  # a 0.1 database: record its baseline
+        for step in MIGRATIONS[before:]:
+            step.apply(conn)
+            conn.execute(_versions.insert().values(version=step.version))
+        return before
