@@ -125,6 +125,7 @@ class StageSample:
     seconds: float
     namespace: str = ""
     pod: str = ""  # the Triton pod that served the request (empty when the sender is unknown)
+    deployment: str = ""  # the Deployment that owns that pod
 
 
 # A stage longer than this is a broken clock or a forged stamp, never a request: it is not
@@ -146,15 +147,15 @@ def stage_durations(stamps: dict[str, int]) -> dict[str, float]:
 
 
 def samples_for(model: str, version: str, stamps: dict[str, int], namespace: str = "",
-                pod: str = "") -> list[StageSample]:
-    return [StageSample(model, version, stage, secs, namespace, pod)
+                pod: str = "", deployment: str = "") -> list[StageSample]:
+    return [StageSample(model, version, stage, secs, namespace, pod, deployment)
             for stage, secs in stage_durations(stamps).items()]
 
 
 # --- the collector -----------------------------------------------------------------------------
 
-SeriesKey = tuple[str, str, str, str, str]  # model, version, stage, namespace, pod
-SERIES_LABELS = ("model", "version", "stage", "namespace", "pod")
+SeriesKey = tuple[str, str, str, str, str, str]  # model, version, stage, namespace, pod, deployment
+SERIES_LABELS = ("model", "version", "stage", "namespace", "pod", "deployment")
 EXPOSITION_CHUNK_SERIES = 100  # ~1.6 MB of text per chunk at 128-character model names
 
 
@@ -180,7 +181,7 @@ def _header(name: str, help_: str, kind: str) -> str:
 
 
 class LatencyAggregator(Collector):
-    """Per (model, version, stage, namespace, pod): a classic histogram (quantiles are Prometheus's job).
+    """Per (model, version, stage, namespace, pod, deployment): a classic histogram (quantiles are Prometheus's job).
 
     Histogram counts are *traced* requests: with Triton `rate=N` they are a 1-in-N sample and
     are not scaled (counters stay integers and `histogram_quantile` is unaffected);
@@ -205,7 +206,8 @@ class LatencyAggregator(Collector):
     def observe(self, sample: StageSample) -> bool:
         """Add one stage duration; False when the series cap refused a new series."""
         key = (clean_label_value(sample.model), clean_label_value(sample.version), sample.stage,
-               clean_label_value(sample.namespace), clean_label_value(sample.pod))
+               clean_label_value(sample.namespace), clean_label_value(sample.pod),
+               clean_label_value(sample.deployment))
         now = self.clock()
         with self._lock:
             series = self._series.get(key)

@@ -43,6 +43,7 @@ MODEL_ATTR = "triton.model_name"
 VERSION_ATTR = "triton.model_version"
 NAMESPACE_ATTRS = ("k8s.namespace.name", "service.namespace")
 POD_ATTR = "k8s.pod.name"
+DEPLOYMENT_ATTR = "k8s.deployment.name"
 COMPUTE_SPAN = "compute"
 ROOT_SPAN = "InferRequest"
 MODEL_STAMPS = ("REQUEST_START", "QUEUE_START", "REQUEST_END")
@@ -73,14 +74,14 @@ class Span:
     start: int = 0  # the span's own start/end (0: not sent); checked, not measured
     end: int = 0
     pod: str = ""
+    deployment: str = ""
 
 
-def attribute_to(spans: list[Span], namespace: str, pod: str) -> None:
+def attribute_to(spans: list[Span], namespace: str, pod: str, deployment: str) -> None:
     """Label every span with the pod that sent it, as OpenTelemetry's k8sattributes processor
     associates by connection address: the sender's own address outranks what its resource claims."""
     for span in spans:
-        span.namespace = namespace
-        span.pod = pod
+        span.namespace, span.pod, span.deployment = namespace, pod, deployment
 
 
 # --- bodies ------------------------------------------------------------------------------------
@@ -135,17 +136,19 @@ def decode_protobuf(body: bytes) -> list[Span]:
         raise BadInput(400, f"body is not an OTLP ExportTraceServiceRequest protobuf: {exc}") from None
     spans: list[Span] = []
     for resource_spans in request.resource_spans:
-        namespace = pod = ""
+        namespace = pod = deployment = ""
         for kv in resource_spans.resource.attributes:
             if kv.key in NAMESPACE_ATTRS and kv.value.string_value:
                 namespace = cut_label_value(kv.value.string_value)
             elif kv.key == POD_ATTR:
                 pod = cut_label_value(kv.value.string_value)
+            elif kv.key == DEPLOYMENT_ATTR:
+                deployment = cut_label_value(kv.value.string_value)
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
                 if span.name == ROOT_SPAN:  # frontend stamps only: nothing to measure
                     spans.append(Span(span.trace_id, span.span_id, span.parent_span_id, ROOT_SPAN, None, None,
-                                      namespace, {}, pod=pod))
+                                      namespace, {}, pod=pod, deployment=deployment))
                     continue
                 model = version = None
                 for kv in span.attributes:
@@ -157,7 +160,7 @@ def decode_protobuf(body: bytes) -> list[Span]:
                 spans.append(Span(span.trace_id, span.span_id, span.parent_span_id, cut_label_value(span.name),
                                   model, version, namespace,
                                   {e.name: e.time_unix_nano for e in span.events if e.name in STAMP_NAMES},
-                                  span.start_time_unix_nano, span.end_time_unix_nano, pod))
+                                  span.start_time_unix_nano, span.end_time_unix_nano, pod, deployment))
     return spans
 
 
@@ -182,18 +185,18 @@ def decode_json(body: bytes) -> list[Span]:
         _require_dict(resource, f"{where}.resource")
         attrs = _json_attributes(resource, f"{where}.resource")
         namespace = next((attrs[k] for k in NAMESPACE_ATTRS if attrs.get(k)), "")
-        pod = attrs.get(POD_ATTR, "")
+        pod, deployment = attrs.get(POD_ATTR, ""), attrs.get(DEPLOYMENT_ATTR, "")
         for j, scope_spans in enumerate(_list(resource_spans, "scopeSpans", "scope_spans", where=where)):
             _require_dict(scope_spans, f"{where}.scopeSpans[{j}]")
             for k, span in enumerate(_list(scope_spans, "spans", "spans", where=f"{where}.scopeSpans[{j}]")):
                 try:
-                    spans.append(_json_span(span, namespace, pod))
+                    spans.append(_json_span(span, namespace, pod, deployment))
                 except BadInput as exc:  # where it happened, built only on the error path
                     raise BadInput(400, f"{where}.scopeSpans[{j}].spans[{k}]{exc.message}") from None
     return spans
 
 
-def _json_span(span: Any, namespace: str, pod: str) -> Span:
+def _json_span(span: Any, namespace: str, pod: str, deployment: str) -> Span:
     """One span; BadInput messages start with the field path relative to the span."""
     if not isinstance(span, dict):
         raise BadInput(400, f" must be an object, got {type(span).__name__}")
@@ -205,7 +208,7 @@ def _json_span(span: Any, namespace: str, pod: str) -> Span:
     span_id = _json_id(span.get("spanId", span.get("span_id")), 8, ".spanId")
     parent = _json_id(span.get("parentSpanId", span.get("parent_span_id")) or "", 8, ".parentSpanId", optional=True)
     if name == ROOT_SPAN:  # frontend stamps only: nothing to measure
-        return Span(trace_id, span_id, parent, name, None, None, namespace, {}, pod=pod)
+        return Span(trace_id, span_id, parent, name, None, None, namespace, {}, pod=pod, deployment=deployment)
     attrs = _json_attributes(span, "") if span.get("attributes") else {}
     events: dict[str, int] = {}
     raw_events = span.get("events")
@@ -226,7 +229,7 @@ def _json_span(span: Any, namespace: str, pod: str) -> Span:
                   for camel, snake in (("startTimeUnixNano", "start_time_unix_nano"),
                                        ("endTimeUnixNano", "end_time_unix_nano")))
     return Span(trace_id, span_id, parent, name, attrs.get(MODEL_ATTR), attrs.get(VERSION_ATTR), namespace,
-                events, start, end, pod)
+                events, start, end, pod, deployment)
 
 
 def _require_dict(value: Any, where: str) -> None:
@@ -330,7 +333,8 @@ def span_problem(span: Span) -> str | None:
 
 def span_bytes(span: Span) -> int:
     """Estimated bytes a parked span holds (its strings are already cut to the label cap)."""
-    strings = len(span.name) + len(span.model or "") + len(span.version or "") + len(span.namespace) + len(span.pod)
+    strings = (len(span.name) + len(span.model or "") + len(span.version or "") + len(span.namespace)
+               + len(span.pod) + len(span.deployment))
     return SPAN_OVERHEAD_BYTES + strings + EVENT_BYTES * len(span.events)
 
 
@@ -407,7 +411,7 @@ class SpanJoiner(Collector):
     def _model_span(self, span: Span, now: float, samples: list[StageSample]) -> None:
         model, version = span.model or "", span.version or ""
         request: dict[str, int] = {k: span.events[k] for k in ("REQUEST_START", "REQUEST_END") if k in span.events}
-        samples.extend(samples_for(model, version, request, span.namespace, span.pod))
+        samples.extend(samples_for(model, version, request, span.namespace, span.pod, span.deployment))
         key = span.trace_id + span.span_id
         compute = self._take(key)
         if compute is not None:
@@ -431,7 +435,8 @@ class SpanJoiner(Collector):
         if problem is not None:
             self.on_drop(problem, 1)
             return []
-        return samples_for(model.model or "", model.version or "", stamps, model.namespace, model.pod)
+        return samples_for(model.model or "", model.version or "", stamps, model.namespace, model.pod,
+                           model.deployment)
 
     def _take(self, key: bytes) -> Span | None:
         pending = self._pending.pop(key, None)

@@ -45,6 +45,22 @@ class Target:
 ChangeCallback = Callable[[list[Target], list[Target]], None]
 
 
+# (namespace, pod, deployment) of a pod that sends us spans.
+Sender = tuple[str, str, str]
+
+
+def deployment_of(pod: Any) -> str:
+    """The Deployment that owns *pod*, found as OpenTelemetry's k8sattributes finds it: the owning
+    ReplicaSet's name without the pod's `pod-template-hash`; '' for pods no Deployment owns."""
+    meta = getattr(pod, "metadata", None)
+    template_hash = (getattr(meta, "labels", None) or {}).get("pod-template-hash")
+    for ref in getattr(meta, "owner_references", None) or []:
+        name = getattr(ref, "name", "") or ""
+        if getattr(ref, "kind", None) == "ReplicaSet" and template_hash and name.endswith(f"-{template_hash}"):
+            return name[: -len(template_hash) - 1]
+    return ""
+
+
 def target_host(target: Target) -> str:
     """The address part of a target's URL (the pod IP of a discovered pod, without brackets)."""
     return urlsplit(target.url).hostname or ""
@@ -121,7 +137,7 @@ class TargetSet:
         self._api = api
         self._watch_factory = watch_factory
         self._pods: dict[tuple[str | None, str | None], Target] = {}
-        self._by_ip: dict[str, Target] = {}  # pod IP -> its target, for attributing what a pod sends
+        self._by_ip: dict[str, tuple[Target, str]] = {}  # pod IP -> (target, Deployment): who sends spans
         self.targets_file = targets_file
         self._from_file: set[Target] = set()
         self._file_mtime: float | None = None
@@ -138,14 +154,15 @@ class TargetSet:
         with self._lock:
             return sorted(self._static | self._from_file | set(self._pods.values()))
 
-    def sender(self, address: str) -> tuple[str, str] | None:
-        """(namespace, pod) of the discovered pod at *address*, or None for any other sender
-        (a collector in between, a static target, a pod not yet Ready)."""
+    def sender(self, address: str) -> Sender | None:
+        """(namespace, pod, deployment) of the discovered pod at *address*, or None for any other
+        sender (a collector in between, a static target, a pod not yet Ready)."""
         with self._lock:
-            target = self._by_ip.get(address)
-        if target is None or not target.namespace or not target.pod:
+            found = self._by_ip.get(address)
+        if found is None or not found[0].namespace or not found[0].pod:
             return None
-        return target.namespace, target.pod
+        target, deployment = found
+        return target.namespace or "", target.pod or "", deployment
 
     def reload_targets_file(self) -> bool:
         """Re-read the targets file if it changed; a bad file is logged and the old targets kept."""
@@ -205,21 +222,23 @@ class TargetSet:
                     self.refused += 1
                 else:
                     self._pods[key] = target
-                    self._by_ip[target_host(target)] = target
+                    self._by_ip[target_host(target)] = (target, deployment_of(pod))
                     added.append(target)
         self._notify(added, removed)
 
     def replace_pods(self, pods: Iterable[Any]) -> None:
         """Set the discovered targets to those of a fresh list (initial list, relist after 410)."""
         fresh: dict[tuple[str | None, str | None], Target] = {}
+        by_ip: dict[str, tuple[Target, str]] = {}
         for pod in pods:
             target = pod_target(pod, self.port)
             if target is not None and len(fresh) < self.max_targets:
                 fresh[(target.namespace, target.pod)] = target
+                by_ip[target_host(target)] = (target, deployment_of(pod))
         with self._lock:
             before = set(self._pods.values())
             self._pods = fresh
-            self._by_ip = {target_host(t): t for t in fresh.values()}
+            self._by_ip = by_ip
             after = set(fresh.values())
         self._notify(sorted(after - before), sorted(before - after))
 

@@ -198,6 +198,7 @@ def test_keda_mode_scales_up_under_load_holds_while_prometheus_is_down_then_scal
     # and with the Triton pod that sent them (recognised by its address, as k8sattributes does).
     assert {(m["namespace"], m["model"]) for m in traced} == {(SERVING, "resnet50")}
     assert {m.get("pod") for m in traced} <= {name for name, _ in triton_pods}
+    assert {m.get("deployment") for m in traced} == {"triton"}  # the pod's ReplicaSet, without its hash
     assert {m["stage"] for m in traced} >= {"request", "queue", "compute_infer"}
     # Each GPU series names a Triton pod and the node that pod runs on, as dcgm-exporter's pod mapping does.
     assert {(m["pod"], m["Hostname"]) for m in gpus} <= triton_pods and {m["container"] for m in gpus} == {"triton"}

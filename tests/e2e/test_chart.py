@@ -174,6 +174,17 @@ def test_a_dcgm_exporter_someone_else_scrapes_is_not_scraped_twice(cluster: Clus
         cluster.kubectl("delete", "servicemonitor", "-n", "gpu-operator", "dcgm-exporter", check=False)
 
 
+def test_keda_mode_reads_the_installed_keda_crd_for_the_tolerance_field(cluster: Cluster) -> None:
+    """KEDA 2.21's ScaledObject CRD has behavior.*.tolerance, and Kubernetes 1.36 applies it: exact tolerance."""
+    out = run_helm(cluster, "template", "probe", str(CHART), "--dry-run=server", "--namespace", NAMESPACE,
+                   "--set", "autoscaling.mode=keda", "--set", "autoscaling.targets[0].deployment=triton",
+                   "--set", "autoscaling.targets[0].model=m", "--set", "recommender.capacityRps=10",
+                   "--show-only", "templates/autoscaling.yaml")
+    [scaled] = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "ScaledObject"]
+    behavior = scaled["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+    assert str(behavior["scaleUp"]["tolerance"]) == str(behavior["scaleDown"]["tolerance"]) == "0"
+
+
 def leftovers(cluster: Cluster) -> list[str]:
     """Every object of any listable kind, in any namespace or none, that still carries the release's label."""
     kinds = [k for k in cluster.kubectl("api-resources", "--verbs=list", "-o", "name").split()

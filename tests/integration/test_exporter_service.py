@@ -41,6 +41,10 @@ def running_exporter(workdir: Path, **env: str) -> Iterator[str]:
         proc.stop()
 
 
+# Spans from a process the pod watch does not know, with no k8s resource attributes.
+NO_SENDER = {"namespace": "", "pod": "", "deployment": ""}
+
+
 def sample(text: str, name: str, **labels: str) -> float | None:
     """The value of the sample *name* with exactly *labels* in an exposition (label order is free)."""
     return next((s.value for fam in text_string_to_metric_families(text) for s in fam.samples
@@ -128,9 +132,9 @@ def test_opentelemetry_sdk_protobuf_spans_are_joined(exporter: str) -> None:
     provider.shutdown()
     text = httpx.get(f"{exporter}/metrics").text
     for stage in STAGES:
-        found = sample(text, f"{HIST}_count", model="sdkmodel", namespace="", pod="", stage=stage, version="4")
+        found = sample(text, f"{HIST}_count", model="sdkmodel", **NO_SENDER, stage=stage, version="4")
         assert found == 5.0, stage
-    assert sample(text, f"{HIST}_sum", model="sdkmodel", namespace="", pod="", stage="compute_infer",
+    assert sample(text, f"{HIST}_sum", model="sdkmodel", **NO_SENDER, stage="compute_infer",
                   version="4") == pytest.approx(0.02)
 
 
@@ -158,7 +162,7 @@ def test_fixture_bodies_over_http(exporter: str) -> None:
                        headers={"content-type": "application/json", **AUTH})
         assert r.status_code == 200
     text = httpx.get(f"{exporter}/metrics").text
-    assert sample(text, f"{HIST}_count", model="batcher", namespace="", pod="", stage="queue", version="1") == 32.0
+    assert sample(text, f"{HIST}_count", model="batcher", **NO_SENDER, stage="queue", version="1") == 32.0
 
 
 
@@ -190,7 +194,7 @@ def test_triton_trace_file_is_tailed(tmp_path: Path) -> None:
             assert load.wait(60)
             sent = sum(1 for r in load.records() if r.ok)
         assert sent >= 10
-        labels = {"model": "ctr_ranker", "namespace": "", "pod": "", "stage": "compute_infer", "version": "1"}
+        labels = {"model": "ctr_ranker", **NO_SENDER, "stage": "compute_infer", "version": "1"}
         wait_for(lambda: sample(httpx.get(f"{url}/metrics").text, f"{HIST}_count", **labels) == sent, 20,
                  f"{HIST}_count{labels} == {sent}")
 

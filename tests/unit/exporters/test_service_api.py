@@ -210,7 +210,8 @@ def test_spans_are_attributed_to_the_pod_that_sent_them() -> None:
     app = create_app(make_settings())
     targets = TargetSet(kube_namespace="serving", kube_selector="app=triton")
     targets.apply_pod_event("ADDED", NS(
-        metadata=NS(name="triton-7d9f-abcde", namespace="serving", deletion_timestamp=None),
+        metadata=NS(name="triton-7d9f-abcde", namespace="serving", deletion_timestamp=None,
+                    labels={"pod-template-hash": "7d9f"}, owner_references=[NS(kind="ReplicaSet", name="triton-7d9f")]),
         status=NS(phase="Running", pod_ip="10.244.1.7", conditions=[NS(type="Ready", status="True")])))
     app.state.exporter.targets = targets
     claimed = {"resource": {"attributes": [{"key": "k8s.namespace.name", "value": {"stringValue": "claimed"}},
@@ -225,6 +226,6 @@ def test_spans_are_attributed_to_the_pod_that_sent_them() -> None:
                                                                 headers=anonymous).status_code == 200
     assert TestClient(app, client=("10.244.9.9", 40000)).post("/v1/traces", content=body,
                                                                 headers=anonymous).status_code == 401
-    counts = {(labels["namespace"], labels["pod"]): v
+    counts = {(labels["namespace"], labels["pod"], labels["deployment"]): v
               for labels, v in samples(TestClient(app), "tidescale_request_duration_seconds_count")}
-    assert counts == {("serving", "triton-7d9f-abcde"): 2, ("claimed", "claimed-pod"): 1}
+    assert counts == {("serving", "triton-7d9f-abcde", "triton"): 2, ("claimed", "claimed-pod", ""): 1}

@@ -15,8 +15,11 @@ from tidescale.exporters.targets import Target, TargetSet, normalize_url, pod_ta
 
 
 def pod(name: str, ip: str | None = "10.0.0.1", phase: str = "Running", ready: str = "True",
-        ns: str = "serving", deleting: bool = False, rv: str = "1") -> Any:
-    return NS(metadata=NS(name=name, namespace=ns, resource_version=rv,
+        ns: str = "serving", deleting: bool = False, rv: str = "1", owner: str | None = None) -> Any:
+    """A pod; *owner* "deployment-hash" makes it a Deployment's (ReplicaSet owner, pod-template-hash)."""
+    owners = [NS(kind="ReplicaSet", name=owner)] if owner else []
+    labels = {"pod-template-hash": owner.rsplit("-", 1)[1]} if owner else {}
+    return NS(metadata=NS(name=name, namespace=ns, resource_version=rv, labels=labels, owner_references=owners,
                           deletion_timestamp="now" if deleting else None),
               status=NS(phase=phase, pod_ip=ip, conditions=[NS(type="Ready", status=ready)]))
 
@@ -173,13 +176,13 @@ def test_fuzz_url_parsing(text: str) -> None:
 
 def test_sender_names_the_discovered_pod_at_an_address_until_it_goes() -> None:
     ts = TargetSet(["http://10.0.0.5:8000"], kube_namespace="serving", kube_selector="app=triton")
-    ts.apply_pod_event("ADDED", pod("p1", ip="10.0.0.1"))
+    ts.apply_pod_event("ADDED", pod("p1", ip="10.0.0.1", owner="triton-resnet-7d9f8c6b5"))
     ts.apply_pod_event("ADDED", pod("p2", ip="fd00::2"))
-    assert ts.sender("10.0.0.1") == ("serving", "p1") and ts.sender("fd00::2") == ("serving", "p2")
+    assert ts.sender("10.0.0.1") == ("serving", "p1", "triton-resnet") and ts.sender("fd00::2") == ("serving", "p2", "")
     assert ts.sender("10.0.0.5") is None  # a static target has no pod to name
     ts.apply_pod_event("MODIFIED", pod("p1", ip="10.0.0.9"))
-    assert ts.sender("10.0.0.1") is None and ts.sender("10.0.0.9") == ("serving", "p1")
+    assert ts.sender("10.0.0.1") is None and ts.sender("10.0.0.9") == ("serving", "p1", "")
     ts.apply_pod_event("DELETED", pod("p1", ip="10.0.0.9"))
     assert ts.sender("10.0.0.9") is None
     ts.replace_pods([pod("p3", ip="10.0.0.3")])
-    assert ts.sender("fd00::2") is None and ts.sender("10.0.0.3") == ("serving", "p3")
+    assert ts.sender("fd00::2") is None and ts.sender("10.0.0.3") == ("serving", "p3", "")

@@ -158,7 +158,7 @@ TIDESCALE: list[MetricFamily] = [
     # --- exporter: latency from traces -----------------------------------------------------------
     _own("tidescale_request_duration_seconds", "histogram", "seconds",
          "Per-request stage duration from Triton traces; log-spaced buckets with the SLO thresholds as "
-         "exact boundaries, aggregatable across pods.", (*_MVS, "stage"), ("namespace", "pod")),
+         "exact boundaries, aggregatable across pods.", (*_MVS, "stage"), ("namespace", "pod", "deployment")),
     _own("tidescale_trace_sample_rate", "gauge", "ratio",
          "1/N for Triton trace rate=N: traced requests stand for 1/ratio real ones.", _MVS, ("namespace",)),
     # --- exporter: statistics poller ---------------------------------------------------------------

@@ -317,7 +317,23 @@ metricRelabelings:
 {{- $set := .Values.autoscaling.legacyTolerance -}}
 {{- if kindIs "bool" $set -}}
 {{- ternary "true" "false" $set -}}
-{{- else -}}
-{{- ternary "true" "false" (semverCompare "<1.34-0" .Capabilities.KubeVersion.Version) -}}
+{{- else if semverCompare "<1.34-0" .Capabilities.KubeVersion.Version -}}true
+{{- else if and (eq .Values.autoscaling.mode "keda") (include "tidescale.kedaLacksTolerance" .) -}}true
+{{- else -}}false
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when the installed KEDA's ScaledObject CRD has no behavior.*.tolerance (KEDA built against
+     Kubernetes APIs older than 1.33 would drop the field); empty when it has it, or under
+     `helm template`, which cannot look. */}}
+{{- define "tidescale.kedaLacksTolerance" -}}
+{{- $crd := lookup "apiextensions.k8s.io/v1" "CustomResourceDefinition" "" "scaledobjects.keda.sh" -}}
+{{- if $crd -}}
+{{- $found := false -}}
+{{- range $v := $crd.spec.versions -}}
+{{- $up := dig "schema" "openAPIV3Schema" "properties" "spec" "properties" "advanced" "properties" "horizontalPodAutoscalerConfig" "properties" "behavior" "properties" "scaleUp" "properties" (dict) $v -}}
+{{- if hasKey $up "tolerance" -}}{{- $found = true -}}{{- end -}}
+{{- end -}}
+{{- if not $found -}}true{{- end -}}
 {{- end -}}
 {{- end -}}
