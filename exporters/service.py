@@ -36,7 +36,7 @@ from tidescale.exporters.selfmetrics import SelfMetrics, configure_logging, self
 from tidescale.exporters.settings import ExporterSettings
 from tidescale.exporters.stats_poller import StatsPoller
 from tidescale.exporters.supervisor import TaskSupervisor, job_name
-from tidescale.exporters.targets import TargetSet
+from tidescale.exporters.targets import Sender, TargetSet
 from tidescale.exporters.tracefile import TraceFileTailer
 
 log = logging.getLogger("tidescale.exporter")
@@ -226,8 +226,8 @@ def _otlp_response(content_type: str | None, rejected: int, message: str) -> Res
     return JSONResponse(payload)
 
 
-def _sender(state: ExporterState, request: Request) -> tuple[str, str] | None:
-    """(namespace, pod) of a Triton pod that sent traces straight to us, by its address."""
+def _sender(state: ExporterState, request: Request) -> Sender | None:
+    """(namespace, pod, deployment) of a Triton pod that sent traces straight to us, by its address."""
     if state.targets is None or request.client is None:
         return None
     return state.targets.sender(request.client.host)
