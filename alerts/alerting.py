@@ -143,6 +143,22 @@ def triton_alerts(cfg: AlertsConfig) -> list[AlertSpec]:
             "Deployment {{ $labels.namespace }}/{{ $labels.deployment }} queues "
             "{{ $value | printf \"%.3g\" }} requests per replica (limit "
             f"{limit}) while its HorizontalPodAutoscaler sits at maxReplicas; it cannot scale further.",
+            labels=(("trigger", "queue"),),
+        ),
+        AlertSpec(
+            # The same capped fleet seen by its latency: requests can wait in Triton's HTTP front end
+            # rather than in the model's queue, and then the queue gauge stays low while P99 climbs.
+            "TritonAutoscalerMaxedOut",
+            f"{n.DEPLOYMENT_P99} > {cfg.slo_latency_threshold_s:g}\n"
+            "and on (namespace, deployment)\n"
+            f'label_replace({maxed}, "deployment", "$1", "scaletargetref_name", "(.+)")',
+            cfg.for_.autoscaler_maxed_out, "critical",
+            "Deployment {{ $labels.deployment }} misses its latency SLO at its HPA's maxReplicas.",
+            "Deployment {{ $labels.namespace }}/{{ $labels.deployment }} serves a P99 of "
+            "{{ $value | humanizeDuration }} (SLO "
+            f"{cfg.slo_latency_threshold_s:g}s) while its HorizontalPodAutoscaler sits at maxReplicas; "
+            "it cannot scale further.",
+            labels=(("trigger", "latency"),),
         ),
         AlertSpec(
             "TritonModelNotReady",

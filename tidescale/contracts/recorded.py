@@ -53,6 +53,8 @@ P95: Final = "namespace_model:tidescale_request_duration_seconds:p95"
 P99: Final = "namespace_model:tidescale_request_duration_seconds:p99"
 # Triton 2.65+ with per-model buckets (`tidescale exporter model-metrics`): the server's own P99 of
 # the time to the first response, in seconds; absent on older servers. A cross-check of P99 above.
+# P99 per Deployment, from the `deployment` the exporter attributes each span to (its sending pod's).
+DEPLOYMENT_P99: Final = "namespace_deployment:tidescale_request_duration_seconds:p99"
 FIRST_RESPONSE_P99: Final = "namespace_model:nv_inference_first_response_seconds:p99"
 # P99 per model version (stage="request"), the input of the version-regression review.
 VERSION_P99: Final = "namespace_model_version:tidescale_request_duration_seconds:p99"
