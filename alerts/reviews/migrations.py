@@ -31,13 +31,11 @@ _versions = Table(VERSION_TABLE, MetaData(), Column("version", Integer, primary_
 class Migration:
     version: int
     description: str
-    apply: Callable[[Connection], None]
+    apply: Callable[[Connection, MetaData], None]
 
 
-def _create_reviews(conn: Connection) -> None:
-    from tidescale.alerts.reviews.store import Base
-
-    Base.metadata.tables["reviews"].create(conn, checkfirst=True)
+def _create_reviews(conn: Connection, model: MetaData) -> None:
+    model.tables["reviews"].create(conn, checkfirst=True)
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -54,8 +52,9 @@ def current_version(conn: Connection) -> int:
     return 1 if "reviews" in tables else 0
 
 
-def migrate(engine: Engine) -> int:
-    """Bring the database to LATEST; returns the version it was at. Refuses a newer database."""
+def migrate(engine: Engine, model: MetaData) -> int:
+    """Bring the database to LATEST (*model*: the store's tables as of LATEST); returns the version
+    it was at. Refuses a newer database."""
     with engine.begin() as conn:
         if conn.dialect.name == "postgresql":
             conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": ADVISORY_LOCK_KEY})
@@ -67,6 +66,6 @@ def migrate(engine: Engine) -> int:
         if before and conn.execute(select(_versions.c.version)).first() is None:
             conn.execute(_versions.insert().values(version=before))  # a 0.1 database: record its baseline
         for step in MIGRATIONS[before:]:
-            step.apply(conn)
+            step.apply(conn, model)
             conn.execute(_versions.insert().values(version=step.version))
         return before

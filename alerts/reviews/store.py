@@ -147,7 +147,7 @@ class ReviewStore:
     def __init__(self, url: str) -> None:
         self.engine = make_engine(url)
         try:
-            migrate(self.engine)
+            migrate(self.engine, Base.metadata)
         except OperationalError as exc:
             raise TidescaleError(f"cannot open review database {url!r}: {exc.orig}") from None
         self._session = sessionmaker(self.engine, expire_on_commit=False)

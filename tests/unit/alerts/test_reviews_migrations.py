@@ -19,12 +19,12 @@ def url(tmp_path: Path) -> str:
 
 def test_an_empty_database_migrates_to_exactly_the_model(tmp_path: Path) -> None:
     engine = create_engine(url(tmp_path))
-    assert migrations.migrate(engine) == 0
+    assert migrations.migrate(engine, Base.metadata) == 0
     with engine.connect() as conn:
         assert migrations.current_version(conn) == migrations.LATEST
         columns = {c["name"] for c in inspect(conn).get_columns("reviews")}
     assert columns == {c.name for c in Review.__table__.columns}
-    assert migrations.migrate(engine) == migrations.LATEST  # idempotent: a restart changes nothing
+    assert migrations.migrate(engine, Base.metadata) == migrations.LATEST  # idempotent: a restart changes nothing
 
 
 def test_a_database_of_tidescale_0_1_is_adopted_with_its_reviews(tmp_path: Path) -> None:
@@ -35,7 +35,7 @@ def test_a_database_of_tidescale_0_1_is_adopted_with_its_reviews(tmp_path: Path)
                           "starts_at, opened_at, updated_at, times_reopened, labels, annotations) VALUES "
                           "('ml', 'm', '1', 'r', 'A', 'open', 'firing', '2026-01-01', '2026-01-01', '2026-01-01', "
                           "0, '{}', '{}')"))
-    assert migrations.migrate(engine) == 1
+    assert migrations.migrate(engine, Base.metadata) == 1
     store = ReviewStore(url(tmp_path))
     assert [r["model"] for r in store.list()] == ["m"]
 
