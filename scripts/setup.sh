@@ -24,10 +24,11 @@ command -v iptables-restore >/dev/null || need_apt+=(iptables)
 command -v conntrack >/dev/null || need_apt+=(conntrack)
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  mapfile -t need_apt < <(printf '%s\n' "${need_apt[@]}" | sort -u)  # prometheus brings promtool too
   say "installing Debian packages: ${need_apt[*]}"
   $SUDO apt-get update -qq >/dev/null
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
-    $(printf '%s\n' "${need_apt[@]}" | sort -u) >/dev/null
+    "${need_apt[@]}" >/dev/null
   # Debian starts the packaged services; tidescale runs its own instances on free ports.
   for svc in prometheus prometheus-alertmanager prometheus-node-exporter postgresql; do
     $SUDO systemctl disable --now "$svc" >/dev/null 2>&1 || $SUDO service "$svc" stop >/dev/null 2>&1 || true
