@@ -110,9 +110,8 @@ def latency_group(cfg: AlertsConfig) -> Group:
     rules = stage_latency_rules()
     for name, q in ((n.P50, "0.5"), (n.P95, "0.95"), (n.P99, "0.99")):
         rules.append(record(name, f"histogram_quantile({q}, {sum_rate(hist, f'{NM}, stage, le', QUANTILE_WINDOW)})"))
-    by_deployment_buckets = (f'sum by (namespace, deployment, le) '
-                             f'(rate({hist}{{stage="request", deployment!=""}}[{QUANTILE_WINDOW}]))')
-    rules.append(record(n.DEPLOYMENT_P99, f"histogram_quantile(0.99, {by_deployment_buckets})"))
+    by_deployment = sum_rate(f'{hist}{{stage="request", deployment!=""}}', "namespace, deployment, le", QUANTILE_WINDOW)
+    rules.append(record(n.DEPLOYMENT_P99, f"histogram_quantile(0.99, {by_deployment})"))
     first = bucket("nv_inference_first_response_histogram_ms")
     rules.append(record(n.FIRST_RESPONSE_P99,
                         f"histogram_quantile(0.99, {sum_rate(first, f'{NM}, le', QUANTILE_WINDOW)}) / 1000"))

@@ -212,19 +212,30 @@ affinity:
 {{- toYaml $out -}}
 {{- end -}}
 
+{{/* Whether an installed CRD's schema has a field, read with `lookup`: "true", "false", or "" when the CRD
+     cannot be looked up (not installed, or `helm template`, which cannot look). .crd: the CRD's name;
+     .path: the keys from a served version down to the properties that should hold .field. */}}
+{{- define "tidescale.crdHasField" -}}
+{{- $crd := lookup "apiextensions.k8s.io/v1" "CustomResourceDefinition" "" .crd -}}
+{{- if $crd -}}
+{{- $found := false -}}
+{{- range $v := $crd.spec.versions -}}
+{{- $props := $v -}}
+{{- range $.path -}}{{- $props = get ($props | default dict) . -}}{{- end -}}
+{{- if hasKey ($props | default dict) $.field -}}{{- $found = true -}}{{- end -}}
+{{- end -}}
+{{- ternary "true" "false" $found -}}
+{{- end -}}
+{{- end -}}
+
 {{/* "true" when a PodMonitor may use podMetricsEndpoints[].portNumber: monitoring.triton.portNumber
      true/false, or with "auto" whether the installed PodMonitor CRD has the field (`lookup`; under
      `helm template`, which cannot look, the current operator's field). */}}
 {{- define "tidescale.podMonitorPortNumber" -}}
 {{- $choice := toString .Values.monitoring.triton.portNumber -}}
 {{- if eq $choice "auto" -}}
-{{- $crd := lookup "apiextensions.k8s.io/v1" "CustomResourceDefinition" "" "podmonitors.monitoring.coreos.com" -}}
-{{- if not $crd -}}true
-{{- else -}}
-{{- range $v := $crd.spec.versions -}}
-{{- if hasKey (dig "schema" "openAPIV3Schema" "properties" "spec" "properties" "podMetricsEndpoints" "items" "properties" (dict) $v) "portNumber" -}}true{{- end -}}
-{{- end -}}
-{{- end -}}
+{{- $path := list "schema" "openAPIV3Schema" "properties" "spec" "properties" "podMetricsEndpoints" "items" "properties" -}}
+{{- if ne (include "tidescale.crdHasField" (dict "crd" "podmonitors.monitoring.coreos.com" "path" $path "field" "portNumber")) "false" -}}true{{- end -}}
 {{- else if eq $choice "true" -}}true
 {{- end -}}
 {{- end -}}
@@ -273,6 +284,33 @@ affinity:
 {{- with $a.tenant }}{{- $_ := set $out "tenant" . }}{{- end -}}
 {{- with $a.headers }}{{- $_ := set $out "headers" . }}{{- end -}}
 {{- if $out }}{{ toYaml $out }}{{ end -}}
+{{- end -}}
+
+{{/* A PodDisruptionBudget keeping one pod of a component that runs several replicas (.root, .component). */}}
+{{- define "tidescale.podDisruptionBudget" -}}
+{{- $ctx := dict "root" .root "component" .component }}
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: {{ include "tidescale.name" $ctx }}
+  namespace: {{ include "tidescale.namespace" .root }}
+  labels:
+    {{- include "tidescale.componentLabels" $ctx | nindent 4 }}
+spec:
+  minAvailable: 1
+  selector:
+    matchLabels:
+      {{- include "tidescale.selectorLabels" $ctx | nindent 6 }}
+{{- end -}}
+
+{{/* The headers every query to Prometheus carries, as "Name=value" (YAML list): the tenant
+     (X-Scope-OrgID) first, then recommender.prometheusAuth.headers. */}}
+{{- define "tidescale.prometheusHeaders" -}}
+{{- $a := .Values.recommender.prometheusAuth -}}
+{{- $headers := list -}}
+{{- with $a.tenant }}{{- $headers = append $headers (printf "X-Scope-OrgID=%s" .) }}{{- end -}}
+{{- range $k, $v := $a.headers }}{{- $headers = append $headers (printf "%s=%s" $k $v) }}{{- end -}}
+{{- toYaml $headers -}}
 {{- end -}}
 
 {{/* A Prometheus duration (1m30s, 500ms) in milliseconds. */}}
@@ -327,13 +365,7 @@ metricRelabelings:
      Kubernetes APIs older than 1.33 would drop the field); empty when it has it, or under
      `helm template`, which cannot look. */}}
 {{- define "tidescale.kedaLacksTolerance" -}}
-{{- $crd := lookup "apiextensions.k8s.io/v1" "CustomResourceDefinition" "" "scaledobjects.keda.sh" -}}
-{{- if $crd -}}
-{{- $found := false -}}
-{{- range $v := $crd.spec.versions -}}
-{{- $up := dig "schema" "openAPIV3Schema" "properties" "spec" "properties" "advanced" "properties" "horizontalPodAutoscalerConfig" "properties" "behavior" "properties" "scaleUp" "properties" (dict) $v -}}
-{{- if hasKey $up "tolerance" -}}{{- $found = true -}}{{- end -}}
-{{- end -}}
-{{- if not $found -}}true{{- end -}}
-{{- end -}}
+{{- $path := list "schema" "openAPIV3Schema" "properties" "spec" "properties" "advanced" "properties"
+      "horizontalPodAutoscalerConfig" "properties" "behavior" "properties" "scaleUp" "properties" -}}
+{{- if eq (include "tidescale.crdHasField" (dict "crd" "scaledobjects.keda.sh" "path" $path "field" "tolerance")) "false" -}}true{{- end -}}
 {{- end -}}
