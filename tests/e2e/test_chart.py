@@ -15,6 +15,7 @@ import yaml
 from tests.e2e.conftest import Cluster
 from tests.waiting import wait_for
 from tidescale.contracts.tools import REPO_ROOT, helm
+from tidescale.devstack.cluster import addons
 
 pytestmark = pytest.mark.e2e
 
@@ -143,21 +144,28 @@ def test_alertmanager_delivers_a_review_alert_to_the_review_service_with_the_cha
     assert len(opened()) == 1 and len(review_events()) == 1
 
 
+def rendered_against_the_cluster(cluster: Cluster, release: str, template: str, kind: str,
+                                 *sets: str) -> list[dict[str, Any]]:
+    """The *kind* objects of one chart template as `helm template --dry-run=server` renders them: with
+    the chart's `lookup`s answered by this cluster, as at install time."""
+    args = [arg for value in sets for arg in ("--set", value)]
+    out = run_helm(cluster, "template", release, str(CHART), "--dry-run=server", "--namespace", NAMESPACE,
+                   *args, "--show-only", f"templates/{template}")
+    return [d for d in yaml.safe_load_all(out) if d and d["kind"] == kind]
+
+
 def test_the_chart_reads_the_installed_podmonitor_crd_for_a_numeric_port(cluster: Cluster) -> None:
     """monitoring.triton.portNumber=auto looks up the real CRD (prometheus-operator v0.85 has portNumber)."""
-    out = run_helm(cluster, "template", "probe", str(CHART), "--dry-run=server", "--namespace", NAMESPACE,
-                   "--set", "serving.metricsPort=8002", "--show-only", "templates/monitors.yaml")
-    [monitor] = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "PodMonitor"]
+    [monitor] = rendered_against_the_cluster(cluster, "probe", "monitors.yaml", "PodMonitor",
+                                             "serving.metricsPort=8002")
     assert monitor["spec"]["podMetricsEndpoints"][0]["portNumber"] == 8002
 
 
 def test_a_dcgm_exporter_someone_else_scrapes_is_not_scraped_twice(cluster: Cluster, release: str) -> None:
     """The standalone dcgm-exporter chart brings its own ServiceMonitor: the chart finds it and adds none."""
     def dcgm_monitors(name: str) -> list[str]:
-        out = run_helm(cluster, "template", name, str(CHART), "--dry-run=server", "--namespace", NAMESPACE,
-                       "--show-only", "templates/monitors.yaml")
-        return [d["metadata"]["name"] for d in yaml.safe_load_all(out)
-                if d and d["kind"] == "ServiceMonitor" and "dcgm" in d["metadata"]["name"]]
+        return [d["metadata"]["name"] for d in rendered_against_the_cluster(
+            cluster, name, "monitors.yaml", "ServiceMonitor") if "dcgm" in d["metadata"]["name"]]
 
     # An upgrade of this release keeps its own monitor; a second release finds this one's and adds none.
     assert dcgm_monitors(release) == [f"{release}-tidescale-dcgm-exporter"]
@@ -176,11 +184,10 @@ def test_a_dcgm_exporter_someone_else_scrapes_is_not_scraped_twice(cluster: Clus
 
 def test_keda_mode_reads_the_installed_keda_crd_for_the_tolerance_field(cluster: Cluster) -> None:
     """KEDA 2.21's ScaledObject CRD has behavior.*.tolerance, and Kubernetes 1.36 applies it: exact tolerance."""
-    out = run_helm(cluster, "template", "probe", str(CHART), "--dry-run=server", "--namespace", NAMESPACE,
-                   "--set", "autoscaling.mode=keda", "--set", "autoscaling.targets[0].deployment=triton",
-                   "--set", "autoscaling.targets[0].model=m", "--set", "recommender.capacityRps=10",
-                   "--show-only", "templates/autoscaling.yaml")
-    [scaled] = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "ScaledObject"]
+    addons.install_keda(cluster.config, cluster.api)  # idempotent; this module must not rely on another's
+    [scaled] = rendered_against_the_cluster(
+        cluster, "probe", "autoscaling.yaml", "ScaledObject", "autoscaling.mode=keda",
+        "autoscaling.targets[0].deployment=triton", "autoscaling.targets[0].model=m", "recommender.capacityRps=10")
     behavior = scaled["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
     assert str(behavior["scaleUp"]["tolerance"]) == str(behavior["scaleDown"]["tolerance"]) == "0"
 
