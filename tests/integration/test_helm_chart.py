@@ -372,6 +372,18 @@ def test_network_policies_and_no_pdb(default_docs: list[dict[str, Any]], full_do
     ({"podSecurityContext": {"runAsNonRoot": False}}, "/podSecurityContext/runAsNonRoot"),
     ({"monitoring": {"interval": "soon"}}, "/monitoring/interval"),
     ({"recommender": {"prometheusUrl": "prometheus:9090"}}, "/recommender/prometheusUrl"),
+    # The values this session added, each refused by name.
+    ({"serving": {"httpPort": 0}}, "/serving/httpPort"),
+    ({"recommender": {"replicas": 4}}, "/recommender/replicas"),
+    ({"reviews": {"replicas": 0}}, "/reviews/replicas"),
+    ({"reviews": {"kubeEvents": {"modelDeployments": {"m": "Bad_Name"}}}}, "/reviews/kubeEvents/modelDeployments/m"),
+    ({"recommender": {"prometheusAuth": {"headers": {"X Bad": "1"}}}}, "/recommender/prometheusAuth/headers"),
+    ({"recommender": {"prometheusAuth": {"bearerTokenSecret": {"name": "Bad_Secret"}}}},
+     "/recommender/prometheusAuth/bearerTokenSecret/name"),
+    ({"autoscaling": {"keda": {"authenticationRef": {"kind": "Secret"}}}}, "/autoscaling/keda/authenticationRef/kind"),
+    ({"monitoring": {"triton": {"portNumber": "yes"}}}, "/monitoring/triton/portNumber"),
+    ({"defaultRules": {"runbookUrl": "wiki/runbooks"}}, "/defaultRules/runbookUrl"),
+    ({"defaultRules": {"additionalRuleLabels": {"bad-label": "x"}}}, "/defaultRules/additionalRuleLabels"),
 ])
 def test_schema_rejects_bad_values(tmp: Path, values: dict[str, Any], message: str) -> None:
     path = tmp / "bad.yaml"
