@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tidescale.alerts.config import AlertsConfig, le_value
+from tidescale.alerts.config import AlertsConfig
 from tidescale.alerts.recording import Group, Rule
 from tidescale.contracts import recorded as n
-from tidescale.contracts.promql import matcher, metric, regex_escape
+from tidescale.contracts.promql import matcher, metric
 
 # (long window, short window, burn-rate factor): Google SRE workbook, multiwindow multi-burn-rate.
 PAGE_WINDOWS: tuple[tuple[str, str, float], ...] = (("1h", "5m", 14.4), ("6h", "30m", 6.0))
@@ -53,39 +53,31 @@ class AlertSpec:
         return rule
 
 
-def slow_ratio_slo(cfg: AlertsConfig, window: str) -> str:
-    """Each model's slow ratio at its own threshold (per-model overrides, then the default)."""
-    series = n.SLOW_RATIO[window]
-    parts = []
-    for model, t in sorted(cfg.model_latency_threshold_s.items()):
-        parts.append(f'{series}{{{matcher("model", model)}, le="{le_value(t)}"}}')
-    default_sel = f'le="{le_value(cfg.slo_latency_threshold_s)}"'
-    if cfg.model_latency_threshold_s:
-        pattern = "|".join(regex_escape(m) for m in sorted(cfg.model_latency_threshold_s))
-        default_sel += ", " + matcher("model", pattern, "!~")
-    parts.append(f"{series}{{{default_sel}}}")
-    return "max without (le) (" + " or ".join(parts) + ")"
+def slow_ratio_slo(window: str) -> str:
+    """Each model's slow ratio at its own SLO threshold (the `le` its SLO series carries)."""
+    return (f"max without (le) (\n  {n.SLOW_RATIO[window]}\n  and on (namespace, model, le)\n"
+            f"  {n.SLO_LATENCY_THRESHOLD}\n)")
 
 
-def burn_expr(ratio: Any, budget: float, windows: tuple[tuple[str, str, float], ...],
+def burn_expr(ratio: Any, objective: str, windows: tuple[tuple[str, str, float], ...],
               min_request_rate: float = 0.0) -> str:
     """Burn rate of the long window where both windows burn faster than the factor, and the
     model serves at least *min_request_rate* requests/s over the short window (the short window,
-    so that a model that started serving minutes ago can page as soon as it burns)."""
+    so that a model that started serving minutes ago can page as soon as it burns). The budget is
+    each model's own: 1 - the *objective* series of its SLO."""
+    budget = f"on (namespace, model) (1 - {objective})"
     clauses = []
     for long_w, short_w, factor in windows:
         guard = (f"\nand on (namespace, model)\n  {n.REQUEST_RATE[short_w]} >= {min_request_rate:g}"
                  if min_request_rate > 0 else "")
         clauses.append(
-            f"(\n  {ratio(long_w)} / {budget:g} > {factor:g}\nand\n  {ratio(short_w)} / {budget:g} > {factor:g}"
+            f"(\n  {ratio(long_w)} / {budget} > {factor:g}\nand\n  {ratio(short_w)} / {budget} > {factor:g}"
             f"{guard}\n)"
         )
     return "\nor\n".join(clauses)
 
 
 def budget_burn_alerts(cfg: AlertsConfig) -> list[AlertSpec]:
-    latency_budget = round(1 - cfg.latency_slo_target, 10)
-    error_budget = round(1 - cfg.availability_slo_target, 10)
     out = []
     for sev, windows, for_ in (
         ("critical", PAGE_WINDOWS, cfg.for_.budget_burn_page),
@@ -93,21 +85,21 @@ def budget_burn_alerts(cfg: AlertsConfig) -> list[AlertSpec]:
     ):
         out.append(AlertSpec(
             "TritonLatencyBudgetBurn",
-            burn_expr(lambda w: slow_ratio_slo(cfg, w), latency_budget, windows, cfg.burn_min_request_rate),
+            burn_expr(slow_ratio_slo, n.SLO_LATENCY_OBJECTIVE, windows, cfg.burn_min_request_rate),
             for_, sev,
             "Model {{ $labels.model }} is burning its latency SLO budget fast.",
             "Model {{ $labels.namespace }}/{{ $labels.model }} burns its latency error budget at "
-            "{{ $value | printf \"%.1f\" }}x the sustainable rate (SLO: "
-            f"{cfg.latency_slo_target:.4g} of requests under the model's threshold).",
+            "{{ $value | printf \"%.1f\" }}x the sustainable rate of its SLO (the share of requests "
+            "under its latency threshold, both set per model: chart values `slo`).",
         ))
         out.append(AlertSpec(
             "TritonErrorBudgetBurn",
-            burn_expr(lambda w: n.ERROR_RATIO[w], error_budget, windows, cfg.burn_min_request_rate),
+            burn_expr(lambda w: n.ERROR_RATIO[w], n.SLO_AVAILABILITY_OBJECTIVE, windows, cfg.burn_min_request_rate),
             for_, sev,
             "Model {{ $labels.model }} is burning its availability SLO budget fast.",
             "Model {{ $labels.namespace }}/{{ $labels.model }} burns its error budget at "
-            "{{ $value | printf \"%.1f\" }}x the sustainable rate (SLO: "
-            f"{cfg.availability_slo_target:.4g} of requests succeed).",
+            "{{ $value | printf \"%.1f\" }}x the sustainable rate of its SLO (the share of requests "
+            "that succeed, set per model: chart values `slo`).",
         ))
     return out
 
@@ -149,14 +141,14 @@ def triton_alerts(cfg: AlertsConfig) -> list[AlertSpec]:
             # The same capped fleet seen by its latency: requests can wait in Triton's HTTP front end
             # rather than in the model's queue, and then the queue gauge stays low while P99 climbs.
             "TritonAutoscalerMaxedOut",
-            f"{n.DEPLOYMENT_P99} > {cfg.slo_latency_threshold_s:g}\n"
+            f"{n.DEPLOYMENT_P99} > on (namespace, deployment) {n.DEPLOYMENT_SLO_LATENCY_THRESHOLD}\n"
             "and on (namespace, deployment)\n"
             f'label_replace({maxed}, "deployment", "$1", "scaletargetref_name", "(.+)")',
             cfg.for_.autoscaler_maxed_out, "critical",
             "Deployment {{ $labels.deployment }} misses its latency SLO at its HPA's maxReplicas.",
             "Deployment {{ $labels.namespace }}/{{ $labels.deployment }} serves a P99 of "
-            "{{ $value | humanizeDuration }} (SLO "
-            f"{cfg.slo_latency_threshold_s:g}s) while its HorizontalPodAutoscaler sits at maxReplicas; "
+            "{{ $value | humanizeDuration }}, above the strictest SLO threshold of its models, while its "
+            "HorizontalPodAutoscaler sits at maxReplicas; "
             "it cannot scale further.",
             labels=(("trigger", "latency"),),
         ),

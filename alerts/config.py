@@ -7,6 +7,7 @@ Change a threshold here (or in the `alerts:` section of a tidescale YAML file, r
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Annotated, ClassVar
 
 from prometheus_client.utils import floatToGoString
@@ -24,6 +25,9 @@ _DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _OP_CLASS = re.compile(r"^[a-z][a-z0-9_]*$")
 _JOB = re.compile(r"^[A-Za-z0-9_.:/-]{1,128}$")
+_SLO_NAME = re.compile(r"^[a-z0-9]([a-z0-9_.-]{0,61}[a-z0-9])?$")
+# The name of the SLO that models matched by no group get (the `slo` label of its series).
+DEFAULT_SLO_NAME = "default"
 
 
 def le_value(threshold_s: float) -> str:
@@ -77,16 +81,51 @@ class AlertmanagerRouting(BaseModel):
     resolve_timeout: Duration = "5m"
 
 
+class SloGroup(BaseModel):
+    """The SLO of the models whose name (and namespace) match: one model or a group of them.
+
+    Groups are tried in order and the first match wins; a field left out takes the default SLO's
+    value. Matching happens in PromQL (RE2, fully anchored), so a model that appears later is
+    covered without a redeploy."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    model: str
+    namespace: str = ""
+    latency_threshold_s: float | None = Field(None, gt=0)
+    latency_objective: float | None = Field(None, gt=0, lt=1)
+    availability_objective: float | None = Field(None, gt=0, lt=1)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _SLO_NAME.match(v) or v == DEFAULT_SLO_NAME:
+            raise ValueError(f"SLO name {v!r} must be lower-case letters, digits, '.', '_' or '-' "
+                             f"(at most 63) and not {DEFAULT_SLO_NAME!r}")
+        return v
+
+    @field_validator("model", "namespace")
+    @classmethod
+    def _pattern(cls, v: str) -> str:
+        try:
+            re.compile(v)
+        except re.error as exc:
+            raise ValueError(f"{v!r} is not a valid regular expression: {exc}") from None
+        return v
+
+
 class AlertsConfig(ComponentSettings):
     """Thresholds, SLOs, `for:` durations and routing for the generated rules."""
 
     section: ClassVar[str] = "alerts"
     model_config = SettingsConfigDict(env_prefix="TIDESCALE_ALERTS_", extra="forbid")
 
+    # The default SLO, and per model or model group the SLOs that differ from it (first match wins).
     slo_latency_threshold_s: float = Field(SLO_P99_S, gt=0)
-    model_latency_threshold_s: dict[str, float] = Field(default_factory=dict)
     latency_slo_target: float = Field(0.99, gt=0, lt=1)
     availability_slo_target: float = Field(0.999, gt=0, lt=1)
+    slos: list[SloGroup] = Field(default_factory=list)
     bucket_boundaries_s: tuple[float, ...] = DEFAULT_SLO_THRESHOLDS_S
     queue_depth_per_replica_limit: float = Field(8.0, gt=0)
     queue_time_limit_s: float = Field(0.1, gt=0)
@@ -151,21 +190,48 @@ class AlertsConfig(ComponentSettings):
     @model_validator(mode="after")
     def _thresholds_are_buckets(self) -> AlertsConfig:
         boundaries = {le_value(b) for b in self.bucket_boundaries_s}
-        for model, t in {"(default)": self.slo_latency_threshold_s, **self.model_latency_threshold_s}.items():
-            if le_value(t) not in boundaries:
+        for slo in self.resolved_slos():
+            if le_value(slo.latency_threshold_s) not in boundaries:
                 raise ValueError(
-                    f"latency threshold {t}s of model {model} is not a bucket boundary of "
-                    f"tidescale_request_duration_seconds ({sorted(self.bucket_boundaries_s)})"
+                    f"latency threshold {slo.latency_threshold_s}s of SLO {slo.name} is not a bucket boundary "
+                    f"of tidescale_request_duration_seconds ({sorted(self.bucket_boundaries_s)})"
                 )
+        names = [g.name for g in self.slos]
+        if len(set(names)) != len(names):
+            raise ValueError(f"SLO names must be unique, got {names}")
         return self
+
+    def resolved_slos(self) -> list[ResolvedSlo]:
+        """Each SLO group with the defaults filled in, then the default SLO (matching every model)."""
+        out = [ResolvedSlo(
+            g.name, g.model, g.namespace,
+            g.latency_threshold_s if g.latency_threshold_s is not None else self.slo_latency_threshold_s,
+            g.latency_objective if g.latency_objective is not None else self.latency_slo_target,
+            g.availability_objective if g.availability_objective is not None else self.availability_slo_target,
+        ) for g in self.slos]
+        out.append(ResolvedSlo(DEFAULT_SLO_NAME, "", "", self.slo_latency_threshold_s, self.latency_slo_target,
+                               self.availability_slo_target))
+        return out
 
     def threshold_les(self) -> list[str]:
         """Every SLO bucket boundary and configured threshold as an `le` value, sorted numerically."""
-        values = {*self.bucket_boundaries_s, self.slo_latency_threshold_s, *self.model_latency_threshold_s.values()}
+        values = {*self.bucket_boundaries_s, *(s.latency_threshold_s for s in self.resolved_slos())}
         return [le_value(v) for v in sorted(values)]
 
     def runbook_url(self, alertname: str) -> str:
         return f"{self.runbook_base_url.rstrip('/')}/{alertname.lower()}.md"
+
+
+@dataclass(frozen=True)
+class ResolvedSlo:
+    """One SLO with every value set; empty `model`/`namespace` patterns match every model."""
+
+    name: str
+    model: str
+    namespace: str
+    latency_threshold_s: float
+    latency_objective: float
+    availability_objective: float
 
 
 def default_config() -> AlertsConfig:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from tidescale.alerts.config import AlertsConfig, default_config
-from tidescale.alerts.render import alertmanager_yaml, alerts_yaml, recording_yaml
+from tidescale.alerts.render import alertmanager_yaml, alerts_yaml, dump, recording_yaml
+from tidescale.alerts.slo import slo_clauses
 
 # Committed once, in the chart's files/ (what the chart ships, promtool tests and the dev stack read).
 RECORDING = "deploy/helm/tidescale/files/rules/tidescale-recording.yaml"
 ALERTING = "deploy/helm/tidescale/files/rules/tidescale-alerts.yaml"
 ALERTMANAGER = "deploy/helm/tidescale/files/alertmanager/alertmanager.yaml"
+# The SLO group's PromQL with placeholders: the chart fills them from its `slo` values.
+SLO_CLAUSES = "deploy/helm/tidescale/files/slo/clauses.yaml"
 
 
 def rendered(cfg: AlertsConfig) -> dict[str, str]:
@@ -27,4 +30,5 @@ def artifacts() -> dict[str, str]:
         RECORDING: files["tidescale-recording.yaml"],
         ALERTING: files["tidescale-alerts.yaml"],
         ALERTMANAGER: files["alertmanager.yaml"],
+        SLO_CLAUSES: dump(slo_clauses(default_config())),
     }

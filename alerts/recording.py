@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tidescale.alerts.config import AlertsConfig
+from tidescale.alerts.slo import slo_group
 from tidescale.contracts import recorded as n
 from tidescale.contracts.promql import (
     bucket,
@@ -118,6 +119,11 @@ def latency_group(cfg: AlertsConfig) -> Group:
     version_buckets = f'sum by ({NM}, version, le) (rate({hist}{{stage="request"}}[{QUANTILE_WINDOW}]))'
     rules.append(record(n.VERSION_P99, f"histogram_quantile(0.99, {version_buckets})"))
     rules.extend(record(n.SLOW_RATIO[w], slow_ratio(cfg, w)) for w in n.WINDOWS)
+    # A Deployment serving several models is held to the strictest threshold among them.
+    served = f'group by ({NM}, deployment) ({count("tidescale_request_duration_seconds")}{{deployment!=""}})'
+    rules.append(record(n.DEPLOYMENT_SLO_LATENCY_THRESHOLD,
+                        f"min by (namespace, deployment) (\n  {n.SLO_LATENCY_THRESHOLD}\n"
+                        f"  * on ({NM}) group_right ()\n  {served}\n)"))
     return {"name": "tidescale.rules.latency", "interval": cfg.evaluation_interval, "rules": rules}
 
 
@@ -178,7 +184,8 @@ def profiles_group(cfg: AlertsConfig) -> Group:
 
 
 def recording_groups(cfg: AlertsConfig) -> list[Group]:
-    return [requests_group(cfg), latency_group(cfg), queue_group(cfg), gpu_group(cfg), profiles_group(cfg)]
+    return [slo_group(cfg), requests_group(cfg), latency_group(cfg), queue_group(cfg), gpu_group(cfg),
+            profiles_group(cfg)]
 
 
 __all__ = ["recording_groups", "with_label"]

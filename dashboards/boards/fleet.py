@@ -4,44 +4,58 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard as dash_b
 
-from tidescale.alerts.config import default_config, le_value
+from tidescale.alerts.config import default_config
 from tidescale.contracts import recorded as rules
 from tidescale.dashboards.base import FLEET, new_dashboard
 from tidescale.dashboards.boards.autoscaling import replica_queries
 from tidescale.dashboards.panels import Query, Threshold, graph, row, single_stat, table_of
-from tidescale.dashboards.queries import CLUSTER, NS, NS_MODEL, QUANTILES, STAGE_REQUEST, agg, sel, stage_quantile
+from tidescale.dashboards.queries import CLUSTER, NS, QUANTILES, STAGE_REQUEST, agg, sel, stage_quantile
 
 FIRING = sel("ALERTS", f'{CLUSTER}, alertstate="firing"')
 OPEN_REVIEWS = sel("tidescale_model_reviews", f'{CLUSTER}, state="open"')
 
 
+def own_slow_ratio(window: str) -> str:
+    """Each model's slow ratio at its own SLO threshold (the `le` of its SLO series)."""
+    return (f"max without (le) ({sel(rules.SLOW_RATIO[window])} and on (cluster, namespace, model, le) "
+            f"{sel(rules.SLO_LATENCY_THRESHOLD)})")
+
+
+def burn(window: str) -> str:
+    """Slow ratio over the model's own latency budget (1 - its objective), worst namespace per model."""
+    return (f"max by (model) ({own_slow_ratio(window)} / on (cluster, namespace, model) "
+            f"(1 - {sel(rules.SLO_LATENCY_OBJECTIVE)}))")
+
+
 def build() -> dash_b.Dashboard:
-    cfg = default_config()
-    at_threshold = f'{NS_MODEL}, le="{le_value(cfg.slo_latency_threshold_s)}"'
-    budget = 1 - cfg.latency_slo_target
-
-    def burn(window: str) -> str:
-        return f"{agg('max', 'model', rules.SLOW_RATIO[window], at_threshold)} / {budget:g}"
-
+    default_objective = default_config().latency_slo_target
     return (
         new_dashboard(FLEET)
         .with_row(row("SLO"))
         .with_panel(single_stat(
             "Requests within SLO (5m)",
-            f"Share of requests faster than the SLO threshold ({cfg.slo_latency_threshold_s:g}s) per model, from "
-            f"the aggregatable tidescale histogram. Red below the {cfg.latency_slo_target:.3g} objective.",
-            "percentunit", [Query(f"1 - {agg('max', 'model', rules.SLOW_RATIO_RATE5M, at_threshold)}", "{{model}}")],
-            span=6, thresholds=[Threshold(cfg.latency_slo_target, "green")], base_color="red"))
+            "Share of requests faster than each model's own SLO threshold (chart values `slo`), from the "
+            f"aggregatable tidescale histogram. Red below the default {default_objective:.3g} objective; "
+            "each model's own objective is in the table beside.",
+            "percentunit", [Query(f"1 - max by (model) ({own_slow_ratio('5m')})", "{{model}}")],
+            span=6, thresholds=[Threshold(default_objective, "green")], base_color="red"))
         .with_panel(single_stat(
             "Error budget left (1d)",
-            f"1 - (slow ratio over 1d / error budget {budget:g}): how much of the latency error budget is "
-            "left at the current day's pace. Below zero the SLO is already missed.",
+            "1 - (slow ratio over 1d / the model's latency budget, 1 - its objective): how much of the "
+            "latency error budget is left at the current day's pace. Below zero the SLO is already missed.",
             "percentunit", [Query(f"1 - {burn('1d')}", "{{model}}")],
             span=6, thresholds=[Threshold(0.25, "orange"), Threshold(0.5, "green")], base_color="red"))
+        .with_panel(table_of(
+            "SLO per model",
+            "The SLO each model is held to: its group (`slo`, first match of the chart's `slo.models`, else "
+            "default), latency threshold and objectives. Alerts, this board and the recommender read these.",
+            "short", [Query(f"max by (model, slo, le) ({sel(name)})", instant=True)
+                      for name in (rules.SLO_LATENCY_THRESHOLD, rules.SLO_LATENCY_OBJECTIVE,
+                                   rules.SLO_AVAILABILITY_OBJECTIVE)], span=12))
         .with_panel(graph(
             "Error-budget burn rate (5m, 1h, 6h)",
-            "Slow-request ratio divided by the error budget: 1 spends the budget exactly over the SLO "
-            "window, 14.4 over 1h pages (multi-window, multi-burn-rate alerts).",
+            "Slow-request ratio divided by the model's latency budget: 1 spends the budget exactly over the "
+            "SLO window, 14.4 over 1h pages (multi-window, multi-burn-rate alerts).",
             "short", [Query(burn(w), f"{{{{model}}}} {w}") for w in ("5m", "1h", "6h")],
             span=12, min_value=0, thresholds=[Threshold(1, "orange"), Threshold(14.4, "red")]))
         .with_row(row("Traffic and latency"))
@@ -59,8 +73,9 @@ def build() -> dash_b.Dashboard:
             "Latency P50 / P95 / P99",
             "End-to-end request latency quantiles per model over 5m from tidescale_request_duration_seconds "
             "(histogram summed over pods before the quantile, so it aggregates correctly).",
-            "s", [Query(stage_quantile(name, STAGE_REQUEST), f"{{{{model}}}} p{round(q * 100)}")
-                  for q, name in QUANTILES],
+            "s", [*(Query(stage_quantile(name, STAGE_REQUEST), f"{{{{model}}}} p{round(q * 100)}")
+                    for q, name in QUANTILES),
+                  Query(agg("max", "model", rules.SLO_LATENCY_THRESHOLD), "{{model}} SLO threshold")],
             span=8, min_value=0))
         .with_row(row("Replicas"))
         .with_panel(graph(

@@ -63,6 +63,16 @@ threshold bucket boundary: 1 - bucket{le}/count. One series per (namespace, mode
 SLOW_RATIO: Final[dict[str, str]] = _windowed("namespace_model:tidescale_request_duration_seconds:slow_ratio_rate")
 SLOW_RATIO_RATE5M: Final = SLOW_RATIO["5m"]
 
+# --- The SLO each model has (chart values `slo`, AlertsConfig.slos) -----------------------------------
+"""One series per (namespace, model) that serves, label `slo` = the SLO group it matched (first match
+wins, `default` otherwise). The threshold also carries `le`, so `and on (namespace, model, le)`
+picks each model's own row of SLOW_RATIO. Alerts divide by (1 - objective); dashboards draw them."""
+SLO_LATENCY_THRESHOLD: Final = "namespace_model:tidescale_slo:latency_threshold_seconds"
+SLO_LATENCY_OBJECTIVE: Final = "namespace_model:tidescale_slo:latency_objective"
+SLO_AVAILABILITY_OBJECTIVE: Final = "namespace_model:tidescale_slo:availability_objective"
+# The strictest latency threshold of the models a Deployment serves (from the exporter's spans).
+DEPLOYMENT_SLO_LATENCY_THRESHOLD: Final = "namespace_deployment:tidescale_slo:latency_threshold_seconds"
+
 # --- Queue and concurrency per replica --------------------------------------------------------------
 """Queue depth (Triton's pending-request gauge) and in-flight requests (Little's law on the
 request-duration counter: µs spent per second = average concurrency) per replica."""

@@ -95,15 +95,96 @@ def test_default_thresholds_are_prometheus_client_bucket_labels() -> None:
     assert [le_value(t) for t in DEFAULT_SLO_THRESHOLDS_S] == ["0.1", "0.25", "0.5", "1.0"]
 
 
-def test_per_model_threshold_overrides_select_their_own_bucket(tmp_path: Path) -> None:
-    cfg = AlertsConfig.model_validate({"model_latency_threshold_s": {"ctr.v2": 0.25}})
-    text = rendered(cfg)["tidescale-alerts.yaml"]
-    assert 'model="ctr.v2", le="0.25"' in text
-    assert 'le="0.5", model!~"ctr\\\\.v2"' in text  # regex-escaped in the default branch
+PER_MODEL = {"slos": [
+    {"name": "rankers", "model": "ctr_.*", "latency_threshold_s": 0.25, "latency_objective": 0.999},
+    {"name": "batch", "model": "ctr_ranker|embedder", "namespace": "offline", "availability_objective": 0.99},
+]}
+
+
+def _model_series(namespace: str, model: str, fast_per_min: int, le: str = "0.25") -> list[dict]:
+    """A model whose requests (100 a minute) take 0.3 s except *fast_per_min* under *le*."""
+    labels = f'namespace="{namespace}", model="{model}", version="1", stage="request"'
+    return [
+        {"series": f'tidescale_request_duration_seconds_bucket{{{labels}, le="{le}"}}',
+         "values": f"0+{fast_per_min}x60"},
+        {"series": f'tidescale_request_duration_seconds_bucket{{{labels}, le="0.5"}}', "values": "0+100x60"},
+        {"series": f"tidescale_request_duration_seconds_count{{{labels}}}", "values": "0+100x60"},
+        {"series": f'nv_inference_request_success{{namespace="{namespace}", pod="{model}-7d9c8b-x1x2z", '
+                   f'model="{model}", version="1"}}', "values": "0+100x60"},
+    ]
+
+
+def _burn_annotations(namespace: str, burn: str) -> dict[str, str]:
+    rule = next(r for r in alert_rules() if r["alert"] == "TritonLatencyBudgetBurn")
+    description = rule["annotations"]["description"].replace("{{ $labels.namespace }}", namespace)
+    description = description.replace("{{ $labels.model }}", "ctr_ranker")
+    return {"summary": "Model ctr_ranker is burning its latency SLO budget fast.",
+            "runbook_url": rule["annotations"]["runbook_url"],
+            "description": description.replace('{{ $value | printf "%.1f" }}', burn)}
+
+
+def test_each_model_burns_against_its_own_slo_group(tmp_path: Path) -> None:
+    """Every request takes 0.3 s: over the 0.25 s threshold of the `rankers` group (ctr_ranker pages),
+    inside the default 0.5 s (embedder stays quiet). The SLO series name each model's group, first
+    match wins (ctr_ranker in `offline` is a ranker, not `batch`), and the objective sets the budget."""
+    cfg = AlertsConfig.model_validate(PER_MODEL)
+    for name, content in rendered(cfg).items():
+        (tmp_path / name).write_text(content)
+    series = [*_model_series("ml", "ctr_ranker", 0), *_model_series("ml", "embedder", 0),
+              *_model_series("offline", "ctr_ranker", 99), *_model_series("offline", "embedder", 100)]
+    threshold, objective = names.SLO_LATENCY_THRESHOLD, names.SLO_AVAILABILITY_OBJECTIVE
+    suite = {
+        "rule_files": ["tidescale-recording.yaml", "tidescale-alerts.yaml"],
+        "evaluation_interval": "30s",
+        "tests": [{
+            "interval": "1m",
+            "input_series": series,
+            "promql_expr_test": [
+                {"expr": threshold, "eval_time": "5m", "exp_samples": [
+                    {"labels": f'{threshold}{{namespace="{ns}", model="{m}", slo="{slo}", le="{le}"}}', "value": v}
+                    for ns, m, slo, le, v in (("ml", "ctr_ranker", "rankers", "0.25", 0.25),
+                                              ("ml", "embedder", "default", "0.5", 0.5),
+                                              ("offline", "ctr_ranker", "rankers", "0.25", 0.25),
+                                              ("offline", "embedder", "batch", "0.5", 0.5))]},
+                {"expr": f'{objective}{{model="embedder"}}', "eval_time": "5m", "exp_samples": [
+                    {"labels": f'{objective}{{namespace="ml", model="embedder", slo="default"}}', "value": 0.999},
+                    {"labels": f'{objective}{{namespace="offline", model="embedder", slo="batch"}}', "value": 0.99}]},
+            ],
+            "alert_rule_test": [{
+                "eval_time": "10m", "alertname": "TritonLatencyBudgetBurn",
+                # 100 % slow at a 0.1 % budget is a 1000x burn; 1 % slow at the same budget is 10x.
+                "exp_alerts": [{"exp_labels": {"severity": "critical", "namespace": ns, "model": "ctr_ranker"},
+                                "exp_annotations": _burn_annotations(ns, burn)}
+                               for ns, burn in (("ml", "1000.0"), ("offline", "10.0"))],
+            }],
+        }],
+    }
+    (tmp_path / "suite.yaml").write_text(yaml.safe_dump(suite))
+    run = tooling.test_rules([tmp_path / "suite.yaml"])
+    assert run.ok, run.output
+
+
+def test_slo_group_patterns_are_escaped_and_promtool_clean(tmp_path: Path) -> None:
+    cfg = AlertsConfig.model_validate({"slos": [{"name": "q", "model": 'a"b|c\\d', "latency_threshold_s": 1.0}]})
+    text = rendered(cfg)["tidescale-recording.yaml"]
+    assert 'model=~"a\\"b|c\\\\d"' in text
     for name, content in rendered(cfg).items():
         (tmp_path / name).write_text(content)
     run = tooling.check_rules([tmp_path / "tidescale-recording.yaml", tmp_path / "tidescale-alerts.yaml"])
     assert run.ok, run.output
+
+
+@pytest.mark.parametrize("bad", [
+    {"slos": [{"name": "default", "model": "x"}]},
+    {"slos": [{"name": "Upper Case", "model": "x"}]},
+    {"slos": [{"name": "a", "model": "(x"}]},
+    {"slos": [{"name": "a", "model": "x", "latency_objective": 1.0}]},
+    {"slos": [{"name": "a", "model": "x"}, {"name": "a", "model": "y"}]},
+    {"slos": [{"name": "a", "model": "x", "latency_threshold_s": 0.3}]},
+])
+def test_bad_slo_groups_are_refused(bad: dict) -> None:
+    with pytest.raises(ValueError):
+        AlertsConfig.model_validate(bad)
 
 
 def test_a_threshold_that_is_not_a_bucket_boundary_is_refused() -> None:

@@ -32,7 +32,7 @@ def test_every_component_defaults_to_the_one_slo() -> None:
 
 def test_every_alert_threshold_is_an_exporter_bucket_boundary() -> None:
     cfg = default_config()
-    thresholds = [cfg.slo_latency_threshold_s, *cfg.bucket_boundaries_s, *cfg.model_latency_threshold_s.values()]
+    thresholds = [*cfg.bucket_boundaries_s, *(s.latency_threshold_s for s in cfg.resolved_slos())]
     assert threshold_problems(thresholds, exporter_boundaries()) == []
     assert set(SLO_THRESHOLDS_S) <= set(exporter_boundaries())
 
