@@ -36,6 +36,8 @@ def slo_clauses(cfg: AlertsConfig) -> dict[str, Any]:
     return {
         "group": GROUP_NAME,
         "interval": cfg.evaluation_interval,
+        # The `le` values the recorded slow ratios cover: the only thresholds an SLO may have.
+        "thresholds": cfg.threshold_les(),
         # `or on (namespace, model)`: a model already matched by an earlier SLO is not matched again.
         "joiner": keep_labels(f"\nor on ({_NM})\n", keep),
         "records": [
@@ -58,8 +60,9 @@ def selector(slo: ResolvedSlo) -> str:
 
 def fill(clause: str, slo: ResolvedSlo, value_field: str) -> str:
     value = getattr(slo, value_field)
-    return (clause.replace(VALUE, le_value(value)).replace(SELECTOR, selector(slo))
-            .replace(NAME, slo.name).replace(LE, le_value(slo.latency_threshold_s)))
+    # The chart's order: the user's patterns go in last, so nothing in them is taken for a placeholder.
+    return (clause.replace(VALUE, le_value(value)).replace(NAME, slo.name)
+            .replace(LE, le_value(slo.latency_threshold_s)).replace(SELECTOR, selector(slo)))
 
 
 def slo_group(cfg: AlertsConfig) -> dict[str, Any]:

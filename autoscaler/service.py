@@ -104,6 +104,8 @@ class TargetSettings(BaseModel):
     min_replicas: int = Field(default=1, ge=1)
     max_replicas: int = Field(default=20, ge=1)
     capacity_rps: float | None = Field(default=None, gt=0)  # overrides the profile for this target
+    # The P99 this model's SLO allows (the chart fills it from the model's `slo` group); None: slo_p99_s.
+    slo_p99_s: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _min_le_max(self) -> TargetSettings:
@@ -152,13 +154,16 @@ class RecommenderSettings(ComponentSettings):
         ]
         return out
 
+    def slo_for(self, t: TargetSettings) -> float:
+        return t.slo_p99_s if t.slo_p99_s is not None else self.slo_p99_s
+
     def capacity_for(self, t: TargetSettings) -> float:
         if t.capacity_rps is not None:
             return t.capacity_rps
         if self.capacity_rps is not None:
             return self.capacity_rps
         if self.profile is not None:
-            return load_capacity(self.profile, self.slo_p99_s)
+            return load_capacity(self.profile, self.slo_for(t))
         raise UsageError(f"target {t.namespace}/{t.deployment}: give capacity_rps or a profile (perf_analyzer CSV)")
 
 
@@ -291,7 +296,8 @@ class RecommenderService:
         fast = self._value(st.queries.fast_completions, "short-window completion rate", required=False)
         fast_rejected = self._value(st.queries.fast_rejections, "short-window rejection rate", required=False)
         worst = self._value(st.queries.max_pod_queue, "worst pod's queue", required=False)
-        return Observation(now, completions or 0.0, queue or 0.0, ready, current, p99, self.settings.slo_p99_s,
+        return Observation(now, completions or 0.0, queue or 0.0, ready, current, p99,
+                           self.settings.slo_for(st.settings),
                            fast_arrival_rps=fast, max_pod_queue=worst, rejected_rps=rejected or 0.0,
                            fast_rejected_rps=fast_rejected)
 

@@ -22,6 +22,7 @@ CHART = REPO / "deploy" / "helm" / "tidescale"
 K8S_VERSION = "1.35.0"
 NAMESPACE = "tidescale"
 MONITORING_API = ("--api-versions", "monitoring.coreos.com/v1")
+SLO_GROUP = "tidescale.rules.slo"
 FULL_VALUES: dict[str, Any] = {
     "serving": {"namespace": "serving", "selector": {"app.kubernetes.io/name": "triton-server"}, "metricsPort": 8002},
     "exporter": {"settings": {"poll_interval_s": 2.0}},
@@ -175,6 +176,64 @@ def test_rendered_rules_equal_the_generated_rules(full_docs: list[dict[str, Any]
         return json.dumps(groups, sort_keys=True)
 
     assert sorted(map(canonical, rendered)) == sorted(map(canonical, expected))
+
+
+SLO_VALUES: dict[str, Any] = {
+    "slo": {"latency": {"thresholdSeconds": 1.0, "objective": 0.95}, "models": [
+        {"name": "rankers", "model": 'ctr_.*|a"b\\d', "latency": {"thresholdSeconds": 0.25, "objective": 0.995}},
+        {"name": "offline", "model": "embedder", "namespace": "batch-.*", "availability": {"objective": 0.99}},
+    ]},
+    "autoscaling": {"targets": [{"deployment": "triton-ctr", "model": "ctr_ranker", "capacityRps": 50},
+                                {"deployment": "triton-emb", "model": "embedder", "capacityRps": 50}]},
+}
+
+
+def _slo_group(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    return next(g for d in kinds(docs)["PrometheusRule"] for g in d["spec"]["groups"] if g["name"] == SLO_GROUP)
+
+
+def test_the_slo_group_is_rendered_from_values_as_the_generator_renders_it(tmp: Path) -> None:
+    """The chart fills the committed clause patterns; alerts/slo.py fills the same: equal output
+    for the same SLOs, escaping of the user's patterns included."""
+    from tidescale.alerts.config import AlertsConfig
+    from tidescale.alerts.render import cluster_aware
+    from tidescale.alerts.slo import slo_group
+
+    cfg = AlertsConfig.model_validate({
+        "slo_latency_threshold_s": 1.0, "latency_slo_target": 0.95, "slos": [
+            {"name": "rankers", "model": 'ctr_.*|a"b\\d', "latency_threshold_s": 0.25, "latency_objective": 0.995},
+            {"name": "offline", "model": "embedder", "namespace": "batch-.*", "availability_objective": 0.99}]})
+    [expected] = cluster_aware([slo_group(cfg)], cfg)
+    assert _slo_group(template(tmp, SLO_VALUES, *MONITORING_API)) == expected
+    assert 'model=~"ctr_.*|a\\"b\\\\d"' in expected["rules"][0]["expr"]
+
+
+def test_each_target_is_sized_for_its_models_slo(tmp: Path) -> None:
+    [config] = [d for d in template(tmp, SLO_VALUES)
+                if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-config")]
+    recommender = yaml.safe_load(config["data"]["config.yaml"])["recommender"]
+    assert recommender["slo_p99_s"] == 1.0
+    # ctr_ranker is a ranker (0.25 s); embedder matches `offline` only in batch-* namespaces, so the default.
+    assert {t["model"]: t["slo_p99_s"] for t in recommender["targets"]} == {"ctr_ranker": 0.25, "embedder": 1.0}
+
+
+def test_an_slo_threshold_the_exporter_has_no_boundary_for_is_refused(tmp: Path) -> None:
+    path = tmp / "slo-bad-exporter.yaml"
+    fast = {"name": "fast", "model": "m", "latency": {"thresholdSeconds": 0.25}}
+    path.write_text(yaml.safe_dump({"exporter": {"settings": {"slo_thresholds_s": [0.5, 1.0]}},
+                                    "slo": {"models": [fast]}}))
+    result = helm("template", "t", str(CHART), "-f", str(path), *MONITORING_API)
+    assert result.returncode != 0
+    assert "slo.models[0] (fast): latency threshold 0.25s is not in exporter.settings.slo_thresholds_s" in result.stderr
+
+
+def test_the_schema_offers_exactly_the_thresholds_the_rules_record() -> None:
+    from tidescale.contracts.slo import SLO_THRESHOLDS_S
+
+    schema = json.loads((CHART / "values.schema.json").read_text())["properties"]["slo"]["properties"]
+    clauses = yaml.safe_load((CHART / "files" / "slo" / "clauses.yaml").read_text())
+    assert schema["latency"]["properties"]["thresholdSeconds"]["enum"] == list(SLO_THRESHOLDS_S)
+    assert clauses["thresholds"] == ["0.1", "0.25", "0.5", "1.0"]
 
 
 def test_dashboards_are_configmaps_with_the_generated_json(default_docs: list[dict[str, Any]],
@@ -384,6 +443,13 @@ def test_network_policies_and_no_pdb(default_docs: list[dict[str, Any]], full_do
     ({"monitoring": {"triton": {"portNumber": "yes"}}}, "/monitoring/triton/portNumber"),
     ({"defaultRules": {"runbookUrl": "wiki/runbooks"}}, "/defaultRules/runbookUrl"),
     ({"defaultRules": {"additionalRuleLabels": {"bad-label": "x"}}}, "/defaultRules/additionalRuleLabels"),
+    ({"slo": {"latency": {"thresholdSeconds": 0.3}}}, "/slo/latency/thresholdSeconds"),
+    ({"slo": {"availability": {"objective": 1}}}, "/slo/availability/objective"),
+    ({"slo": {"models": [{"name": "default", "model": "x"}]}}, "/slo/models/0/name"),
+    ({"slo": {"models": [{"name": "a", "model": "x", "latency": {"thresholdSeconds": 2}}]}},
+     "/slo/models/0/latency/thresholdSeconds"),
+    ({"slo": {"models": [{"name": "a"}]}}, "model"),
+    ({"recommender": {"sloP99Seconds": 0.5}}, "sloP99Seconds"),
 ])
 def test_schema_rejects_bad_values(tmp: Path, values: dict[str, Any], message: str) -> None:
     path = tmp / "bad.yaml"
@@ -866,7 +932,9 @@ RULE_VALUES: dict[str, Any] = {"defaultRules": {
     "additionalRuleLabels": {"team": "ml-platform", "severity": "ignored"},
     "disabled": {"GPUThrottling": True},
     "overrides": {"TritonQueueBacklog": {"severity": "critical"}},
-}}
+    # An SLO group for models the suite does not serve: the rest keep the default SLO the suite expects.
+}, "slo": {"latency": {"thresholdSeconds": 0.5, "objective": 0.99}, "availability": {"objective": 0.999},
+           "models": [{"name": "other", "model": "not_in_the_suite_.*", "latency": {"thresholdSeconds": 0.1}}]}}
 
 
 def _as_rendered(test: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:

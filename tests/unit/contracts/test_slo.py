@@ -27,7 +27,7 @@ def test_every_component_defaults_to_the_one_slo() -> None:
     assert RecommenderSettings().slo_p99_s == SLO_P99_S
     assert DEFAULT_SLO_S == SLO_P99_S
     values = yaml.safe_load((REPO / "deploy" / "helm" / "tidescale" / "values.yaml").read_text())
-    assert values["recommender"]["sloP99Seconds"] == SLO_P99_S
+    assert values["slo"]["latency"]["thresholdSeconds"] == SLO_P99_S
 
 
 def test_every_alert_threshold_is_an_exporter_bucket_boundary() -> None:

@@ -121,7 +121,8 @@ def chart_values(s: DemoSettings, mode: str, capacity_rps: float) -> dict[str, A
     """The values the demo installs the chart with: a user's, with the alert windows shortened."""
     return {
         "serving": {"namespace": SERVING},
-        "recommender": {"intervalSeconds": 5, "sloP99Seconds": s.slo_p99_s,
+        "slo": {"latency": {"thresholdSeconds": s.slo_p99_s}},
+        "recommender": {"intervalSeconds": 5,
                         "tuning": {"down_delay_s": 30, "rate_window_s": 30, "fast_window_s": 15}},
         "autoscaling": {"mode": mode, "keda": {"pollingInterval": 5},
                         "targets": [{"deployment": DEPLOYMENT, "model": AUTOSCALED_MODEL,
