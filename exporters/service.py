@@ -137,7 +137,8 @@ def _add_discovery_and_polling(state: ExporterState) -> None:
     if not settings.triton_urls and settings.kube_selector is None and settings.targets_file is None:
         return
     targets = TargetSet(settings.triton_urls, settings.kube_namespace, settings.kube_selector,
-                        port=settings.kube_http_port, targets_file=settings.targets_file)
+                        port=settings.kube_http_port, targets_file=settings.targets_file,
+                        kube_node=settings.kube_node_name)
     state.targets = targets
     poller = StatsPoller(targets, interval_s=settings.poll_interval_s, self_metrics=state.selfmetrics)
     state.registry.register(poller)

@@ -25,6 +25,10 @@ class ExporterSettings(ComponentSettings):
     kube_namespace: str | None = None
     kube_selector: str | None = None
     kube_http_port: int = Field(8000, ge=1, le=65535, description="Triton's HTTP port on discovered pods")
+    # One exporter per node (the chart's exporter.mode: daemonset, NODE_NAME from the downward API):
+    # discover only the pods scheduled on this node, so that every pod is polled, and its spans
+    # received, by exactly one exporter.
+    kube_node_name: str | None = Field(None, min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
     targets_file: Path | None = Field(None, description="file_sd JSON of Triton HTTP targets, re-read on change")
     poll_interval_s: float = Field(5.0, gt=0, le=3600)
     # Latency aggregation.
@@ -79,4 +83,6 @@ class ExporterSettings(ComponentSettings):
             raise ValueError("bucket_min_s must be below bucket_max_s")
         if (self.kube_selector is None) != (self.kube_namespace is None):
             raise ValueError("kube_namespace and kube_selector go together")
+        if self.kube_node_name is not None and self.kube_namespace is None:
+            raise ValueError("kube_node_name shards pod discovery by node: it needs kube_namespace and kube_selector")
         return self

@@ -128,10 +128,13 @@ class TargetSet:
     def __init__(self, static_urls: Iterable[str] = (), kube_namespace: str | None = None,
                  kube_selector: str | None = None, *, port: int = DEFAULT_PORT, api: Any = None,
                  watch_factory: Callable[[], Any] | None = None, max_targets: int = MAX_TARGETS,
-                 targets_file: Path | None = None) -> None:
+                 targets_file: Path | None = None, kube_node: str | None = None) -> None:
         self._static = {Target(u) for u in (normalize_url(u) for u in static_urls)}
         self.kube_namespace = kube_namespace or None
         self.kube_selector = kube_selector
+        # Only the pods on this node (a field selector on the API server; checked here too, so a
+        # pod that the server sends anyway is never polled by two exporters).
+        self.kube_node = kube_node
         self.port = port
         self.max_targets = max_targets
         self._api = api
@@ -206,7 +209,7 @@ class TargetSet:
         """Apply one watch event (ADDED, MODIFIED, DELETED) for *pod*."""
         meta = getattr(pod, "metadata", None)
         key = (getattr(meta, "namespace", None), getattr(meta, "name", None))
-        target = None if event_type == "DELETED" else pod_target(pod, self.port)
+        target = None if event_type == "DELETED" or not self._on_this_node(pod) else pod_target(pod, self.port)
         added: list[Target] = []
         removed: list[Target] = []
         with self._lock:
@@ -231,7 +234,7 @@ class TargetSet:
         fresh: dict[tuple[str | None, str | None], Target] = {}
         by_ip: dict[str, tuple[Target, str]] = {}
         for pod in pods:
-            target = pod_target(pod, self.port)
+            target = pod_target(pod, self.port) if self._on_this_node(pod) else None
             if target is not None and len(fresh) < self.max_targets:
                 fresh[(target.namespace, target.pod)] = target
                 by_ip[target_host(target)] = (target, deployment_of(pod))
@@ -241,6 +244,9 @@ class TargetSet:
             self._by_ip = by_ip
             after = set(fresh.values())
         self._notify(sorted(after - before), sorted(before - after))
+
+    def _on_this_node(self, pod: Any) -> bool:
+        return self.kube_node is None or getattr(getattr(pod, "spec", None), "node_name", None) == self.kube_node
 
     async def run(self) -> None:
         """Keep discovered targets current until `stop()` or cancellation; returns at once
@@ -287,6 +293,8 @@ class TargetSet:
     def _list_call(self) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
         api = self._load_api()
         kwargs = {"label_selector": self.kube_selector} if self.kube_selector else {}
+        if self.kube_node:
+            kwargs["field_selector"] = f"spec.nodeName={self.kube_node}"
         if self.kube_namespace:
             return api.list_namespaced_pod, (self.kube_namespace,), kwargs
         return api.list_pod_for_all_namespaces, (), kwargs

@@ -236,6 +236,30 @@ def test_the_schema_offers_exactly_the_thresholds_the_rules_record() -> None:
     assert clauses["thresholds"] == ["0.1", "0.25", "0.5", "1.0"]
 
 
+def test_daemonset_mode_runs_one_exporter_per_node_for_the_pods_on_its_node(tmp: Path) -> None:
+    docs = template(tmp, {"exporter": {"mode": "daemonset", "nodeSelector": {"nvidia.com/gpu.present": "true"},
+                                       "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}})
+    by_kind = kinds(docs)
+    assert not [d for d in by_kind["Deployment"] if d["metadata"]["name"].endswith("-exporter")]
+    [ds] = by_kind["DaemonSet"]
+    spec = ds["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert spec["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+    [container] = spec["containers"]
+    node = next(e for e in container["env"] if e["name"] == "TIDESCALE_EXPORTER_KUBE_NODE_NAME")
+    assert node["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    services = {s["metadata"]["name"]: s["spec"] for s in by_kind["Service"]}
+    assert services["t-tidescale-exporter-local"]["internalTrafficPolicy"] == "Local"
+    assert services["t-tidescale-exporter-local"]["selector"] == services["t-tidescale-exporter"]["selector"]
+    # The other components keep the global scheduling.
+    assert all("nodeSelector" not in d["spec"]["template"]["spec"] for d in by_kind["Deployment"])
+
+
+def test_deployment_mode_has_no_node_local_service(default_docs: list[dict[str, Any]]) -> None:
+    assert not [s for s in kinds(default_docs)["Service"] if s["metadata"]["name"].endswith("-local")]
+    assert "DaemonSet" not in kinds(default_docs)
+
+
 def test_dashboards_are_configmaps_with_the_generated_json(default_docs: list[dict[str, Any]],
                                                            full_docs: list[dict[str, Any]]) -> None:
     from tidescale.dashboards.registry import build_all
@@ -444,6 +468,8 @@ def test_network_policies_and_no_pdb(default_docs: list[dict[str, Any]], full_do
     ({"defaultRules": {"runbookUrl": "wiki/runbooks"}}, "/defaultRules/runbookUrl"),
     ({"defaultRules": {"additionalRuleLabels": {"bad-label": "x"}}}, "/defaultRules/additionalRuleLabels"),
     ({"slo": {"latency": {"thresholdSeconds": 0.3}}}, "/slo/latency/thresholdSeconds"),
+    ({"exporter": {"mode": "statefulset"}}, "/exporter/mode"),
+    ({"exporter": {"mode": "daemonset", "replicas": 2}}, "/exporter/replicas"),
     ({"slo": {"availability": {"objective": 1}}}, "/slo/availability/objective"),
     ({"slo": {"models": [{"name": "default", "model": "x"}]}}, "/slo/models/0/name"),
     ({"slo": {"models": [{"name": "a", "model": "x", "latency": {"thresholdSeconds": 2}}]}},
@@ -701,7 +727,7 @@ def _endpoint(monitor: dict[str, Any]) -> dict[str, Any]:
 def validate_manifest(doc: dict[str, Any]) -> bool:
     """Validate a core kind against Kubernetes' schema or a custom resource against its CRD's;
     False for a kind with neither here."""
-    if doc["kind"] in CORE_KINDS | {"PodDisruptionBudget"}:
+    if doc["kind"] in CORE_KINDS | {"PodDisruptionBudget", "DaemonSet"}:
         kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
     elif doc["kind"] in CRDS:
         errors = [e.message for e in crd_validator(doc["kind"]).iter_errors(doc)]

@@ -33,6 +33,11 @@ CASES: dict[str, dict[str, Any]] = {
     "full": FULL_VALUES,
     "keda": KEDA_VALUES,
     "keda-mimir": AUTH_VALUES,  # an authenticated Prometheus and two recommenders
+    # One exporter per GPU node, per-model SLOs.
+    "daemonset": {**FULL_VALUES, "exporter": {**FULL_VALUES["exporter"], "mode": "daemonset",
+                                              "nodeSelector": {"nvidia.com/gpu.present": "true"}},
+                  "slo": {"latency": {"thresholdSeconds": 0.5, "objective": 0.99}, "availability": {"objective": 0.999},
+                          "models": [{"name": "rankers", "model": "ctr_.*", "latency": {"thresholdSeconds": 0.25}}]}},
 }
 # A cluster-local URL: http(s)://<service>.<namespace>.svc[.cluster.local][:port][/path]
 SERVICE_URL = re.compile(r"https?://([a-z0-9-]+)\.([a-z0-9-]+)\.svc(?:\.cluster\.local)?(?::(\d+))?")
@@ -106,10 +111,10 @@ def container_ports(pod_spec: dict[str, Any]) -> dict[str, int]:
 
 
 def workload_pods(docs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
-    """(namespace, pod labels, pod spec) of every Deployment and CronJob."""
+    """(namespace, pod labels, pod spec) of every Deployment, DaemonSet and CronJob."""
     out = []
     for d in docs:
-        if d["kind"] == "Deployment":
+        if d["kind"] in ("Deployment", "DaemonSet"):
             template = d["spec"]["template"]
         elif d["kind"] == "CronJob":
             template = d["spec"]["jobTemplate"]["spec"]["template"]

@@ -116,15 +116,15 @@ topologySpreadConstraints:
   - {{- toYaml (merge (deepCopy $tsc) (dict "labelSelector" $selector)) | nindent 4 }}
   {{- end }}
 {{- end }}
-{{- with $v.nodeSelector }}
+{{- with $c.nodeSelector | default $v.nodeSelector }}
 nodeSelector:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with $v.tolerations }}
+{{- with $c.tolerations | default $v.tolerations }}
 tolerations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with $v.affinity }}
+{{- with $c.affinity | default $v.affinity }}
 affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}
