@@ -478,12 +478,14 @@ class SpanJoiner(Collector):
         yield GaugeMetricFamily(fam.name, fam.help, value=self.bytes)
 
 
-def encode_protobuf(spans: list[Span], service_name: str = "triton") -> bytes:
-    """An ExportTraceServiceRequest body holding *spans* (benchmarks and tests replay with it)."""
+def encode_protobuf(spans: list[Span], service_name: str = "triton", resource: dict[str, str] | None = None) -> bytes:
+    """An ExportTraceServiceRequest body holding *spans* (benchmarks and tests replay with it),
+    with *resource* attributes such as k8s.pod.name, as Triton's `resource=` flags set them."""
     request = ExportTraceServiceRequest()
     resource_spans = request.resource_spans.add()
-    service = resource_spans.resource.attributes.add()
-    service.key, service.value.string_value = "service.name", service_name
+    for key, value in {"service.name": service_name, **(resource or {})}.items():
+        attr = resource_spans.resource.attributes.add()
+        attr.key, attr.value.string_value = key, value
     scope_spans = resource_spans.scope_spans.add()
     scope_spans.scope.name = "triton-server"
     for span in spans:

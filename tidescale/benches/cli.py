@@ -92,6 +92,16 @@ def _register_latency_benches(bench: typer.Typer) -> None:
 
         run_command(json_only=json_only, quick=quick)
 
+    @bench.command("scale-out")
+    def scale_out_command(
+        json_only: bool = typer.Option(False, "--json", help="Only the JSON result on stdout."),
+        quick: bool = typer.Option(False, "--quick", help="A 100-pod fleet only (not 2,000 and 10,000)."),
+    ) -> None:
+        """One exporter against one per node: poll and ingest at 2,000 and 10,000 Triton pods."""
+        from tidescale.benches.scaleout import run_command
+
+        run_command(json_only=json_only, quick=quick)
+
     @bench.command("scrape")
     def scrape_command(
         json_only: bool = typer.Option(False, "--json", help="Only the JSON result on stdout."),

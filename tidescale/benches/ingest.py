@@ -35,11 +35,11 @@ RESULT_MD = BENCH_DIR / "ingest.md"
 TOKEN = "bench-token"
 
 
-def triton_request_spans(rng: np.random.Generator, t0: int) -> list[Span]:
+def triton_request_spans(rng: np.random.Generator, t0: int, models: tuple[str, ...] = MODELS) -> list[Span]:
     """The three spans Triton 2.51 emits for one request (shapes as in real-2.51/otlp)."""
     trace_id = rng.bytes(16)
     root, model_id, compute_id = rng.bytes(8), rng.bytes(8), rng.bytes(8)
-    model = MODELS[int(rng.integers(len(MODELS)))]
+    model = models[int(rng.integers(len(models)))]
     queue = int(rng.lognormal(11, 1))
     infer = int(rng.lognormal(15, 0.5))
     stamps = np.cumsum([t0, 50_000, 10_000, queue, 30_000, infer, 20_000, 10_000])
@@ -83,7 +83,8 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def exporter_rate(url: str, pid: int, payloads: list[bytes], content_type: str) -> dict[str, float]:
+def exporter_rate(url: str, pid: int, payloads: list[bytes], content_type: str,
+                  spans_per_body: int = REQUESTS_PER_BODY * SPANS_PER_REQUEST) -> dict[str, float]:
     headers = {"content-type": content_type, "authorization": f"Bearer {TOKEN}"}
     with httpx.Client(timeout=30) as client:
         client.post(f"{url}/v1/traces", content=payloads[0], headers=headers).raise_for_status()  # warm-up
@@ -92,7 +93,7 @@ def exporter_rate(url: str, pid: int, payloads: list[bytes], content_type: str) 
             client.post(f"{url}/v1/traces", content=body, headers=headers).raise_for_status()
         cpu, wall = cpu_seconds(pid) - cpu0, time.monotonic() - wall0
         metrics = client.get(f"{url}/metrics").text
-    spans = len(payloads) * REQUESTS_PER_BODY * SPANS_PER_REQUEST
+    spans = len(payloads) * spans_per_body
     accepted = next(float(line.split()[-1]) for line in metrics.splitlines()
                     if line.startswith("tidescale_exporter_spans_accepted_total "))
     return {"spans": spans, "server_cpu_s": cpu, "wall_s": wall, "spans_per_cpu_s": spans / max(cpu, 1e-9),

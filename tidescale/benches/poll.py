@@ -13,13 +13,14 @@ httpx.AsyncClient.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from aiohttp import web
@@ -116,7 +117,8 @@ async def _cycles(poll: Callable[[], Any], cycles: int) -> list[tuple[float, flo
     return out
 
 
-async def _ours(urls: list[str], cycles: int) -> dict[str, Any]:
+async def poll_cycles(urls: list[str], cycles: int) -> dict[str, Any]:
+    """tidescale's StatsPoller over *urls*: wall and CPU seconds per cycle after a warm-up cycle."""
     from tidescale.exporters.stats_poller import StatsPoller
     from tidescale.exporters.targets import TargetSet
 
@@ -174,28 +176,34 @@ def _summary(timings: list[tuple[float, float]]) -> dict[str, Any]:
             "cpu_s_median": round(statistics.median(cpus), 4), "cycles": len(timings)}
 
 
+@contextlib.contextmanager
+def fake_triton_process(models: int = MODELS) -> Iterator[int]:
+    """A FakeTriton in its own process (so its CPU is not the poller's); yields its port."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "tidescale.benches.poll", str(port), str(models)],
+                              cwd=REPO_ROOT, stdin=subprocess.DEVNULL)
+    try:
+        _wait_port(port)
+        yield port
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
 def run(targets: int = 500, quick: bool = False, progress: Callable[[str], None] = lambda m: None
         ) -> dict[str, Any]:
     cycles = 3 if quick else 8
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-c", f"from exporters.benches.poll import serve_forever; "
-                               f"serve_forever({port})"], cwd=REPO_ROOT, stdin=subprocess.DEVNULL,
-                              env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
-    try:
-        _wait_port(port)
+    with fake_triton_process() as port:
         urls = target_urls(targets, port)
         progress(f"fake Triton on :{port}; {targets} targets × {MODELS} models, {cycles} cycles each")
         results: dict[str, Any] = {}
-        for name, fn in (("tidescale_poller", _ours), ("tritonclient_aio_fetch_only", _tritonclient),
+        for name, fn in (("tidescale_poller", poll_cycles), ("tritonclient_aio_fetch_only", _tritonclient),
                          ("httpx_fetch_only", _httpx)):
             progress(f"running {name}")
             try:
                 results[name] = asyncio.run(fn(urls, cycles))
             except Exception as exc:  # a peer failing is a result, not a crash of the benchmark
                 results[name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
-    finally:
-        server.terminate()
-        server.wait(10)
     ours = results["tidescale_poller"]
     return {"benchmark": "poll", "targets": targets, "models_per_target": MODELS,
             "body_bytes": len(synthetic_stats(MODELS, 0)), "cpu_count": os.cpu_count(),
@@ -251,4 +259,4 @@ def run_command(json_only: bool = False, quick: bool = False, targets: int = 500
 
 
 if __name__ == "__main__":  # pragma: no cover
-    serve_forever(int(sys.argv[1]))
+    serve_forever(int(sys.argv[1]), *(int(a) for a in sys.argv[2:3]))
