@@ -233,3 +233,56 @@ def test_adapter_mode_scales_triton_up_under_load_and_back_down(cluster: Cluster
         scale_down_and_events(cluster)
     finally:
         addons.use_external_metrics_from(cluster.config, cluster.api, "keda")
+
+
+def _series_by_exporter(cluster: Cluster, query: str) -> dict[str, set[str]]:
+    """Triton pod -> the exporter pods (by scrape address) that export *query*'s series for it."""
+    exporters = {p["status"].get("podIP"): p["metadata"]["name"]
+                 for p in cluster.pods(NAMESPACE, "app.kubernetes.io/component=exporter")}
+    out: dict[str, set[str]] = {}
+    for m in prometheus_series(cluster, query):
+        out.setdefault(m["pod"], set()).add(exporters.get(m["instance"].rsplit(":", 1)[0], m["instance"]))
+    return out
+
+
+def test_one_exporter_per_node_polls_and_attributes_each_triton_pod_exactly_once(
+        cluster: Cluster, serving: str, tmp_path: Any) -> None:
+    """exporter.mode: daemonset on the two-node cluster: an exporter on each node, Triton sending its spans
+    to the `-local` Service (kube-proxy keeps them on the sender's node), and every Triton pod's series,
+    polled and traced, exported by the exporter on that pod's own node and by no other."""
+    path = tmp_path / "values-daemonset.yaml"
+    path.write_text(yaml.safe_dump({**values("none"), "exporter": {"mode": "daemonset"}}))
+    run_helm(cluster, "upgrade", "--install", RELEASE, str(CHART), "--namespace", NAMESPACE, "-f", str(path),
+             "--wait", "--timeout", "180s")
+    exporters = {p["metadata"]["name"]: p["spec"]["nodeName"]
+                 for p in cluster.pods(NAMESPACE, "app.kubernetes.io/component=exporter")}
+    assert sorted(exporters.values()) == sorted(cluster.config.node_names()), exporters
+    local = f"http://{RELEASE}-tidescale-exporter-local.{NAMESPACE}.svc:9105/v1/traces"
+    cluster.kubectl("apply", "-f", "-",
+                    stdin=yaml.safe_dump_all(triton_deployment(SERVING, replicas=2, otlp_url=local)))
+
+    def rolled_out() -> dict[str, str]:
+        pods = [p for p in cluster.pods(SERVING, "app.kubernetes.io/name=triton")
+                if p["metadata"].get("deletionTimestamp") is None]
+        ready = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods
+                 if any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
+                 and local in " ".join(p["spec"]["containers"][0]["args"])}
+        return ready if len(ready) == len(pods) == 2 else {}
+
+    tritons = wait_for(rolled_out, 240, "two Triton pods that send their traces to the node-local Service")
+    latency = f'tidescale_request_duration_seconds_count{{namespace="{SERVING}", stage="request"}} > 0'
+    polled = f'tidescale_batch_size_count{{namespace="{SERVING}"}}'
+
+    def of_both(query: str) -> dict[str, set[str]] | None:
+        found = _series_by_exporter(cluster, query)
+        return found if found.keys() == tritons.keys() else None
+
+    with load_on(serving, rps=40):
+        traced = wait_for(lambda: of_both(latency), 120, "latency series of both Triton pods")
+    stats = wait_for(lambda: of_both(polled), 60, "stats-poller series of both Triton pods")
+    for series in (traced, stats):
+        for triton, sources in series.items():
+            assert len(sources) == 1, f"{triton} exported by {sources}: counted twice"
+            [exporter] = sources
+            assert exporters[exporter] == tritons[triton], f"{triton} on {tritons[triton]}, exporter on " \
+                                                           f"{exporters.get(exporter)}"

@@ -19,6 +19,7 @@ def test_scale_out_bench_measures_both_designs_and_counts_what_the_cap_drops(mon
     assert node["ingest"]["label_sets_kept"] == node["ingest"]["label_sets_needed"] == 80
     assert one["ingest"]["label_sets_needed"] == 1000 == one["ingest"]["label_sets_kept"]
     assert fleet["per_node"]["exporters"] == 13
+    assert fleet["one_exporter_cap_raised"]["holds_the_fleet"]
     assert "| 100 | one per node | 13 | 8 |" in scaleout.markdown(result)
 
 
