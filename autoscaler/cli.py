@@ -30,6 +30,9 @@ def render_command(
     prescale: list[str] = typer.Option(
         [], "--prescale", help="A known peak, 'TIMEZONE;START CRON;END CRON;REPLICAS' (KEDA cron trigger; "
         "repeatable; needs --keda)."),
+    max_batch_exec_ms: float | None = typer.Option(
+        None, "--max-batch-exec-ms", help="Execution time of the model's largest batch (ms): prints the "
+        "recommended queue policy, timeout = SLO minus it, REJECT."),
 ) -> None:
     """Print the HPA (or KEDA ScaledObject) and the prometheus-adapter config as YAML."""
     from tidescale.autoscaler.manifests import PreScale, Target, render
@@ -37,7 +40,8 @@ def render_command(
     target = Target(deployment, namespace, model, min_replicas, max_replicas, slo_p99,
                     tuple(PreScale.parse(p) for p in prescale))
     typer.echo(render(target, keda=keda, prometheus_url=prometheus_url, legacy=legacy_tolerance,
-                      adapter_namespace=adapter_namespace), nl=False)
+                      adapter_namespace=adapter_namespace,
+                      max_batch_exec_s=None if max_batch_exec_ms is None else max_batch_exec_ms / 1e3), nl=False)
 
 
 @app.command("capacity")

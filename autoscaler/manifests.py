@@ -17,9 +17,11 @@ from typing import Any
 
 from tidescale.autoscaler import adapter
 from tidescale.autoscaler.hpa import Behavior, HpaSpec, MetricSpec, ScalingPolicy, ScalingRules, spec_to_dict
+from tidescale.autoscaler.queue_policy import recommended_queue_policy
 from tidescale.contracts import catalog
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.promql import selector
+from tidescale.contracts.slo import SLO_P99_S
 from tidescale.contracts.yamlout import dump, dump_all
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -178,7 +180,7 @@ def recommender_config_snippet(target: Target, legacy: bool) -> dict[str, Any]:
 
 
 def render(target: Target, keda: bool = False, prometheus_url: str = "http://prometheus-operated:9090",
-           legacy: bool = False, adapter_namespace: str = "monitoring") -> str:
+           legacy: bool = False, adapter_namespace: str = "monitoring", max_batch_exec_s: float | None = None) -> str:
     """The multi-document YAML `tidescale autoscale render` prints."""
     if target.prescale and not keda:
         raise UsageError("--prescale needs --keda (a cron trigger beside the prometheus one)")
@@ -187,11 +189,15 @@ def render(target: Target, keda: bool = False, prometheus_url: str = "http://pro
     head = f"# tidescale autoscaling for {target.namespace}/{target.deployment} (model {target.model})\n"
     head += "# recommender settings for this target:\n" + "".join(
         f"#   {line}\n" for line in dump(recommender_config_snippet(target, legacy)).splitlines())
-    if target.slo_p99_s is not None:
-        slo_us = round(target.slo_p99_s * 1e6)
-        head += ("# shed what cannot meet the SLO (docs/autoscaler.md#surges-queue-timeouts-and-standing-headroom):\n"
-                 "#   dynamic_batching { default_queue_policy { timeout_action: REJECT\n"
-                 f"#     default_timeout_microseconds: <{slo_us} minus the largest batch's execution µs> }} }}\n")
+    slo = target.slo_p99_s if target.slo_p99_s is not None else SLO_P99_S
+    head += "# shed what cannot meet the SLO (docs/autoscaler.md#surges-queue-timeouts-and-standing-headroom):\n"
+    if max_batch_exec_s is not None:
+        policy = recommended_queue_policy(target.model, slo, max_batch_exec_s)
+        head += f"# the queue policy for model {target.model}, to merge into its config.pbtxt:\n" + "".join(
+            f"#   {line}\n" for line in policy.pbtxt().splitlines())
+    else:
+        head += (f"#   give --max-batch-exec-ms for model {target.model}'s queue policy: timeout = SLO "
+                 f"({round(slo * 1e6)} µs) minus its largest batch's execution time, action REJECT\n")
     if not keda:
         head += "# the prometheus-adapter config (ConfigMap) follows the HPA; chart users: see docs/autoscaler.md\n"
         docs.append(adapter.adapter_configmap(adapter_namespace))

@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -27,6 +28,7 @@ from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from tidescale.autoscaler.capacity import load_capacity
+from tidescale.autoscaler.decisions import DECISIONS, decision, event_message
 from tidescale.autoscaler.manifests import Target
 from tidescale.autoscaler.recommend import (
     Observation,
@@ -39,6 +41,7 @@ from tidescale.contracts import catalog
 from tidescale.contracts import recorded as names
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.http import install_error_boundary
+from tidescale.contracts.kubeapi import EventsApi, deployment_event
 from tidescale.contracts.prometheus import PrometheusAuth, PrometheusClient, PrometheusUnavailable
 from tidescale.contracts.promql import selector
 from tidescale.contracts.settings import ComponentSettings
@@ -47,6 +50,7 @@ from tidescale.contracts.slo import SLO_P99_S
 log = logging.getLogger(__name__)
 
 FAILSAFE_REASONS = ("prometheus_down", "missing", "nan", "stale")
+EVENT_COMPONENT = "tidescale-recommender"
 MAX_TARGETS = 200
 _DEFAULTS = RecommenderConfig(capacity_rps=1.0)
 
@@ -135,6 +139,9 @@ class RecommenderSettings(ComponentSettings):
     # (scheduling, container and server start): learned, not typed; cold_start_s is the fallback.
     pod_start_overhead_s: float = Field(default=15.0, ge=0)
     headroom: float = Field(default=1.0, ge=1.0, allow_inf_nan=False)  # standing capacity: x the 10-min floor
+    # Post a Kubernetes Event on the target Deployment whenever the recommendation changes, saying why
+    # (the chart turns it on and grants `create events` in the serving namespace).
+    kube_events: bool = False
     hpa_tolerance_rounding: bool = False  # cluster without behavior.*.tolerance (k8s < 1.33)
     tuning: RecommenderTuning = Field(default_factory=RecommenderTuning)
     targets: list[TargetSettings] = Field(default_factory=list, max_length=MAX_TARGETS)
@@ -238,13 +245,15 @@ class TargetState:
     detail: str = ""
     last_success: float | None = None
     cold_start_source: str = "configured"
+    decision: str = "hold_missing_data"
 
 
 class RecommenderService:
     """Evaluates every target each interval; `collect()` exports the results (a prometheus_client Collector)."""
 
     def __init__(self, settings: RecommenderSettings, client: PrometheusClient | None = None,
-                 replicas_fn: ReplicasFn | None = None, clock: Callable[[], float] = time.time) -> None:
+                 replicas_fn: ReplicasFn | None = None, clock: Callable[[], float] = time.time,
+                 events: EventsApi | None = None) -> None:
         if not settings.targets:
             raise UsageError("the recommender needs at least one target (recommender.targets in the config file)")
         self.settings = settings
@@ -252,6 +261,11 @@ class RecommenderService:
                                                  auth=settings.prometheus_auth)
         self.replicas_fn = replicas_fn
         self.clock = clock
+        self.events: EventsApi | None = events
+        if self.events is None and settings.kube_events:
+            from tidescale.contracts.kubeapi import core_v1_api
+
+            self.events = core_v1_api()
         self.states: dict[tuple[str, str], TargetState] = {}
         for t in settings.targets:
             key = (t.namespace, t.deployment)
@@ -341,10 +355,33 @@ class RecommenderService:
         desired = rec.desired
         if self.settings.hpa_tolerance_rounding:
             desired = min(st.settings.max_replicas, reachable_under_tolerance(obs.current_replicas, desired))
+        before = st.published
         st.last_good, st.published, st.failsafe, st.detail, st.last_success = rec, desired, None, rec.reason, now
+        st.decision = decision(desired, obs.current_replicas, rec.reason, None)
+        if before is not None and desired != before:
+            self._post_event(st, before, desired, obs)
+
+    def _post_event(self, st: TargetState, before: int, after: int, obs: Observation) -> None:
+        """A Kubernetes Event on the target Deployment saying why the recommendation changed; best
+        effort (the API server being away never delays a scale-up)."""
+        if self.events is None:
+            return
+        p99 = "unknown" if obs.p99_s is None else f"{obs.p99_s * 1e3:.0f} ms"
+        detail = (f"arrival {obs.arrival_rps:.1f} req/s, rejected {obs.rejected_rps:.1f} req/s, queue "
+                  f"{obs.queue_depth:.0f}, P99 {p99}, capacity {st.recommender.capacity_rps:.1f} req/s per replica, "
+                  f"{obs.ready_replicas}/{obs.current_replicas} replicas ready")
+        ns, dep = st.settings.namespace, st.settings.deployment
+        body = deployment_event(ns, dep, reason="TidescaleRecommendation", now=datetime.now(UTC),
+                                message=event_message(before, after, st.decision, detail),
+                                component=EVENT_COMPONENT, name_prefix="tidescale-recommendation")
+        try:
+            self.events.create_namespaced_event(ns, body)
+        except Exception as exc:
+            log.warning("posting the recommendation Event for %s/%s failed: %s", ns, dep, exc)
 
     def _hold(self, st: TargetState, reason: str, detail: str) -> None:
         """Keep publishing the last good value (no scale-down on missing data) and say why."""
+        st.decision = "hold_missing_data"
         if st.failsafe != reason:
             log.warning("recommender %s/%s holds %s: %s (%s)", st.settings.namespace, st.settings.deployment,
                         st.published, reason, detail)
@@ -361,6 +398,7 @@ class RecommenderService:
         capacity = family("tidescale_recommender_capacity_rps")
         success = family("tidescale_recommender_last_success_timestamp_seconds")
         cold = family("tidescale_recommender_cold_start_seconds", ("source",))
+        decided = family("tidescale_recommender_decision", ("reason",))
         with self._lock:
             for (ns, dep), st in self.states.items():
                 if st.published is not None:
@@ -369,9 +407,11 @@ class RecommenderService:
                     failsafe.add_metric([ns, dep, reason], 1.0 if st.failsafe == reason else 0.0)
                 capacity.add_metric([ns, dep], st.recommender.capacity_rps)
                 cold.add_metric([ns, dep, st.cold_start_source], st.recommender.config.cold_start_s)
+                for reason in DECISIONS:
+                    decided.add_metric([ns, dep, reason], 1.0 if st.decision == reason else 0.0)
                 if st.last_success is not None:
                     success.add_metric([ns, dep], st.last_success)
-        yield from (desired, failsafe, capacity, success, cold)
+        yield from (desired, failsafe, capacity, success, cold, decided)
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
         return iter(())

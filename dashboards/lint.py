@@ -34,6 +34,7 @@ RAW_SERIES: dict[str, str] = {
     "tidescale_model_reviews": "review-service gauge of open reviews, shown as is (one series per state)",
     "tidescale_desired_replicas": "the recommender's output gauge per Deployment, shown as is",
     "tidescale_recommender_failsafe": "the recommender's fail-safe gauge per Deployment and reason, shown as is",
+    "tidescale_recommender_decision": "the recommender's decision gauge per Deployment and reason, shown as is",
     "tidescale_recommender_last_success_timestamp_seconds": "a timestamp gauge; `time() -` must run at query time",
     "kube_deployment_status_replicas": "kube-state-metrics replica count, shown as is",
     "kube_deployment_status_replicas_ready": "kube-state-metrics ready replica count, shown as is",

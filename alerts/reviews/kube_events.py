@@ -5,37 +5,19 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
+
+from tidescale.contracts.kubeapi import EventsApi, deployment_event
 
 log = logging.getLogger(__name__)
 COMPONENT = "tidescale-reviews"
 
 
-class EventsApi(Protocol):
-    """The one call of kubernetes.client.CoreV1Api we use (a fake in tests)."""
-
-    def create_namespaced_event(self, namespace: str, body: Any) -> Any: ...
-
-
 def event_body(namespace: str, deployment: str, review: dict[str, Any], now: datetime) -> dict[str, Any]:
-    stamp = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     message = (f"model {review['model']} version {review['version']} needs a review ({review['reason']}); "
                f"review #{review['id']}")
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"generateName": f"{deployment}.tidescale-review-", "namespace": namespace},
-        "involvedObject": {"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment,
-                           "namespace": namespace},
-        "reason": "ModelReviewOpened",
-        "message": message[:1024],
-        "type": "Normal",
-        "source": {"component": COMPONENT},
-        "reportingComponent": COMPONENT,
-        "firstTimestamp": stamp,
-        "lastTimestamp": stamp,
-        "count": 1,
-    }
+    return deployment_event(namespace, deployment, reason="ModelReviewOpened", message=message,
+                            component=COMPONENT, now=now, name_prefix="tidescale-review")
 
 
 def deployment_of(review: dict[str, Any], model_deployments: dict[str, str]) -> tuple[str, str] | None:

@@ -64,6 +64,14 @@ def build() -> dash_b.Dashboard:
             "scale-down decision that reached the Deployment.",
             "short", [Query(f"sum by (deployment) (changes({sel('kube_deployment_spec_replicas', NS_DEPLOY)}"
                             "[$__rate_interval]))", "{{deployment}}")], min_value=0))
+        .with_panel(graph(
+            "Why the recommender decided",
+            "Each evaluation's decision (tidescale_recommender_decision == 1): scale_up_rate, scale_up_queue, "
+            "scale_up_panic (a backlog the rate cannot clear within the SLO), scale_down, hold_down_delay, "
+            "hold_steady, hold_missing_data (the fail-safe: never a scale-down on missing data). A change of "
+            "the recommendation is also a Kubernetes Event on the Deployment (`kubectl describe`).",
+            "short", [Query(f"{_by_deployment('tidescale_recommender_decision', ', reason')} == 1",
+                            "{{deployment}} {{reason}}")], span=24, min_value=0))
         .with_row(row("Control loop health"))
         .with_panel(graph(
             "Cold-start time",

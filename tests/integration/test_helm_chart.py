@@ -355,13 +355,15 @@ def test_least_privilege_rbac(full_docs: list[dict[str, Any]]) -> None:
     assert {r["metadata"]["namespace"] for r in roles.values()} == {"serving"}
     assert roles["t-tidescale-exporter"]["rules"] == [
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
-    assert roles["t-tidescale-reviews-events"]["rules"] == [
-        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+    for poster in ("reviews", "recommender"):
+        assert roles[f"t-tidescale-{poster}-events"]["rules"] == [
+            {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
     bound = {b["roleRef"]["name"]: b["subjects"][0]["name"] for b in by_kind["RoleBinding"]}
     assert bound.keys() == roles.keys()
     # Each account with a permission belongs to exactly one component; the rest get no token at all.
-    accounts = {"exporter": bound["t-tidescale-exporter"], "reviews": bound["t-tidescale-reviews-events"]}
-    assert len(set(accounts.values())) == 2
+    accounts = {"exporter": bound["t-tidescale-exporter"], "reviews": bound["t-tidescale-reviews-events"],
+                "recommender": bound["t-tidescale-recommender-events"]}
+    assert len(set(accounts.values())) == 3
     for d in by_kind["Deployment"]:
         spec = d["spec"]["template"]["spec"]
         component = d["metadata"]["labels"]["app.kubernetes.io/component"]
@@ -381,9 +383,10 @@ def test_review_events_name_each_model_deployment_and_are_granted_where_it_runs(
     # autoscaling.targets in the serving namespace, then the explicit map (a bare name: the serving namespace).
     assert settings.kube_events and settings.model_deployments == {
         "resnet50": "serving/triton-resnet", "ctr": "serving/ctr-v2", "bert": "nlp/bert"}
-    assert {d["metadata"]["namespace"] for d in docs if d["kind"] == "Role" and "events" in d["metadata"]["name"]} == {
-        "serving", "nlp"}
-    off = template(tmp, {**FULL_VALUES, "reviews": {"kubeEvents": {"enabled": False}}})
+    review_roles = [d for d in docs if d["kind"] == "Role" and "reviews-events" in d["metadata"]["name"]]
+    assert {d["metadata"]["namespace"] for d in review_roles} == {"serving", "nlp"}
+    off = template(tmp, {**FULL_VALUES, "reviews": {"kubeEvents": {"enabled": False}},
+                         "recommender": {**FULL_VALUES["recommender"], "kubeEvents": False}})
     assert not [d for d in off if d["kind"] in ("Role", "RoleBinding") and "events" in d["metadata"]["name"]]
     assert len([d for d in off if d["kind"] == "ServiceAccount"]) == 2
     [spec] = [d["spec"]["template"]["spec"] for d in off if d["metadata"]["name"] == "t-tidescale-reviews"
@@ -754,7 +757,7 @@ def test_namespace_override_moves_the_release_objects_only(hatch_docs: list[dict
     by_kind = kinds(hatch_docs)
     [exporter_monitor] = [m for m in by_kind["ServiceMonitor"] if "dcgm" not in m["metadata"]["name"]]
     assert exporter_monitor["spec"]["namespaceSelector"]["matchNames"] == ["observability"]
-    assert len(by_kind["RoleBinding"]) == 2  # the exporter's pod watch, the review service's Events
+    assert len(by_kind["RoleBinding"]) == 3  # the exporter's pod watch, the reviews' and recommender's Events
     assert {b["subjects"][0]["namespace"] for b in by_kind["RoleBinding"]} == {"observability"}
     reviews_env = {e["name"]: e.get("value") for e in _deployments(hatch_docs)["reviews"]["spec"]["template"]["spec"]
                    ["containers"][0]["env"]}
@@ -823,11 +826,12 @@ def test_scheduling_and_service_account(hatch_docs: list[dict[str, Any]]) -> Non
         selector = spread["labelSelector"]["matchLabels"]
         assert selector["app.kubernetes.io/component"] == component and selector["app.kubernetes.io/instance"] == "obs"
     accounts = {d["metadata"]["name"] for d in kinds(hatch_docs)["ServiceAccount"]}
-    assert accounts == {"ts-sa", "ts-sa-exporter", "ts-sa-reviews"}
+    assert accounts == {"ts-sa", "ts-sa-exporter", "ts-sa-reviews", "ts-sa-recommender"}
     assert deployments["exporter"]["serviceAccountName"] == "ts-sa-exporter"
     assert deployments["reviews"]["serviceAccountName"] == "ts-sa-reviews"
-    assert deployments["recommender"]["serviceAccountName"] == "ts-sa"
-    assert {b["subjects"][0]["name"] for b in kinds(hatch_docs)["RoleBinding"]} == {"ts-sa-exporter", "ts-sa-reviews"}
+    assert deployments["recommender"]["serviceAccountName"] == "ts-sa-recommender"
+    assert {b["subjects"][0]["name"] for b in kinds(hatch_docs)["RoleBinding"]} == {
+        "ts-sa-exporter", "ts-sa-reviews", "ts-sa-recommender"}
 
 
 def test_an_existing_service_account(tmp: Path) -> None:

@@ -120,10 +120,12 @@ def test_render_prints_valid_documents() -> None:
     assert config == adapter.adapter_config()
     keda_docs = list(yaml.safe_load_all(render(TARGET, keda=True)))
     assert [d["kind"] for d in keda_docs] == ["ScaledObject"]
-    # with an SLO, a comment says how to shed what cannot meet it (Triton's queue policy)
-    assert "timeout_action: REJECT" in render(TARGET) and "<250000 minus" in render(TARGET)
+    # a comment says how to shed what cannot meet the SLO (Triton's queue policy): the fragment itself
+    # with the largest batch's execution time, else what to give for it
+    assert "timeout = SLO (250000 µs) minus" in render(TARGET) and "default_queue_policy" not in render(TARGET)
+    assert "default_timeout_microseconds: 166000" in render(TARGET, max_batch_exec_s=0.084)
     no_slo = Target("triton-resnet", "ml-serving", "resnet50", 2, 30)
-    assert "default_queue_policy" not in render(no_slo)
+    assert "timeout = SLO (500000 µs) minus" in render(no_slo)  # the default SLO
 
 
 def all_rules() -> list[dict[str, Any]]:

@@ -249,3 +249,55 @@ def test_the_cold_start_is_learned_from_tritons_model_load_time_and_exported() -
                (("deployment", "triton"), ("namespace", "ml"), ("source", "model_load")))
     assert exported(svc)[learned] == 57.0 and state.recommender.config.cold_start_s == 57.0
     assert any('nv_model_load_duration_secs{namespace="ml",model="re\\"snet"}' in q for q in fake.queries)
+
+
+def decisions(svc: RecommenderService) -> dict[str, float]:
+    return {dict(k[1])["reason"]: v for k, v in exported(svc).items() if k[0] == "tidescale_recommender_decision"}
+
+
+class FakeEvents:
+    def __init__(self, fail: bool = False) -> None:
+        self.posted: list[tuple[str, dict]] = []
+        self.fail = fail
+
+    def create_namespaced_event(self, namespace: str, body: dict) -> None:
+        if self.fail:
+            raise OSError("connection refused")
+        self.posted.append((namespace, body))
+
+
+def test_every_evaluation_exports_one_decision_and_a_change_posts_an_event_saying_why() -> None:
+    events = FakeEvents()
+    target = TargetSettings(deployment="triton", namespace="ml", model="resnet", min_replicas=1, max_replicas=50)
+    fake = FakeProm()
+    svc = RecommenderService(RecommenderSettings(targets=[target], capacity_rps=100.0), fake,  # type: ignore[arg-type]
+                             events=events)
+    svc.evaluate(0.0)  # 450 req/s on 5 replicas: steady; the first answer is no change to announce
+    assert decisions(svc)["hold_steady"] == 1.0 and sum(decisions(svc).values()) == 1.0
+    assert events.posted == []
+    fake.values["rate("] = 900.0
+    svc.evaluate(15.0)
+    up = desired(svc)
+    assert up > 5  # the doubled rate, and its trend projected over the cold start
+    [(namespace, body)] = events.posted
+    assert namespace == "ml" and body["involvedObject"] == {"apiVersion": "apps/v1", "kind": "Deployment",
+                                                           "name": "triton", "namespace": "ml"}
+    assert body["reason"] == "TidescaleRecommendation"
+    assert body["message"].startswith(f"tidescale recommends {up:.0f} replicas (was 5): scale_up_")
+    assert "arrival 900.0 req/s" in body["message"]
+    assert sum(decisions(svc).values()) == 1.0 and decisions(svc)[body["message"].split(": ")[1].split(";")[0]] == 1
+    fake.down = True
+    svc.evaluate(30.0)
+    assert decisions(svc)["hold_missing_data"] == 1.0 and sum(decisions(svc).values()) == 1.0
+    assert len(events.posted) == 1  # holding is no change
+
+
+def test_a_failing_event_post_never_stops_the_recommendation() -> None:
+    target = TargetSettings(deployment="triton", namespace="ml", model="resnet")
+    fake = FakeProm()
+    svc = RecommenderService(RecommenderSettings(targets=[target], capacity_rps=100.0), fake,  # type: ignore[arg-type]
+                             events=FakeEvents(fail=True))
+    svc.evaluate(0.0)
+    fake.values["rate("] = 900.0
+    svc.evaluate(15.0)
+    assert desired(svc) > 5

@@ -448,3 +448,44 @@ metricRelabelings:
 {{- end -}}
 {{- toYaml (dict "name" $spec.group "interval" $spec.interval "rules" $rules) -}}
 {{- end -}}
+
+{{/* Least privilege for a component that posts Events: create Events in one namespace, nothing else
+     (no read, no update). Takes root, ctx (component labels), name, namespace, account. */}}
+{{- define "tidescale.eventsRole" -}}
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: {{ .name }}-events
+  namespace: {{ .namespace }}
+  labels:
+    {{- include "tidescale.componentLabels" .ctx | nindent 4 }}
+rules:
+  - apiGroups: [""]
+    resources: [events]
+    verbs: [create]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {{ .name }}-events
+  namespace: {{ .namespace }}
+  labels:
+    {{- include "tidescale.componentLabels" .ctx | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: {{ .name }}-events
+subjects:
+  - kind: ServiceAccount
+    name: {{ .account }}
+    namespace: {{ include "tidescale.namespace" .root }}
+{{- end -}}
+
+{{/* The recommender's account when it posts Events: <account>-recommender when created. */}}
+{{- define "tidescale.recommenderServiceAccount" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- printf "%s-recommender" (include "tidescale.serviceAccount" .) | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- include "tidescale.serviceAccount" . -}}
+{{- end -}}
+{{- end -}}

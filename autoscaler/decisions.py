@@ -1,0 +1,39 @@
+"""Why the recommender answered what it did: one word per evaluation, for people and dashboards.
+
+Every evaluation ends in exactly one decision of a fixed vocabulary (bounded label values):
+`tidescale_recommender_decision{reason}` is 1 for it and 0 for the rest, and a change of the
+published replica count becomes a Kubernetes Event on the target Deployment that says why.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# What made the recommendation go up (the recommender's own reasons, recommend.py).
+SCALE_UP: Final = {"rate": "scale_up_rate", "lookahead": "scale_up_lookahead", "queue": "scale_up_queue",
+                   "drain": "scale_up_panic", "min": "scale_up_min", "max": "scale_up_max"}
+DECISIONS: Final = (*SCALE_UP.values(), "scale_down", "scale_down_min", "hold_steady", "hold_down_delay",
+                    "hold_at_max", "hold_missing_data")
+
+
+def decision(desired: int, current: int, reason: str, failsafe: str | None) -> str:
+    """The decision of one evaluation: *desired* published against *current* replicas, the
+    recommender's *reason*, or the *failsafe* that made it hold its last good answer.
+
+    `drain` is the recommender's panic: a backlog that the measured rate cannot clear within the
+    SLO makes it scale in proportion to the overload at once (scale_up_panic)."""
+    if failsafe is not None:
+        return "hold_missing_data"
+    if desired > current:
+        return SCALE_UP.get(reason, "scale_up_rate")
+    if desired < current:
+        return "scale_down_min" if reason == "min" else "scale_down"
+    if reason == "hold-down":
+        return "hold_down_delay"
+    return "hold_at_max" if reason == "max" else "hold_steady"
+
+
+def event_message(before: int | None, after: int, why: str, detail: str) -> str:
+    """The Event's message: the change, the decision and the numbers behind it."""
+    start = "none" if before is None else str(before)
+    return f"tidescale recommends {after} replicas (was {start}): {why}; {detail}"[:1024]

@@ -1,0 +1,41 @@
+"""The Triton queue policy tidescale recommends for a model: shed what cannot meet the SLO anyway.
+
+A request that has waited longer than the SLO minus the largest batch's execution time will miss
+the SLO whatever happens next. Left in the queue, it delays everything behind it, and a surge
+turns into a backlog that outlives it. Rejected at once (`timeout_action: REJECT`), it returns an
+error the client can retry elsewhere, and the requests behind it keep their SLO.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tidescale.contracts.errors import UsageError
+
+
+@dataclass(frozen=True)
+class QueuePolicy:
+    """`dynamic_batching.default_queue_policy` for one model."""
+
+    model: str
+    timeout_us: int
+
+    def pbtxt(self) -> str:
+        """The config.pbtxt fragment (merge it into the model's `dynamic_batching` block)."""
+        return ("dynamic_batching {\n  default_queue_policy {\n    timeout_action: REJECT\n"
+                f"    default_timeout_microseconds: {self.timeout_us}\n  }}\n}}\n")
+
+
+def recommended_queue_policy(model: str, slo_p99_s: float, max_batch_exec_s: float) -> QueuePolicy:
+    """Timeout = SLO − the largest batch's execution time; an SLO that leaves no queue time is an error."""
+    for what, value in (("SLO P99", slo_p99_s), ("largest batch's execution time", max_batch_exec_s)):
+        if not math.isfinite(value) or value <= 0:
+            raise UsageError(f"{what} must be a finite number of seconds > 0, got {value}")
+    timeout_us = round((slo_p99_s - max_batch_exec_s) * 1e6)  # whole µs; floor would turn 166000 into 165999
+    if timeout_us <= 0:
+        raise UsageError(
+            f"impossible queue policy for model {model}: the SLO of {slo_p99_s * 1e3:g} ms minus the largest "
+            f"batch's execution time of {max_batch_exec_s * 1e3:g} ms leaves no time to queue; lower the "
+            "max batch size or raise the SLO")
+    return QueuePolicy(model, timeout_us)
