@@ -43,7 +43,7 @@ from tidescale.contracts.errors import UsageError
 from tidescale.contracts.http import install_error_boundary
 from tidescale.contracts.kubeapi import EventsApi, deployment_event
 from tidescale.contracts.prometheus import PrometheusAuth, PrometheusClient, PrometheusUnavailable
-from tidescale.contracts.promql import selector
+from tidescale.contracts.promql import matcher, regex_escape, selector
 from tidescale.contracts.settings import ComponentSettings
 from tidescale.contracts.slo import SLO_P99_S
 
@@ -202,6 +202,16 @@ class TargetQueries:
     spec_replicas: str
     ready_replicas: str
     model_load: str
+    pod_ready: str
+
+    @staticmethod
+    def _pod_ready(t: TargetSettings) -> str:
+        """The slowest of the Deployment's pods from start to Ready (kube-state-metrics): the cold
+        start as the cluster measured it, image pull, server start and model load included."""
+        of_deployment = f"{regex_escape(t.deployment)}-[a-z0-9]+-[a-z0-9]+"
+        pods = f'{matcher("namespace", t.namespace)},{matcher("pod", of_deployment, "=~")}'
+        ready, start = (catalog.get(n).name for n in ("kube_pod_status_ready_time", "kube_pod_start_time"))
+        return f"max({ready}{{{pods}}} - on (namespace, pod) {start}{{{pods}}})"
 
     @classmethod
     def for_target(cls, t: TargetSettings, tuning: RecommenderTuning | None = None) -> TargetQueries:
@@ -226,6 +236,7 @@ class TargetQueries:
             spec_replicas=f"max({selector(catalog.get('kube_deployment_spec_replicas').name, **dep)})",
             ready_replicas=f"max({selector(catalog.get('kube_deployment_status_replicas_ready').name, **dep)})",
             model_load=f"max({selector(catalog.get('nv_model_load_duration_secs').name, **triton)})",
+            pod_ready=cls._pod_ready(t),
         )
 
 
@@ -324,13 +335,18 @@ class RecommenderService:
             return dict(self.states)
 
     def _learn_cold_start(self, st: TargetState) -> None:
-        """Cold start from the server's own model load time when it reports one (the slowest pod's),
-        else the configured value; a failed read keeps what the recommender has."""
+        """Cold start as measured: the slowest pod's start-to-Ready time (kube-state-metrics), else
+        the server's own model load time plus the pod start overhead, else the configured value; a
+        failed read keeps what the recommender has."""
         try:
-            load = self._value(st.queries.model_load, "model load time", required=False)
+            ready = self._value(st.queries.pod_ready, "pod start to Ready", required=False)
+            load = None if ready is not None and ready > 0 else self._value(
+                st.queries.model_load, "model load time", required=False)
         except PrometheusUnavailable:
             return
-        if load is not None and load >= 0:
+        if ready is not None and ready > 0:
+            cold, source = ready, "pod_ready"
+        elif load is not None and load >= 0:
             cold, source = load + self.settings.pod_start_overhead_s, "model_load"
         else:
             cold, source = self.settings.cold_start_s, "configured"

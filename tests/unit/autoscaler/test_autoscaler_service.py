@@ -29,7 +29,8 @@ class FakeProm:
     """Answers by query shape; `down` makes every query fail like a dead Prometheus."""
 
     def __init__(self) -> None:
-        self.values: dict[str, float | None] = {"nv_inference_request_failure": None, "rate(": 450.0,  # first match
+        self.values: dict[str, float | None] = {"kube_pod_status_ready_time": None,
+                                                "nv_inference_request_failure": None, "rate(": 450.0,  # first match
                                                  "sum(nv_inference_pending": 0.0, "sum by (pod)": 0.0, "time()": 5.0,
                                                 "spec_replicas": 5.0, "replicas_ready": 5.0, "p99": None,
                                                 "nv_model_load_duration_secs": None}
@@ -249,6 +250,14 @@ def test_the_cold_start_is_learned_from_tritons_model_load_time_and_exported() -
                (("deployment", "triton"), ("namespace", "ml"), ("source", "model_load")))
     assert exported(svc)[learned] == 57.0 and state.recommender.config.cold_start_s == 57.0
     assert any('nv_model_load_duration_secs{namespace="ml",model="re\\"snet"}' in q for q in fake.queries)
+    # kube-state-metrics' start-to-Ready time of the slowest pod, where it exists, is the cold start itself.
+    fake.values["kube_pod_status_ready_time"] = 38.5
+    svc.evaluate(1030.0)
+    measured = ("tidescale_recommender_cold_start_seconds",
+                (("deployment", "triton"), ("namespace", "ml"), ("source", "pod_ready")))
+    assert exported(svc)[measured] == 38.5 and state.recommender.config.cold_start_s == 38.5
+    assert any('kube_pod_status_ready_time{namespace="ml",pod=~"triton-[a-z0-9]+-[a-z0-9]+"} - on (namespace, pod) '
+               'kube_pod_start_time{' in q for q in fake.queries)
 
 
 def decisions(svc: RecommenderService) -> dict[str, float]:

@@ -224,8 +224,9 @@ TIDESCALE: list[MetricFamily] = [
     _own("tidescale_recommender_capacity_rps", "gauge", "requests_per_second",
          "Per-replica capacity at the SLO the recommender currently uses.", ("namespace", "deployment")),
     _own("tidescale_recommender_cold_start_seconds", "gauge", "seconds",
-         "Time a new replica needs to serve that the recommender uses now: Triton's model load time plus "
-         "the pod start overhead where the server reports it (source=model_load), else the configured one.",
+         "Time a new replica needs to serve that the recommender uses now: the slowest pod's start-to-Ready "
+         "time from kube-state-metrics (source=pod_ready), else Triton's model load time plus the pod start "
+         "overhead (source=model_load), else the configured one.",
          ("namespace", "deployment", "source")),
     _own("tidescale_recommender_last_success_timestamp_seconds", "gauge", "seconds",
          "Unix time of the recommender's last successful evaluation.", ("namespace", "deployment")),
