@@ -15,6 +15,11 @@ from tidescale.devstack.fleet.model_repo import DEFAULT_MODELS, MODEL_PY, ModelS
 
 TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:24.10-py3"
 LABELS = {"app.kubernetes.io/name": "triton"}
+# A scale-down that loses nothing (docs/install.md, "Triton pods that scale down cleanly"): the pod
+# keeps serving for DRAIN_S after it is deleted, while kube-proxy takes it out of the Service; then
+# SIGTERM, and Triton waits up to EXIT_TIMEOUT_S for the requests it still holds.
+DRAIN_S = 5
+EXIT_TIMEOUT_S = 30
 
 
 def model_repository_configmap(name: str, namespace: str, specs: tuple[ModelSpec, ...]) -> dict[str, Any]:
@@ -40,6 +45,7 @@ def triton_deployment(namespace: str, *, replicas: int = 1, otlp_url: str, trace
         "--trace-config=mode=opentelemetry", f"--trace-config=opentelemetry,url={otlp_url}",
         "--trace-config=opentelemetry,resource=k8s.namespace.name=$(POD_NAMESPACE)",
         "--trace-config=opentelemetry,resource=k8s.pod.name=$(POD_NAME)",
+        f"--exit-timeout-secs={EXIT_TIMEOUT_S}",
     ]
     container = {
         "name": "triton", "image": TRITON_IMAGE, "command": ["tritonserver"], "args": args,
@@ -51,6 +57,7 @@ def triton_deployment(namespace: str, *, replicas: int = 1, otlp_url: str, trace
         "startupProbe": {"httpGet": {"path": "/v2/health/live", "port": "http"}, "periodSeconds": 1,
                          "failureThreshold": 120},
         "resources": {"limits": {"nvidia.com/gpu": 1}},
+        "lifecycle": {"preStop": {"sleep": {"seconds": DRAIN_S}}},
         "volumeMounts": [{"name": "models", "mountPath": "/models", "readOnly": True}],
     }
     return [
@@ -59,7 +66,7 @@ def triton_deployment(namespace: str, *, replicas: int = 1, otlp_url: str, trace
                                                                      "labels": LABELS},
          "spec": {"replicas": replicas, "selector": {"matchLabels": LABELS}, "template": {
              "metadata": {"labels": LABELS},
-             "spec": {"terminationGracePeriodSeconds": 10, "containers": [container],
+             "spec": {"terminationGracePeriodSeconds": DRAIN_S + EXIT_TIMEOUT_S + 5, "containers": [container],
                       "volumes": [{"name": "models", "configMap": {"name": repo, "items": items}}]}}}},
         {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": namespace, "labels": LABELS},
          "spec": {"selector": LABELS, "ports": [{"name": "http", "port": 8000, "targetPort": "http"},
