@@ -260,6 +260,34 @@ def test_deployment_mode_has_no_node_local_service(default_docs: list[dict[str, 
     assert "DaemonSet" not in kinds(default_docs)
 
 
+def test_the_cluster_label_is_a_value_for_rules_and_dashboards(tmp: Path) -> None:
+    """A Thanos or Mimir whose external label is not `cluster`: every by/on of every rule keeps that
+    label instead, the dashboards match and list it, and the rules stay promtool-clean."""
+    import re
+
+    from tidescale.alerts import tooling
+
+    docs = template(tmp, {"clusterLabel": "k8s_cluster"}, *MONITORING_API)
+    exprs = [r["expr"] for d in kinds(docs)["PrometheusRule"] for g in d["spec"]["groups"] for r in g["rules"]]
+    assert all(not re.search(r"\b(by|on) \(cluster\b", e) for e in exprs)
+    assert sum("(k8s_cluster, namespace" in e for e in exprs) > 50
+    boards = [json.loads(v) for d in kinds(docs)["ConfigMap"] if "dashboard" in d["metadata"]["name"]
+              for v in d["data"].values()]
+    text = json.dumps(boards)
+    assert 'k8s_cluster=~\\"$cluster\\"' in text and 'cluster=~\\"$cluster' not in text.replace("k8s_cluster", "")
+    variables = [v for b in boards for v in b["templating"]["list"] if v["name"] == "cluster"]
+    assert variables and all(v["query"].endswith(", k8s_cluster)") for v in variables)
+    work = tmp / "cluster-label-rules"
+    work.mkdir()
+    files = []
+    for d in kinds(docs)["PrometheusRule"]:
+        path = work / f"{d['metadata']['name']}.yaml"
+        path.write_text(yaml.safe_dump({"groups": d["spec"]["groups"]}))
+        files.append(path)
+    run = tooling.check_rules(files)
+    assert run.ok, run.output
+
+
 def test_dashboards_are_configmaps_with_the_generated_json(default_docs: list[dict[str, Any]],
                                                            full_docs: list[dict[str, Any]]) -> None:
     from tidescale.dashboards.registry import build_all
@@ -472,6 +500,7 @@ def test_network_policies_and_no_pdb(default_docs: list[dict[str, Any]], full_do
     ({"defaultRules": {"additionalRuleLabels": {"bad-label": "x"}}}, "/defaultRules/additionalRuleLabels"),
     ({"slo": {"latency": {"thresholdSeconds": 0.3}}}, "/slo/latency/thresholdSeconds"),
     ({"exporter": {"mode": "statefulset"}}, "/exporter/mode"),
+    ({"clusterLabel": "k8s-cluster"}, "/clusterLabel"),
     ({"exporter": {"mode": "daemonset", "replicas": 2}}, "/exporter/replicas"),
     ({"slo": {"availability": {"objective": 1}}}, "/slo/availability/objective"),
     ({"slo": {"models": [{"name": "default", "model": "x"}]}}, "/slo/models/0/name"),

@@ -489,3 +489,16 @@ subjects:
 {{- include "tidescale.serviceAccount" . -}}
 {{- end -}}
 {{- end -}}
+
+{{/* PromQL or dashboard JSON with the label that tells clusters apart renamed from `cluster` (what the
+     generator writes into every by/on, matcher and variable) to values `clusterLabel`. */}}
+{{- define "tidescale.clusterLabel" -}}
+{{- $text := .text -}}
+{{- $label := .root.Values.clusterLabel -}}
+{{- if ne $label "cluster" -}}
+{{- $text = regexReplaceAll "\\b(by|on) \\(cluster([,)])" $text (printf "${1} (%s${2}" $label) -}}
+{{- $text = regexReplaceAll "\\bcluster=~(\\\\?)\"\\$cluster" $text (printf "%s=~${1}\"$$cluster" $label) -}}
+{{- $text = regexReplaceAll "label_values\\(([^,()]+), cluster\\)" $text (printf "label_values(${1}, %s)" $label) -}}
+{{- end -}}
+{{- $text -}}
+{{- end -}}
