@@ -26,6 +26,7 @@ from prometheus_client.utils import floatToGoString
 
 from tidescale.contracts import catalog
 from tidescale.exporters.cardinality import SeriesCap, clean_label_value
+from tidescale.exporters.sample_rate import SampleRateDetector
 
 
 class SeriesDrops(Protocol):
@@ -183,18 +184,20 @@ def _header(name: str, help_: str, kind: str) -> str:
 class LatencyAggregator(Collector):
     """Per (model, version, stage, namespace, pod, deployment): a classic histogram (quantiles are Prometheus's job).
 
-    Histogram counts are *traced* requests: with Triton `rate=N` they are a 1-in-N sample and
-    are not scaled (counters stay integers and `histogram_quantile` is unaffected);
-    `tidescale_trace_sample_rate` carries 1/N so `rate()` can be scaled when absolute counts
-    matter. Series idle for `idle_ttl_s` are removed (their cap slot is freed).
+    Histogram counts are *requests*, not traced requests: with Triton `rate=N` each traced request
+    counts N times (the same weight for every bucket, so `histogram_quantile` is unaffected), N being
+    what the SampleRateDetector found for its pod and model version, else the configured
+    `sample_rate`. `tidescale_trace_sample_rate` shows 1/N in use. Series idle for `idle_ttl_s` are
+    removed (their cap slot is freed).
     """
 
     def __init__(self, bounds: Sequence[float], *, max_series: int = 2000, sample_rate: int = 1,
                  idle_ttl_s: float = 3600.0, selfmetrics: SeriesDrops | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, rates: SampleRateDetector | None = None) -> None:
         self.bounds = tuple(bounds)
         self.cap = SeriesCap(max_series)
         self.sample_rate = sample_rate
+        self.rates = rates
         self.idle_ttl_s = idle_ttl_s
         self.selfmetrics = selfmetrics
         self.clock = clock
@@ -208,6 +211,12 @@ class LatencyAggregator(Collector):
         key = (clean_label_value(sample.model), clean_label_value(sample.version), sample.stage,
                clean_label_value(sample.namespace), clean_label_value(sample.pod),
                clean_label_value(sample.deployment))
+        weight = float(self.sample_rate)
+        if self.rates is not None:
+            rate_key = (key[3], key[4], key[0], key[1])
+            if sample.stage == "request":
+                self.rates.traced(rate_key)
+            weight = self.rates.rate(rate_key).rate
         now = self.clock()
         with self._lock:
             series = self._series.get(key)
@@ -218,9 +227,20 @@ class LatencyAggregator(Collector):
                     return False
                 series = self._series[key] = _Series(BucketHistogram(self.bounds), now,
                                                      label_text(SERIES_LABELS, key))
-            series.histogram.observe(sample.seconds)
+            series.histogram.observe(sample.seconds, weight)
             series.last_seen = now
         return True
+
+    def _rates_in_use(self) -> dict[tuple[str, str, str], float]:
+        """(model, version, namespace) -> the N of its most confidently detected pod."""
+        if self.rates is None:
+            return {}
+        best: dict[tuple[str, str, str], tuple[float, float]] = {}
+        for (namespace, _pod, model, version), found in self.rates.detected().items():
+            key = (model, version, namespace)
+            if key not in best or found.confidence > best[key][1]:
+                best[key] = (found.rate, found.confidence)
+        return {key: rate for key, (rate, _) in best.items()}
 
     def observe_all(self, samples: Iterable[StageSample]) -> int:
         """Observe every sample; returns how many were refused by the cap."""
@@ -253,8 +273,10 @@ class LatencyAggregator(Collector):
                 cumulative, total = series.histogram.cumulative(), series.histogram.total
             hist.add_metric(list(key), cumulative, total)
             models.add((key[0], key[1], key[3]))
+        in_use = self._rates_in_use()
         for model, version, namespace in sorted(models):
-            rate.add_metric([model, version, namespace], 1.0 / self.sample_rate)
+            n = in_use.get((model, version, namespace), self.sample_rate)
+            rate.add_metric([model, version, namespace], 1.0 / n)
         yield hist
         yield rate
 
@@ -291,8 +313,9 @@ class LatencyAggregator(Collector):
                 yield "".join(hist).encode()
                 hist = []
         yield "".join(hist).encode()
-        per_model = floatToGoString(1.0 / self.sample_rate)
+        in_use = self._rates_in_use()
         rate = [_header(rate_name, self._rate_family.help, "gauge")]
-        rate += [f"{rate_name}{{{label_text(('model', 'version', 'namespace'), model_key)}}} {per_model}\n"
+        rate += [f"{rate_name}{{{label_text(('model', 'version', 'namespace'), model_key)}}} "
+                 f"{floatToGoString(1.0 / in_use.get(model_key, self.sample_rate))}\n"
                  for model_key in sorted(models)]
         yield "".join(rate).encode()

@@ -32,6 +32,7 @@ from tidescale.exporters.errors import BadInput
 from tidescale.exporters.latency import LatencyAggregator, StageSample, log_buckets
 from tidescale.exporters.otlp import PROTOBUF_TYPES, Span, SpanJoiner, attribute_to, decode_traces, decompress
 from tidescale.exporters.profiles.store import MAX_NAME_CHARS, ProfileStore
+from tidescale.exporters.sample_rate import SampleRateDetector
 from tidescale.exporters.selfmetrics import SelfMetrics, configure_logging, self_tracer
 from tidescale.exporters.settings import ExporterSettings
 from tidescale.exporters.stats_poller import StatsPoller
@@ -71,8 +72,9 @@ def build_state(settings: ExporterSettings) -> ExporterState:
     selfmetrics = SelfMetrics()
     bounds = log_buckets(settings.bucket_min_s, settings.bucket_max_s, settings.slo_thresholds_s,
                          settings.max_buckets)
+    rates = SampleRateDetector(configured=settings.trace_sample_rate)
     latency = LatencyAggregator(bounds, max_series=settings.max_series, sample_rate=settings.trace_sample_rate,
-                                selfmetrics=selfmetrics)
+                                selfmetrics=selfmetrics, rates=rates)
     joiner = SpanJoiner(settings.join_max_pending, settings.join_ttl_s, on_drop=selfmetrics.drop_spans,
                         max_bytes=settings.join_max_bytes)
     tailers = [TraceFileTailer(p, settings.join_max_pending, on_drop=selfmetrics.drop_spans)
@@ -80,7 +82,7 @@ def build_state(settings: ExporterSettings) -> ExporterState:
     supervisor = TaskSupervisor(backoff_s=settings.task_backoff_s, restart_limit=settings.task_restart_limit)
     state = ExporterState(settings, registry, selfmetrics, latency, joiner, tailers,
                           ProfileStore(max_bytes=settings.max_profile_bytes, self_metrics=selfmetrics), supervisor)
-    for collector in (selfmetrics, joiner, supervisor, state.profiles):
+    for collector in (selfmetrics, joiner, supervisor, state.profiles, rates):
         registry.register(collector)
 
     async def tail_and_expire() -> None:
@@ -140,7 +142,9 @@ def _add_discovery_and_polling(state: ExporterState) -> None:
                         port=settings.kube_http_port, targets_file=settings.targets_file,
                         kube_node=settings.kube_node_name)
     state.targets = targets
-    poller = StatsPoller(targets, interval_s=settings.poll_interval_s, self_metrics=state.selfmetrics)
+    rates = state.latency.rates
+    poller = StatsPoller(targets, interval_s=settings.poll_interval_s, self_metrics=state.selfmetrics,
+                         on_requests=rates.requests if rates is not None else None)
     state.registry.register(poller)
     state.background += [targets.run, poller.run]
     state.stoppers += [targets.stop, poller.stop]

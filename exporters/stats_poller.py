@@ -105,7 +105,8 @@ class StatsPoller(Collector):
     def __init__(self, targets: TargetSet, *, interval_s: float = 5.0, concurrency: int = 64,
                  timeout_s: float = 2.0, max_series: int = DEFAULT_MAX_SERIES,
                  queue_estimate: QueueEstimate = "auto", max_body_bytes: int = MAX_BODY_BYTES,
-                 self_metrics: SelfMetrics | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 self_metrics: SelfMetrics | None = None, clock: Callable[[], float] = time.monotonic,
+                 on_requests: Callable[[tuple[str, str, str, str], float, float], None] | None = None) -> None:
         if interval_s <= 0 or concurrency < 1 or timeout_s <= 0:
             raise ValueError("interval_s and timeout_s must be positive and concurrency at least 1")
         self.targets = targets
@@ -116,6 +117,9 @@ class StatsPoller(Collector):
         self.max_body_bytes = max_body_bytes
         self.self_metrics = self_metrics or SelfMetrics()
         self._clock = clock
+        # Told every poll's cumulative requests (success + failure) per (namespace, pod, model, version):
+        # the trace-rate detector's denominator.
+        self.on_requests = on_requests
         self._cap = SeriesCap(max_series)
         self._lock = threading.Lock()
         self._series: dict[SeriesKey, _Series] = {}
@@ -278,6 +282,9 @@ class StatsPoller(Collector):
                     series.max_batch_size = sizes[(m.name, m.version)]
                 seen.add(key)
                 self._fold(series, m, now, estimate)
+                if self.on_requests is not None:
+                    self.on_requests((namespace, pod, series.labels[0], series.labels[1]),
+                                     float(m.success.count + m.fail.count), now)
             for key in state.keys - seen:
                 self._drop(key)
             state.keys = seen

@@ -58,12 +58,12 @@ def test_idle_series_disappear_and_free_their_slot() -> None:
     assert agg.observe(StageSample("new", "1", "request", 0.01))
 
 
-def test_sample_rate_gauge_labels_sampled_counts() -> None:
+def test_a_configured_sample_rate_weights_each_traced_request() -> None:
     agg = LatencyAggregator((0.1,), sample_rate=10)
     agg.observe(StageSample("m", "2", "queue", 0.2))
     out = exposition(agg)
     assert out["tidescale_trace_sample_rate"] == [({"model": "m", "version": "2", "namespace": ""}, 0.1)]
-    assert out["tidescale_request_duration_seconds_count"][0][1] == 1.0  # traced, not scaled
+    assert out["tidescale_request_duration_seconds_count"][0][1] == 10.0  # stands for 10 requests
 
 
 def test_clean_label_value_bounds_length_and_control_characters() -> None:

@@ -160,7 +160,14 @@ TIDESCALE: list[MetricFamily] = [
          "Per-request stage duration from Triton traces; log-spaced buckets with the SLO thresholds as "
          "exact boundaries, aggregatable across pods.", (*_MVS, "stage"), ("namespace", "pod", "deployment")),
     _own("tidescale_trace_sample_rate", "gauge", "ratio",
-         "1/N for Triton trace rate=N: traced requests stand for 1/ratio real ones.", _MVS, ("namespace",)),
+         "1/N for Triton trace rate=N in use (the detected one where known, else the configured one): each traced "
+         "request already counts N times in tidescale_request_duration_seconds.", _MVS, ("namespace",)),
+    _own("tidescale_trace_sample_rate_detected", "gauge", "requests",
+         "N of Triton's trace rate=N as detected per pod and model version: requests served (stats poller) "
+         "over requests traced, snapped to a whole number.", ("namespace", "pod", "model", "version")),
+    _own("tidescale_trace_sample_rate_confidence", "gauge", "ratio",
+         "How sure the trace-rate detection is, 0 to 1 (enough traced requests, and a ratio close to a whole "
+         "number).", ("namespace", "pod", "model", "version")),
     # --- exporter: statistics poller ---------------------------------------------------------------
     _own("tidescale_batch_size", "histogram", "requests",
          "Executions by batch size, from /v2/models/stats batch_stats deltas.",

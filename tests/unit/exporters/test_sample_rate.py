@@ -1,0 +1,112 @@
+"""The trace rate detected from served vs traced requests, and histogram counts that match Triton's."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tidescale.exporters.latency import LatencyAggregator, StageSample
+from tidescale.exporters.sample_rate import SampleRateDetector, estimate
+
+KEY = ("serving", "triton-a", "ranker", "1")
+
+
+class Triton:
+    """One Triton pod serving steadily and tracing every *rate*-th request; its spans reach the
+    exporter *lag_s* late, and the stats poller reads its counters every 5 s."""
+
+    def __init__(self, detector: SampleRateDetector, agg: LatencyAggregator, lag_s: float = 3.0) -> None:
+        self.detector, self.agg, self.lag_s = detector, agg, lag_s
+        self.t, self.served = 0, 0.0
+        self.in_flight: list[float] = []
+
+    def serve(self, rps: float, rate: int, seconds: int) -> None:
+        for _ in range(seconds):
+            before, self.served = self.served, self.served + rps
+            traced = int(self.served // rate) - int(before // rate)  # every rate-th request
+            self.in_flight += [self.t + self.lag_s] * traced
+            while self.in_flight and self.in_flight[0] <= self.t:
+                self.in_flight.pop(0)
+                self.agg.observe(StageSample("ranker", "1", "request", 0.05, "serving", "triton-a"))
+            if self.t % 5 == 0:
+                self.detector.requests(KEY, self.served, float(self.t))
+            self.t += 1
+
+
+def exported_count(agg: LatencyAggregator) -> float:
+    return sum(s.histogram.count for k, s in agg._series.items() if k[2] == "request")
+
+
+def test_rate_10_is_found_and_the_histogram_counts_match_tritons_within_1_percent() -> None:
+    detector = SampleRateDetector(configured=1)
+    agg = LatencyAggregator((0.1, 0.5), rates=detector)
+    triton = Triton(detector, agg)
+    triton.serve(rps=200, rate=10, seconds=120)  # learning: until the rate is found, traces count once
+    found = detector.rate(KEY)
+    assert (found.rate, found.source) == (10.0, "detected") and found.confidence > 0.9
+    before, served = exported_count(agg), triton.served
+    triton.serve(rps=200, rate=10, seconds=300)
+    more = triton.served - served  # 60,000 requests, 6,000 traced
+    assert abs((exported_count(agg) - before) - more) / more < 0.01
+
+
+def test_a_rate_changed_at_run_time_is_followed_and_counts_never_go_back() -> None:
+    detector = SampleRateDetector(configured=1)
+    agg = LatencyAggregator((0.1,), rates=detector)
+    triton = Triton(detector, agg)
+    triton.serve(rps=50, rate=1, seconds=300)
+    assert detector.rate(KEY).rate == 1.0
+    counts = [exported_count(agg)]
+    for _ in range(14):  # Triton's trace settings changed at run time (the trace API): 1 in 100
+        triton.serve(rps=50, rate=100, seconds=50)
+        counts.append(exported_count(agg))
+    # 0.5 traced requests a second: a whole window later the rate is found to within the data's precision.
+    assert abs(detector.rate(KEY).rate - 100.0) <= 1.0
+    assert counts == sorted(counts)
+
+
+def test_counter_resets_more_traces_than_requests_and_no_data() -> None:
+    detector = SampleRateDetector(configured=4, min_traced=10)
+    assert detector.rate(KEY).source == "configured" and detector.rate(KEY).rate == 4.0
+    detector.requests(KEY, 1000.0, 0.0)
+    detector.traced(KEY, 100)
+    detector.requests(KEY, 2000.0, 10.0)
+    assert detector.rate(KEY).rate == 10.0
+    detector.requests(KEY, 5.0, 20.0)  # a restarted pod: the window starts over, no negative count
+    assert detector.rate(KEY).rate == 10.0  # kept until there is data again
+    detector.traced(KEY, 50)
+    detector.requests(KEY, 25.0, 30.0)  # 50 traces for 20 requests: the windows do not line up
+    found = detector.rate(KEY)
+    assert found.rate == 1.0 and found.confidence == 0.0
+
+
+def test_the_exporter_exports_the_rate_and_its_confidence() -> None:
+    detector = SampleRateDetector()
+    detector.requests(KEY, 0.0, 0.0)
+    detector.traced(KEY, 400)
+    detector.requests(KEY, 4000.0, 60.0)
+    families = {f.name: f.samples for f in detector.collect()}
+    labels = {"namespace": "serving", "pod": "triton-a", "model": "ranker", "version": "1"}
+    assert [(s.labels, s.value) for s in families["tidescale_trace_sample_rate_detected"]] == [(labels, 10.0)]
+    assert [(s.labels, s.value) for s in families["tidescale_trace_sample_rate_confidence"]] == [(labels, 1.0)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.floats(allow_nan=True, allow_infinity=True), st.integers(0, 10_000)), max_size=40))
+def test_any_sequence_of_counts_gives_a_finite_weight_of_at_least_one(steps: list[tuple[float, int]]) -> None:
+    """Hostile or broken counters (NaN, infinities, resets, huge jumps) never give a weight that
+    would make a histogram count negative, infinite or NaN."""
+    detector = SampleRateDetector(min_traced=1)
+    for t, (total, traced) in enumerate(steps):
+        detector.traced(KEY, traced)
+        detector.requests(KEY, total, float(t))
+        found = detector.rate(KEY)
+        assert math.isfinite(found.rate) and found.rate >= 1.0 and 0.0 <= found.confidence <= 1.0
+
+
+@given(st.lists(st.tuples(st.floats(0, 1e12), st.floats(0, 1e12)), max_size=12))
+def test_estimate_is_bounded(points: list[tuple[float, float]]) -> None:
+    found = estimate(points, 1)
+    assert found is None or (found[0] >= 1.0 and math.isfinite(found[0]) and 0 <= found[1] <= 1)
