@@ -152,9 +152,13 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
         target_rps: float | None = typer.Option(None, "--target-rps", help="Mean rate the trace is rescaled to."),
         slo_p99: float = typer.Option(SLO_P99_S, "--slo-p99", help="Latency SLO, P99 seconds."),
         seed: int = typer.Option(0, "--seed"),
+        queue_policy: str = typer.Option(
+            "recommended", "--queue-policy", help="Triton's queue policy on every replica: recommended (the SLO "
+            "minus the largest batch, REJECT: what tidescale recommends) or none (recorded as "
+            "autoscale-no-queue-policy.md)."),
         queue_timeout: float | None = typer.Option(
-            None, "--queue-timeout", help="Seconds a request may wait in a replica's queue before Triton rejects "
-            "it (default_queue_policy REJECT), for every policy; recorded as autoscale-queue-timeout.md."),
+            None, "--queue-timeout", help="Instead: seconds a request may wait in a replica's queue before Triton "
+            "rejects it, for every policy; recorded as autoscale-queue-timeout.md."),
         headroom: float = typer.Option(1.0, "--headroom", help="tidescale's standing headroom (x the load)."),
         headroom_sweep: list[float] = typer.Option(
             [], "--headroom-sweep", help="Also run tidescale at this headroom on surge scenarios (repeatable)."),
@@ -171,7 +175,8 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
         from tidescale.benches.autoscale.policies import ALL_POLICIES
 
         opts = benchreport.BenchOptions(scenario or None, tuple(policy) or ALL_POLICIES, quick, seed, slo_p99,
-                                        trace, target_rps, queue_timeout_s=queue_timeout, headroom=headroom,
+                                        trace, target_rps, queue_policy=queue_policy, queue_timeout_s=queue_timeout,
+                                        headroom=headroom,
                                         headroom_sweep=tuple(headroom_sweep), sweep=sweep,
                                         peer_settings=tuple(peer_setting))
         err = Console(stderr=True)

@@ -19,6 +19,7 @@ from tidescale.benches.autoscale.closedloop import (
     score,
     window_p99,
 )
+from tidescale.contracts.errors import UsageError
 from tidescale.devstack.live_autoscaler import LiveAutoscaler
 from tidescale.sim import BatcherConfig
 from tidescale.sim.traffic import scenario
@@ -186,3 +187,14 @@ def test_report_records_the_bound_and_where_a_queue_timeout_run_goes() -> None:
     assert opts.paths == (benchreport.DOC, benchreport.PNG, benchreport.FRONTIER_PNG)
     shed = benchreport.BenchOptions(["surge-3x"], ("oracle",), quick=True, queue_timeout_s=0.4)
     assert shed.paths == (benchreport.SHED_DOC, benchreport.SHED_PNG, benchreport.SHED_FRONTIER_PNG)
+    # The default runs the queue policy tidescale recommends for the bench's curve: the SLO minus the
+    # largest batch's execution time, the same numbers `autoscale render --max-batch-exec-ms` prints.
+    policy = doc["queue_policy"]
+    assert policy["kind"] == "recommended" and doc["setup"]["queue_timeout_s"] == policy["timeout_s"]
+    assert policy["timeout_s"] == pytest.approx(0.5 - policy["max_batch_exec_s"], abs=1e-6)
+    assert "default_timeout_microseconds" in policy["pbtxt"] and "what tidescale recommends" in text
+    none = benchreport.BenchOptions(["surge-3x"], ("oracle",), quick=True, queue_policy="none")
+    assert none.paths == (benchreport.NO_POLICY_DOC, benchreport.NO_POLICY_PNG, benchreport.NO_POLICY_FRONTIER_PNG)
+    assert none.queue_policy_of(benchreport.ServiceCurve.v100()) == {"kind": "none", "timeout_s": None}
+    with pytest.raises(UsageError, match="--queue-policy must be one of recommended, none"):
+        benchreport.BenchOptions(["surge-3x"], ("oracle",), quick=True, queue_policy="fifo")

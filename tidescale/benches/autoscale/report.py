@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from tidescale.autoscaler.queue_policy import recommended_queue_policy
 from tidescale.autoscaler.recommend import check_headroom
 from tidescale.autoscaler.service import RecommenderSettings
 from tidescale.autoscaler.servicecurve import ServiceCurve
@@ -31,6 +32,11 @@ SHED_DOC = BENCH_DIR / "autoscale-queue-timeout.md"
 SHED_PNG = BENCH_DIR / "autoscale-queue-timeout.png"
 FRONTIER_PNG = BENCH_DIR / "autoscale-frontiers.png"
 SHED_FRONTIER_PNG = BENCH_DIR / "autoscale-queue-timeout-frontiers.png"
+# The same benchmark on servers without a queue policy (requests wait until served): beside the default.
+NO_POLICY_DOC = BENCH_DIR / "autoscale-no-queue-policy.md"
+NO_POLICY_PNG = BENCH_DIR / "autoscale-no-queue-policy.png"
+NO_POLICY_FRONTIER_PNG = BENCH_DIR / "autoscale-no-queue-policy-frontiers.png"
+QUEUE_POLICIES = ("recommended", "none")
 FULL_S, QUICK_S = 3600.0, 1200.0
 GOALS = {"requests_within_slo": 0.999, "windows_within_slo": 0.99, "cost_vs_oracle": 1.15}
 
@@ -47,7 +53,11 @@ class BenchOptions:
     trace: Path | None = None
     target_rps: float | None = None
     base_rps: float = bench.DEFAULT_BASE_RPS
-    queue_timeout_s: float | None = None  # Triton's queue policy (REJECT) on every replica, every policy
+    # Triton's queue policy (REJECT) on every replica, for every policy: "recommended" is what
+    # `autoscale render --max-batch-exec-ms` prints for the bench's curve (SLO minus the largest
+    # batch); "none" lets requests wait until served; an explicit queue_timeout_s overrides both.
+    queue_policy: str = "recommended"
+    queue_timeout_s: float | None = None
     headroom: float = 1.0  # tidescale's standing headroom
     headroom_sweep: tuple[float, ...] = ()  # extra tidescale rows at these headrooms (surge scenarios)
     sweep: bool = True  # every peer over its knob's sweep (False: its fixed setting alone)
@@ -62,6 +72,8 @@ class BenchOptions:
             check_headroom(h, "--headroom")
         if self.queue_timeout_s is not None and not (math.isfinite(self.queue_timeout_s) and self.queue_timeout_s > 0):
             raise UsageError(f"--queue-timeout must be > 0 seconds, got {self.queue_timeout_s}")
+        if self.queue_policy not in QUEUE_POLICIES:
+            raise UsageError(f"--queue-policy must be one of {', '.join(QUEUE_POLICIES)}, got {self.queue_policy!r}")
         pol.check_policies(list(self.policies))
         parse_peer_settings(self.peer_settings, self.policies)
 
@@ -69,7 +81,21 @@ class BenchOptions:
     def paths(self) -> tuple[Path, Path, Path]:
         """Where the Markdown, the replica plot and the frontier plot are recorded: a queue timeout is
         another server setup."""
-        return (DOC, PNG, FRONTIER_PNG) if self.queue_timeout_s is None else (SHED_DOC, SHED_PNG, SHED_FRONTIER_PNG)
+        if self.queue_timeout_s is not None:
+            return SHED_DOC, SHED_PNG, SHED_FRONTIER_PNG
+        return (DOC, PNG, FRONTIER_PNG) if self.queue_policy == "recommended" else (
+            NO_POLICY_DOC, NO_POLICY_PNG, NO_POLICY_FRONTIER_PNG)
+
+    def queue_policy_of(self, curve: ServiceCurve) -> dict[str, Any]:
+        """The queue policy every replica runs: what tidescale recommends, none, or the given timeout."""
+        if self.queue_timeout_s is not None:
+            return {"kind": "explicit", "timeout_s": self.queue_timeout_s}
+        if self.queue_policy == "none":
+            return {"kind": "none", "timeout_s": None}
+        largest = curve.exec_seconds(curve.max_batch)
+        policy = recommended_queue_policy("bench", self.slo_s, largest)
+        return {"kind": "recommended", "timeout_s": policy.timeout_us / 1e6, "max_batch_exec_s": round(largest, 6),
+                "pbtxt": policy.pbtxt()}
 
     def peer_sweeps(self, capacity_rps: float) -> dict[str, tuple[float, ...]]:
         """The settings each peer runs at: those given, else its sweep (or its fixed setting)."""
@@ -166,9 +192,10 @@ def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
     available = bench.build_scenarios(duration, opts.base_rps, opts.trace, opts.target_rps)
     names = opts.scenarios or (["trace"] if opts.trace else list(available))
     bench.check_scenarios(names, list(available))
-    curve, cfg = ServiceCurve.v100(), BatcherConfig(max_batch_size=32, preferred_batch_sizes=(8, 16),
-                                                    max_queue_delay_s=0.002, instance_count=1,
-                                                    queue_timeout_s=opts.queue_timeout_s)
+    curve = ServiceCurve.v100()
+    queue_policy = opts.queue_policy_of(curve)
+    cfg = BatcherConfig(max_batch_size=32, preferred_batch_sizes=(8, 16), max_queue_delay_s=0.002, instance_count=1,
+                        queue_timeout_s=queue_policy["timeout_s"])
     capacity = bench.measure_capacity(curve, cfg, opts.slo_s, opts.seed)
     replica_rps = max(capacity, curve.max_throughput())
     sweeps = opts.peer_sweeps(capacity)
@@ -179,12 +206,15 @@ def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
                   "capacity_rps_per_replica": round(capacity, 1), "quick": opts.quick,
                   "curve": "V100 (ServiceCurve.v100)", "batcher": "max 32, preferred 8/16, 2 ms delay",
                   "min_replicas": bench.MIN_REPLICAS, "max_replicas": bench.MAX_REPLICAS,
-                  "scrape_interval_s": 15, "hpa_sync_s": 15, "queue_timeout_s": opts.queue_timeout_s,
+                  "scrape_interval_s": 15, "hpa_sync_s": 15, "queue_timeout_s": queue_policy["timeout_s"],
+                  "queue_policy": queue_policy["kind"],
                   "tidescale_headroom": opts.headroom, "headroom_sweep": list(opts.headroom_sweep),
                   # what tidescale ran: the service's defaults (`autoscale recommend --print-config`)
                   "tidescale_tuning": RecommenderSettings().tuning.as_json(), "sweep": opts.sweep},
         # the recommender configuration that ran (`autoscale recommend --print-config` at this headroom)
         "config": RecommenderSettings(headroom=opts.headroom).effective_config(),
+        # the queue policy every replica ran (the one `autoscale render --max-batch-exec-ms` prints)
+        "queue_policy": queue_policy,
         "knobs": {peer: {"knob": pol.KNOBS[peer].knob, "unit": pol.KNOBS[peer].unit, "fixed": pol.KNOBS[peer].fixed,
                          "documented": pol.KNOBS[peer].documented, "settings": list(values)}
                   for peer, values in sweeps.items()},
@@ -223,7 +253,9 @@ def _round(v: Any) -> Any:
 
 
 def _flags(setup: dict[str, Any]) -> str:
-    out = "" if setup.get("queue_timeout_s") is None else f" --queue-timeout {setup['queue_timeout_s']:g}"
+    kind = setup.get("queue_policy", "explicit" if setup.get("queue_timeout_s") is not None else "none")
+    explicit = f" --queue-timeout {setup.get('queue_timeout_s') or 0:g}"
+    out = {"recommended": "", "none": " --queue-policy none"}.get(kind, explicit)
     out += "" if setup.get("tidescale_headroom", 1.0) == 1.0 else f" --headroom {setup['tidescale_headroom']:g}"
     return out + "".join(f" --headroom-sweep {h:g}" for h in setup.get("headroom_sweep", []))
 
@@ -246,7 +278,9 @@ def markdown(doc: dict[str, Any]) -> str:
         "- cost = replica-hours (starting replicas included) / the oracle's; recovery = seconds from the surge "
         "start until P99 holds within the SLO for a minute",
         "- queue policy: " + ("none (requests wait until served)" if s.get("queue_timeout_s") is None else
-                              f"REJECT after {s['queue_timeout_s']:g} s in the queue (rejected = not within SLO)"),
+                              f"REJECT after {s['queue_timeout_s']:g} s in the queue (rejected = not within SLO)")
+        + (", what tidescale recommends (`autoscale render --max-batch-exec-ms`: the SLO minus the largest "
+           "batch's execution time)" if s.get("queue_policy") == "recommended" else ""),
         f"- tidescale headroom: {s.get('tidescale_headroom', 1.0):g}× the 10-minute floor of the load "
         "(`tidescale+headroomNx` rows: the same policy at N×, not a peer)",
         "- tidescale tuning, the service's shipped defaults (`tidescale autoscale recommend --print-config`): "
@@ -293,7 +327,9 @@ SWEEP_RULES = [
 
 
 def _pngs(setup: dict[str, Any]) -> tuple[Path, Path]:
-    return (PNG, FRONTIER_PNG) if setup.get("queue_timeout_s") is None else (SHED_PNG, SHED_FRONTIER_PNG)
+    kind = setup.get("queue_policy", "explicit" if setup.get("queue_timeout_s") is not None else "none")
+    return {"recommended": (PNG, FRONTIER_PNG), "none": (NO_POLICY_PNG, NO_POLICY_FRONTIER_PNG)}.get(
+        kind, (SHED_PNG, SHED_FRONTIER_PNG))
 
 
 def _setting(doc: dict[str, Any], peer: str, value: float) -> str:
