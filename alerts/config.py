@@ -44,6 +44,17 @@ def check_duration(value: str) -> str:
 Duration = Annotated[str, AfterValidator(check_duration)]
 
 
+def check_regex(value: str) -> str:
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"{value!r} is not a valid regular expression: {exc}") from None
+    return value
+
+
+Regex = Annotated[str, AfterValidator(check_regex)]
+
+
 class ForDurations(BaseModel):
     """`for:` of each alert; short in tests and the local demo, production defaults here."""
 
@@ -91,8 +102,8 @@ class SloGroup(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str
-    model: str
-    namespace: str = ""
+    model: Regex
+    namespace: Regex = ""
     latency_threshold_s: float | None = Field(None, gt=0)
     latency_objective: float | None = Field(None, gt=0, lt=1)
     availability_objective: float | None = Field(None, gt=0, lt=1)
@@ -105,14 +116,6 @@ class SloGroup(BaseModel):
                              f"(at most 63) and not {DEFAULT_SLO_NAME!r}")
         return v
 
-    @field_validator("model", "namespace")
-    @classmethod
-    def _pattern(cls, v: str) -> str:
-        try:
-            re.compile(v)
-        except re.error as exc:
-            raise ValueError(f"{v!r} is not a valid regular expression: {exc}") from None
-        return v
 
 
 class AlertsConfig(ComponentSettings):
@@ -144,22 +147,13 @@ class AlertsConfig(ComponentSettings):
     gpu_idle_utilization: float = Field(0.05, ge=0, lt=1)
     profile_max_age_s: float = Field(86400.0, gt=0)
     exporter_job: str = "tidescale-exporter"
-    triton_container_regex: str = ".*triton.*"
-    pod_deployment_regex: str = "(.+)-[a-z0-9]+-[a-z0-9]+"
+    triton_container_regex: Regex = ".*triton.*"
+    pod_deployment_regex: Regex = "(.+)-[a-z0-9]+-[a-z0-9]+"
     runbook_base_url: str = "https://github.com/tidescale/tidescale/blob/main/docs/runbooks"
     evaluation_interval: Duration = "30s"
     extra_labels: dict[str, str] = Field(default_factory=dict)
     for_: ForDurations = Field(default_factory=ForDurations, alias="for")
     alertmanager: AlertmanagerRouting = Field(default_factory=AlertmanagerRouting)
-
-    @field_validator("triton_container_regex", "pod_deployment_regex")
-    @classmethod
-    def _regex(cls, v: str) -> str:
-        try:
-            re.compile(v)
-        except re.error as exc:
-            raise ValueError(f"{v!r} is not a valid regular expression: {exc}") from None
-        return v
 
     @field_validator("exporter_job")
     @classmethod

@@ -113,7 +113,8 @@ def fake_doc(tidescale: dict[str, Any]) -> dict[str, Any]:
                  "documented": pol.KNOBS[p].documented, "settings": list(v)} for p, v in SWEEPS.items()}
     setup = {"quick": True, "base_rps": 800.0, "duration_s": 1200.0, "slo_p99_s": 0.5, "curve": "V100",
              "batcher": "max 32", "capacity_rps_per_replica": 375.9, "scrape_interval_s": 15, "hpa_sync_s": 15,
-             "min_replicas": 1, "max_replicas": 40, "queue_timeout_s": None, "tidescale_headroom": 1.0,
+             "min_replicas": 1, "max_replicas": 40, "queue_timeout_s": 0.415789, "queue_policy": "recommended",
+             "tidescale_headroom": 1.0,
              "headroom_sweep": [], "tidescale_tuning": {}, "wall_s": 1.0, "host": "x86_64", "sweep": True}
     return {"setup": setup, "knobs": knobs, "scenarios": {"diurnal": judged.rows},
             "frontiers": {"diurnal": judged.frontiers}, "sweeps": {"diurnal": judged.sweeps},
