@@ -276,9 +276,12 @@ def test_one_exporter_per_node_polls_and_attributes_each_triton_pod_exactly_once
     docs = triton_deployment(SERVING, replicas=2, otlp_url=local)
     for doc in docs:
         if doc["kind"] == "Deployment":
-            doc["spec"]["template"]["spec"]["topologySpreadConstraints"] = [{
-                "maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
-                "labelSelector": {"matchLabels": doc["spec"]["selector"]["matchLabels"]}}]
+            # Never two Triton pods on one node, the old ReplicaSet's included: a spread constraint alone
+            # let both new pods land on one node while the rollout still counted an old pod elsewhere.
+            doc["spec"]["template"]["spec"]["affinity"] = {"podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [{
+                    "topologyKey": "kubernetes.io/hostname",
+                    "labelSelector": {"matchLabels": doc["spec"]["selector"]["matchLabels"]}}]}}
     cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(docs))
 
     def rolled_out() -> dict[str, str]:
