@@ -211,12 +211,8 @@ class LatencyAggregator(Collector):
         key = (clean_label_value(sample.model), clean_label_value(sample.version), sample.stage,
                clean_label_value(sample.namespace), clean_label_value(sample.pod),
                clean_label_value(sample.deployment))
-        weight = float(self.sample_rate)
-        if self.rates is not None:
-            rate_key = (key[3], key[4], key[0], key[1])
-            if sample.stage == "request":
-                self.rates.traced(rate_key)
-            weight = self.rates.rate(rate_key).rate
+        weight = float(self.sample_rate) if self.rates is None else self.rates.weigh(
+            (key[3], key[4], key[0], key[1]), traced=sample.stage == "request")
         now = self.clock()
         with self._lock:
             series = self._series.get(key)

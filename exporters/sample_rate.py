@@ -23,7 +23,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -49,7 +49,7 @@ class DetectedRate:
 @dataclass
 class _History:
     traced: float = 0.0  # traced requests seen so far (running count)
-    snapshots: deque[tuple[float, float, float]] | None = None  # (t, requests, traced) per poll
+    snapshots: deque[tuple[float, float, float]] = field(default_factory=deque)  # (t, requests, traced) per poll
     last: DetectedRate | None = None
 
 
@@ -110,7 +110,7 @@ class SampleRateDetector(Collector):
     def _history(self, key: RateKey) -> _History | None:
         history = self._keys.get(key)
         if history is None and len(self._keys) < self.max_keys:
-            history = self._keys[key] = _History(snapshots=deque())
+            history = self._keys[key] = _History()
         return history
 
     def traced(self, key: RateKey, n: int = 1) -> None:
@@ -119,6 +119,17 @@ class SampleRateDetector(Collector):
             if history is not None:
                 history.traced += n
 
+    def weigh(self, key: RateKey, traced: bool) -> float:
+        """The weight of one sample of *key* (its rate N), counting it as traced when it is the
+        request stage: one lock hold per sample on the ingest path."""
+        with self._lock:
+            history = self._history(key) if traced else self._keys.get(key)
+            if history is None:
+                return self.configured.rate
+            if traced:
+                history.traced += 1
+            return history.last.rate if history.last is not None else self.configured.rate
+
     def requests(self, key: RateKey, total: float, now: float | None = None) -> None:
         """One poll's cumulative request count of *key*; re-estimates its rate."""
         now = self.clock() if now is None else now
@@ -126,7 +137,7 @@ class SampleRateDetector(Collector):
             return
         with self._lock:
             history = self._history(key)
-            if history is None or history.snapshots is None:
+            if history is None:
                 return
             snaps = history.snapshots
             if snaps and total < snaps[-1][1]:  # counters restarted (model reload, pod restart)
