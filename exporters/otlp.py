@@ -29,21 +29,25 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from tidescale.contracts import catalog, jsonio
-from tidescale.exporters.cardinality import cut_label_value
+from tidescale.exporters.cardinality import MAX_LABEL_VALUE_CHARS, cut_label_value
 from tidescale.exporters.errors import BadInput
-from tidescale.exporters.latency import MAX_STAGE_SECONDS, STAGE_STAMPS, StageSample, samples_for
+from tidescale.exporters.latency import MAX_STAGE_SECONDS, STAGE_STAMPS, StageSample
 
 MODEL_ATTR = "triton.model_name"
 VERSION_ATTR = "triton.model_version"
 NAMESPACE_ATTRS = ("k8s.namespace.name", "service.namespace")
 POD_ATTR = "k8s.pod.name"
 DEPLOYMENT_ATTR = "k8s.deployment.name"
+RESOURCE_ATTRS = frozenset((*NAMESPACE_ATTRS, POD_ATTR, DEPLOYMENT_ATTR))
+SPAN_ATTRS = frozenset((MODEL_ATTR, VERSION_ATTR))
+SNAKE_TIMES = {"startTimeUnixNano": "start_time_unix_nano", "endTimeUnixNano": "end_time_unix_nano"}
 COMPUTE_SPAN = "compute"
 ROOT_SPAN = "InferRequest"
 MODEL_STAMPS = ("REQUEST_START", "QUEUE_START", "REQUEST_END")
@@ -170,11 +174,25 @@ def _pb_value_text(value: Any) -> str:
 
 
 def decode_json(body: bytes) -> list[Span]:
-    """OTLP/JSON (hex ids per the OTLP spec; base64 ids as protobuf's JSON mapping also accepted)."""
+    """OTLP/JSON (hex ids per the OTLP spec; base64 ids as protobuf's JSON mapping also accepted).
+
+    Two readings. The fast one (orjson, then `_usual_spans`) takes the bodies Triton posts; any
+    body it does not fully recognise is read again by the standard library and `_checked_spans`,
+    which decides alone what is accepted and names every problem. So the fast reading can only
+    make a body cheaper, never change its meaning (orjson, for one, reads integers beyond 64 bits
+    as floats)."""
+    with contextlib.suppress(orjson.JSONDecodeError):
+        usual = _usual_spans(orjson.loads(body))
+        if usual is not None:
+            return usual
     try:
         doc = jsonio.loads(body)
     except ValueError as exc:
         raise BadInput(400, f"body is not valid JSON: {exc}") from None
+    return _checked_spans(doc)
+
+
+def _checked_spans(doc: Any) -> list[Span]:
     if not isinstance(doc, dict):
         raise BadInput(400, "OTLP JSON body must be an object with resourceSpans")
     spans: list[Span] = []
@@ -194,6 +212,101 @@ def decode_json(body: bytes) -> list[Span]:
                 except BadInput as exc:  # where it happened, built only on the error path
                     raise BadInput(400, f"{where}.scopeSpans[{j}].spans[{k}]{exc.message}") from None
     return spans
+
+
+class _Unusual(Exception):
+    """The fast reading met something it does not take: the checked reading decides."""
+
+
+def _usual_spans(doc: Any) -> list[Span] | None:
+    """The spans of a body shaped as Triton posts it, or None as soon as anything is unusual: a
+    snake_case key, a non-list where a list belongs, a non-string id, stamp or label, a base64
+    id, a stamp of 20 digits, a name over the label cap. No message is built here;
+    `_checked_spans` handles all of that."""
+    try:
+        spans: list[Span] = []
+        for resource_spans in _usual_list(doc, "resourceSpans", "resource_spans"):
+            resource = resource_spans["resource"]
+            attrs = _usual_attributes(_usual_list(resource, "attributes"), RESOURCE_ATTRS)
+            namespace = next((attrs[k] for k in NAMESPACE_ATTRS if attrs.get(k)), "")
+            pod, deployment = attrs.get(POD_ATTR, ""), attrs.get(DEPLOYMENT_ATTR, "")
+            for scope_spans in _usual_list(resource_spans, "scopeSpans", "scope_spans"):
+                spans += [_usual_span(span, namespace, pod, deployment) for span in _usual_list(scope_spans, "spans")]
+        return spans
+    except (_Unusual, KeyError, TypeError, AttributeError, ValueError):
+        return None
+
+
+def _usual_list(obj: dict[str, Any], camel: str, snake: str | None = None) -> list[Any]:
+    value = obj.get(camel)
+    if type(value) is list:
+        return value
+    if value is None and (snake is None or snake not in obj):
+        return []
+    raise _Unusual
+
+
+def _usual_span(span: dict[str, Any], namespace: str, pod: str, deployment: str) -> Span:
+    name, trace_hex, span_hex = span["name"], span["traceId"], span["spanId"]
+    parent_hex = span.get("parentSpanId")
+    if parent_hex is None:
+        if "parent_span_id" in span:
+            raise _Unusual
+        parent_hex = ""
+    if type(name) is not str or len(name) > MAX_LABEL_VALUE_CHARS or type(parent_hex) is not str:
+        raise _Unusual
+    trace_id, span_id = bytes.fromhex(trace_hex), bytes.fromhex(span_hex)
+    parent = bytes.fromhex(parent_hex) if parent_hex else b""
+    if len(trace_id) != 16 or len(span_id) != 8 or len(parent) not in (0, 8):
+        raise _Unusual
+    if name == ROOT_SPAN:
+        return Span(trace_id, span_id, parent, name, None, None, namespace, {}, pod=pod, deployment=deployment)
+    attrs = _usual_attributes(_usual_list(span, "attributes"), SPAN_ATTRS)
+    events: dict[str, int] = {}
+    for event in _usual_list(span, "events"):
+        stamp, event_name = _usual_stamp(event["timeUnixNano"]), event["name"]
+        if type(event_name) is not str:
+            raise _Unusual
+        if event_name in STAMP_NAMES:
+            events[event_name] = stamp
+    return Span(trace_id, span_id, parent, name, attrs.get(MODEL_ATTR), attrs.get(VERSION_ATTR), namespace,
+                events, _usual_span_time(span, "startTimeUnixNano"), _usual_span_time(span, "endTimeUnixNano"),
+                pod, deployment)
+
+
+def _usual_attributes(attributes: list[Any], wanted: frozenset[str]) -> dict[str, str]:
+    """The *wanted* attributes when each is a plain string (`stringValue`, or OTLP/JSON's
+    `intValue` string); other keys are skipped unread, as the checked reading skips bad values."""
+    out: dict[str, str] = {}
+    for kv in attributes:
+        key = kv["key"]
+        if type(key) is not str:
+            raise _Unusual
+        if key in wanted:
+            value = kv["value"]
+            if type(value) is not dict or len(value) != 1:
+                raise _Unusual
+            [text] = value.values()
+            if type(text) is not str or len(text) > MAX_LABEL_VALUE_CHARS:
+                raise _Unusual
+            out[key] = text
+    return out
+
+
+def _usual_span_time(span: dict[str, Any], key: str) -> int:
+    """The span's own start or end (0 when not sent)."""
+    if key not in span:
+        if SNAKE_TIMES[key] in span:
+            raise _Unusual
+        return 0
+    return _usual_stamp(span[key])
+
+
+def _usual_stamp(value: Any) -> int:
+    """A decimal-string stamp of at most 19 digits (always within uint64)."""
+    if type(value) is str and 0 < len(value) < 20 and value.isdigit() and value.isascii():
+        return int(value)
+    raise _Unusual
 
 
 def _json_span(span: Any, namespace: str, pod: str, deployment: str) -> Span:
@@ -223,7 +336,7 @@ def _json_span(span: Any, namespace: str, pod: str, deployment: str) -> Span:
         else:
             stamp = _json_stamp(stamp, f".events[{n}].timeUnixNano")
         event_name = event.get("name")
-        if event_name in STAMP_NAMES:
+        if type(event_name) is str and event_name in STAMP_NAMES:  # a list or dict name is not hashable
             events[event_name] = stamp
     start, end = (_json_stamp(span.get(camel, span.get(snake, 0)), f".{camel}")
                   for camel, snake in (("startTimeUnixNano", "start_time_unix_nano"),
@@ -308,27 +421,46 @@ SPAN_OVERHEAD_BYTES = 600
 EVENT_BYTES = 120
 
 
+def measure_stages(stamps: dict[str, int]) -> dict[str, float] | str:
+    """Stage → seconds for every stage whose two stamps are present, or why the stamps cannot be
+    measured: "end_before_start" or "duration_too_long" (over MAX_SPAN_SECONDS) for any stage.
+    One pass serves both the check and the measurement on the ingest path."""
+    out: dict[str, float] = {}
+    for stage, (start, end) in STAGE_STAMPS.items():
+        t0 = stamps.get(start)
+        if t0 is None:
+            continue
+        t1 = stamps.get(end)
+        if t1 is None:
+            continue
+        if t1 < t0:
+            return "end_before_start"
+        if t1 - t0 > MAX_SPAN_NS:
+            return "duration_too_long"
+        out[stage] = (t1 - t0) / 1e9
+    return out
+
+
 def stamps_problem(stamps: dict[str, int]) -> str | None:
     """Why a request's stamps cannot be measured (a stage ends before it starts, or lasts longer
     than MAX_SPAN_SECONDS), or None when every stage present is plausible."""
-    for start, end in STAGE_STAMPS.values():
-        t0, t1 = stamps.get(start), stamps.get(end)
-        if t0 is not None and t1 is not None:
-            if t1 < t0:
-                return "end_before_start"
-            if t1 - t0 > MAX_SPAN_NS:
-                return "duration_too_long"
-    return None
+    measured = measure_stages(stamps)
+    return measured if isinstance(measured, str) else None
 
 
-def span_problem(span: Span) -> str | None:
-    """`stamps_problem` of the span's events, and the same checks on its own start/end."""
+def own_time_problem(span: Span) -> str | None:
+    """The checks of `stamps_problem` on the span's own start/end."""
     if span.start and span.end:
         if span.end < span.start:
             return "end_before_start"
         if span.end - span.start > MAX_SPAN_NS:
             return "duration_too_long"
-    return stamps_problem(span.events)
+    return None
+
+
+def span_problem(span: Span) -> str | None:
+    """`stamps_problem` of the span's events, and the same checks on its own start/end."""
+    return own_time_problem(span) or stamps_problem(span.events)
 
 
 def span_bytes(span: Span) -> int:
@@ -383,15 +515,16 @@ class SpanJoiner(Collector):
         accepted = 0
         for index, span in enumerate(spans):
             reason = self._unusable(span)
-            if reason is not None:
-                self.on_drop(reason, 1)
+            measured = measure_stages(span.events) if reason is None else reason
+            if isinstance(measured, str):
+                self.on_drop(measured, 1)
                 if rejected is not None:
-                    rejected[reason] += 1
+                    rejected[measured] += 1
                 continue
             accepted += 1
             before = len(samples)
             if span.model is not None:
-                self._model_span(span, now, samples)
+                self._model_span(span, measured.get("request"), now, samples)
             elif span.name == COMPUTE_SPAN:
                 self._compute_span(span, now, samples)
             if origins is not None:
@@ -400,18 +533,20 @@ class SpanJoiner(Collector):
 
     @staticmethod
     def _unusable(span: Span) -> str | None:
+        """Why *span* is no Triton span the join can use (its stamps are checked by the caller)."""
         if len(span.trace_id) != 16 or len(span.span_id) != 8:  # protobuf does not check sizes
             return "bad_ids"
         if span.model is None and span.name == COMPUTE_SPAN and not span.parent_span_id:
             return "compute_without_parent"
         if span.model is None and span.name not in (COMPUTE_SPAN, ROOT_SPAN):
             return "not_triton"
-        return span_problem(span)
+        return own_time_problem(span)
 
-    def _model_span(self, span: Span, now: float, samples: list[StageSample]) -> None:
-        model, version = span.model or "", span.version or ""
-        request: dict[str, int] = {k: span.events[k] for k in ("REQUEST_START", "REQUEST_END") if k in span.events}
-        samples.extend(samples_for(model, version, request, span.namespace, span.pod, span.deployment))
+    def _model_span(self, span: Span, request_s: float | None, now: float, samples: list[StageSample]) -> None:
+        """The request stage at once (from the model span alone), the others once joined."""
+        if request_s is not None:
+            samples.append(StageSample(span.model or "", span.version or "", "request", request_s,
+                                       span.namespace, span.pod, span.deployment))
         key = span.trace_id + span.span_id
         compute = self._take(key)
         if compute is not None:
@@ -431,12 +566,12 @@ class SpanJoiner(Collector):
         stamps = dict(compute.events)
         if "QUEUE_START" in model.events:
             stamps["QUEUE_START"] = model.events["QUEUE_START"]
-        problem = stamps_problem(stamps)  # the queue stage spans both spans: checked only now
-        if problem is not None:
-            self.on_drop(problem, 1)
+        measured = measure_stages(stamps)  # the queue stage spans both spans: checked only now
+        if isinstance(measured, str):
+            self.on_drop(measured, 1)
             return []
-        return samples_for(model.model or "", model.version or "", stamps, model.namespace, model.pod,
-                           model.deployment)
+        return [StageSample(model.model or "", model.version or "", stage, seconds, model.namespace, model.pod,
+                            model.deployment) for stage, seconds in measured.items()]
 
     def _take(self, key: bytes) -> Span | None:
         pending = self._pending.pop(key, None)

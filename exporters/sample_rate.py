@@ -22,7 +22,7 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client.core import GaugeMetricFamily
@@ -119,16 +119,19 @@ class SampleRateDetector(Collector):
             if history is not None:
                 history.traced += n
 
-    def weigh(self, key: RateKey, traced: bool) -> float:
-        """The weight of one sample of *key* (its rate N), counting it as traced when it is the
-        request stage: one lock hold per sample on the ingest path."""
+    def weigh_batch(self, traced: Mapping[RateKey, int], keys: Iterable[RateKey]) -> dict[RateKey, float]:
+        """The weight (rate N) of each of *keys*' samples in one body, counting *traced* request
+        samples per key first: one lock hold per body on the ingest path."""
+        weights: dict[RateKey, float] = {}
         with self._lock:
-            history = self._history(key) if traced else self._keys.get(key)
-            if history is None:
-                return self.configured.rate
-            if traced:
-                history.traced += 1
-            return history.last.rate if history.last is not None else self.configured.rate
+            for key in keys:
+                n = traced.get(key, 0)
+                history = self._history(key) if n else self._keys.get(key)
+                if history is not None:
+                    history.traced += n
+                weights[key] = (history.last.rate if history is not None and history.last is not None
+                                else self.configured.rate)
+        return weights
 
     def requests(self, key: RateKey, total: float, now: float | None = None) -> None:
         """One poll's cumulative request count of *key*; re-estimates its rate."""

@@ -214,7 +214,7 @@ def ingest(state: ExporterState, spans: list[Span]) -> tuple[int, str]:
 
 def _refused_spans(latency: LatencyAggregator, samples: list[StageSample], origins: list[int]) -> int:
     """Observe every sample; how many distinct spans had a sample refused by the series cap."""
-    refused = {origins[i] for i, sample in enumerate(samples) if not latency.observe(sample)}
+    refused = {origins[i] for i, ok in enumerate(latency.observe_batch(samples)) if not ok}
     return len(refused)
 
 

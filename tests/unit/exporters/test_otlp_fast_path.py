@@ -1,0 +1,176 @@
+"""The exporter's cheap ingest path reads exactly what the checked path reads.
+
+`decode_json` takes Triton's usual bodies through orjson and `_usual_spans`; anything unusual is
+read again by the standard library and `_checked_spans`. These tests hold the two readings equal
+on real and mutated bodies, and the batched histogram update equal to one update per sample.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections import Counter
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.paths import FIXTURES
+from tidescale.contracts import jsonio
+from tidescale.exporters import otlp
+from tidescale.exporters.errors import BadInput
+from tidescale.exporters.latency import LatencyAggregator, StageSample, log_buckets
+from tidescale.exporters.otlp import SpanJoiner, decode_json, measure_stages
+from tidescale.exporters.sample_rate import SampleRateDetector
+
+OTLP = FIXTURES / "triton" / "real-2.51" / "otlp"
+REAL_DOCS = [json.loads(p.read_bytes()) for p in sorted(OTLP.glob("*.json"))]
+
+
+def outcome(body: bytes) -> tuple[Any, ...]:
+    try:
+        return ("spans", decode_json(body))
+    except BadInput as exc:
+        return ("refused", exc.status_code, exc.message)
+
+
+def checked_outcome(body: bytes) -> tuple[Any, ...]:
+    """What the checked reading alone answers (the contract the fast reading must keep)."""
+    try:
+        doc = jsonio.loads(body)
+    except ValueError as exc:
+        return ("refused", 400, f"body is not valid JSON: {exc}")
+    try:
+        return ("spans", otlp._checked_spans(doc))
+    except BadInput as exc:
+        return ("refused", exc.status_code, exc.message)
+
+
+def test_real_triton_bodies_take_the_fast_reading(monkeypatch: pytest.MonkeyPatch) -> None:
+    expected = [otlp._checked_spans(doc) for doc in REAL_DOCS]
+    monkeypatch.setattr(otlp, "_checked_spans", lambda doc: pytest.fail("fell back to the checked reading"))
+    got = [decode_json(json.dumps(doc).encode()) for doc in REAL_DOCS]
+    assert got == expected
+    assert sum(len(spans) for spans in got) == 96
+
+
+def _leaves(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Paths to every dict key and list item of a JSON document."""
+    out = [path]
+    if isinstance(node, dict):
+        for key, value in node.items():
+            out += _leaves(value, (*path, key))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            out += _leaves(value, (*path, i))
+    return out
+
+
+def _set(doc: Any, path: tuple[Any, ...], value: Any) -> Any:
+    if not path:
+        return value
+    parent = doc
+    for step in path[:-1]:
+        parent = parent[step]
+    parent[path[-1]] = value
+    return doc
+
+
+def _rename(doc: Any, path: tuple[Any, ...], new_key: str) -> Any:
+    parent = doc
+    for step in path[:-1]:
+        parent = parent[step]
+    if isinstance(parent, dict) and path:
+        parent[new_key] = parent.pop(path[-1])
+    return doc
+
+
+# What a hostile or unusual sender puts where Triton puts strings: numbers beyond 64 bits, floats,
+# 20-digit stamps, base64 ids, non-ASCII digits, long names, nested values.
+odd_values = (st.integers(min_value=-(2**70), max_value=2**70) | st.floats(allow_nan=False)
+              | st.booleans() | st.none()
+              | st.sampled_from(["", "18446744073709551615", "18446744073709551616", "99999999999999999999",
+                                 "١٢٣", "AAAAAAAAAAAAAAAAAAAAAA==", "AAAAAAAAAAA=", "zz" * 8, "a" * 200,
+                                 "0" * 19, "COMPUTE_START", "REQUEST_END", "InferRequest", "compute"])
+              | st.text(max_size=12) | st.lists(st.integers(), max_size=2) | st.dictionaries(
+                  st.sampled_from(["stringValue", "intValue", "doubleValue"]), st.text(max_size=4), max_size=2))
+renames = st.sampled_from(["trace_id", "span_id", "parent_span_id", "time_unix_nano", "start_time_unix_nano",
+                           "end_time_unix_nano", "resource_spans", "scope_spans", "extra"])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(range(len(REAL_DOCS))), st.data())
+def test_mutated_real_bodies_read_as_the_checked_reading_reads_them(which: int, data: st.DataObject) -> None:
+    doc = copy.deepcopy(REAL_DOCS[which])
+    for _ in range(data.draw(st.integers(min_value=1, max_value=3))):
+        path = data.draw(st.sampled_from(_leaves(doc)))
+        if path and data.draw(st.booleans()):
+            doc = _rename(doc, path, data.draw(renames))
+        else:
+            doc = _set(doc, path, data.draw(odd_values))
+    body = json.dumps(doc).encode()
+    assert outcome(body) == checked_outcome(body)
+
+
+def test_a_version_beyond_64_bits_reads_as_the_standard_library_reads_it() -> None:
+    doc = copy.deepcopy(REAL_DOCS[0])
+    span = next(s for s in doc["resourceSpans"][0]["scopeSpans"][0]["spans"] if s.get("attributes"))
+    span["attributes"][1]["value"] = {"intValue": 2**64}  # orjson alone would read 1.8446744073709552e+19
+    [got] = [s for s in decode_json(json.dumps(doc).encode()) if s.span_id.hex() == span["spanId"]]
+    assert got.version == str(2**64)
+
+
+@pytest.mark.parametrize(("stamps", "expected"), [
+    ({"REQUEST_START": 10, "REQUEST_END": 30}, {"request": 20e-9}),
+    ({"REQUEST_START": 30, "REQUEST_END": 10}, "end_before_start"),
+    ({"COMPUTE_START": 0, "COMPUTE_INPUT_END": otlp.MAX_SPAN_NS + 1}, "duration_too_long"),
+    ({"QUEUE_START": 5}, {}),
+])
+def test_measure_stages_measures_or_names_the_problem(stamps: dict[str, int], expected: object) -> None:
+    assert measure_stages(stamps) == expected
+
+
+def test_joined_stages_equal_the_one_pass_measurement() -> None:
+    spans = [s for doc in REAL_DOCS for s in otlp._checked_spans(doc)]
+    samples, accepted = SpanJoiner().add(spans)
+    assert accepted == len(spans)
+    stages = Counter(s.stage for s in samples)
+    assert stages["request"] == stages["queue"] == stages["compute_infer"] == 32
+
+
+def _exposition(agg: LatencyAggregator) -> str:
+    return agg.exposition()
+
+
+def test_a_batch_updates_the_histograms_as_one_sample_at_a_time_does() -> None:
+    bounds = log_buckets(0.001, 10, [0.5])
+    samples = [StageSample(f"m{i % 3}", "1", stage, 0.001 * (i + 1), "serving", f"pod-{i % 2}", "triton")
+               for i in range(60) for stage in ("request", "queue")]
+    samples.append(StageSample("m\x00bad", "1", "request", 0.2, "serving", "pod-0", "triton"))
+
+    def fed(batched: bool) -> tuple[LatencyAggregator, list[bool], SampleRateDetector]:
+        rates = SampleRateDetector(configured=4)
+        agg = LatencyAggregator(bounds, max_series=8, rates=rates, clock=lambda: 0.0)
+        ok = agg.observe_batch(samples) if batched else [agg.observe(s) for s in samples]
+        return agg, ok, rates
+
+    one, ok_one, rates_one = fed(False)
+    batch, ok_batch, rates_batch = fed(True)
+    assert ok_batch == ok_one
+    assert ok_batch.count(False) > 0  # the cap of 8 series refused some, the same ones
+    assert _exposition(batch) == _exposition(one)
+    assert "4.0" in _exposition(batch)  # counts weighted by the configured rate
+    key = ("serving", "pod-0", "m0", "1")
+    assert rates_batch._keys[key].traced == rates_one._keys[key].traced == 10
+
+
+def test_weigh_batch_counts_traced_requests_and_answers_the_detected_rate() -> None:
+    detector = SampleRateDetector(configured=1, min_traced=5)
+    key, other = ("ns", "pod", "m", "1"), ("ns", "pod", "m", "2")
+    for t, served in enumerate((0, 100, 200, 300)):
+        detector.weigh_batch({key: 10}, [key, other])
+        detector.requests(key, served + 100, now=float(t))
+    weights = detector.weigh_batch({}, [key, other])
+    assert weights == {key: 10.0, other: 1.0}
+    assert other not in detector._keys  # a key never traced is not remembered
