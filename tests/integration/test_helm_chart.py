@@ -464,6 +464,7 @@ def test_the_configmap_sections_load_with_the_components_settings(full_docs: lis
     path.write_text(config["data"]["config.yaml"])
     exporter = load_settings(ExporterSettings, path)
     assert exporter.host == "0.0.0.0" and exporter.kube_selector == "app.kubernetes.io/name=triton-server"
+    assert exporter.trace_sample_rate == 10  # exporter.traceSampleRate: the advised Triton rate=N
     recommender = load_settings(RecommenderSettings, path)
     assert recommender.port == 9106 and recommender.host == "0.0.0.0" and recommender.headroom == 1.0
     assert [recommender.capacity_for(t) for t in recommender.targets] == [50.0, 120.0]
@@ -480,6 +481,8 @@ def test_network_policies_and_no_pdb(default_docs: list[dict[str, Any]], full_do
     ({"unknownKey": 1}, "additional properties 'unknownKey' not allowed"),
     ({"exporter": {"port": "9105"}}, "/exporter/port"),
     ({"exporter": {"prot": 9105}}, "additional properties 'prot' not allowed"),
+    ({"exporter": {"traceSampleRate": 0}}, "/exporter/traceSampleRate"),
+    ({"exporter": {"traceSampleRate": 2.5}}, "/exporter/traceSampleRate"),
     ({"autoscaling": {"mode": "hpa"}}, "/autoscaling/mode"),
     ({"autoscaling": {"targets": [{"deployment": "Bad_Name", "model": "m"}]}}, "/autoscaling/targets/0/deployment"),
     ({"autoscaling": {"targets": [{"model": "m"}]}}, "deployment"),
