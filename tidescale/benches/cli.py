@@ -113,6 +113,28 @@ def _register_latency_benches(bench: typer.Typer) -> None:
         run_command(json_only=json_only, quick=quick)
 
 
+def _register_overhead_bench(bench: typer.Typer) -> None:
+    @bench.command("overhead")
+    def overhead_command(
+        json_only: bool = typer.Option(False, "--json", help="Only the JSON result on stdout."),
+        quick: bool = typer.Option(False, "--quick", help="3,000 requests per mode instead of 50,000."),
+        mode: list[str] = typer.Option([], "--mode", help="none, summaries, otlp-N or tracefile-N (repeatable, "
+                                       "or comma-separated); default none, summaries, otlp-1/10/100, "
+                                       "tracefile-1/10."),
+        requests: int | None = typer.Option(None, "--requests", help="Requests per mode (overrides --quick)."),
+        client: str = typer.Option("auto", "--client", help="auto (perf_analyzer, else the load generator), "
+                                   "perf_analyzer or loadgen."),
+        concurrency: int = typer.Option(8, "--concurrency", help="perf_analyzer's concurrency."),
+        rounds: int = typer.Option(2, "--rounds", help="Rounds per mode, in ABBA order, splitting the requests "
+                                   "(their spread is the machine's noise)."),
+    ) -> None:
+        """Triton's and the exporter's CPU per request by tracing mode, and the P99 error vs the client's."""
+        from tidescale.benches.overhead import DEFAULT_MODES, run_command
+
+        run_command(json_only=json_only, quick=quick, modes=tuple(mode) or DEFAULT_MODES, requests=requests,
+                    client=client, concurrency=concurrency, rounds=rounds)
+
+
 # --- profiles and the stats poller -----------------------------------------------------------------
 
 
@@ -192,6 +214,6 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
             typer.echo(benchreport.markdown(doc))
 
 
-for _register in (_register_sim_benches, _register_latency_benches, _register_profile_poll_benches,
-                  _register_autoscale_bench):
+for _register in (_register_sim_benches, _register_latency_benches, _register_overhead_bench,
+                  _register_profile_poll_benches, _register_autoscale_bench):
     _register(app)

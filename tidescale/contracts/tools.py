@@ -1,4 +1,5 @@
-"""Where the external binaries live: tritonserver (nvidia-pytriton), Prometheus, Alertmanager, helm.
+"""Where the external binaries live: tritonserver (nvidia-pytriton), Prometheus, Alertmanager, helm,
+perf_analyzer.
 
 `scripts/setup.sh` installs all of them; every lookup failure says so.
 """
@@ -17,6 +18,7 @@ from tidescale.contracts.errors import MissingToolError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TOOLS_BIN = REPO_ROOT / ".tools" / "bin"
+TOOLS_LIB = REPO_ROOT / ".tools" / "lib"  # shared libraries of the tools in TOOLS_BIN (perf_analyzer's libcudart)
 # Every generated artifact (rules, Alertmanager config, dashboards, adapter config) is committed once,
 # here, where the chart reads it; the tools, the dev stack and the tests read the same files.
 CHART_FILES = REPO_ROOT / "deploy" / "helm" / "tidescale" / "files"
@@ -104,3 +106,27 @@ def triton() -> TritonInstall:
     if not stub.exists():
         raise MissingToolError(f"python backend stub not installed at {stub}: {SETUP_HINT}")
     return TritonInstall(binary=binary, backend_dir=backend_dir)
+
+
+@dataclass(frozen=True)
+class PerfAnalyzerInstall:
+    """Triton's perf_analyzer (from tritonclient 2.51's wheel) and the library directory it needs."""
+
+    binary: Path
+    lib_dir: Path | None  # holds libcudart.so.12; None when the system provides it
+
+    def env(self) -> dict[str, str]:
+        """This environment with `lib_dir` first on LD_LIBRARY_PATH."""
+        env = dict(os.environ)
+        if self.lib_dir is not None:
+            env["LD_LIBRARY_PATH"] = os.pathsep.join(
+                p for p in (str(self.lib_dir), env.get("LD_LIBRARY_PATH", "")) if p)
+        return env
+
+
+def perf_analyzer() -> PerfAnalyzerInstall:
+    """perf_analyzer from .tools/bin or PATH; MissingToolError when absent (it may still fail to run:
+    it also links libb64, a Debian package setup installs)."""
+    binary = find_binary("perf_analyzer")
+    lib_dir = TOOLS_LIB if (TOOLS_LIB / "libcudart.so.12").is_file() else None
+    return PerfAnalyzerInstall(binary=binary, lib_dir=lib_dir)

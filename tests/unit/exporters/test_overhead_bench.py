@@ -1,0 +1,511 @@
+"""`tidescale bench overhead`'s pure parts: CPU of a process tree from /proc text, Prometheus'
+histogram_quantile over bucket deltas, the per-mode arithmetic, the modes and bad input."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.paths import FIXTURES
+from tidescale import cli
+from tidescale.benches import overhead as ov
+from tidescale.contracts import tools
+from tidescale.contracts.errors import MissingToolError, TidescaleError, UsageError
+from tidescale.devstack.fleet.model_repo import write_model_repository
+
+
+def stat(pid: int, ppid: int, utime: int, stime: int, cutime: int = 0, cstime: int = 0, comm: str = "proc") -> str:
+    """One /proc/<pid>/stat line as Linux writes it (fields 14-17 are the CPU ticks)."""
+    fields = ["S", ppid, pid, pid, 0, -1, 4194560, 100, 0, 0, 0, utime, stime, cutime, cstime, 20, 0, 12, 0]
+    return f"{pid} ({comm}) " + " ".join(str(f) for f in fields) + "\n"
+
+
+# --- CPU of a process tree ------------------------------------------------------------------------
+
+def test_parse_stat_reads_ppid_and_all_four_cpu_fields_even_with_odd_command_names() -> None:
+    assert ov.parse_stat(stat(42, 7, 100, 20, 3, 4, comm="triton_python_b")) == (7, 127)
+    # a command name with spaces and a closing parenthesis does not shift the fields
+    assert ov.parse_stat(stat(43, 42, 5, 6, comm="a b) (c")) == (42, 11)
+
+
+def test_tree_ticks_sums_the_root_and_every_descendant_and_nothing_else() -> None:
+    stats = {
+        100: stat(100, 1, 1000, 200, cutime=50),  # tritonserver (50: a reaped child)
+        101: stat(101, 100, 300, 30),  # python backend stub
+        102: stat(102, 101, 7, 3),  # a grandchild
+        200: stat(200, 1, 9999, 9999),  # the exporter: another tree
+        201: stat(201, 200, 5, 5),
+        300: "garbage without fields",
+    }
+    assert ov.tree_ticks(100, stats) == 1250 + 330 + 10
+    assert ov.tree_ticks(200, stats) == 19998 + 10
+    assert ov.tree_ticks(101, stats) == 340
+    assert ov.tree_ticks(999, stats) == 0  # gone
+
+
+def test_read_proc_stats_reads_numeric_entries_only(tmp_path: Path) -> None:
+    for pid, ppid in ((1, 0), (12, 1)):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "stat").write_text(stat(pid, ppid, pid, 1))
+    (tmp_path / "self").mkdir()
+    (tmp_path / "34").mkdir()  # exited between the listing and the read: no stat file
+    stats = ov.read_proc_stats(tmp_path)
+    assert sorted(stats) == [1, 12]
+    assert ov.tree_ticks(1, stats) == 2 + 13
+
+
+def test_stub_regions_are_read_from_the_stubs_under_the_server(tmp_path: Path) -> None:
+    region = "triton_python_backend_shm_region_9fc5f696-1d36-484b-92a8-8e486aa9fd71"
+    procs = {100: (1, [b"tritonserver", b"--model-repository", b"/repo"]),
+             101: (100, [b"triton_python_backend_stub", b"/repo/m/1/model.py", region.encode(), b"1048576"]),
+             200: (1, [b"triton_python_backend_stub", b"/other/model.py",
+                       b"triton_python_backend_shm_region_00000000-0000-0000-0000-000000000000"])}
+    for pid, (ppid, argv) in procs.items():
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "stat").write_text(stat(pid, ppid, 1, 1))
+        (tmp_path / str(pid) / "cmdline").write_bytes(b"\0".join(argv) + b"\0")
+    assert ov.stub_regions(100, tmp_path) == [region]  # another server's stub is not ours
+    assert ov.process_tree(100, ov.read_proc_stats(tmp_path)) == {100: 2, 101: 2}
+    # the server crashed and exited: init adopted the stub, which its region still finds
+    (tmp_path / "101" / "stat").write_text(stat(101, 1, 1, 1))
+    shutil.rmtree(tmp_path / "100")
+    assert ov.stub_regions(100, tmp_path) == [] and ov.holders([region], tmp_path) == [101]
+
+
+def test_tree_cpu_seconds_of_this_process_grows_with_work() -> None:
+    [before] = ov.tree_cpu_seconds([os.getpid()])
+    after = before
+    for _ in range(2_000):  # ~1 ms of CPU a round; a clock tick is 10 ms
+        sum(range(20_000))
+        [after] = ov.tree_cpu_seconds([os.getpid()])
+        if after > before:
+            break
+    assert after > before > 0
+
+
+# --- quantiles over bucket deltas -------------------------------------------------------------------
+
+def test_histogram_quantile_interpolates_like_prometheus() -> None:
+    # 100 observations: 10 in (0, 1], 80 in (1, 2], 10 in (2, 4]
+    buckets = {1.0: 10.0, 2.0: 90.0, 4.0: 100.0, math.inf: 100.0}
+    assert ov.histogram_quantile(0.5, buckets) == pytest.approx(1.0 + 40 / 80)
+    assert ov.histogram_quantile(0.05, buckets) == pytest.approx(0.5)  # lowest bucket starts at 0
+    assert ov.histogram_quantile(0.99, buckets) == pytest.approx(2.0 + 2.0 * 9 / 10)
+    assert ov.histogram_quantile(1.0, buckets) == pytest.approx(4.0)
+
+
+def test_histogram_quantile_edges() -> None:
+    # a rank in the +Inf bucket answers the highest finite bound
+    assert ov.histogram_quantile(0.99, {1.0: 50.0, 2.0: 90.0, math.inf: 100.0}) == 2.0
+    assert ov.histogram_quantile(0.99, {1.0: 0.0, math.inf: 0.0}) is None  # no observations (NaN)
+    assert ov.histogram_quantile(0.5, {1.0: 3.0, 2.0: 5.0}) is None  # no +Inf bucket
+    assert ov.histogram_quantile(0.5, {math.inf: 3.0}) is None  # one bucket
+    # counts that dip (a scrape between two bucket updates) are made monotonic first
+    assert ov.histogram_quantile(0.5, {1.0: 10.0, 2.0: 8.0, 4.0: 20.0, math.inf: 20.0}) == pytest.approx(
+        ov.histogram_quantile(0.5, {1.0: 10.0, 2.0: 10.0, 4.0: 20.0, math.inf: 20.0}))
+    with pytest.raises(ValueError):
+        ov.histogram_quantile(1.5, {1.0: 1.0, math.inf: 1.0})
+
+
+def test_quantile_of_the_delta_sees_only_the_run() -> None:
+    before = {0.01: 1000.0, 0.02: 1000.0, math.inf: 1000.0}  # the warm-up: all fast
+    after = {0.01: 1000.0, 0.02: 1100.0, math.inf: 1100.0}  # the run: 100 in (0.01, 0.02]
+    delta = ov.bucket_delta(after, before)
+    assert delta == {0.01: 0.0, 0.02: 100.0, math.inf: 100.0}
+    assert ov.histogram_quantile(0.99, delta) == pytest.approx(0.01 + 0.01 * 0.99)
+
+
+# --- what the servers expose -----------------------------------------------------------------------
+
+def test_triton_view_reads_the_counter_and_the_summary_p99_of_real_2_51_output() -> None:
+    text = (FIXTURES / "triton" / "real-2.51" / "metrics_after_load.txt").read_text()
+    batcher = ov.triton_view(text, "batcher")
+    assert batcher.requests == 9906 and batcher.summary_p99_s == pytest.approx(0.066832)
+    echo = ov.triton_view(text, "echo")  # no requests: Triton writes Nan quantiles
+    assert echo.requests == 0 and echo.summary_p99_s is None
+    assert ov.triton_view(text, "absent") == ov.TritonView(0.0, None)
+
+
+def exporter_text() -> str:
+    """An exporter page: the request stage from the bench's pod and from an unattributed sender, a
+    queue stage, and the detected rate of the bench's pod."""
+    def series(stage: str, ns: str, pod: str, count: float, le_001: float) -> list[str]:
+        labels = f'model="ctr_ranker",version="1",stage="{stage}",namespace="{ns}",pod="{pod}",deployment=""'
+        return [f'tidescale_request_duration_seconds_bucket{{{labels},le="0.01"}} {le_001}',
+                f'tidescale_request_duration_seconds_bucket{{{labels},le="+Inf"}} {count}',
+                f"tidescale_request_duration_seconds_count{{{labels}}} {count}",
+                f"tidescale_request_duration_seconds_sum{{{labels}}} {count / 100}"]
+
+    who = f'namespace="{ov.NAMESPACE}",pod="{ov.POD}",model="ctr_ranker",version="1"'
+    return "\n".join([
+        "# HELP tidescale_request_duration_seconds d", "# TYPE tidescale_request_duration_seconds histogram",
+        *series("request", ov.NAMESPACE, ov.POD, 50.0, 40.0), *series("request", "", "", 10.0, 10.0),
+        *series("queue", "", "", 7.0, 7.0),
+        "# HELP tidescale_trace_sample_rate_detected n", "# TYPE tidescale_trace_sample_rate_detected gauge",
+        f"tidescale_trace_sample_rate_detected{{{who}}} 10.0",
+        "# HELP tidescale_trace_sample_rate_confidence c", "# TYPE tidescale_trace_sample_rate_confidence gauge",
+        f"tidescale_trace_sample_rate_confidence{{{who}}} 0.75",
+        "# HELP tidescale_exporter_spans_accepted OTLP spans accepted.",
+        "# TYPE tidescale_exporter_spans_accepted counter", "tidescale_exporter_spans_accepted_total 180.0", ""])
+
+
+def test_exporter_view_sums_the_request_stage_over_pods_and_reads_the_detected_rate() -> None:
+    view = ov.exporter_view(exporter_text())
+    assert view.buckets == {0.01: 50.0, math.inf: 60.0} and view.count == 60.0  # the queue stage is left out
+    assert (view.detected_rate, view.confidence, view.spans) == (10.0, 0.75, 180.0)
+    empty = ov.exporter_view("")
+    assert empty.buckets == {} and empty.count == 0.0 and empty.detected_rate is None and empty.spans == 0.0
+
+
+# --- modes and bad input ---------------------------------------------------------------------------
+
+def test_modes_parse_with_their_rates() -> None:
+    assert [(m.name, m.tracing, m.rate) for m in ov.parse_modes(ov.DEFAULT_MODES)] == [
+        ("none", "none", None), ("summaries", "summaries", None), ("otlp-1", "otlp", 1), ("otlp-10", "otlp", 10),
+        ("otlp-100", "otlp", 100), ("tracefile-1", "tracefile", 1), ("tracefile-10", "tracefile", 10)]
+    assert [m.name for m in ov.parse_modes(["none,OTLP-10", " otlp-10", "tracefile-5"])] == [
+        "none", "otlp-10", "tracefile-5"]
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("bogus", "unknown overhead mode 'bogus'"),
+    ("otlp", "unknown overhead mode 'otlp'"),
+    ("summaries-3", "unknown overhead mode"),
+    ("otlp-0", "the trace rate must be >= 1"),
+    ("tracefile--2", "the trace rate must be >= 1"),
+    ("otlp-ten", "is not a whole number"),
+])
+def test_bad_modes_are_usage_errors(text: str, message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        ov.parse_modes([text])
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--mode", "bogus"], "unknown overhead mode 'bogus'"),
+    (["--mode", "otlp-0"], "the trace rate must be >= 1"),
+    (["--requests", "0"], "--requests must be >= 1, got 0"),
+    (["--requests", "-5", "--quick"], "--requests must be >= 1, got -5"),
+    (["--client", "curl", "--mode", "none"], "unknown client 'curl'"),
+    (["--concurrency", "0", "--mode", "none"], "--concurrency must be >= 1"),
+    (["--rounds", "0"], "--rounds must be >= 1, got 0"),
+])
+def test_bench_bad_input_exits_2_before_starting_anything(argv: list[str], message: str,
+                                                         capsys: pytest.CaptureFixture[str],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_servers(*_: object, **__: object) -> None:
+        raise AssertionError("started a server on bad input")
+
+    monkeypatch.setattr(ov, "measure", no_servers)
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["bench", "overhead", *argv])
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_client_choice_falls_back_to_the_load_generator_only_when_asked_to_choose(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def missing() -> tools.PerfAnalyzerInstall:
+        raise MissingToolError("perf_analyzer not found on PATH or in .tools/bin")
+
+    monkeypatch.setattr(tools, "perf_analyzer", missing)
+    client, why = ov.choose_client("auto")
+    assert client.name == "loadgen" and why is not None and "not found" in why
+    with pytest.raises(MissingToolError, match="perf_analyzer not found"):
+        ov.choose_client("perf_analyzer")
+    assert ov.choose_client("loadgen")[0].name == "loadgen"
+
+
+def test_a_perf_analyzer_that_cannot_run_is_not_chosen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    broken = tmp_path / "perf_analyzer"
+    broken.write_text("#!/bin/sh\necho 'error while loading shared libraries: libb64.so.0d' >&2\nexit 127\n")
+    broken.chmod(0o755)
+    monkeypatch.setattr(tools, "perf_analyzer", lambda: tools.PerfAnalyzerInstall(broken, None))
+    client, why = ov.choose_client("auto")
+    assert client.name == "loadgen" and why is not None and "libb64" in why
+
+
+def test_perf_analyzer_env_puts_its_library_dir_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/usr/local/lib")
+    env = tools.PerfAnalyzerInstall(tmp_path / "perf_analyzer", tmp_path).env()
+    assert env["LD_LIBRARY_PATH"] == f"{tmp_path}:/usr/local/lib"
+    assert tools.PerfAnalyzerInstall(tmp_path / "perf_analyzer", None).env()["LD_LIBRARY_PATH"] == "/usr/local/lib"
+
+
+def test_profile_export_gives_latencies_errors_and_the_clients_own_wall_time() -> None:
+    export = {"experiments": [{"experiment": {"mode": "concurrency", "value": 8}, "requests": [
+        {"timestamp": 1_000_000_000, "response_timestamps": [1_004_000_000]},
+        {"timestamp": 1_001_000_000, "response_timestamps": [1_003_000_000, 1_011_000_000]},
+        {"timestamp": 1_002_000_000, "response_timestamps": []},
+    ]}]}
+    run = ov.profile_run(export)
+    assert run.latencies_s.tolist() == pytest.approx([0.004, 0.010])
+    assert run.errors == 1 and run.wall_s == pytest.approx(0.011)
+    assert ov.profile_run({}).latencies_s.size == 0
+
+
+# --- the replica's flags and the exporter's settings -------------------------------------------------
+
+def test_replica_flags_name_the_pod_in_otlp_and_write_the_trace_file_as_it_fills(tmp_path: Path) -> None:
+    repo = write_model_repository(tmp_path / "repo", [ov.MODEL_SPEC])
+    install = tools.TritonInstall(binary=Path("/opt/tritonserver"), backend_dir=Path("/opt/backends"))
+    otlp, tracefile, none = ov.parse_modes(["otlp-10", "tracefile-1", "none"])
+
+    def argv(mode: ov.Mode) -> list[str]:
+        replica = ov.BenchReplica(ov.POD, ov.NAMESPACE, repo, tmp_path / mode.name,
+                                  trace=mode.trace_settings("http://127.0.0.1:9", tmp_path / mode.name))
+        return replica.argv(install)
+
+    flags = argv(otlp)
+    assert "opentelemetry,url=http://127.0.0.1:9/v1/traces" in flags and "rate=10" in flags
+    assert f"opentelemetry,resource=k8s.pod.name={ov.POD}" in flags
+    assert f"opentelemetry,resource=k8s.namespace.name={ov.NAMESPACE}" in flags
+    flags = argv(tracefile)
+    assert f"triton,file={tmp_path / 'tracefile-1' / 'trace.json'}" in flags
+    assert f"triton,log-frequency={ov.TRACE_FILE_FREQUENCY}" in flags and "triton,log-frequency=0" not in flags
+    assert not any("trace-config" in f for f in argv(none))
+
+
+def test_exporter_settings_per_mode(tmp_path: Path) -> None:
+    none, otlp, tracefile = ov.parse_modes(["none", "otlp-100", "tracefile-1"])
+    env = ov.exporter_env(none, tmp_path / "targets.json", tmp_path)
+    assert env["TIDESCALE_EXPORTER_TARGETS_FILE"] == str(tmp_path / "targets.json")
+    assert env["TIDESCALE_EXPORTER_TRACES_REQUIRE_TOKEN"] == "false"
+    assert "TIDESCALE_EXPORTER_TRACE_SAMPLE_RATE" not in env and "TIDESCALE_EXPORTER_TRACE_FILES" not in env
+    assert ov.exporter_env(otlp, tmp_path / "t", tmp_path)["TIDESCALE_EXPORTER_TRACE_SAMPLE_RATE"] == "100"
+    assert ov.exporter_env(tracefile, tmp_path / "t", tmp_path)["TIDESCALE_EXPORTER_TRACE_FILES"] == (
+        f'["{tmp_path / "trace.json"}"]')
+
+
+# --- per-mode arithmetic -----------------------------------------------------------------------------
+
+def snap(triton_cpu: float, exporter_cpu: float, requests: float, buckets: dict[float, float], t: float,
+         summary_p99: float | None = None, detected: float | None = None) -> ov.Snapshot:
+    count = buckets.get(math.inf, 0.0)
+    return ov.Snapshot(triton_cpu, exporter_cpu, ov.TritonView(requests, summary_p99),
+                       ov.ExporterView(buckets, count, detected, 0.9 if detected else None), t)
+
+
+def mode_run(triton_cpu_s: float, exporter_cpu_s: float, seconds: float, buckets: dict[float, float],
+             summary_p99: float | None = None, detected: float | None = None) -> ov.ModeRun:
+    """50,000 requests (500 of warm-up before), the client's latencies uniform over 5-10 ms."""
+    before = snap(10.0, 2.0, 500, {0.005: 400.0, 0.01: 500.0, math.inf: 500.0}, 100.0)
+    after = snap(10.0 + triton_cpu_s, 2.0 + exporter_cpu_s, 50_500,
+                 {le: before.exporter.buckets[le] + n for le, n in buckets.items()}, 100.0 + seconds)
+    client = ov.ClientRun(np.linspace(0.005, 0.010, 50_000), 0, seconds - 7.0)
+    end = (ov.TritonView(50_500, summary_p99), ov.ExporterView({}, 0.0, detected, 0.9 if detected else None))
+    return ov.ModeRun(before, after, client, end)
+
+
+def one(mode: ov.Mode, run: ov.ModeRun) -> dict[str, object]:
+    """The result of a mode measured in one round."""
+    return ov.mode_result(mode, [run])
+
+
+def test_mode_results_divide_cpu_time_by_requests_and_compare_p99s() -> None:
+    none, summaries, otlp = ov.parse_modes(["none", "summaries", "otlp-10"])
+    traced_buckets = {0.005: 0.0, 0.01: 50_000.0, math.inf: 50_000.0}  # weighted: N x 5,000 traced
+    results = [
+        one(none, mode_run(15.0, 0.5, 50.0, {0.005: 0.0, 0.01: 0.0, math.inf: 0.0})),
+        one(summaries, mode_run(15.25, 0.5, 50.0, {0.005: 0.0, 0.01: 0.0, math.inf: 0.0},
+                                           summary_p99=0.0098)),
+        one(otlp, mode_run(15.4, 0.7, 60.0, traced_buckets, detected=10.0)),
+    ]
+    ov.against_none(results)
+    base, summ, traced = results
+    assert base["requests"] == 50_000 and base["triton_cpu_us_per_request"] == 300.0
+    assert base["exporter_cpu_us_per_request"] == 10.0 and base["exporter_role"].startswith("polling only")
+    assert base["traced_requests"] is None and base["p99_error"] is None and base["exporter_p99_s"] is None
+    assert base["throughput_rps"] == pytest.approx(50_000 / 43.0, abs=0.1)
+    assert base["client_p99_s"] == pytest.approx(0.00995, abs=1e-6)
+    assert summ["triton_added_cpu_us_vs_none"] == 5.0
+    assert summ["triton_summary_p99_error"] == pytest.approx((0.0098 - 0.00995) / 0.00995, abs=1e-4)
+    assert traced["triton_added_cpu_us_vs_none"] == 8.0
+    assert traced["traced_requests"] == 5_000 and traced["exporter_cpu_us_per_traced_request"] == 140.0
+    # net of idle: 0.5 s per 50 s idle polling -> 0.6 s of this 60 s run; 0.1 s over 5,000 traced requests
+    assert traced["exporter_net_cpu_us_per_traced_request"] == pytest.approx(20.0)
+    assert traced["exporter_counted_requests"] == 50_000 and traced["detected_rate"] == 10.0
+    assert traced["exporter_p99_s"] == pytest.approx(0.005 + 0.005 * 0.99)
+    assert traced["p99_error"] == pytest.approx((0.00995 - 0.00995) / 0.00995, abs=1e-3)
+    goals = ov.goals(results)
+    assert goals["otlp-10"] == {"requests": 50_000, "enough_requests": True, "p99_error": traced["p99_error"],
+                                "p99_error_met": True, "triton_added_cpu_us": 8.0, "triton_added_cpu_met": True}
+    # judged net of the idle polling (which costs per poll, not per request)
+    assert goals["exporter_cpu_per_traced_request"] == {"otlp-10": {"us": 140.0, "net_us": 20.0, "met": True,
+                                                                    "tick_us": 1e6 / ov.CLOCK_TICKS / 5_000}}
+    page = ov.markdown(page_of(results, goals))
+    assert "| otlp-10 | 50,000 |" in page and "Triton's own summary P99 (its last round) 9.80 ms" in page
+    assert "Triton's added CPU ≤ 10 µs per request: 8.0 µs — met" in page
+
+
+def page_of(results: list[dict[str, object]], goals: dict[str, object]) -> dict[str, object]:
+    return {"modes": results, "goals": goals, "goal_thresholds": ov.GOALS, "client": "perf_analyzer",
+            "client_settings": {"version": "2.51.0", "concurrency": 8}, "requests_per_mode": 50_000,
+            "model": {"name": "ctr_ranker", "exec_ms_batch_1": 2.0}, "cpu_count": 2, "wall_s": 400.0,
+            "client_fallback_reason": None, "triton_version": "2.51.0", "warmup_requests": 500, "rounds": 1}
+
+
+CRASH_LOG = """I1125 11:51:30.238415 13768 http_server.cc:362] "Started Metrics Service at 127.0.0.1:38515"
+corrupted double-linked list (not small)
+Signal (6) received.
+ 0# 0x0000562756C6552D in /opt/tritonserver/bin/tritonserver
+"""
+
+
+def test_crash_reason_reads_the_signal_and_glibcs_message_from_tritons_log() -> None:
+    assert ov.crash_reason(CRASH_LOG) == "signal 6, corrupted double-linked list (not small)"
+    assert ov.crash_reason('Signal (11) received.\n 6# TRITONBACKEND_ResponseSend in libtritonserver.so') == "signal 11"
+    assert ov.crash_reason("I1125 server is running\n") == "no reason in its log"
+
+
+class _Process:
+    def __init__(self, log: str) -> None:
+        self.log = log
+
+    def log_tail(self, lines: int) -> str:
+        return self.log
+
+
+class _Replica:
+    def __init__(self, alive: bool, log: str) -> None:
+        self.http_url, self.process, self._alive = "http://127.0.0.1:9", _Process(log), alive
+
+    def alive(self) -> bool:
+        return self._alive
+
+
+class _FailingClient:
+    name = "perf_analyzer"
+
+    def play(self, url: str, requests: int, workdir: Path, abort: ov.Abort = lambda: False) -> ov.ClientRun:
+        raise TidescaleError("perf_analyzer failed (99): HTTP client failed: Failure when receiving data")
+
+
+@pytest.mark.parametrize(("alive", "log", "died"), [
+    (False, CRASH_LOG, True),  # exited
+    (True, CRASH_LOG, True),  # caught a fatal signal and hangs in its handler (seen with 2.51)
+    (True, "I1125 serving\n", False),  # the server is fine: the client's own failure
+])
+def test_a_client_failure_is_triton_dying_only_when_the_replica_crashed(alive: bool, log: str, died: bool,
+                                                                       tmp_path: Path) -> None:
+    with pytest.raises(TidescaleError, match="perf_analyzer failed|tritonserver died") as exc:
+        ov.play(_FailingClient(), _Replica(alive, log), 10, tmp_path)  # type: ignore[arg-type]
+    assert isinstance(exc.value, ov.TritonDied) == died
+    if died:
+        assert "tritonserver died (signal 6, corrupted double-linked list (not small))" in str(exc.value)
+
+
+def test_perf_analyzer_is_stopped_when_the_server_crashes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    hanging = tmp_path / "perf_analyzer"
+    hanging.write_text("#!/bin/sh\nexec sleep 60\n")  # a client waiting on a server that hangs
+    hanging.chmod(0o755)
+    monkeypatch.setattr(ov, "WATCH_S", 0.05)
+    client = ov.PerfAnalyzerClient(tools.PerfAnalyzerInstall(hanging, None))
+    asked = []
+    with pytest.raises(ov.Aborted, match="the server crashed"):
+        client.play("http://127.0.0.1:9", 100, tmp_path, lambda: asked.append(1) is None and len(asked) >= 3)
+    assert len(asked) == 3
+
+
+def test_the_load_generator_is_stopped_when_the_server_crashes(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ov, "WATCH_S", 0.05)
+    with pytest.raises(ov.Aborted, match="the server crashed"):
+        ov.LoadgenClient(rps=5.0).play("http://127.0.0.1:9", 100, tmp_path, lambda: True)
+
+
+def test_modes_whose_triton_crashed_keep_the_rounds_that_completed_and_say_why() -> None:
+    none, otlp1, otlp10 = ov.parse_modes(["none", "otlp-1", "otlp-10"])
+    base = one(none, mode_run(15.0, 0.5, 50.0, {0.005: 0.0, 0.01: 0.0, math.inf: 0.0}))
+    crash = ov.ModeFailure("tritonserver 2.51.0 died (signal 11); perf_analyzer stopped: the server crashed during "
+                           "the run.", 20_512.0, "2.51.0")
+    never = ov.with_crashes(ov.mode_result(otlp1, []), [crash, crash])  # both attempts of its only round
+    assert set(never) == set(base)
+    assert never["error"] == crash.error and never["crashes"] == 2 and never["crash_errors"] == [crash.error]
+    assert never["exporter_counted_before_crashes"] == [20_512, 20_512] and never["rounds"] == 0
+    assert never["requests"] is None and never["triton_cpu_us_per_request"] is None
+    assert never["p99_error"] is None and never["exporter_cpu_us_per_traced_request"] is None
+    traced = mode_run(15.4, 0.7, 60.0, {0.005: 0.0, 0.01: 50_000.0, math.inf: 50_000.0}, detected=10.0)
+    retried = ov.with_crashes(ov.mode_result(otlp10, [traced]), [crash])  # crashed once, then completed
+    assert retried["error"] is None and retried["crashes"] == 1 and retried["requests"] == 50_000
+    results = [base, never, retried]
+    ov.against_none(results)
+    assert never["triton_added_cpu_us_vs_none"] is None and never["exporter_net_cpu_us_per_traced_request"] is None
+    assert retried["triton_added_cpu_us_vs_none"] == 8.0
+    goals = ov.goals(results)
+    assert goals["otlp-10"]["requests"] == 50_000 and "otlp-1" not in goals["exporter_cpu_per_traced_request"]
+    page = ov.markdown(page_of(results, goals))
+    assert "| otlp-1 | Triton crashed |" in page and "server#7795" in page and "| otlp-10 | 50,000 |" in page
+    assert "`otlp-1`: Triton crashed in 2 of 2 attempts" in page and "after about 20,512, 20,512 requests" in page
+    assert "no round completed" in page and "`otlp-10`: Triton crashed in 1 of 2 attempts" in page
+    assert "figures are those of the 1 round(s) that completed" in page
+    down = [base, ov.with_crashes(ov.mode_result(otlp10, []), [crash])]
+    ov.against_none(down)
+    assert ov.goals(down)["otlp-10"] == {"error": crash.error}
+    assert "- OTLP rate=10: not measured, tritonserver 2.51.0 died" in ov.markdown(page_of(down, ov.goals(down)))
+    ov.plot({"modes": results}, Path(os.devnull))
+
+
+def test_rounds_add_up_and_their_spread_is_reported() -> None:
+    none, otlp = ov.parse_modes(["none", "otlp-10"])
+    first = mode_run(15.0, 0.5, 50.0, {0.005: 0.0, 0.01: 0.0, math.inf: 0.0})  # 300 µs per request
+    second = mode_run(15.5, 0.7, 50.0, {0.005: 0.0, 0.01: 0.0, math.inf: 0.0}, summary_p99=0.0098)  # 310 µs
+    base = ov.mode_result(none, [first, second])
+    assert base["rounds"] == 2 and base["requests"] == 100_000 and base["client_requests"] == 100_000
+    assert base["triton_cpu_us_per_request"] == 305.0 and base["triton_cpu_us_per_request_by_round"] == [300.0, 310.0]
+    assert base["triton_cpu_spread_us"] == 10.0 and base["exporter_cpu_s"] == 1.2 and base["measured_s"] == 100.0
+    assert base["throughput_rps"] == pytest.approx(100_000 / 86.0, abs=0.1)
+    assert base["triton_summary_p99_s"] == 0.0098  # the last round's replica
+    traced = ov.mode_result(otlp, [mode_run(16.0, 0.6, 60.0, {0.005: 10.0, 0.01: 50_000.0, math.inf: 50_000.0}),
+                                   mode_run(16.0, 0.6, 60.0, {0.005: 0.0, 0.01: 50_000.0, math.inf: 50_000.0})])
+    assert traced["exporter_counted_requests"] == 100_000 and traced["traced_requests"] == 10_000
+    # the buckets of both rounds add up: 10 of 100,000 in the lowest
+    assert traced["exporter_p99_s"] == pytest.approx(0.005 + 0.005 * (99_000 - 10) / (100_000 - 10))
+    results = [base, traced]
+    ov.against_none(results)
+    # idle: 1.2 s per 100 s -> 1.44 s over 120 s; (1.2 - 1.44) s over 10,000 traced requests
+    assert traced["triton_added_cpu_us_vs_none"] == 15.0
+    assert traced["exporter_net_cpu_us_per_traced_request"] == pytest.approx(-24.0)
+    page = ov.markdown({**page_of(results, ov.goals(results)), "rounds": 2})
+    assert "in 2 rounds of 25,000 requests, in ABBA order" in page and "by 0.0 to 10.0 µs" in page
+
+
+def test_rounds_run_in_abba_order() -> None:
+    a, b, c = ov.parse_modes(["none", "otlp-10", "tracefile-1"])
+    assert [(r, m.name) for r, m in ov.round_order([a, b, c], 3)] == [
+        (0, "none"), (0, "otlp-10"), (0, "tracefile-1"), (1, "tracefile-1"), (1, "otlp-10"), (1, "none"),
+        (2, "none"), (2, "otlp-10"), (2, "tracefile-1")]
+    assert ov.round_order([a], 1) == [(0, a)]
+
+
+def test_perf_analyzer_errors_are_told_once_not_once_per_thread() -> None:
+    output = ("Failed to generate concurrent requests.\n"
+              + "".join(f"Thread [{i}] had error: HTTP client failed: Send failed since rewinding of the data "
+                        "stream failed\n\n" for i in range(8))
+              + "Thread [3] had error: HTTP client failed: Failure when receiving data from the peer\n")
+    assert ov.client_errors(output) == ("HTTP client failed: Send failed since rewinding of the data stream failed; "
+                                        "HTTP client failed: Failure when receiving data from the peer")
+    assert ov.client_errors("something odd\nlast words\n") == "last words"
+    assert ov.client_errors("") == "no output"
+
+
+def test_without_a_none_mode_nothing_is_compared_to_it() -> None:
+    [otlp] = ov.parse_modes(["otlp-1"])
+    results = [one(otlp, mode_run(15.0, 0.7, 60.0, {0.005: 0.0, 0.01: 100.0, math.inf: 100.0}))]
+    ov.against_none(results)
+    assert results[0]["triton_added_cpu_us_vs_none"] is None
+    assert results[0]["exporter_net_cpu_us_per_traced_request"] is None
+    assert "otlp-10" not in ov.goals(results)
+
+
+def test_plot_draws_every_mode(tmp_path: Path) -> None:
+    none, otlp = ov.parse_modes(["none", "otlp-10"])
+    results = [one(none, mode_run(15.0, 0.5, 50.0, {0.005: 0.0, 0.01: 0.0, math.inf: 0.0})),
+               one(otlp, mode_run(15.4, 0.7, 60.0, {0.005: 0.0, 0.01: 50_000.0, math.inf: 50_000.0}))]
+    ov.against_none(results)
+    ov.plot({"modes": results}, tmp_path / "overhead.png")
+    assert (tmp_path / "overhead.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

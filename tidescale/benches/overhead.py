@@ -1,0 +1,1026 @@
+"""`tidescale bench overhead`: what request tracing costs Triton and the exporter, and how close the
+exporter's P99 comes to the client's.
+
+Each mode gets a fresh real `tritonserver` 2.51 replica serving the local fleet's `ctr_ranker` model
+(Python backend, dynamic batching) and a fresh `tidescale exporter serve` process that polls it
+(a targets file naming the replica's namespace and pod, as the chart's pod discovery would):
+
+- `none`: no tracing; `summaries`: Triton's own latency summaries (`--metrics-config
+  summary_latencies=true`), no tracing;
+- `otlp-N`: `--trace-config mode=opentelemetry,rate=N` posting to the exporter's `/v1/traces`,
+  with the resource attributes the chart's serving pods set (`k8s.namespace.name`, `k8s.pod.name`);
+  the exporter is given N (`--trace-sample-rate`, as the docs show) and reports the N it detects
+  from the stats it polls, read as the client finishes;
+- `tracefile-N`: `mode=triton,rate=N` writing a trace file (`log-frequency` 100, so Triton writes
+  `trace.json.0`, `.1`, ... as traces complete) that the exporter tails.
+
+A warm-up of WARMUP_REQUESTS (not counted, its spans in before the run starts) wakes the model
+and the connections; then a fixed number of requests comes from a real client: perf_analyzer (HTTP,
+fixed concurrency, `--request-count`, per-request stamps from `--profile-export-file`) where it
+runs, else the project's open-loop load generator at a fixed rate. The run ends SETTLE_S after the
+last answer (Triton's OTLP batch processor exports every 5 s), once the exporter's count stands
+still. Each mode runs in ROUNDS rounds of its requests, in ABBA order (every other round backwards),
+so a machine whose speed drifts during the run weighs on every mode alike; the rounds' spread is
+reported. Triton 2.51 crashes while tracing under load (most at rate 1, in both modes): a round
+whose replica dies is tried once more, and the crashes are reported with the mode.
+
+Costs are CPU time divided by requests, never wall-clock times: Triton's is the utime + stime of the
+whole process tree (tritonserver and its Python backend stubs, /proc), its requests the delta of
+`nv_inference_request_success`; the exporter's is its own process tree's. The exporter runs in every
+mode, so Triton serves the same stats polls throughout and "added vs none" is the cost of tracing
+alone; in `none` and `summaries` the exporter's CPU is its idle polling cost, which is subtracted
+to give the exporter's net cost per traced request. The exporter's P99 is Prometheus'
+`histogram_quantile` over the delta of its request-stage buckets across the run; the client's P99
+is over exactly the requests the client sent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import httpx
+import numpy as np
+
+from tidescale.benches.common import Progress, bench_main
+from tidescale.benches.report import BENCH_DIR, markdown_table
+from tidescale.contracts import catalog, tools
+from tidescale.contracts.errors import MissingToolError, TidescaleError, UsageError
+from tidescale.devstack.exporter import spawn_exporter
+from tidescale.devstack.fleet.exposition import parse
+from tidescale.devstack.fleet.model_repo import DEFAULT_MODELS, ModelSpec, write_model_repository
+from tidescale.devstack.fleet.triton import ReplicaPorts, TraceSettings, TritonReplica
+
+RESULT_MD = BENCH_DIR / "overhead.md"
+RESULT_PNG = RESULT_MD.with_suffix(".png")
+MODEL_SPEC: ModelSpec = next(m for m in DEFAULT_MODELS if m.name == "ctr_ranker").with_load_seconds(0.0)
+MODEL = MODEL_SPEC.name
+NAMESPACE, POD = "bench", "triton-overhead-0"
+TOKEN = "bench-overhead-token"
+DEFAULT_MODES = ("none", "summaries", "otlp-1", "otlp-10", "otlp-100", "tracefile-1", "tracefile-10")
+DEFAULT_REQUESTS = 50_000
+QUICK_REQUESTS = 3_000
+ROUNDS = 2  # each mode twice, in ABBA order, half the requests each time
+ATTEMPTS = 2  # a round whose replica crashed (2.51 does, tracing) is tried once more on a fresh one
+CONCURRENCY = 8  # perf_analyzer's concurrency, as in the hand measurement of issue 15
+LOADGEN_RPS = 300.0  # the fallback client's fixed open-loop rate (a Python client on a small machine)
+WARMUP_REQUESTS = 500
+SETTLE_S = 5.5  # after the last request: Triton's OTLP batch processor exports what it holds every 5 s
+QUIET_S = 1.0  # ... and no new exporter sample for this long (the trace-file tailer reads every second)
+SETTLE_TIMEOUT_S = 60.0
+TRACE_FILE_FREQUENCY = 100  # Triton writes the trace file every this many traces (0 would mean: at exit)
+STAGE = "request"
+GOAL_RATE = 10
+GOALS = {"p99_error_max": 0.02, "min_requests": 50_000, "triton_added_cpu_us_max": 10.0,
+         "exporter_cpu_us_per_traced_request_max": 40.0}
+
+Tracing = Literal["none", "summaries", "otlp", "tracefile"]
+
+
+# --- modes ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Mode:
+    """One configuration: `none`, `summaries`, `otlp-N` or `tracefile-N` (N: Triton's trace rate)."""
+
+    name: str
+    tracing: Tracing
+    rate: int | None = None  # one request in `rate` traced; None when nothing is traced
+
+    @property
+    def traced(self) -> bool:
+        return self.rate is not None
+
+    def trace_settings(self, exporter_url: str, workdir: Path) -> TraceSettings | None:
+        if self.tracing == "otlp":
+            assert self.rate is not None
+            return TraceSettings(mode="opentelemetry", rate=self.rate, url=f"{exporter_url}/v1/traces")
+        if self.tracing == "tracefile":
+            assert self.rate is not None
+            return TraceSettings(mode="triton", rate=self.rate, file=trace_file(workdir))
+        return None
+
+
+def parse_mode(text: str) -> Mode:
+    """`none`, `summaries`, `otlp-N`, `tracefile-N` (N >= 1); UsageError names anything else."""
+    name = text.strip().lower()
+    if name in ("none", "summaries"):
+        return Mode(name, name)  # type: ignore[arg-type]
+    kind, _, rate_text = name.partition("-")
+    if kind not in ("otlp", "tracefile") or not rate_text:
+        raise UsageError(f"unknown overhead mode {text!r}: use none, summaries, otlp-N or tracefile-N "
+                         f"(N: Triton's trace rate, e.g. {', '.join(DEFAULT_MODES)})")
+    try:
+        rate = int(rate_text)
+    except ValueError:
+        raise UsageError(f"mode {text!r}: the trace rate {rate_text!r} is not a whole number") from None
+    if rate < 1:
+        raise UsageError(f"mode {text!r}: the trace rate must be >= 1 (one request in N traced), got {rate}")
+    return Mode(f"{kind}-{rate}", kind, rate)  # type: ignore[arg-type]
+
+
+def parse_modes(texts: Iterable[str]) -> list[Mode]:
+    """Modes in the order given, each once; `a,b` lists are split."""
+    out: dict[str, Mode] = {}
+    for text in texts:
+        for part in text.split(","):
+            if part.strip():
+                mode = parse_mode(part)
+                out.setdefault(mode.name, mode)
+    if not out:
+        raise UsageError("no overhead mode given")
+    return list(out.values())
+
+
+def trace_file(workdir: Path) -> Path:
+    return workdir / "trace.json"
+
+
+# --- CPU time from /proc --------------------------------------------------------------------------
+
+def parse_stat(text: str) -> tuple[int, int]:
+    """(ppid, CPU ticks) of one /proc/<pid>/stat: utime + stime + cutime + cstime, so a child that
+    exited and was reaped still counts, in its parent."""
+    fields = text.rsplit(")", 1)[1].split()  # the command name may hold spaces and parentheses
+    return int(fields[1]), sum(int(f) for f in fields[11:15])
+
+
+def process_tree(root: int, stats: Mapping[int, str]) -> dict[int, int]:
+    """pid -> CPU ticks of *root* and every descendant among *stats* (pid -> stat text); empty if root is gone."""
+    parsed: dict[int, tuple[int, int]] = {}
+    for pid, text in stats.items():
+        try:
+            parsed[pid] = parse_stat(text)
+        except (IndexError, ValueError):
+            continue
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in parsed.items():
+        children.setdefault(ppid, []).append(pid)
+    tree: dict[int, int] = {}
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        if pid in tree or pid not in parsed:
+            continue
+        tree[pid] = parsed[pid][1]
+        todo.extend(children.get(pid, ()))
+    return tree
+
+
+def tree_ticks(root: int, stats: Mapping[int, str]) -> int:
+    """CPU ticks of *root* and every descendant; 0 if root is gone."""
+    return sum(process_tree(root, stats).values())
+
+
+def read_proc_stats(proc: Path = Path("/proc")) -> dict[int, str]:
+    """pid -> /proc/<pid>/stat text for every process readable now."""
+    out: dict[int, str] = {}
+    for entry in proc.iterdir():
+        if entry.name.isdigit():
+            try:
+                out[int(entry.name)] = (entry / "stat").read_text()
+            except OSError:  # exited meanwhile
+                continue
+    return out
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")  # per second, usually 100
+
+
+def tree_cpu_seconds(roots: Sequence[int]) -> list[float]:
+    """CPU seconds of each root's process tree, from one pass over /proc."""
+    stats = read_proc_stats()
+    return [tree_ticks(root, stats) / CLOCK_TICKS for root in roots]
+
+
+# --- metrics -------------------------------------------------------------------------------------
+
+Sample = tuple[str, dict[str, str], float]
+
+
+def samples(text: str) -> list[Sample]:
+    """Every sample of an exposition, named as written (`_bucket`, `_count`; no `_total` added)."""
+    return [(s.name, s.label_dict, s.value) for fam in parse(text).values() for s in fam.samples]
+
+
+def _sum(rows: Iterable[Sample], name: str, **labels: str) -> float | None:
+    values = [v for n, lab, v in rows if n == name and all(lab.get(k) == want for k, want in labels.items())]
+    return sum(values) if values else None
+
+
+@dataclass(frozen=True)
+class TritonView:
+    requests: float  # nv_inference_request_success of the model
+    summary_p99_s: float | None  # nv_inference_request_summary_us{quantile="0.99"}, when summaries are on
+
+
+def triton_view(text: str, model: str = MODEL) -> TritonView:
+    rows = samples(text)
+    success = _sum(rows, catalog.get("nv_inference_request_success").name, model=model) or 0.0
+    p99 = _sum(rows, catalog.get("nv_inference_request_summary_us").name, model=model, quantile="0.99")
+    return TritonView(success, None if p99 is None or math.isnan(p99) else p99 / 1e6)
+
+
+@dataclass(frozen=True)
+class ExporterView:
+    buckets: dict[float, float]  # le -> cumulative (weighted) count of the model's request stage
+    count: float
+    detected_rate: float | None
+    confidence: float | None
+    spans: float = 0.0  # OTLP spans accepted (a trace-file mode has none)
+
+
+def exporter_view(text: str, model: str = MODEL) -> ExporterView:
+    rows = samples(text)
+    hist = catalog.get("tidescale_request_duration_seconds").name
+    buckets: dict[float, float] = {}
+    for name, labels, value in rows:
+        if name == f"{hist}_bucket" and labels.get("model") == model and labels.get("stage") == STAGE:
+            le = float(labels["le"])
+            buckets[le] = buckets.get(le, 0.0) + value
+    who = {"model": model, "namespace": NAMESPACE, "pod": POD}
+    return ExporterView(buckets, _sum(rows, f"{hist}_count", model=model, stage=STAGE) or 0.0,
+                        _sum(rows, catalog.get("tidescale_trace_sample_rate_detected").name, **who),
+                        _sum(rows, catalog.get("tidescale_trace_sample_rate_confidence").name, **who),
+                        _sum(rows, catalog.get("tidescale_exporter_spans_accepted_total").name) or 0.0)
+
+
+def bucket_delta(after: Mapping[float, float], before: Mapping[float, float]) -> dict[float, float]:
+    return {le: count - before.get(le, 0.0) for le, count in after.items()}
+
+
+def histogram_quantile(q: float, buckets: Mapping[float, float]) -> float | None:
+    """Prometheus' `histogram_quantile` over cumulative buckets (upper bound -> count, +Inf included):
+    linear interpolation inside the bucket that holds the rank, the lowest bucket starting at 0, the
+    +Inf bucket answering the highest finite bound. None where Prometheus answers NaN."""
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"quantile must lie in [0, 1], got {q}")
+    ordered = sorted(buckets.items())
+    if len(ordered) < 2 or not math.isinf(ordered[-1][0]):
+        return None
+    bounds = [b for b, _ in ordered]
+    counts = [float(c) for c in np.maximum.accumulate([c for _, c in ordered])]  # monotonic, as Prometheus makes it
+    total = counts[-1]
+    if total <= 0:
+        return None
+    rank = q * total
+    b = next(i for i, c in enumerate([*counts[:-1], math.inf]) if c >= rank)
+    if b == len(ordered) - 1:
+        return bounds[-2]
+    if b == 0 and bounds[0] <= 0:
+        return bounds[0]
+    start, count = (0.0, counts[0]) if b == 0 else (bounds[b - 1], counts[b] - counts[b - 1])
+    if b > 0:
+        rank -= counts[b - 1]
+    return start + (bounds[b] - start) * (rank / count)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the run is measured between: CPU, Triton's request counter, the exporter's histogram."""
+
+    triton_cpu_s: float
+    exporter_cpu_s: float
+    triton: TritonView
+    exporter: ExporterView
+    t: float = field(default_factory=time.monotonic)
+
+
+# --- clients -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ClientRun:
+    latencies_s: np.ndarray  # of the requests answered
+    errors: int
+    wall_s: float  # first request sent to last answer received, by the client's own clock
+
+
+Abort = Callable[[], bool]  # asked every WATCH_S while a client runs: stop now (the server crashed)?
+WATCH_S = 1.0
+
+
+class Aborted(TidescaleError):
+    """The client was stopped because `abort()` said so."""
+
+
+class Client(Protocol):
+    name: str
+
+    def settings(self) -> dict[str, Any]: ...
+
+    def play(self, url: str, requests: int, workdir: Path, abort: Abort = lambda: False) -> ClientRun: ...
+
+
+def profile_run(export: Mapping[str, Any]) -> ClientRun:
+    """Latencies of perf_analyzer's `--profile-export-file` (2.51: experiments[].requests[] with a
+    send `timestamp` and `response_timestamps`, nanoseconds)."""
+    sent, done, errors = [], [], 0
+    for experiment in export.get("experiments", []):
+        for request in experiment.get("requests", []):
+            responses = request.get("response_timestamps") or []
+            if not responses:
+                errors += 1
+                continue
+            sent.append(int(request["timestamp"]))
+            done.append(int(responses[-1]))
+    if not sent:
+        return ClientRun(np.empty(0), errors, 0.0)
+    latencies = (np.asarray(done, dtype=np.int64) - np.asarray(sent, dtype=np.int64)) / 1e9
+    return ClientRun(latencies, errors, (max(done) - min(sent)) / 1e9)
+
+
+def client_errors(output: str, most: int = 3) -> str:
+    """perf_analyzer's distinct error lines (one per thread, mostly the same), or its last line."""
+    found: list[str] = []
+    for line in output.splitlines():
+        text = re.sub(r"^Thread \[\d+\] had error: ", "", line.strip())
+        if "error" in line.lower() and text and text not in found:
+            found.append(text)
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    return "; ".join(found[:most]) or (lines[-1] if lines else "no output")
+
+
+@dataclass
+class PerfAnalyzerClient:
+    install: tools.PerfAnalyzerInstall
+    concurrency: int = CONCURRENCY
+    name: str = "perf_analyzer"
+    version: str = ""
+
+    def settings(self) -> dict[str, Any]:
+        binary = self.install.binary
+        shown = binary.relative_to(tools.REPO_ROOT) if binary.is_relative_to(tools.REPO_ROOT) else binary
+        return {"binary": str(shown), "version": self.version, "protocol": "http",
+                "concurrency": self.concurrency, "input_data": "zero"}
+
+    def check(self) -> PerfAnalyzerClient:
+        """Runs `--version`; TidescaleError with its output when it cannot run (a missing library)."""
+        try:
+            out = subprocess.run([str(self.install.binary), "--version"], env=self.install.env(),
+                                 capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise TidescaleError(f"perf_analyzer does not run: {exc}") from exc
+        if out.returncode != 0:
+            raise TidescaleError(f"perf_analyzer does not run: {(out.stderr or out.stdout).strip()[-300:]}")
+        found = re.search(r"Version (\S+)", out.stdout + out.stderr)  # 2.51 prints it on stderr
+        self.version = found.group(1) if found else ""
+        return self
+
+    def play(self, url: str, requests: int, workdir: Path, abort: Abort = lambda: False) -> ClientRun:
+        export, log = workdir / "perf_analyzer.json", workdir / "perf_analyzer.log"
+        export.unlink(missing_ok=True)
+        argv = [str(self.install.binary), "-u", url.removeprefix("http://"), "-i", "http", "-m", MODEL,
+                "--concurrency-range", str(self.concurrency), "--request-count", str(requests),
+                "--input-data", "zero", "--profile-export-file", str(export)]
+        with log.open("wb") as out:
+            proc = subprocess.Popen(argv, env=self.install.env(), stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL)
+        try:
+            while True:
+                try:
+                    code = proc.wait(timeout=WATCH_S)
+                    break
+                except subprocess.TimeoutExpired:
+                    if abort():
+                        raise Aborted("perf_analyzer stopped: the server crashed") from None
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        if code != 0:
+            raise TidescaleError(f"perf_analyzer failed ({code}): {client_errors(log.read_text(errors='replace'))}")
+        return profile_run(json.loads(export.read_text()))
+
+
+@dataclass
+class LoadgenClient:
+    rps: float = LOADGEN_RPS
+    name: str = "loadgen"
+
+    def settings(self) -> dict[str, Any]:
+        return {"rps": self.rps, "open_loop": True, "body": "JSON"}
+
+    def play(self, url: str, requests: int, workdir: Path, abort: Abort = lambda: False) -> ClientRun:
+        from tidescale.devstack.fleet.loadgen import LoadGenerator
+        from tidescale.sim.traffic import Scenario
+
+        arrivals = np.arange(requests) / self.rps
+        duration = float(arrivals[-1]) + 1e-6
+        gen = LoadGenerator(Scenario("overhead", duration, lambda t: 0.0, timestamps=arrivals), lambda: [url],
+                            models=[MODEL], max_in_flight=4096, input_dims=MODEL_SPEC.input_dims, timeout_s=60.0)
+        gen.start()
+        deadline = time.monotonic() + duration + 120.0
+        try:
+            while not (finished := gen.wait(WATCH_S)) and time.monotonic() < deadline:
+                if abort():
+                    raise Aborted("the load generator stopped: the server crashed")
+        finally:
+            gen.stop()
+        if not finished or gen.error is not None:
+            raise TidescaleError(f"the load generator did not finish: {gen.error!r}")
+        records = gen.records()
+        ok = [r for r in records if r.ok]
+        wall = max(r.t_send + r.latency_s for r in records) - min(r.t_send for r in records) if records else 0.0
+        return ClientRun(np.asarray([r.latency_s for r in ok]), len(records) - len(ok), wall)
+
+
+def choose_client(kind: str, concurrency: int = CONCURRENCY) -> tuple[Client, str | None]:
+    """(client, why perf_analyzer was not used): `auto` falls back to the load generator."""
+    if kind not in ("auto", "perf_analyzer", "loadgen"):
+        raise UsageError(f"unknown client {kind!r}: use auto, perf_analyzer or loadgen")
+    if concurrency < 1:
+        raise UsageError(f"--concurrency must be >= 1, got {concurrency}")
+    if kind == "loadgen":
+        return LoadgenClient(), "asked for the load generator"
+    try:
+        return PerfAnalyzerClient(tools.perf_analyzer(), concurrency).check(), None
+    except (MissingToolError, TidescaleError) as exc:
+        if kind == "perf_analyzer":
+            raise MissingToolError(f"{exc} ({tools.SETUP_HINT})") from exc
+        return LoadgenClient(), str(exc)
+
+
+# --- one mode ------------------------------------------------------------------------------------
+
+class BenchReplica(TritonReplica):
+    """A replica with what the chart's serving pods add: OTLP resource attributes naming the pod, and
+    (trace-file mode) a trace file written as traces complete, so the exporter can tail it."""
+
+    def argv(self, install: tools.TritonInstall) -> list[str]:
+        argv = super().argv(install)
+        if self.trace is not None and self.trace.mode == "opentelemetry":
+            argv += ["--trace-config", f"opentelemetry,resource=k8s.namespace.name={self.namespace}",
+                     "--trace-config", f"opentelemetry,resource=k8s.pod.name={self.pod}"]
+        return [f"triton,log-frequency={TRACE_FILE_FREQUENCY}" if a == "triton,log-frequency=0" else a for a in argv]
+
+
+def exporter_env(mode: Mode, targets: Path, workdir: Path) -> dict[str, str]:
+    """Poll the replica as a known pod; take Triton's spans without a token (opentelemetry-cpp reads its
+    header from the environment, and the bench posts from loopback); tell it N; tail the trace file."""
+    env = {"TIDESCALE_EXPORTER_TARGETS_FILE": str(targets), "TIDESCALE_EXPORTER_TRACES_REQUIRE_TOKEN": "false",
+           "TIDESCALE_EXPORTER_LOG_FORMAT": "text"}
+    if mode.rate is not None:  # configured as the docs and the local stack do; detection is reported apart
+        env["TIDESCALE_EXPORTER_TRACE_SAMPLE_RATE"] = str(mode.rate)
+    if mode.tracing == "tracefile":
+        env["TIDESCALE_EXPORTER_TRACE_FILES"] = json.dumps([str(trace_file(workdir))])
+    return env
+
+
+def _get(client: httpx.Client, url: str) -> str:
+    resp = client.get(url)
+    resp.raise_for_status()
+    return resp.text
+
+
+def settle(http: httpx.Client, exporter_url: str, timeout: float = SETTLE_TIMEOUT_S) -> None:
+    """Until SETTLE_S after the client finished (now) and the exporter's request-stage count has not
+    moved for QUIET_S, or *timeout*: every span of the requests sent has arrived."""
+    start = time.monotonic()
+    last, since = -1.0, start
+    while time.monotonic() - start < timeout:
+        count = exporter_view(_get(http, f"{exporter_url}/metrics")).count
+        now = time.monotonic()
+        if count != last:
+            last, since = count, now
+        if now - start >= SETTLE_S and now - since >= QUIET_S:
+            return
+        time.sleep(0.25)
+
+
+def snapshot(http: httpx.Client, replica: TritonReplica, exporter_pid: int, exporter_url: str) -> Snapshot:
+    assert replica.process is not None
+    triton_cpu, exporter_cpu = tree_cpu_seconds([replica.process.pid, exporter_pid])
+    return Snapshot(triton_cpu, exporter_cpu, triton_view(_get(http, replica.metrics_url)),
+                    exporter_view(_get(http, f"{exporter_url}/metrics")))
+
+
+@dataclass(frozen=True)
+class ModeRun:
+    before: Snapshot
+    after: Snapshot
+    client: ClientRun
+    at_end: tuple[TritonView, ExporterView]  # read as the client finished: Triton's summary, the detected N
+    triton_version: str = ""
+
+
+@dataclass(frozen=True)
+class ModeFailure:
+    """Triton died during the run (2.51 crashes under OTLP tracing at low rates): why, and how far it got."""
+
+    error: str
+    counted_before_failure: float  # the exporter's (weighted) request-stage count until then (warm-up or run)
+    triton_version: str = ""
+
+
+CRASH_NOTE = ("Triton 2.51 crashed here while tracing under this load (SIGSEGV, or SIGABRT on heap corruption), "
+              "in both trace modes, nearly always at rate 1 and sometimes at rate 10; for OpenTelemetry at low "
+              "rates this is a known Triton issue (triton-inference-server/server#7795). The trace-file mode crashes "
+              "too, where the exporter only reads a file (and by hand with `log-frequency=0`, no file until exit), so "
+              "the exporter does not trigger it; the docs advise rate=10.")
+SIGNAL = re.compile(r"Signal \((\d+)\) received")
+GLIBC_ABORT = re.compile(r"^(corrupted .*|double free.*|free\(\): .*|malloc\(\): .*|munmap_chunk\(\): .*)$")
+
+
+def crash_reason(log_tail: str) -> str:
+    """What a dead tritonserver's log says: the signal, and glibc's heap-corruption message if any."""
+    lines = [line.strip() for line in log_tail.splitlines()]
+    signal = next((m.group(1) for line in lines if (m := SIGNAL.search(line))), None)
+    heap = next((line for line in lines if GLIBC_ABORT.match(line)), None)
+    parts = ([f"signal {signal}"] if signal else []) + ([heap] if heap else [])
+    return ", ".join(parts) or "no reason in its log"
+
+
+class TritonDied(TidescaleError):
+    """The replica exited while the client was sending (Triton 2.51 crashes under some tracing loads)."""
+
+
+def crashed(replica: TritonReplica) -> bool:
+    """The replica exited, or its log says it caught a fatal signal (2.51 can hang in its handler)."""
+    if replica.process is None:
+        return False
+    return not replica.alive() or SIGNAL.search(replica.process.log_tail(40)) is not None
+
+
+def play(client: Client, replica: TritonReplica, requests: int, workdir: Path) -> ClientRun:
+    """The client's run, stopped if the replica crashes; TritonDied, saying why from Triton's log, when
+    the replica is what failed."""
+    try:
+        return client.play(replica.http_url, requests, workdir, lambda: crashed(replica))
+    except TidescaleError as exc:
+        if replica.process is None or not crashed(replica):
+            raise
+        said = " ".join(str(exc).split())
+        raise TritonDied(f"tritonserver died ({crash_reason(replica.process.log_tail(120))}); {said[:160]}") from exc
+
+
+def measure(mode: Mode, client: Client, requests: int, repo: Path, workdir: Path,
+            progress: Progress) -> ModeRun | ModeFailure:
+    """One mode on a fresh replica and a fresh exporter; a ModeFailure when Triton dies during it."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    ports = ReplicaPorts.allocate()
+    targets = workdir / "targets.json"
+    targets.write_text(json.dumps([{"targets": [f"127.0.0.1:{ports.http}"],
+                                    "labels": {"namespace": NAMESPACE, "pod": POD}}]))
+    exporter, exporter_url = spawn_exporter(workdir, token=TOKEN, env=exporter_env(mode, targets, workdir))
+    replica: TritonReplica | None = None
+    regions: list[str] = []
+    before: Snapshot | None = None
+    try:
+        replica = BenchReplica(POD, NAMESPACE, repo, workdir / "triton", ports=ports, summary_latencies=mode.tracing
+                               == "summaries", trace=mode.trace_settings(exporter_url, workdir)).start()
+        replica.wait_ready()
+        version = replica.server_version()
+        assert replica.process is not None
+        regions = stub_regions(replica.process.pid)
+        with httpx.Client(timeout=10.0) as http:
+            try:
+                progress(f"{mode.name}: warm-up, {WARMUP_REQUESTS} requests")
+                play(client, replica, WARMUP_REQUESTS, workdir)
+                if mode.traced:
+                    settle(http, exporter_url)
+                before = snapshot(http, replica, exporter.pid, exporter_url)
+                progress(f"{mode.name}: {requests} requests from {client.name}")
+                played = play(client, replica, requests, workdir)
+            except TritonDied as died:
+                counted = exporter_view(_get(http, f"{exporter_url}/metrics")).count
+                when = "the warm-up" if before is None else "the run"
+                progress(f"{mode.name}: {died} during {when}")
+                return ModeFailure(f"{str(died).replace('tritonserver', f'tritonserver {version}', 1)} during {when}.",
+                                   counted - (0.0 if before is None else before.exporter.count), version)
+            at_end = (triton_view(_get(http, replica.metrics_url)),
+                      exporter_view(_get(http, f"{exporter_url}/metrics")))
+            settle(http, exporter_url)
+            after = snapshot(http, replica, exporter.pid, exporter_url)
+    finally:
+        exporter.stop()  # first: Triton waits for open HTTP connections (the poller's) before it exits
+        if replica is not None:
+            stop_replica(replica, regions)
+    return ModeRun(before, after, played, at_end, version)
+
+
+SHM_REGION = re.compile(rb"^triton_python_backend_shm_region_[0-9a-f-]+$")
+
+
+def _regions_of(pid: int, proc: Path) -> list[str]:
+    try:
+        args = (proc / str(pid) / "cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return []
+    return [a.decode() for a in args if SHM_REGION.match(a)]
+
+
+def stub_regions(root: int, proc: Path = Path("/proc")) -> list[str]:
+    """The shared-memory regions the Python backend stubs under *root* were given (their arguments)."""
+    return [name for pid in process_tree(root, read_proc_stats(proc)) for name in _regions_of(pid, proc)]
+
+
+def holders(regions: Sequence[str], proc: Path = Path("/proc")) -> list[int]:
+    """The processes (stubs) whose arguments name one of *regions*, whoever their parent is now."""
+    wanted = set(regions)
+    return [pid for pid in read_proc_stats(proc) if wanted & set(_regions_of(pid, proc))]
+
+
+def stop_replica(replica: TritonReplica, regions: Sequence[str] = (), shm: Path = Path("/dev/shm")) -> None:
+    """Stop it, at once if it crashed. A crashed server leaves its Python backend stubs behind (adopted
+    by init once it exits) and their shared memory: *regions*, read while it ran, find both."""
+    if replica.process is None:
+        return
+    died = crashed(replica)
+    if died:
+        replica.kill()
+    replica.stop()
+    if not died:
+        return
+    for pid in holders(regions):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    for name in regions:
+        (shm / name).unlink(missing_ok=True)
+
+
+# --- arithmetic ----------------------------------------------------------------------------------
+
+def _round(value: float | None, digits: int = 2) -> float | None:
+    return None if value is None or not math.isfinite(value) else round(value, digits)
+
+
+def _rel(value: float | None, truth: float | None) -> float | None:
+    if value is None or truth is None or truth <= 0:
+        return None
+    return (value - truth) / truth
+
+
+def _p99(latencies: np.ndarray) -> float | None:
+    return float(np.quantile(latencies, 0.99)) if latencies.size else None
+
+
+def _per_request(cpu_s: float, requests: float) -> float | None:
+    return _round(cpu_s * 1e6 / requests) if requests > 0 else None
+
+
+def mode_result(mode: Mode, runs: Sequence[ModeRun]) -> dict[str, Any]:
+    """The per-mode figures over its rounds (sums of the deltas, the client's latencies together): CPU per
+    request, throughput, the trace rate found, P99 against the client's; each round's Triton CPU per
+    request apart, whose spread is the noise of the machine."""
+    def total(delta: Callable[[ModeRun], float]) -> float:
+        return sum(delta(r) for r in runs)
+
+    requests = total(lambda r: r.after.triton.requests - r.before.triton.requests)
+    triton_cpu = total(lambda r: r.after.triton_cpu_s - r.before.triton_cpu_s)
+    exporter_cpu = total(lambda r: r.after.exporter_cpu_s - r.before.exporter_cpu_s)
+    wall = total(lambda r: r.client.wall_s)
+    buckets: dict[float, float] = {}
+    for r in runs:
+        for le, n in bucket_delta(r.after.exporter.buckets, r.before.exporter.buckets).items():
+            buckets[le] = buckets.get(le, 0.0) + n
+    latencies = np.concatenate([r.client.latencies_s for r in runs]) if runs else np.empty(0)
+    rounds = [_per_request(r.after.triton_cpu_s - r.before.triton_cpu_s, r.after.triton.requests
+                           - r.before.triton.requests) for r in runs]
+    summary, end = runs[-1].at_end if runs else (TritonView(0.0, None), ExporterView({}, 0.0, None, None))
+    traced = requests / mode.rate if mode.rate else None
+    client_p99 = _p99(latencies)
+    last_p99 = _p99(runs[-1].client.latencies_s) if runs else None
+    exporter_p99 = histogram_quantile(0.99, buckets)
+    measured = [r for r in rounds if r is not None]
+    return {
+        "mode": mode.name, "tracing": mode.tracing, "trace_rate": mode.rate, "error": None,
+        "crashes": 0, "crash_errors": [], "exporter_counted_before_crashes": [],
+        "triton_version": runs[-1].triton_version if runs else "", "rounds": len(runs),
+        "requests": int(requests), "client_requests": int(latencies.size),
+        "client_errors": sum(r.client.errors for r in runs), "client_wall_s": _round(wall, 3),
+        "throughput_rps": _round(requests / wall if wall > 0 else None, 1),
+        "measured_s": _round(total(lambda r: r.after.t - r.before.t), 2),
+        "triton_cpu_s": _round(triton_cpu, 3), "triton_cpu_us_per_request": _per_request(triton_cpu, requests),
+        "triton_cpu_us_per_request_by_round": rounds,
+        "triton_cpu_spread_us": _round(max(measured) - min(measured)) if len(measured) > 1 else None,
+        "exporter_cpu_s": _round(exporter_cpu, 3), "exporter_cpu_us_per_request": _per_request(exporter_cpu, requests),
+        "exporter_role": "ingest" if mode.traced else "polling only (idle cost)",
+        "traced_requests": _round(traced, 1),
+        "exporter_cpu_us_per_traced_request": _per_request(exporter_cpu, traced) if traced else None,
+        # /proc counts CPU in clock ticks: one tick, spread over the traced requests, is the resolution
+        "cpu_tick_us_per_traced_request": _round(1e6 / CLOCK_TICKS / traced if traced else None),
+        "exporter_counted_requests": _round(total(lambda r: r.after.exporter.count - r.before.exporter.count), 1),
+        "exporter_spans_accepted": int(total(lambda r: r.after.exporter.spans - r.before.exporter.spans)),
+        "detected_rate": end.detected_rate, "detected_confidence": end.confidence,
+        "client_p99_s": _round(client_p99, 6), "exporter_p99_s": _round(exporter_p99, 6),
+        "p99_error": _round(_rel(exporter_p99, client_p99), 4) if mode.traced else None,
+        # Triton's summary of the last round (a fresh replica's), against the client's P99 of that round
+        "triton_summary_p99_s": _round(summary.summary_p99_s, 6),
+        "triton_summary_p99_error": _round(_rel(summary.summary_p99_s, last_p99), 4),
+    }
+
+
+def with_crashes(result: dict[str, Any], failures: Sequence[ModeFailure]) -> dict[str, Any]:
+    """*result* (the rounds that completed) with the attempts whose replica died: how many, why, and about
+    how many requests the exporter had counted by then. With no round completed the figures are None and
+    `error` says why."""
+    out = {**result, "crashes": len(failures), "crash_errors": sorted({f.error for f in failures}),
+           "exporter_counted_before_crashes": [_round(f.counted_before_failure, 1) for f in failures]}
+    if failures and not result["rounds"]:
+        out.update({"requests": None, "client_requests": None, "client_errors": None, "traced_requests": None,
+                    "exporter_counted_requests": None, "exporter_spans_accepted": None,
+                    "error": failures[0].error, "triton_version": failures[0].triton_version})
+    return out
+
+
+def against_none(results: list[dict[str, Any]]) -> None:
+    """Add Triton's CPU per request above the `none` mode's, and the exporter's CPU per traced request
+    net of its idle polling (the `none` mode's exporter CPU per second, over this mode's run)."""
+    base = next((r for r in results if r["mode"] == "none" and not r["error"]), None)
+    for r in results:
+        added = idle = None
+        if base is not None and r["triton_cpu_us_per_request"] is not None:
+            added = r["triton_cpu_us_per_request"] - base["triton_cpu_us_per_request"]
+        if base is not None and r["traced_requests"] and base["measured_s"]:
+            idle_cpu_s = base["exporter_cpu_s"] / base["measured_s"] * r["measured_s"]
+            idle = (r["exporter_cpu_s"] - idle_cpu_s) * 1e6 / r["traced_requests"]
+        r["triton_added_cpu_us_vs_none"] = _round(added)
+        r["exporter_net_cpu_us_per_traced_request"] = _round(idle)
+
+
+def goals(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The issue's goals, reported (never asserted): at rate 10, P99 error and Triton's added CPU over
+    enough requests; the exporter's CPU per traced request in every traced mode."""
+    at = next((r for r in results if r["tracing"] == "otlp" and r["trace_rate"] == GOAL_RATE), None)
+    out: dict[str, Any] = {}
+    if at is not None and at["error"]:
+        out[f"otlp-{GOAL_RATE}"] = {"error": at["error"]}
+    elif at is not None:
+        err, added = at["p99_error"], at["triton_added_cpu_us_vs_none"]
+        out[f"otlp-{GOAL_RATE}"] = {
+            "requests": at["requests"], "enough_requests": at["requests"] >= GOALS["min_requests"],
+            "p99_error": err, "p99_error_met": None if err is None else abs(err) <= GOALS["p99_error_max"],
+            "triton_added_cpu_us": added,
+            "triton_added_cpu_met": None if added is None else added <= GOALS["triton_added_cpu_us_max"],
+        }
+    limit = GOALS["exporter_cpu_us_per_traced_request_max"]
+    out["exporter_cpu_per_traced_request"] = {}
+    for r in results:
+        if r["traced_requests"]:
+            # Judged net of the idle polling, which costs per poll interval, not per request.
+            judged = r["exporter_net_cpu_us_per_traced_request"]
+            out["exporter_cpu_per_traced_request"][r["mode"]] = {
+                "us": r["exporter_cpu_us_per_traced_request"], "net_us": judged,
+                "tick_us": r["cpu_tick_us_per_traced_request"], "met": None if judged is None else judged <= limit}
+    return out
+
+
+# --- the run -------------------------------------------------------------------------------------
+
+def check_requests(requests: int) -> int:
+    if requests < 1:
+        raise UsageError(f"--requests must be >= 1, got {requests}")
+    return requests
+
+
+def check_rounds(rounds: int) -> int:
+    if rounds < 1:
+        raise UsageError(f"--rounds must be >= 1, got {rounds}")
+    return rounds
+
+
+def round_order(modes: Sequence[Mode], rounds: int) -> list[tuple[int, Mode]]:
+    """(round, mode) in ABBA order: every other round runs the modes backwards, so a machine that drifts
+    steadily during the run (a neighbour's load, clock speed) weighs on every mode alike."""
+    return [(r, m) for r in range(rounds) for m in (modes if r % 2 == 0 else list(reversed(modes)))]
+
+
+def run(modes: Sequence[str] = DEFAULT_MODES, requests: int | None = None, quick: bool = False,
+        client: str = "auto", concurrency: int = CONCURRENCY, progress: Progress = lambda _: None,
+        workdir: Path | None = None, rounds: int = ROUNDS) -> dict[str, Any]:
+    """Every mode in *rounds* rounds (ABBA order) of requests / rounds each; the JSON result. A mode
+    whose Triton crashes is reported failed and not run again."""
+    parsed = parse_modes(modes)
+    n = check_requests(requests if requests is not None else QUICK_REQUESTS if quick else DEFAULT_REQUESTS)
+    check_rounds(rounds)
+    chosen, fallback = choose_client(client, concurrency)
+    if fallback and client == "auto":
+        progress(f"perf_analyzer unavailable ({fallback}); using the load generator")
+    started = time.monotonic()
+    runs: dict[str, list[ModeRun]] = {m.name: [] for m in parsed}
+    failures: dict[str, list[ModeFailure]] = {m.name: [] for m in parsed}
+    with tempfile.TemporaryDirectory(prefix="tidescale-bench-overhead-") as tmp:
+        root = workdir or Path(tmp)
+        repo = write_model_repository(root / "repo", [MODEL_SPEC])
+        for i, (r, mode) in enumerate(round_order(parsed, rounds)):
+            share = n // rounds + (1 if r < n % rounds else 0)
+            for attempt in range(ATTEMPTS):
+                ran = measure(mode, chosen, share, repo, root / f"{i:02d}-{attempt}-{mode.name}", progress)
+                if isinstance(ran, ModeRun):
+                    runs[mode.name].append(ran)
+                    cpu = _per_request(ran.after.triton_cpu_s - ran.before.triton_cpu_s,
+                                       ran.after.triton.requests - ran.before.triton.requests)
+                    progress(f"{mode.name}, round {r + 1}/{rounds}: {cpu} µs Triton CPU per request")
+                    break
+                failures[mode.name].append(ran)
+    results = [with_crashes(mode_result(m, runs[m.name]), failures[m.name]) for m in parsed]
+    against_none(results)
+    return {
+        "benchmark": "overhead", "client": chosen.name, "client_settings": chosen.settings(),
+        "triton_version": next((r["triton_version"] for r in results if r["triton_version"]), ""),
+        "client_fallback_reason": fallback, "requests_per_mode": n, "rounds": rounds,
+        "warmup_requests": WARMUP_REQUESTS,
+        "model": {"name": MODEL, "backend": "python", "max_batch_size": MODEL_SPEC.max_batch_size,
+                  "preferred_batch_sizes": list(MODEL_SPEC.preferred_batch_sizes),
+                  "max_queue_delay_us": MODEL_SPEC.max_queue_delay_us,
+                  "exec_ms_batch_1": round(MODEL_SPEC.curve.exec_seconds(1) * 1e3, 3)},
+        "trace_file_log_frequency": TRACE_FILE_FREQUENCY, "settle_s": SETTLE_S, "cpu_count": os.cpu_count(),
+        "modes": results, "goals": goals(results), "goal_thresholds": GOALS,
+        "wall_s": round(time.monotonic() - started, 1),
+    }
+
+
+# --- the page ------------------------------------------------------------------------------------
+
+def _ms(seconds: float | None) -> str:
+    return "–" if seconds is None else f"{seconds * 1e3:.2f}"
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{value * 100:+.1f} %"
+
+
+def _num(value: float | None, fmt: str = ".1f") -> str:
+    return "–" if value is None else format(value, fmt)
+
+
+def _verdict(met: bool | None) -> str:
+    return {True: "met", False: "not met", None: "not measured"}[met]
+
+
+def _goal_lines(result: dict[str, Any]) -> list[str]:
+    g, t = result["goals"], result["goal_thresholds"]
+    lines = []
+    at = g.get(f"otlp-{GOAL_RATE}")
+    if at is not None and "error" in at:
+        lines.append(f"- OTLP rate={GOAL_RATE}: not measured, {at['error']}")
+    elif at is not None:
+        lines += [f"- OTLP rate={GOAL_RATE}, P99 error ≤ {t['p99_error_max']:.0%} over ≥ {t['min_requests']:,} "
+                  f"requests: {_pct(at['p99_error'])} over {at['requests']:,} requests — "
+                  f"{_verdict(at['p99_error_met'] and at['enough_requests'])}.",
+                  f"- OTLP rate={GOAL_RATE}, Triton's added CPU ≤ {t['triton_added_cpu_us_max']:g} µs per request: "
+                  f"{_num(at['triton_added_cpu_us'])} µs — {_verdict(at['triton_added_cpu_met'])}."]
+    for mode, e in g["exporter_cpu_per_traced_request"].items():
+        lines.append(f"- {mode}: exporter ≤ {t['exporter_cpu_us_per_traced_request_max']:g} µs CPU per traced "
+                     f"request: {_num(e['net_us'])} µs net of its idle polling ({_num(e['us'])} µs in all; one "
+                     f"/proc tick is {_num(e['tick_us'])} µs per traced request) — {_verdict(e['met'])}.")
+    return lines
+
+
+def markdown(result: dict[str, Any]) -> str:
+    header = ("mode", "requests", "req/s", "Triton CPU µs/req", "added vs none", "exporter CPU µs/req",
+              "exporter CPU µs/traced req", "net of idle", "detected N (confidence)", "client P99 ms",
+              "exporter P99 ms", "P99 error")
+    rows = []
+    for r in result["modes"]:
+        detected = ("–" if r["detected_rate"] is None
+                    else f"{r['detected_rate']:g} ({_num(r['detected_confidence'], '.2f')})")
+        served = "Triton crashed" if r["error"] else f"{r['requests']:,}"
+        rows.append((r["mode"], served, _num(r["throughput_rps"], ".0f"),
+                     _num(r["triton_cpu_us_per_request"]), _num(r["triton_added_cpu_us_vs_none"], "+.1f"),
+                     _num(r["exporter_cpu_us_per_request"]), _num(r["exporter_cpu_us_per_traced_request"]),
+                     _num(r["exporter_net_cpu_us_per_traced_request"]), detected, _ms(r["client_p99_s"]),
+                     _ms(r["exporter_p99_s"]), _pct(r["p99_error"])))
+    summaries = [f"- `{r['mode']}`: Triton's own summary P99 (its last round) {_ms(r['triton_summary_p99_s'])} ms, "
+                 f"{_pct(r['triton_summary_p99_error'])} against the client's P99 of that round; one pod's quantile "
+                 "over its last minutes, which cannot be added across pods." for r in result["modes"]
+                 if r["triton_summary_p99_s"] is not None]
+    spreads = [r["triton_cpu_spread_us"] for r in result["modes"] if r["triton_cpu_spread_us"] is not None]
+    spread = [] if not spreads else [
+        f"- Each mode ran in {result['rounds']} rounds of {result['requests_per_mode'] // result['rounds']:,} "
+        "requests, in ABBA order (every other round backwards), each on a fresh replica and exporter. Triton's CPU "
+        "per request moved between a mode's rounds by "
+        f"{min(spreads):.1f} to {max(spreads):.1f} µs (`triton_cpu_us_per_request_by_round`): the noise of this "
+        "machine, against which \"added vs none\" should be read."]
+    failures = [f"- `{r['mode']}`: Triton crashed in {r['crashes']} of {r['crashes'] + r['rounds']} attempts ("
+                + "; ".join(e.rstrip(".") for e in r["crash_errors"]) + "), after about "
+                + ", ".join(_num(c, ",.0f") for c in r["exporter_counted_before_crashes"])
+                + " requests (the exporter's count); "
+                + (f"the figures are those of the {r['rounds']} round(s) that completed." if r["rounds"]
+                   else "no round completed.")
+                for r in result["modes"] if r["crashes"]]
+    failures += [f"- {CRASH_NOTE}"] if failures else []
+    client = result["client"]
+    settings = result["client_settings"]
+    how = (f"perf_analyzer {settings['version']} over HTTP at concurrency {settings['concurrency']}"
+           if client == "perf_analyzer" else
+           f"the project's load generator, open loop at {settings['rps']:g} req/s (perf_analyzer: "
+           f"{result['client_fallback_reason']})")
+    return "\n".join([
+        "# Benchmark: tracing overhead",
+        "",
+        "Generated by `tidescale bench overhead` (see `tidescale/benches/overhead.py`). Each mode runs a "
+        f"fresh real Triton {result['triton_version']} replica serving `{result['model']['name']}` (Python "
+        f"backend, dynamic batching, {result['model']['exec_ms_batch_1']} ms per batch-1 execution) and a fresh "
+        f"`tidescale exporter serve` polling it; {result['requests_per_mode']:,} requests per mode from {how}, "
+        f"after a warm-up of {result['warmup_requests']} that is not counted. Machine: {result['cpu_count']} CPU "
+        f"cores; whole run {result['wall_s']:.0f} s.",
+        "",
+        "CPU figures are CPU time (utime + stime from /proc, Triton with its Python backend stubs) divided by "
+        "Triton's `nv_inference_request_success` delta, never wall-clock times; /proc counts in "
+        f"{1e3 / CLOCK_TICKS:g} ms ticks (`cpu_tick_us_per_traced_request` is one tick per traced request). "
+        "The exporter runs in every mode; "
+        "in `none` and `summaries` its CPU is its idle polling cost, which \"net of idle\" subtracts. Traced "
+        "requests = requests / N. The exporter's P99 is `histogram_quantile(0.99, …)` over the delta of its "
+        "request-stage buckets (REQUEST_START to REQUEST_END inside Triton); the client's P99 is over exactly "
+        "the requests it sent, HTTP included, so the error includes what the server cannot see.",
+        "",
+        markdown_table(header, rows),
+        "",
+        *spread,
+        *summaries,
+        *failures,
+        "",
+        "## Goals (reported, not asserted)",
+        "",
+        *_goal_lines(result),
+        "",
+        f"![Triton and exporter CPU per request, and P99 error, by mode]({RESULT_PNG.name})",
+        "",
+        "```json",
+        json.dumps(result, indent=1, sort_keys=True),
+        "```",
+        "",
+    ])
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    """Triton CPU per request, exporter CPU per traced request and the P99 errors, by mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    modes = result["modes"]
+    names = [r["mode"] for r in modes]
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(14, 4.2))
+    cpu = [r["triton_cpu_us_per_request"] or 0.0 for r in modes]
+    rounds = [[v for v in r["triton_cpu_us_per_request_by_round"] or [] if v is not None] or [c]
+              for r, c in zip(modes, cpu, strict=True)]
+    spread = [[c - min(v) for c, v in zip(cpu, rounds, strict=True)],
+              [max(v) - c for c, v in zip(cpu, rounds, strict=True)]]
+    bars = ax1.bar(names, cpu, color="tab:blue", yerr=spread, capsize=3, ecolor="grey")
+    ax1.bar_label(bars, ["crashed" if r["error"] else _num(r["triton_cpu_us_per_request"], ".0f") for r in modes],
+                  fontsize=7, padding=2)
+    base = next((r["triton_cpu_us_per_request"] for r in modes if r["mode"] == "none"), None)
+    if base is not None:
+        ax1.axhline(base, color="grey", ls="--", lw=1, label="none")
+        ax1.axhline(base + GOALS["triton_added_cpu_us_max"], color="tab:red", ls=":", lw=1, label="none + 10 µs goal")
+        ax1.legend(fontsize=8, loc="lower right")
+    ax1.set(title="Triton CPU per request (whiskers: its rounds)", ylabel="µs CPU / request")
+    traced = [r for r in modes if r["traced_requests"]]
+    xs = np.arange(len(traced))
+    for offset, key, label in ((-0.2, "exporter_cpu_us_per_traced_request", "all"),
+                               (0.2, "exporter_net_cpu_us_per_traced_request", "net of idle polling")):
+        values = [r[key] for r in traced]
+        bars = ax2.bar(xs + offset, [max(v or 0.0, 1e-3) for v in values], 0.4, label=label)
+        ax2.bar_label(bars, ["–" if v is None else f"{v:.0f}" for v in values], fontsize=7)
+    ax2.axhline(GOALS["exporter_cpu_us_per_traced_request_max"], color="tab:red", ls=":", lw=1, label="40 µs goal")
+    ax2.set_xticks(xs, [r["mode"] for r in traced])
+    ax2.set(title="exporter CPU per traced request", ylabel="µs CPU / traced request (log)", yscale="log",
+            ylim=(1, None))
+    ax2.legend(fontsize=8)
+    errs = [(r["mode"], r["p99_error"], "exporter histogram") for r in modes if r["p99_error"] is not None]
+    errs += [(r["mode"], r["triton_summary_p99_error"], "Triton summary") for r in modes
+             if r["triton_summary_p99_error"] is not None]
+    colors = {"exporter histogram": "tab:green", "Triton summary": "tab:orange"}
+    for kind, color in colors.items():
+        picked = [(m, e) for m, e, k in errs if k == kind]
+        if picked:
+            ax3.bar([m for m, _ in picked], [100 * e for _, e in picked], color=color, label=kind)
+    for limit in (-2, 2):
+        ax3.axhline(limit, color="tab:red", ls=":", lw=1)
+    ax3.axhline(0, color="black", lw=0.8)
+    ax3.set(title="P99 error vs the client's P99", ylabel="%")
+    if errs:
+        ax3.legend(fontsize=8)
+    for ax in (ax1, ax2, ax3):
+        ax.tick_params(axis="x", labelrotation=30, labelsize=8)
+        ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def run_command(json_only: bool = False, quick: bool = False, modes: Sequence[str] = DEFAULT_MODES,
+                requests: int | None = None, client: str = "auto", concurrency: int = CONCURRENCY,
+                rounds: int = ROUNDS) -> None:
+    """Check the input, run every mode, write docs/benchmarks/overhead.md and .png, print the JSON."""
+    parse_modes(modes)
+    check_rounds(rounds)
+    if requests is not None:
+        check_requests(requests)
+    result = bench_main(lambda progress: run(modes, requests, quick, client, concurrency, progress, rounds=rounds),
+                        markdown, RESULT_MD, json_only)
+    plot(result, RESULT_PNG)
