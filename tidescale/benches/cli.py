@@ -134,6 +134,17 @@ def _register_overhead_bench(bench: typer.Typer) -> None:
         run_command(json_only=json_only, quick=quick, modes=tuple(mode) or DEFAULT_MODES, requests=requests,
                     client=client, concurrency=concurrency, rounds=rounds)
 
+    @bench.command("trace-rate")
+    def trace_rate_command(
+        json_only: bool = typer.Option(False, "--json", help="Only the JSON result on stdout."),
+        quick: bool = typer.Option(False, "--quick", help="Fewer latencies, samples and traced counts."),
+        target: float = typer.Option(0.02, "--target", help="P99 relative error to advise for (0..1)."),
+    ) -> None:
+        """P99 error against traced requests per window, and the largest Triton rate=N per request rate."""
+        from tidescale.benches.trace_rate import run_command
+
+        run_command(json_only=json_only, quick=quick, target=target)
+
 
 # --- profiles and the stats poller -----------------------------------------------------------------
 

@@ -30,7 +30,7 @@ from prometheus_client.registry import Collector
 
 from tidescale.autoscaler.servicecurve import ServiceCurve
 from tidescale.benches.common import bench_main
-from tidescale.benches.report import BENCH_DIR
+from tidescale.benches.report import BENCH_DIR, save_figure
 from tidescale.contracts import catalog
 from tidescale.contracts.promql import selector
 from tidescale.devstack.fleet.httpserve import LoopbackHttpServer, text_response
@@ -199,10 +199,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     ax.axhline(5, color="grey", lw=0.8, ls="--")
     ax.legend(frameon=False)
     ax.set_title(f"Fleet quantiles: {result['requests']:,} latencies over {result['pods']} pods")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def markdown(result: dict[str, Any]) -> str:

@@ -50,3 +50,13 @@ def write_page(name: str, body: str, result: dict[str, Any], out_dir: Path = BEN
     raw = json.dumps(result, indent=2, sort_keys=True)
     path.write_text(f"{body.rstrip()}\n\n## Raw result\n\n```json\n{raw}\n```\n")
     return path
+
+
+def save_figure(fig: Any, path: Path) -> None:
+    """Lay out, write (creating the folder) and close a matplotlib figure, as every bench plot is."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
