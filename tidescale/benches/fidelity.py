@@ -37,8 +37,26 @@ WARMUP_REQUESTS = 5
 Log = Callable[..., None]
 
 
+# What one execution of the local fleet's Python-backend model costs beyond its configured curve on
+# the CI machine class (2 cores shared by the client, tritonserver and the stub): Python backend IPC,
+# HTTP/JSON handling, the stub's own work, growing a little with the batch (one tensor per request
+# crosses the shared memory). Calibrated once, a + b·size fitted (weighted by executions) to instance
+# time minus curve over every execution of the four load points of a quiet run (2026-11-25: 1.0 to
+# 2.8 ms per execution). An earlier run recorded 11.7 to 20.1 ms on a loaded machine: the cost is
+# the machine's state more than the model's, so each run reports how far it sits from this.
+BACKEND_OVERHEAD_S = (0.0011, 0.00004)  # (a, b): seconds per execution, seconds per request in it
+
+
 def model_curve() -> ServiceCurve:
     return ServiceCurve.v100().scaled(CURVE_SCALE)
+
+
+def with_backend_overhead(curve: ServiceCurve, max_batch: int,
+                          overhead: tuple[float, float] = BACKEND_OVERHEAD_S) -> ServiceCurve:
+    """The configured curve plus the calibrated per-execution overhead a + b·size (no measurement)."""
+    a, b = overhead
+    return ServiceCurve(tuple((size, curve.exec_seconds(size) + a + b * size) for size in range(1, max_batch + 1)),
+                        curve.jitter_sigma)
 
 
 def batcher_config() -> BatcherConfig:
@@ -154,11 +172,14 @@ def _play_loadgen(arrivals: np.ndarray, endpoints: Callable[[], list[str]]) -> t
     return ok, len(records) - len(ok)
 
 
-def mean_overhead_s(curve: ServiceCurve, exec_by_batch: dict[int, float], counts: np.ndarray) -> float:
-    """Execution-weighted mean of (measured instance time - curve time) per execution."""
+def mean_overhead_s(curve: ServiceCurve, exec_by_batch: dict[int, float], counts: np.ndarray,
+                    floor: float | None = 0.0) -> float:
+    """Execution-weighted mean of (measured instance time - curve time) per execution, at least
+    *floor* (None: signed, how far a calibrated curve is off)."""
     num = sum(float(counts[b]) * (s - curve.exec_seconds(b)) for b, s in exec_by_batch.items() if b < len(counts))
     den = sum(float(counts[b]) for b in exec_by_batch if b < len(counts))
-    return max(0.0, num / den) if den else 0.0
+    mean = num / den if den else 0.0
+    return mean if floor is None else max(floor, mean)
 
 
 def measured_curve(curve: ServiceCurve, exec_by_batch: dict[int, float], counts: np.ndarray,
@@ -181,6 +202,8 @@ def measured_curve(curve: ServiceCurve, exec_by_batch: dict[int, float], counts:
 # --- comparison and the whole run ------------------------------------------------------------------
 
 SIM_VARIANTS = (("sim", "stepped, configured curve"), ("sim_triton_mode", "triton-2.51, configured curve"),
+                ("sim_calibrated", "stepped, configured curve + calibrated backend"),
+                ("sim_triton_calibrated", "triton-2.51, configured curve + calibrated backend"),
                 ("sim_measured", "triton-2.51, measured service times"))
 
 def compare_sides(real: SideResult, sim: SideResult) -> dict[str, Any]:
@@ -217,16 +240,25 @@ def run_point(load: float, seconds: float, seed: int, real: bool, workdir: Path,
     tri = simulate(curve, tri_cfg, arrivals, seed)
     measured = measured_curve(curve, rr.exec_by_batch, rr.side.batch_counts, cfg.max_batch_size)
     msr = simulate(measured, tri_cfg, arrivals, seed)
+    calibrated = with_backend_overhead(curve, cfg.max_batch_size)
+    cal = simulate(calibrated, cfg, arrivals, seed)
+    tri_cal = simulate(calibrated, tri_cfg, arrivals, seed)
     point.update({
         "real": {**rr.side.summary(), "client_p99_ms": rr.client_p99_ms, "client_errors": rr.client_errors,
                  "exec_overhead_ms_per_execution": round(1e3 * overhead, 2),
                  "exec_ms_by_batch": {b: round(1e3 * v, 2) for b, v in sorted(rr.exec_by_batch.items())},
-                 "measured_curve_ms": [[b, round(1e3 * v, 2)] for b, v in measured.points]},
+                 "measured_curve_ms": [[b, round(1e3 * v, 2)] for b, v in measured.points],
+                 "calibration_misfit_ms": round(1e3 * mean_overhead_s(calibrated, rr.exec_by_batch,
+                                                                      rr.side.batch_counts, floor=None), 2)},
         "sim": sim.summary(),
         "sim_triton_mode": tri.summary(),
+        "sim_calibrated": cal.summary(),
+        "sim_triton_calibrated": tri_cal.summary(),
         "sim_measured": msr.summary(),
         "vs_sim": compare_sides(rr.side, sim),
         "vs_sim_triton_mode": compare_sides(rr.side, tri),
+        "vs_sim_calibrated": compare_sides(rr.side, cal),
+        "vs_sim_triton_calibrated": compare_sides(rr.side, tri_cal),
         "vs_sim_measured": compare_sides(rr.side, msr),
         "real_queue_growth": compare.queue_growth(rr.side.arrival, rr.side.queue),
         "sim_queue_growth": compare.queue_growth(sim.arrival, sim.queue),
@@ -271,6 +303,9 @@ def run_bench(quick: bool, real: bool = True, workdir: Path | None = None, log: 
         result["meets_goal"] = all(p["vs_sim"]["within_10pct"] for p in points)
         result["meets_goal_triton_mode"] = all(p["vs_sim_triton_mode"]["within_10pct"] for p in points)
         result["meets_goal_measured"] = all(p["vs_sim_measured"]["within_10pct"] for p in points)
+        result["meets_goal_calibrated"] = all(p["vs_sim_calibrated"]["within_10pct"] for p in points)
+        result["meets_goal_triton_calibrated"] = all(p["vs_sim_triton_calibrated"]["within_10pct"] for p in points)
+        result["backend_overhead_s"] = list(BACKEND_OVERHEAD_S)
     over = [p for p in points if p["load"] > 1.0]
     if over:
         g = over[0]["sim_queue_growth"]
@@ -317,7 +352,9 @@ def render(result: dict[str, Any]) -> str:
         overheads = ", ".join(f"{p['load']:.0%}: {p['real']['exec_overhead_ms_per_execution']} ms" for p in pts)
         out.append(
             f"\nGoal (P99 and mean batch within 10 % at every load): stepped **{_yes(result['meets_goal'])}**, "
-            f"triton-2.51 mode **{_yes(result['meets_goal_triton_mode'])}**, triton-2.51 with measured "
+            f"triton-2.51 mode **{_yes(result['meets_goal_triton_mode'])}**; with the calibrated backend overhead "
+            f"stepped **{_yes(result['meets_goal_calibrated'])}**, triton-2.51 "
+            f"**{_yes(result['meets_goal_triton_calibrated'])}**; triton-2.51 with measured "
             f"service times **{_yes(result['meets_goal_measured'])}**.\n\n"
             "* `stepped`: the fast default (a batch forms when an instance frees).\n"
             "* `triton-2.51`: Triton's batcher thread (payload slots, wake-up rule) replayed event by event, "
@@ -325,6 +362,11 @@ def render(result: dict[str, Any]) -> str:
             "* `measured service times`: the instance time per execution that `/v2/models/stats` showed "
             "(compute input + infer + output, fitted a + b*size): the curve plus what the Python backend and "
             f"HTTP/JSON handling cost on this CPU ({overheads} per execution on average).\n"
+            "* `calibrated backend`: the configured curve plus the Python backend's cost per execution, "
+            f"a + b·size with a = {1e3 * BACKEND_OVERHEAD_S[0]:g} ms and b = {1e3 * BACKEND_OVERHEAD_S[1]:g} ms, "
+            "calibrated once (`BACKEND_OVERHEAD_S`); no measurement of this run goes in. How far this run's "
+            "instance times sit from it, per execution: "
+            + ", ".join(f"{p['load']:.0%}: {p['real']['calibration_misfit_ms']:+g} ms" for p in pts) + ".\n"
             "* TV distance: between the request-weighted batch-size distributions (0 = same).\n\n"
             "![P99 vs load](fidelity.png)\n")
         out.append(_traffic_table(pts, m["max_batch_size"]))
@@ -409,7 +451,9 @@ def plot(result: dict[str, Any], path: Path) -> None:
     loads = [100 * p["load"] for p in pts]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     series = [("real", "real Triton", "o-"), ("sim", "sim stepped", "s--"),
-              ("sim_triton_mode", "sim triton-2.51", "^:"), ("sim_measured", "sim triton-2.51, measured times", "d-.")]
+              ("sim_triton_mode", "sim triton-2.51", "^:"),
+              ("sim_triton_calibrated", "sim triton-2.51, curve + calibrated backend", "v-"),
+              ("sim_measured", "sim triton-2.51, measured times", "d-.")]
     for key, label, style in series:
         if all(key in p for p in pts):
             ax1.plot(loads, [p[key]["p99_ms"] for p in pts], style, label=label)

@@ -115,6 +115,18 @@ def test_overhead_is_measured_instance_time_minus_curve() -> None:
     assert fidelity.mean_overhead_s(curve, measured, counts) == pytest.approx((3 * 0.002 + 0.006) / 4)
 
 
+def test_calibrated_curve_adds_the_backend_cost_per_execution_and_reports_its_misfit() -> None:
+    curve = fidelity.model_curve()
+    calibrated = fidelity.with_backend_overhead(curve, 32, (0.010, 0.001))
+    assert calibrated.exec_seconds(1) == pytest.approx(curve.exec_seconds(1) + 0.011)
+    assert calibrated.exec_seconds(32) == pytest.approx(curve.exec_seconds(32) + 0.042)
+    counts = np.zeros(33)
+    counts[[1, 16]] = [4, 4]
+    faster = {b: calibrated.exec_seconds(b) - 0.002 for b in (1, 16)}  # this run: 2 ms under the calibration
+    assert fidelity.mean_overhead_s(calibrated, faster, counts, floor=None) == pytest.approx(-0.002)
+    assert fidelity.mean_overhead_s(calibrated, faster, counts) == 0.0
+
+
 def test_published_case_queue_rises_steeply_towards_capacity() -> None:
     q200 = published.mean_queue(8, 365.0, 200, 20.0)
     q300 = published.mean_queue(8, 365.0, 300, 20.0)
