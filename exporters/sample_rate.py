@@ -11,7 +11,10 @@ their requests. A model reloads and its counters restart. A proxy drops spans. S
 - the estimate snaps to Triton's whole-number rate when it is within 10 % of one;
 - a counter reset starts the window over (never a negative count);
 - more traces than requests reads as rate 1 (never a weight below 1);
-- with too few traced requests the last estimate is kept, else the configured rate.
+- with too few traced requests the last estimate is kept, else the configured rate;
+- an estimate within 25 % of the configured rate confirms it, and one farther away replaces it
+  only from 120 traced requests in the window (spans lag their requests, which reads high while
+  traffic ramps up: a 100 read as 107 to 119 in the overhead bench).
 Weights apply only to requests observed from then on, so a rate changed at run time never turns
 counts already exported into negative or inflated ones.
 """
@@ -34,6 +37,13 @@ from tidescale.contracts import catalog
 # span attribution name it.
 RateKey = tuple[str, str, str, str]
 SNAP_TOLERANCE = 0.1
+# An estimate this close to the configured rate confirms it: the lag of spans behind the request
+# counters reads high while traffic ramps up (+7 % for a 5 s lag over a 50 s burst), and the rate
+# Triton was given is the better answer then.
+AGREE_TOLERANCE = 0.25
+# A rate far from the configured one replaces it only from this many times `min_traced` traced
+# requests in the window: the first estimates of a ramp are the most biased.
+SURE_TRACED_FACTOR = 4
 MAX_KEYS = 20_000
 
 
@@ -43,7 +53,7 @@ class DetectedRate:
 
     rate: float
     confidence: float
-    source: str  # "detected" or "configured"
+    source: str  # "detected", "confirmed" (the estimate agrees with the configured rate) or "configured"
 
 
 @dataclass
@@ -150,7 +160,19 @@ class SampleRateDetector(Collector):
                 snaps.popleft()
             found = estimate([(r, t) for _, r, t in snaps], self.min_traced)
             if found is not None:
-                history.last = DetectedRate(found[0], found[1], "detected")
+                history.last = self._decide(found, snaps[-1][2] - snaps[0][2], history.last)
+
+    def _decide(self, found: tuple[float, float], traced: float, last: DetectedRate | None) -> DetectedRate | None:
+        """What a fresh estimate changes: near the configured rate it confirms it (the estimate is
+        biased high while traffic ramps up, as spans lag their requests); far from it, it replaces it
+        only once the window holds enough traced requests to say (until then the last answer stands)."""
+        rate, confidence = found
+        configured = self.configured.rate
+        if abs(rate - configured) <= AGREE_TOLERANCE * configured:
+            return DetectedRate(configured, confidence, "confirmed")
+        if traced >= SURE_TRACED_FACTOR * self.min_traced:
+            return DetectedRate(rate, confidence, "detected")
+        return last
 
     def rate(self, key: RateKey) -> DetectedRate:
         with self._lock:

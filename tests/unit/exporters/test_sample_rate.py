@@ -110,3 +110,25 @@ def test_any_sequence_of_counts_gives_a_finite_weight_of_at_least_one(steps: lis
 def test_estimate_is_bounded(points: list[tuple[float, float]]) -> None:
     found = estimate(points, 1)
     assert found is None or (found[0] >= 1.0 and math.isfinite(found[0]) and 0 <= found[1] <= 1)
+
+
+def test_a_burst_after_idle_confirms_the_configured_rate_instead_of_reading_it_high() -> None:
+    """The overhead bench's shape: a warm-up, 20 s idle, then 50 s at 1,000 req/s traced 1 in 100 with
+    spans 5 s late. The lag reads N as 107 to 119; near the configured 100, the configured rate stands."""
+    detector = SampleRateDetector(configured=100)
+    agg = LatencyAggregator((0.1,), rates=detector)
+    triton = Triton(detector, agg, lag_s=5.0)
+    triton.serve(rps=500, rate=100, seconds=1)
+    triton.serve(rps=0, rate=100, seconds=20)
+    served, counted = triton.served, exported_count(agg)
+    triton.serve(rps=1000, rate=100, seconds=50)
+    triton.serve(rps=0, rate=100, seconds=8)
+    found = detector.rate(KEY)
+    assert (found.rate, found.source) == (100.0, "confirmed")
+    assert abs((exported_count(agg) - counted) / (triton.served - served) - 1) < 0.1
+    unconfigured = SampleRateDetector(configured=1)
+    unconfigured.requests(KEY, 0.0, 0.0)
+    for t in range(1, 13):  # far from the configured 1: replaced only once 120 traced requests are in
+        unconfigured.traced(KEY, 10)
+        unconfigured.requests(KEY, 1000.0 * t, 5.0 * t)
+        assert (unconfigured.rate(KEY).source == "detected") == (t >= 12)
