@@ -11,7 +11,7 @@ from typing import Final
 
 # What made the recommendation go up (the recommender's own reasons, recommend.py).
 SCALE_UP: Final = {"rate": "scale_up_rate", "lookahead": "scale_up_lookahead", "queue": "scale_up_queue",
-                   "drain": "scale_up_panic", "min": "scale_up_min", "max": "scale_up_max"}
+                   "drain": "scale_up_drain", "panic": "scale_up_panic", "min": "scale_up_min", "max": "scale_up_max"}
 DECISIONS: Final = (*SCALE_UP.values(), "scale_down", "scale_down_min", "hold_steady", "hold_down_delay",
                     "hold_at_max", "hold_missing_data")
 
@@ -20,8 +20,9 @@ def decision(desired: int, current: int, reason: str, failsafe: str | None) -> s
     """The decision of one evaluation: *desired* published against *current* replicas, the
     recommender's *reason*, or the *failsafe* that made it hold its last good answer.
 
-    `drain` is the recommender's panic: a backlog that the measured rate cannot clear within the
-    SLO makes it scale in proportion to the overload at once (scale_up_panic)."""
+    `panic` comes from the fast path (an overload read straight from the pods: scale in proportion
+    to it at once, and hold that count for the panic hold); `drain` from a worst pod's backlog that
+    the measured rate cannot clear within the pod drain horizon."""
     if failsafe is not None:
         return "hold_missing_data"
     if desired > current:

@@ -51,6 +51,15 @@ class RecommenderConfig:
     headroom: float = 1.0  # keep capacity for this multiple of the recent floor of the load: standing
     # replicas for a surge that arrives faster than detection + cold start (1 = none; docs/autoscaler.md)
     headroom_window_s: float = 600.0  # the floor is the lowest arrival rate over this window
+    # Panic (the fast path, fastpath.py): when the arrival rate read straight from the pods over
+    # `panic_window_s` exceeds `panic_threshold` x what the replicas asked for can carry, scale at once
+    # to what that rate needs, and scale down to nothing below it for `panic_hold_s`.
+    panic_threshold: float = 1.0
+    panic_window_s: float = 6.0
+    panic_hold_s: float = 60.0
+    panic_lookahead_extra_s: float = 10.0  # the fast path's lag on top of the cold start
+    panic_trend_cap: float = 2.0  # the projected rate is at most this many times the measured one: a step
+    # shows in the window's averages as a steep ramp, which projected over a cold start means nothing
 
     def __post_init__(self) -> None:
         if self.capacity_rps <= 0:
@@ -67,6 +76,9 @@ class RecommenderConfig:
         check_headroom(self.headroom)
         if not self.headroom_window_s > 0:
             raise UsageError(f"headroom_window_s must be > 0, got {self.headroom_window_s}")
+        if not (self.panic_threshold > 0 and self.panic_window_s > 0 and self.panic_hold_s >= 0
+                and self.panic_trend_cap >= 1):
+            raise UsageError("need panic_threshold > 0, panic_window_s > 0, panic_hold_s >= 0 and panic_trend_cap >= 1")
 
 
 def check_headroom(factor: float, name: str = "headroom") -> None:
@@ -175,6 +187,9 @@ class Recommender:
         self._down_candidates: deque[tuple[float, int]] = deque(maxlen=512)
         self._queue: deque[tuple[float, float]] = deque(maxlen=512)
         self._disturbed_at = -math.inf
+        self._panic_until = -math.inf
+        self._panic_floor = 0
+        self._fast_rates: deque[tuple[float, float]] = deque(maxlen=512)
         self.last: Recommendation | None = None
 
     def refine_capacity(self, obs: Observation) -> None:
@@ -233,6 +248,39 @@ class Recommender:
         slo = obs.slo_p99_s if obs.slo_p99_s is not None else 0.0
         return max(0.0, worst - self.capacity_rps * slo)
 
+    def panic(self, t: float, arrival_rps: float | None, asked: int) -> Recommendation | None:
+        """The fast path's check at *t*, on *arrival_rps* read from the pods over the panic window.
+
+        When that rate exceeds `panic_threshold` x what *asked* replicas carry (at the scale-up
+        utilisation), the count that the rate projected over the cold start needs, at once: the
+        projection uses the fast readings' own trend over `trend_window_s`, so a ramp is met where it
+        will be when new replicas are Ready, not where it is. That count then stands as a floor for
+        `panic_hold_s`. None when there is no overload (the slow path decides).
+        """
+        cfg = self.config
+        if arrival_rps is None or not math.isfinite(arrival_rps) or arrival_rps < 0:
+            return None
+        self._fast_rates.append((t, arrival_rps))
+        while self._fast_rates[0][0] < t - cfg.trend_window_s:
+            self._fast_rates.popleft()
+        if arrival_rps <= cfg.panic_threshold * asked * self.capacity_rps * cfg.utilisation:
+            return None
+        slope = max(0.0, trend_slope(list(self._fast_rates)))
+        projected = min(arrival_rps * cfg.panic_trend_cap,
+                        arrival_rps + slope * (cfg.cold_start_s + cfg.panic_lookahead_extra_s))
+        need = min(cfg.max_replicas, replicas_for(projected, self.capacity_rps, cfg.utilisation))
+        if need <= asked:
+            return None
+        self._panic_floor = max(need, self._panic_floor if t < self._panic_until else 0)
+        self._panic_until = t + cfg.panic_hold_s
+        self._down_candidates.clear()
+        self.last = Recommendation(self._panic_floor, "panic", projected, self.capacity_rps)
+        return self.last
+
+    def panic_floor(self, t: float) -> int:
+        """The count the last panic holds the fleet at until its hold ends (0 when none)."""
+        return self._panic_floor if t < self._panic_until else 0
+
     def recommend(self, obs: Observation) -> Recommendation:
         cfg = self.config
         if not all(math.isfinite(x) and x >= 0 for x in (obs.arrival_rps, obs.queue_depth, obs.rejected_rps)):
@@ -280,6 +328,9 @@ class Recommender:
                 desired = held
             else:
                 desired, reason = current, "hold-down" if now_need < current else reason
+        floor = self.panic_floor(obs.t)
+        if floor > desired:
+            desired, reason = floor, "panic"
         if desired < cfg.min_replicas:
             desired, reason = cfg.min_replicas, "min"
         if desired > cfg.max_replicas:

@@ -29,7 +29,9 @@ from pydantic_settings import SettingsConfigDict
 
 from tidescale.autoscaler.capacity import load_capacity
 from tidescale.autoscaler.decisions import DECISIONS, decision, event_message
+from tidescale.autoscaler.fastpath import FastWindow
 from tidescale.autoscaler.manifests import Target
+from tidescale.autoscaler.podreader import PodReader, discover_pods
 from tidescale.autoscaler.recommend import (
     Observation,
     Recommendation,
@@ -83,6 +85,11 @@ class RecommenderTuning(BaseModel):
     fast_jump: float = Field(default=_default("fast_jump"), ge=1, allow_inf_nan=False)
     pod_drain_s: float = Field(default=_default("pod_drain_s"), gt=0)  # inf: off
     headroom_window_s: float = Field(default=_default("headroom_window_s"), gt=0, allow_inf_nan=False)
+    panic_threshold: float = Field(default=_default("panic_threshold"), gt=0, allow_inf_nan=False)
+    panic_window_s: float = Field(default=_default("panic_window_s"), gt=0, allow_inf_nan=False)
+    panic_hold_s: float = Field(default=_default("panic_hold_s"), ge=0, allow_inf_nan=False)
+    panic_lookahead_extra_s: float = Field(default=_default("panic_lookahead_extra_s"), ge=0, allow_inf_nan=False)
+    panic_trend_cap: float = Field(default=_default("panic_trend_cap"), ge=1, allow_inf_nan=False)
 
     def as_json(self) -> dict[str, Any]:
         """Plain JSON values (inf as "Infinity"), as recorded by the benchmark and printed by the CLI."""
@@ -96,6 +103,22 @@ NOT_TUNING = ("capacity_rps", "min_replicas", "max_replicas", "cold_start_s", "h
 def promql_range(seconds: float) -> str:
     """A PromQL range for *seconds*: whole seconds as `60s`, anything finer in milliseconds."""
     return f"{int(seconds)}s" if float(seconds).is_integer() else f"{round(seconds * 1000)}ms"
+
+
+class FastPathSettings(BaseModel):
+    """`recommender.fastPath`: Triton's counters read straight from its pods (fastpath.py).
+
+    The pods are the ones Prometheus scrapes for the target's model (their `instance` label), so
+    the recommender needs no Kubernetes permission for it, only network access to Triton's metrics
+    port. Off: the recommender reacts on Prometheus' data alone (a scrape and a rate window later)."""
+
+    model_config = SettingsConfigDict(extra="forbid")
+    enabled: bool = True
+    interval_s: float = Field(default=2.0, ge=0.5, le=30, allow_inf_nan=False)
+    timeout_s: float = Field(default=1.0, gt=0, le=10, allow_inf_nan=False)
+    scheme: str = Field(default="http", pattern="^https?$")
+    path: str = Field(default="/metrics", pattern=r"^/[A-Za-z0-9._~/-]{0,200}$")
+    max_pods: int = Field(default=200, ge=1, le=2000)  # per target: bounds the work of one round
 
 
 class TargetSettings(BaseModel):
@@ -144,6 +167,7 @@ class RecommenderSettings(ComponentSettings):
     kube_events: bool = False
     hpa_tolerance_rounding: bool = False  # cluster without behavior.*.tolerance (k8s < 1.33)
     tuning: RecommenderTuning = Field(default_factory=RecommenderTuning)
+    fast_path: FastPathSettings = Field(default_factory=FastPathSettings)
     targets: list[TargetSettings] = Field(default_factory=list, max_length=MAX_TARGETS)
 
     def config_for(self, t: TargetSettings) -> RecommenderConfig:
@@ -203,6 +227,7 @@ class TargetQueries:
     ready_replicas: str
     model_load: str
     pod_ready: str
+    pending: str  # the pending gauge's selector: its series name the pods the fast path reads
 
     @staticmethod
     def _pod_ready(t: TargetSettings) -> str:
@@ -237,6 +262,7 @@ class TargetQueries:
             ready_replicas=f"max({selector(catalog.get('kube_deployment_status_replicas_ready').name, **dep)})",
             model_load=f"max({selector(catalog.get('nv_model_load_duration_secs').name, **triton)})",
             pod_ready=cls._pod_ready(t),
+            pending=pending,
         )
 
 
@@ -257,6 +283,10 @@ class TargetState:
     last_success: float | None = None
     cold_start_source: str = "configured"
     decision: str = "hold_missing_data"
+    pods: dict[str, str] = dataclasses.field(default_factory=dict)  # the fast path's pods: name -> host:port
+    fast: FastWindow | None = None
+    fast_missing: tuple[str, ...] = ()  # pods that did not answer the fast path's last round
+    current: int | None = None  # the Deployment's replicas at the last observation
 
 
 class RecommenderService:
@@ -264,7 +294,7 @@ class RecommenderService:
 
     def __init__(self, settings: RecommenderSettings, client: PrometheusClient | None = None,
                  replicas_fn: ReplicasFn | None = None, clock: Callable[[], float] = time.time,
-                 events: EventsApi | None = None) -> None:
+                 events: EventsApi | None = None, reader: PodReader | None = None) -> None:
         if not settings.targets:
             raise UsageError("the recommender needs at least one target (recommender.targets in the config file)")
         self.settings = settings
@@ -283,8 +313,12 @@ class RecommenderService:
             if key in self.states:
                 raise UsageError(f"target {t.namespace}/{t.deployment} is listed twice")
             Target(t.deployment, t.namespace, t.model, t.min_replicas, t.max_replicas)  # validates the names
-            self.states[key] = TargetState(t, Recommender(settings.config_for(t)),
-                                           TargetQueries.for_target(t, settings.tuning))
+            config = settings.config_for(t)
+            self.states[key] = TargetState(t, Recommender(config), TargetQueries.for_target(t, settings.tuning),
+                                           fast=FastWindow(config.panic_window_s) if settings.fast_path.enabled
+                                           else None)
+        fp = settings.fast_path
+        self.reader = (reader or PodReader(fp.timeout_s, fp.scheme, fp.path)) if fp.enabled else None
         self._lock = threading.Lock()
 
     # --- reading ---------------------------------------------------------------------------------
@@ -368,14 +402,61 @@ class RecommenderService:
         except ValueError as exc:
             self._hold(st, "nan", str(exc))
             return
+        st.current = obs.current_replicas
+        self._discover(st)
         desired = rec.desired
         if self.settings.hpa_tolerance_rounding:
             desired = min(st.settings.max_replicas, reachable_under_tolerance(obs.current_replicas, desired))
+        if st.fast_missing and desired < obs.current_replicas:
+            # A pod that does not answer may be the one with the load: never scale down on that.
+            self._hold(st, "missing", f"fast path: {len(st.fast_missing)} pod(s) did not answer "
+                       f"({', '.join(st.fast_missing[:3])}); no scale-down")
+            return
         before = st.published
         st.last_good, st.published, st.failsafe, st.detail, st.last_success = rec, desired, None, rec.reason, now
         st.decision = decision(desired, obs.current_replicas, rec.reason, None)
         if before is not None and desired != before:
             self._post_event(st, before, desired, obs)
+
+    def _discover(self, st: TargetState) -> None:
+        """Refresh the fast path's pods from Prometheus' series (a failed read keeps the known ones)."""
+        if self.reader is None:
+            return
+        try:
+            st.pods = discover_pods(self.client, st.queries.pending, self.settings.fast_path.max_pods)
+        except PrometheusUnavailable as exc:
+            log.debug("fast path: pod discovery for %s/%s failed: %s", st.settings.namespace,
+                      st.settings.deployment, exc)
+
+    def evaluate_fast(self, now: float | None = None) -> None:
+        """One round of the fast path for every target: read its pods, panic on an overload.
+
+        The panic only ever raises the published count (at once, with its Event); everything else
+        stays with the slow evaluation. A pod that does not answer keeps its last good values in the
+        window, and the next slow evaluation does not scale down (`hold_missing_data`)."""
+        if self.reader is None:
+            return
+        for st in self.states.values():
+            if not st.pods or st.fast is None:
+                continue
+            reads = self.reader.read(st.pods, st.settings.model)
+            stamp = self.clock() if now is None else now
+            with self._lock:
+                reading = st.fast.add(stamp, reads)
+                st.fast_missing = reading.missing
+                asked = max(st.published or 0, st.current or 0)
+                rec = st.recommender.panic(stamp, reading.arrival_rps, asked)
+                if rec is None or st.published is None or rec.desired <= st.published:
+                    continue
+                before, st.published = st.published, rec.desired
+                st.decision, st.detail = "scale_up_panic", rec.reason
+                self._post_panic_event(st, before, reading.arrival_rps or 0.0, len(reads))
+
+    def _post_panic_event(self, st: TargetState, before: int, arrival: float, pods: int) -> None:
+        detail = (f"arrival {arrival:.1f} req/s read from {pods} pod(s) over the last "
+                  f"{st.recommender.config.panic_window_s:g} s, capacity {st.recommender.capacity_rps:.1f} "
+                  f"req/s per replica")
+        self._send_event(st, before, st.published or 0, detail)
 
     def _post_event(self, st: TargetState, before: int, after: int, obs: Observation) -> None:
         """A Kubernetes Event on the target Deployment saying why the recommendation changed; best
@@ -386,6 +467,11 @@ class RecommenderService:
         detail = (f"arrival {obs.arrival_rps:.1f} req/s, rejected {obs.rejected_rps:.1f} req/s, queue "
                   f"{obs.queue_depth:.0f}, P99 {p99}, capacity {st.recommender.capacity_rps:.1f} req/s per replica, "
                   f"{obs.ready_replicas}/{obs.current_replicas} replicas ready")
+        self._send_event(st, before, after, detail)
+
+    def _send_event(self, st: TargetState, before: int, after: int, detail: str) -> None:
+        if self.events is None:
+            return
         ns, dep = st.settings.namespace, st.settings.deployment
         body = deployment_event(ns, dep, reason="TidescaleRecommendation", now=datetime.now(UTC),
                                 message=event_message(before, after, st.decision, detail),
@@ -434,13 +520,27 @@ class RecommenderService:
 
     # --- running ----------------------------------------------------------------------------------
     def run_loop(self, stop: threading.Event) -> None:
+        """The slow evaluation every `interval_s`, and the fast path every `fast_path.interval_s` in a
+        thread of its own (a slow Prometheus never delays a panic)."""
+        fast = None
+        if self.reader is not None:
+            every = self.settings.fast_path.interval_s
+            fast = threading.Thread(target=self._loop, args=(stop, self.evaluate_fast, every), daemon=True,
+                                    name="recommender-fast-path")
+            fast.start()
+        self._loop(stop, self.evaluate, self.settings.interval_s)
+        if fast is not None:
+            fast.join(timeout=5)
+
+    @staticmethod
+    def _loop(stop: threading.Event, step: Callable[[], Any], interval_s: float) -> None:
         while not stop.is_set():
             started = time.monotonic()
             try:
-                self.evaluate()
+                step()
             except Exception:  # a bug must not stop the loop: the exported values go stale, alerts fire
                 log.exception("recommender evaluation failed")
-            stop.wait(max(0.0, self.settings.interval_s - (time.monotonic() - started)))
+            stop.wait(max(0.0, interval_s - (time.monotonic() - started)))
 
 
 def make_app(service: RecommenderService) -> Any:

@@ -67,7 +67,8 @@ def build() -> dash_b.Dashboard:
         .with_panel(graph(
             "Why the recommender decided",
             "Each evaluation's decision (tidescale_recommender_decision == 1): scale_up_rate, scale_up_queue, "
-            "scale_up_panic (a backlog the rate cannot clear within the SLO), scale_down, hold_down_delay, "
+            "scale_up_panic (an overload read straight from the Triton pods: scaled at once), scale_up_drain "
+            "(a pod's backlog), scale_down, hold_down_delay, "
             "hold_steady, hold_missing_data (the fail-safe: never a scale-down on missing data). A change of "
             "the recommendation is also a Kubernetes Event on the Deployment (`kubectl describe`).",
             "short", [Query(f"{_by_deployment('tidescale_recommender_decision', ', reason')} == 1",

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tidescale.autoscaler.fastpath import PodCounters
 from tidescale.autoscaler.service import (
     RecommenderService,
     RecommenderSettings,
@@ -36,6 +37,15 @@ class FakeProm:
                                                 "nv_model_load_duration_secs": None}
         self.down = False
         self.queries: list[str] = []
+        self.pods: dict[str, str] = {}  # what the fast path's discovery finds: pod -> instance
+
+    def query(self, expr: str) -> list[dict[str, object]]:
+        self.queries.append(expr)
+        if self.down:
+            raise PrometheusUnavailable("connection refused")
+        assert expr.startswith("group by (pod, instance)"), expr
+        return [{"metric": {"pod": pod, "instance": address}, "value": [0.0, "1"]}
+                for pod, address in self.pods.items()]
 
     def instant(self, expr: str) -> list[tuple[float, float]]:
         self.queries.append(expr)
@@ -310,3 +320,103 @@ def test_a_failing_event_post_never_stops_the_recommendation() -> None:
     fake.values["rate("] = 900.0
     svc.evaluate(15.0)
     assert desired(svc) > 5
+
+
+# --- the fast path ---------------------------------------------------------------------------------
+
+class FakeReader:
+    """Pods' counters by name; a pod listed in `silent` does not answer."""
+
+    def __init__(self) -> None:
+        self.counters: dict[str, PodCounters] = {}
+        self.silent: set[str] = set()
+        self.rounds: list[dict[str, str]] = []
+
+    def read(self, pods: dict[str, str], model: str) -> dict[str, PodCounters | None]:
+        self.rounds.append(dict(pods))
+        return {p: None if p in self.silent else self.counters[p] for p in pods}
+
+    def served(self, rps_per_pod: float, t: float) -> None:
+        self.counters = {p: PodCounters(rps_per_pod * t, 0.0, 0.0) for p in self.counters}
+
+
+def fast_service(events: FakeEvents | None = None) -> tuple[RecommenderService, FakeProm, FakeReader]:
+    target = TargetSettings(deployment="triton", namespace="ml", model="resnet", min_replicas=1, max_replicas=50)
+    fake, reader = FakeProm(), FakeReader()
+    fake.pods = {f"triton-abc-{k}": f"10.0.0.{k}:8002" for k in range(5)}
+    reader.counters = {p: PodCounters(0.0, 0.0, 0.0) for p in fake.pods}
+    svc = RecommenderService(RecommenderSettings(targets=[target], capacity_rps=100.0), fake,  # type: ignore[arg-type]
+                             events=events, reader=reader)  # type: ignore[arg-type]
+    return svc, fake, reader
+
+
+def test_the_fast_path_reads_the_pods_prometheus_scrapes_and_panics_between_evaluations() -> None:
+    events = FakeEvents()
+    svc, fake, reader = fast_service(events)
+    svc.evaluate_fast(0.0)
+    assert reader.rounds == []  # no pods known before the first evaluation's discovery
+    svc.evaluate(0.0)  # 450 req/s on 5 replicas: steady
+    assert desired(svc) == 5
+    assert any(q.startswith('group by (pod, instance) (nv_inference_pending_request_count{') for q in fake.queries)
+    for k in range(4):  # 90 req/s per pod, then a flash crowd of 400 per pod
+        reader.served(90.0, 2.0 * k)
+        svc.evaluate_fast(2.0 * k)
+    assert desired(svc) == 5
+    reader.counters = {p: PodCounters(90.0 * 6 + 400.0 * 2, 0.0, 0.0) for p in reader.counters}
+    svc.evaluate_fast(8.0)
+    up = desired(svc)
+    # 967 req/s over the 6 s window (the flash crowd is 2 s old), projected at most 2x: 22 replicas at
+    # 0.9 x 100 req/s, at once, with no Prometheus query
+    assert up == 22
+    assert decisions(svc)["scale_up_panic"] == 1.0 and sum(decisions(svc).values()) == 1.0
+    [(_, body)] = events.posted
+    assert body["message"].startswith(f"tidescale recommends {up:.0f} replicas (was 5): scale_up_panic")
+    svc.evaluate(15.0)  # the slow path still reads 450 req/s: it keeps the panic's count
+    assert desired(svc) == up
+
+
+def test_a_pod_that_does_not_answer_blocks_scale_down_and_says_so() -> None:
+    svc, fake, reader = fast_service()
+    svc.evaluate(0.0)
+    fake.values["rate("] = 50.0  # the load is gone: 1 replica would do
+    reader.silent = {"triton-abc-3"}
+    svc.evaluate_fast(2.0)
+    svc.evaluate_fast(4.0)
+    for t in range(15, 400, 15):
+        svc.evaluate(float(t))
+    assert desired(svc) == 5  # held: the silent pod may be the one with the load
+    assert decisions(svc)["hold_missing_data"] == 1.0 and failsafe(svc)["missing"] == 1.0
+    reader.silent = set()
+    svc.evaluate_fast(402.0)
+    for t in range(405, 800, 15):
+        svc.evaluate(float(t))
+    assert desired(svc) < 5  # every pod answers again: the scale-down goes ahead
+
+
+def test_discovery_failing_keeps_the_known_pods() -> None:
+    svc, fake, reader = fast_service()
+    svc.evaluate(0.0)
+    state = next(iter(svc.states.values()))
+    known = dict(state.pods)
+    assert len(known) == 5
+    original = fake.query
+
+    def broken(expr: str) -> list[dict[str, object]]:
+        raise PrometheusUnavailable("timeout")
+
+    fake.query = broken  # type: ignore[method-assign]
+    svc.evaluate(15.0)
+    assert state.pods == known
+    fake.query = original  # type: ignore[method-assign]
+
+
+def test_the_fast_path_can_be_turned_off() -> None:
+    target = TargetSettings(deployment="triton", namespace="ml", model="resnet")
+    settings = RecommenderSettings(targets=[target], capacity_rps=100.0, fast_path={"enabled": False})
+    svc = RecommenderService(settings, FakeProm())  # type: ignore[arg-type]
+    assert svc.reader is None
+    svc.evaluate_fast(0.0)  # nothing to do, nothing raised
+    with pytest.raises(ValueError, match="interval_s"):
+        RecommenderSettings(targets=[target], capacity_rps=100.0, fast_path={"interval_s": 0.01})
+    with pytest.raises(ValueError, match="scheme"):
+        RecommenderSettings(targets=[target], capacity_rps=100.0, fast_path={"scheme": "file"})

@@ -35,7 +35,8 @@ def test_an_impossible_queue_policy_is_a_usage_error(slo: float, batch: float, m
 @pytest.mark.parametrize(("desired", "current", "reason", "failsafe", "expected"), [
     (5, 3, "rate", None, "scale_up_rate"),
     (5, 3, "queue", None, "scale_up_queue"),
-    (9, 3, "drain", None, "scale_up_panic"),
+    (9, 3, "drain", None, "scale_up_drain"),
+    (9, 3, "panic", None, "scale_up_panic"),
     (5, 3, "lookahead", None, "scale_up_lookahead"),
     (2, 1, "min", None, "scale_up_min"),
     (2, 5, "rate", None, "scale_down"),

@@ -58,6 +58,9 @@ def test_recorded_benchmark_ran_the_printed_defaults() -> None:
 
 class AllInputsProm:
     """A Prometheus that answers every query with a distinct value, keyed by query shape."""
+    def query(self, expr: str) -> list[dict[str, object]]:
+        return []  # the fast path's pod discovery: no pods (the fast path stays idle)
+
 
     def instant(self, expr: str) -> list[tuple[float, float]]:
         if "time()" in expr:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from tidescale.autoscaler import adapter
+from tidescale.autoscaler.fastpath import FastWindow, PodCounters
 from tidescale.autoscaler.hpa import HpaEmulator, HpaSpec, MetricSpec, MetricValue, Pod
 from tidescale.autoscaler.manifests import Target, tidescale_hpa_spec
 from tidescale.autoscaler.recommend import Observation, Recommender
@@ -244,15 +245,19 @@ class TidescalePolicy:
     The recommender is built exactly as the service builds it (`RecommenderSettings.config_for`, the
     shipped defaults), and it sees what the service queries: completion and rejection rates over
     the long and the short window, the summed and the worst pod's queue, the 5-minute P99. It
-    evaluates every sync on scraped metrics; its answer reaches the HPA one scrape of the recommender
-    later (its ServiceMonitor scrapes every 5 s; the adapter then serves it).
+    evaluates every `interval_s` on scraped metrics; its answer reaches the HPA one scrape of the
+    recommender later (its ServiceMonitor scrapes every 5 s; the adapter then serves it).
+
+    With the fast path it also reads every Ready pod's own counters every `fast_interval_s` (as the
+    service does over HTTP) and panics on an overload (`Recommender.panic`). `direct` replaces the
+    HPA: the recommender writes the scale subresource itself, at once.
     """
 
     name = "tidescale"
-    period_s = HPA_SYNC_S
 
     def __init__(self, initial: int, min_r: int, max_r: int, capacity_rps: float, cold_start_s: float,
-                 slo_s: float, publish_delay_s: float = 5.0, headroom: float = 1.0) -> None:
+                 slo_s: float, publish_delay_s: float = 5.0, headroom: float = 1.0,
+                 fast_path: bool | None = None, direct: bool = False) -> None:
         self.slo_s = slo_s
         target = Target("triton", "bench", "model", min_r, max_r)
         self.hpa = HpaEmulator(tidescale_hpa_spec(target), initial)
@@ -260,12 +265,21 @@ class TidescalePolicy:
                                        targets=[TargetSettings(deployment="triton", namespace="bench", model="model",
                                                                min_replicas=min_r, max_replicas=max_r,
                                                                capacity_rps=capacity_rps)])
+        if fast_path is not None:  # None: as shipped
+            settings.fast_path.enabled = fast_path
         self.config = settings.config_for(settings.targets[0])
         self.recommender = Recommender(self.config)
         self.published: deque[tuple[float, int]] = deque()
-        self.publish_delay = publish_delay_s
+        self.publish_delay = 0.0 if direct else publish_delay_s
+        self.interval_s = settings.interval_s
+        self.fast = FastWindow(self.config.panic_window_s) if settings.fast_path.enabled else None
+        self.period_s = settings.fast_path.interval_s if self.fast is not None else self.interval_s
+        self.direct = direct
+        self.current = initial
+        self._next_slow = -math.inf
+        self._next_sync = -math.inf
 
-    def decide(self, now: float, lag: MetricsLag, sim: FleetSim) -> int:
+    def _slow(self, now: float, lag: MetricsLag, sim: FleetSim) -> None:
         slow_s, fast_s = self.config.rate_window_s, self.config.fast_window_s
         rate, pending = lag.rate("requests", slow_s), lag.gauge("pending")
         fast = lag.rate("requests", fast_s)
@@ -275,18 +289,43 @@ class TidescalePolicy:
         if rate is not None and pending is not None and ready is not None:
             recent = sim.completed(since_t=now - self.config.p99_window_s)  # the P99 recording rule's window
             p99 = recent.latency_quantile(0.99) if len(recent) else None
-            rec = self.recommender.recommend(Observation(now, rate, pending, int(ready), self.hpa.replicas,
+            rec = self.recommender.recommend(Observation(now, rate, pending, int(ready), self.current,
                                                          p99, self.slo_s, fast, worst, rejected or 0.0,
                                                          fast_rejected))
             if DEBUG:
-                print(int(now), round(rate), pending, int(ready), self.hpa.replicas, rec)
+                print(int(now), round(rate), pending, int(ready), self.current, rec)
             self.published.append((now, rec.desired))
+
+    def _fast(self, now: float, sim: FleetSim) -> None:
+        """One round of the fast path: every Ready pod's counters, as its `/metrics` shows them now."""
+        assert self.fast is not None
+        reads: dict[str, PodCounters | None] = {
+            r.name: PodCounters(r.requests, r.failures, r.pending)
+            for r in sim.counters().replicas if r.ready and not r.draining}
+        reading = self.fast.add(now, reads)
+        asked = max(self.current, self.published[-1][1] if self.published else 0)
+        rec = self.recommender.panic(now, reading.arrival_rps, asked)
+        if rec is not None:
+            self.published.append((now, rec.desired))
+
+    def decide(self, now: float, lag: MetricsLag, sim: FleetSim) -> int:
+        if self.fast is not None:
+            self._fast(now, sim)
+        if now >= self._next_slow - 1e-9:  # on schedule, at the first tick at or after it
+            self._next_slow = max(self._next_slow + self.interval_s, now)
+            self._slow(now, lag, sim)
         seen_at = now - self.publish_delay
         while len(self.published) > 1 and self.published[1][0] <= seen_at:
             self.published.popleft()
         visible = self.published[0][1] if self.published and self.published[0][0] <= seen_at else None
-        pods = pods_of(sim)
-        return self.hpa.step(now, {adapter.DESIRED_REPLICAS: visible}, pods)
+        if self.direct:
+            if visible is not None:
+                self.current = visible
+            return self.current
+        if now >= self._next_sync - 1e-9:
+            self._next_sync = max(self._next_sync + HPA_SYNC_S, now)
+            self.current = self.hpa.step(now, {adapter.DESIRED_REPLICAS: visible}, pods_of(sim))
+        return self.current
 
 
 class Oracle:

@@ -98,8 +98,10 @@ def make_policy(name: str, initial: int, capacity_rps: float, cold_start_s: floa
     lo, hi = MIN_REPLICAS, MAX_REPLICAS
     if name in pol.KNOBS:
         return pol.peer_policy(name, pol.KNOBS[name].fixed if setting is None else setting, initial, lo, hi)
-    if name == "tidescale":
-        return pol.TidescalePolicy(initial, lo, hi, capacity_rps, cold_start_s, slo_s, headroom=headroom)
+    if name in STEP_VARIANTS:
+        fast_path, direct = STEP_VARIANTS[name]
+        return pol.TidescalePolicy(initial, lo, hi, capacity_rps, cold_start_s, slo_s, headroom=headroom,
+                                   fast_path=fast_path, direct=direct)
     return pol.Oracle(needed, ORACLE_SLOT_S, cold_start_s, lo, hi)
 
 
@@ -117,6 +119,12 @@ def scenario_arrivals(sc: BenchScenario, seed: int) -> tuple[np.ndarray, float]:
     """The warm-up then the scenario's arrivals (absolute times), and the end of the run."""
     arrivals = np.concatenate([warmup_arrivals(sc, seed), sc.traffic.arrivals(seed) + WARMUP_S])
     return arrivals, sc.traffic.duration_s + WARMUP_S
+
+
+# What each step of detection buys: tidescale as shipped (None: the shipped fast-path setting), without
+# its fast path (Prometheus alone), and writing the scale subresource itself instead of feeding the HPA.
+STEP_VARIANTS: dict[str, tuple[bool | None, bool]] = {
+    "tidescale": (None, False), "tidescale+no-fast-path": (False, False), "tidescale+direct": (None, True)}
 
 
 def headroom_variant(factor: float) -> str:
@@ -151,6 +159,8 @@ def run_scenario(sc: BenchScenario, policy_names: list[str], params: SimParams, 
             runs_to_do += [(sweep_row(name, v), name, headroom, v) for v in chosen]
         else:
             runs_to_do.append((name, name, headroom, None))
+    if "tidescale" in policy_names:
+        runs_to_do += [(v, v, headroom, None) for v in STEP_VARIANTS if v != "tidescale"]
     runs_to_do += [(headroom_variant(h), "tidescale", h, None) for h in headroom_sweep]
     for k, (name, kind, factor, setting) in enumerate(runs_to_do):
         progress(f"{sc.name}: {name} ({k + 1}/{len(runs_to_do)})")

@@ -1,0 +1,134 @@
+"""The recommender's fast path: Triton's own counters, read straight from its pods every 1–2 s.
+
+Through Prometheus a surge shows one scrape (15 s) and part of a rate window late. Each Triton pod
+serves its cumulative completion and rejection counters and its pending-request gauge on
+`/metrics` at all times, so reading them directly every couple of seconds sees the arrival rate
+within a few seconds, as Knative's activator-fed KPA does. Only this short-term signal comes from
+here; everything slow (P99, replica counts, cold start, the long windows) stays with Prometheus.
+
+This module is the pure part: a sliding window of per-pod samples and what it says about the
+fleet (`FastWindow`), and the parser of one pod's exposition (`pod_counters`). `PodReader` does the
+HTTP, with the discovery of the pods' addresses from the series Prometheus already holds.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tidescale.contracts import catalog
+
+SUCCESS = catalog.get("nv_inference_request_success").name
+FAILURE = catalog.get("nv_inference_request_failure").name
+PENDING = catalog.get("nv_inference_pending_request_count").name
+MAX_BODY_BYTES = 4 << 20  # Triton's exposition is a few KB per model; more is not a Triton
+# host:port as Prometheus' `instance` label holds it for a scraped pod (IPv4, [IPv6] or a DNS name).
+ADDRESS = re.compile(r"^(?:\[[0-9a-fA-F:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?):[0-9]{1,5}$")
+
+
+class ExpositionError(ValueError):
+    """A pod's `/metrics` answer that is not Triton's exposition for the model (says why)."""
+
+
+@dataclass(frozen=True)
+class PodCounters:
+    """One read of one pod, for one model (summed over its versions)."""
+
+    success: float  # nv_inference_request_success, cumulative
+    rejected: float  # nv_inference_request_failure{reason="REJECTED"}, cumulative (queue-policy timeouts)
+    pending: float  # nv_inference_pending_request_count, a gauge
+
+
+@dataclass(frozen=True)
+class FastReading:
+    """What the fast path says about the fleet at *t*."""
+
+    t: float
+    arrival_rps: float | None  # completions + rejections + queue growth per second; None before a window
+    queue_depth: float
+    max_pod_queue: float
+    pods: int
+    missing: tuple[str, ...] = ()  # pods that did not answer: their last good values stand in
+
+
+def pod_counters(text: str, model: str) -> PodCounters:
+    """The three series the fast path needs from one pod's exposition, for *model*.
+
+    Raises ExpositionError when the text does not parse, a value is negative or not finite, or
+    the model has no completion counter (not loaded, or not this model's server)."""
+    sums = {SUCCESS: 0.0, FAILURE: 0.0, PENDING: 0.0}
+    seen = set()
+    try:
+        for family in text_string_to_metric_families(text):
+            if family.name not in sums:
+                continue
+            for s in family.samples:  # the parser names a counter's samples `_total` (and `_created`)
+                if s.name not in (family.name, f"{family.name}_total") or s.labels.get("model") != model:
+                    continue
+                if family.name == FAILURE and s.labels.get("reason") != "REJECTED":
+                    continue
+                if not (math.isfinite(s.value) and s.value >= 0):
+                    raise ExpositionError(f"{family.name} for model {model!r} is {s.value}")
+                sums[family.name] += s.value
+                seen.add(family.name)
+    except ExpositionError:
+        raise
+    except (ValueError, TypeError, IndexError, KeyError) as exc:
+        raise ExpositionError(f"not a Prometheus exposition: {type(exc).__name__}") from None
+    if SUCCESS not in seen:
+        raise ExpositionError(f"no {SUCCESS} for model {model!r}")
+    return PodCounters(sums[SUCCESS], sums[FAILURE], sums[PENDING])
+
+
+def valid_address(address: str) -> bool:
+    """A host:port to read `/metrics` from (nothing else: no scheme, path, user or query)."""
+    return bool(ADDRESS.match(address)) and 0 < int(address.rsplit(":", 1)[1]) < 65536
+
+
+class FastWindow:
+    """Per-pod samples over the last `window_s`; the fleet's arrival rate from their differences.
+
+    Arrivals on a pod = its completions + rejections + the growth of its queue between the oldest
+    sample of the window and the newest (Triton counts a request only when it completes, so under
+    overload the queue or the rejection counter holds the rest). A counter that goes down (the
+    server restarted) starts the pod's window afresh. A pod that does not answer keeps its last
+    good rate and queue, and the reading names it as missing; a pod no longer listed is dropped.
+    """
+
+    def __init__(self, window_s: float) -> None:
+        if not (math.isfinite(window_s) and window_s > 0):
+            raise ValueError(f"the fast path's window must be > 0 s, got {window_s}")
+        self.window_s = window_s
+        self._samples: dict[str, deque[tuple[float, PodCounters]]] = {}
+        self._rate: dict[str, float] = {}
+
+    def add(self, t: float, reads: Mapping[str, PodCounters | None]) -> FastReading:
+        """Fold one round of reads (pod -> counters, None when it did not answer) into the window."""
+        for gone in set(self._samples) - set(reads):
+            del self._samples[gone]
+            self._rate.pop(gone, None)
+        missing = []
+        for pod, read in reads.items():
+            samples = self._samples.setdefault(pod, deque())
+            if read is None:
+                missing.append(pod)
+                continue
+            if samples and (read.success < samples[-1][1].success or read.rejected < samples[-1][1].rejected):
+                samples.clear()  # the counters restarted
+            samples.append((t, read))
+            # Keep the newest sample at or before the window's start, so the span reaches the window.
+            while len(samples) > 1 and samples[1][0] <= t - self.window_s:
+                samples.popleft()
+            (t0, first), (t1, last) = samples[0], samples[-1]
+            if t1 > t0:
+                done = (last.success - first.success) + (last.rejected - first.rejected)
+                self._rate[pod] = max(0.0, (done + last.pending - first.pending) / (t1 - t0))
+        queues = [s[-1][1].pending for s in self._samples.values() if s]
+        arrival = sum(self._rate.values()) if self._rate else None
+        return FastReading(t, arrival, float(sum(queues)), float(max(queues, default=0.0)), len(reads),
+                           tuple(sorted(missing)))

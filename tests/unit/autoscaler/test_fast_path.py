@@ -1,0 +1,209 @@
+"""The fast path: Triton's counters read from the pods, the window over them, and the panic they drive."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import httpx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tidescale.autoscaler.fastpath import (
+    MAX_BODY_BYTES,
+    ExpositionError,
+    FastWindow,
+    PodCounters,
+    pod_counters,
+    valid_address,
+)
+from tidescale.autoscaler.podreader import PodReader, discover_pods
+from tidescale.autoscaler.recommend import Observation, Recommender, RecommenderConfig
+from tidescale.contracts.tools import FIXTURES
+
+REAL = FIXTURES / "triton" / "real-2.51" / "metrics_during_load.txt"
+
+
+def test_reads_the_model_s_counters_from_real_triton_exposition() -> None:
+    counters = pod_counters(REAL.read_text(), "batcher")
+    assert counters == PodCounters(success=2008.0, rejected=0.0, pending=1.0)
+    assert pod_counters(REAL.read_text(), "echo") == PodCounters(0.0, 0.0, 0.0)
+
+
+def test_only_the_rejected_failures_count_as_demand_and_versions_add_up() -> None:
+    text = "\n".join([
+        'nv_inference_request_success{model="m",version="1"} 10',
+        'nv_inference_request_success{model="m",version="2"} 5',
+        'nv_inference_request_failure{model="m",reason="REJECTED",version="1"} 3',
+        'nv_inference_request_failure{model="m",reason="BACKEND",version="1"} 100',
+        'nv_inference_pending_request_count{model="m",version="1"} 4',
+        'nv_inference_pending_request_count{model="other",version="1"} 50', ""])
+    assert pod_counters(text, "m") == PodCounters(15.0, 3.0, 4.0)
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ("<html>nope</html>", "not a Prometheus exposition"),
+    ('nv_inference_request_success{model="x",version="1"} 1\n', "no nv_inference_request_success"),
+    ('nv_inference_request_success{model="m",version="1"} -1\n', "is -1"),
+    ('nv_inference_request_success{model="m",version="1"} NaN\n', "is nan"),
+    ('nv_inference_request_success{model="m",version="1"} +Inf\n', "is inf"),
+])
+def test_an_answer_that_is_not_triton_s_says_why(text: str, problem: str) -> None:
+    with pytest.raises(ExpositionError, match=problem):
+        pod_counters(text, "m")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=400))
+def test_any_text_either_parses_or_is_rejected_cleanly(text: str) -> None:
+    try:
+        c = pod_counters(text, "m")
+    except ExpositionError:
+        return
+    assert all(math.isfinite(v) and v >= 0 for v in (c.success, c.rejected, c.pending))
+
+
+@pytest.mark.parametrize(("address", "ok"), [
+    ("10.0.0.7:8002", True), ("[fd00::7]:8002", True), ("triton-0.triton.ml.svc:8002", True),
+    ("10.0.0.7", False), ("http://10.0.0.7:8002", False), ("10.0.0.7:8002/x", False), ("user@host:8002", False),
+    ("host:0", False), ("host:70000", False), ("", False), ("host:80?x=1", False),
+])
+def test_only_plain_host_port_addresses_are_read(address: str, ok: bool) -> None:
+    assert valid_address(address) is ok
+
+
+def test_the_window_reads_arrivals_as_completions_plus_rejections_plus_queue_growth() -> None:
+    w = FastWindow(6.0)
+    assert w.add(0.0, {"a": PodCounters(0, 0, 0), "b": PodCounters(0, 0, 0)}).arrival_rps is None  # no span yet
+    r = w.add(2.0, {"a": PodCounters(200, 0, 10), "b": PodCounters(100, 20, 0)})
+    # a: 200 done + 10 queued over 2 s; b: 100 done + 20 rejected over 2 s
+    assert r.arrival_rps == pytest.approx(105.0 + 60.0)
+    assert (r.queue_depth, r.max_pod_queue, r.pods, r.missing) == (10.0, 10.0, 2, ())
+
+
+def test_the_window_spans_the_last_window_s_only() -> None:
+    w = FastWindow(4.0)
+    for k in range(10):  # 100/s until t=10, then 1000/s
+        t = 2.0 * k
+        w.add(t, {"a": PodCounters(100 * t if t <= 10 else 1000 + 1000 * (t - 10), 0, 0)})
+    assert w.add(20.0, {"a": PodCounters(11000, 0, 0)}).arrival_rps == pytest.approx(1000.0)
+
+
+def test_a_pod_that_does_not_answer_keeps_its_last_rate_and_is_named() -> None:
+    w = FastWindow(6.0)
+    w.add(0.0, {"a": PodCounters(0, 0, 0), "b": PodCounters(0, 0, 0)})
+    w.add(2.0, {"a": PodCounters(100, 0, 0), "b": PodCounters(300, 0, 6)})
+    r = w.add(4.0, {"a": PodCounters(200, 0, 0), "b": None})
+    assert r.missing == ("b",)
+    assert r.arrival_rps == pytest.approx(50.0 + 153.0)
+    assert r.queue_depth == 6.0
+
+
+def test_a_restarted_server_starts_its_window_afresh_and_a_gone_pod_is_dropped() -> None:
+    w = FastWindow(6.0)
+    w.add(0.0, {"a": PodCounters(5000, 0, 0)})
+    w.add(2.0, {"a": PodCounters(5200, 0, 0)})
+    r = w.add(4.0, {"a": PodCounters(10, 0, 0)})  # counters went down: no negative rate
+    assert r.arrival_rps is not None and r.arrival_rps >= 0
+    r = w.add(6.0, {"c": PodCounters(0, 0, 0)})
+    assert r.pods == 1 and r.arrival_rps is None  # a's history is gone, c has one sample
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.dictionaries(st.sampled_from("abc"), st.one_of(st.none(), st.builds(
+    PodCounters, st.floats(0, 1e9), st.floats(0, 1e6), st.floats(0, 1e5))), max_size=3), max_size=12))
+def test_no_sequence_of_reads_gives_a_negative_or_infinite_rate(rounds: list[dict[str, PodCounters | None]]) -> None:
+    w = FastWindow(6.0)
+    for k, reads in enumerate(rounds):
+        r = w.add(2.0 * k, reads)
+        assert r.arrival_rps is None or (math.isfinite(r.arrival_rps) and r.arrival_rps >= 0)
+
+
+# --- panic ---------------------------------------------------------------------------------------
+
+def test_panic_scales_at_once_in_proportion_to_the_overload_and_holds_that_floor() -> None:
+    rec = Recommender(RecommenderConfig(capacity_rps=100.0, max_replicas=50, cold_start_s=60.0))
+    assert rec.panic(0.0, 250.0, asked=3) is None  # 250 < 3 x 100 x 0.9: no overload
+    up = rec.panic(2.0, 900.0, asked=3)
+    assert up is not None and up.reason == "panic" and up.desired >= 10  # ceil(900 / 90), plus the trend
+    # The slow path, a scrape later, still sees the old rate: it does not undo the panic.
+    obs = Observation(10.0, arrival_rps=250.0, queue_depth=0.0, ready_replicas=3, current_replicas=3)
+    assert rec.recommend(obs).desired == up.desired
+    late = Observation(2.0 + 61.0, arrival_rps=250.0, queue_depth=0.0, ready_replicas=3, current_replicas=up.desired)
+    assert rec.recommend(late).desired == up.desired  # after the hold, the down delay still applies
+
+
+def test_panic_projects_a_ramp_over_the_cold_start() -> None:
+    flat = Recommender(RecommenderConfig(capacity_rps=100.0, max_replicas=50, cold_start_s=60.0))
+    ramp = Recommender(RecommenderConfig(capacity_rps=100.0, max_replicas=50, cold_start_s=60.0))
+    for k in range(6):
+        flat.panic(2.0 * k, 300.0, asked=10)
+        ramp.panic(2.0 * k, 300.0 + 20.0 * 2.0 * k, asked=10)  # +20 req/s every second
+    a, b = flat.panic(12.0, 400.0, asked=3), ramp.panic(12.0, 540.0, asked=3)
+    assert a is not None and b is not None
+    assert 5 <= a.desired < b.desired  # at least ceil(400 / 90)
+    # the ramp where it will be when replicas are Ready, at most twice the measured rate
+    assert b.desired == math.ceil(min(2 * 540, 540 + 20 * 70) / 90)
+
+
+@pytest.mark.parametrize("bad", [None, math.nan, math.inf, -5.0])
+def test_panic_ignores_readings_it_cannot_trust(bad: float | None) -> None:
+    rec = Recommender(RecommenderConfig(capacity_rps=100.0))
+    assert rec.panic(0.0, bad, asked=1) is None
+
+
+def test_panic_never_asks_beyond_max_replicas() -> None:
+    rec = Recommender(RecommenderConfig(capacity_rps=100.0, max_replicas=8))
+    up = rec.panic(0.0, 1e6, asked=2)
+    assert up is not None and up.desired == 8
+
+
+# --- reading pods over HTTP ----------------------------------------------------------------------
+
+def _reader(handler: httpx.MockTransport) -> PodReader:
+    return PodReader(timeout_s=1.0, transport=handler)
+
+
+def test_reader_reads_each_pod_and_marks_the_ones_that_fail() -> None:
+    body = REAL.read_bytes()
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        host = request.url.host
+        if host == "10.0.0.1":
+            return httpx.Response(200, content=body)
+        if host == "10.0.0.2":
+            return httpx.Response(503, content=b"starting")
+        if host == "10.0.0.3":
+            return httpx.Response(200, content=b"x" * (MAX_BODY_BYTES + 10))
+        raise httpx.ConnectError("refused")
+
+    reader = _reader(httpx.MockTransport(answer))
+    try:
+        reads = reader.read({"a": "10.0.0.1:8002", "b": "10.0.0.2:8002", "c": "10.0.0.3:8002",
+                             "d": "10.0.0.4:8002"}, "batcher")
+    finally:
+        reader.close()
+    assert reads["a"] == PodCounters(2008.0, 0.0, 1.0)
+    assert reads["b"] is None and reads["c"] is None and reads["d"] is None
+
+
+class _Prom:
+    def __init__(self, rows: list[object]) -> None:
+        self.rows = rows
+
+    def query(self, expr: str) -> list[object]:
+        return self.rows
+
+
+def test_discovery_takes_pods_from_prometheus_series_and_skips_odd_addresses(tmp_path: Path) -> None:
+    rows: list[object] = [
+        {"metric": {"pod": "triton-1", "instance": "10.0.0.1:8002"}},
+        {"metric": {"pod": "triton-2", "instance": "http://evil/"}},
+        {"metric": {"pod": "triton-3"}},
+        {"metric": "nonsense"},
+        {"metric": {"pod": "triton-0", "instance": "10.0.0.0:8002"}},
+    ]
+    found = discover_pods(_Prom(rows), 'nv_inference_pending_request_count{model="m"}', max_pods=10)  # type: ignore[arg-type]
+    assert found == {"triton-0": "10.0.0.0:8002", "triton-1": "10.0.0.1:8002"}
+    assert discover_pods(_Prom(rows), "x", max_pods=1) == {"triton-0": "10.0.0.0:8002"}  # type: ignore[arg-type]
