@@ -99,5 +99,6 @@ def recommend_command(
     finally:
         stop.set()
         worker.join(timeout=5)
+        service.close()
 
 

@@ -58,6 +58,8 @@ class RecommenderConfig:
     panic_window_s: float = 6.0
     panic_hold_s: float = 60.0
     panic_lookahead_extra_s: float = 10.0  # the fast path's lag on top of the cold start
+    trend_cap: float = 2.0  # the projected rate is at most this many times the measured one: after a step,
+    # the 30 s trend reads as a steep ramp, and projected over the lookahead it asked for max_replicas
     panic_trend_cap: float = 2.0  # the projected rate is at most this many times the measured one: a step
     # shows in the window's averages as a steep ramp, which projected over a cold start means nothing
 
@@ -77,8 +79,8 @@ class RecommenderConfig:
         if not self.headroom_window_s > 0:
             raise UsageError(f"headroom_window_s must be > 0, got {self.headroom_window_s}")
         if not (self.panic_threshold > 0 and self.panic_window_s > 0 and self.panic_hold_s >= 0
-                and self.panic_trend_cap >= 1):
-            raise UsageError("need panic_threshold > 0, panic_window_s > 0, panic_hold_s >= 0 and panic_trend_cap >= 1")
+                and self.panic_trend_cap >= 1 and self.trend_cap >= 1):
+            raise UsageError("need panic_threshold > 0, panic_window_s > 0, panic_hold_s >= 0 and trend caps >= 1")
 
 
 def check_headroom(factor: float, name: str = "headroom") -> None:
@@ -294,7 +296,7 @@ class Recommender:
         slope = max(0.0, trend_slope(list(self._rates)))
         floor_rps = self.recent_floor(obs.t, arrival)
         lookahead = cfg.cold_start_s + cfg.lookahead_extra_s
-        projected = arrival + slope * lookahead
+        projected = min(arrival * self.config.trend_cap, arrival + slope * lookahead)
         backlog_rps = obs.queue_depth / cfg.drain_s
         drain_need = drain_replicas(arrival, pod_backlog, self.capacity_rps, cfg.pod_drain_s, cfg.max_replicas)
         standing = replicas_for(floor_rps * cfg.headroom, self.capacity_rps, cfg.utilisation) if cfg.headroom > 1 else 0

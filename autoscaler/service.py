@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -29,7 +29,7 @@ from pydantic_settings import SettingsConfigDict
 
 from tidescale.autoscaler.capacity import load_capacity
 from tidescale.autoscaler.decisions import DECISIONS, decision, event_message
-from tidescale.autoscaler.fastpath import FastWindow
+from tidescale.autoscaler.fastpath import FastReading, FastWindow
 from tidescale.autoscaler.manifests import Target
 from tidescale.autoscaler.podreader import PodReader, discover_pods
 from tidescale.autoscaler.recommend import (
@@ -43,7 +43,7 @@ from tidescale.contracts import catalog
 from tidescale.contracts import recorded as names
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.http import install_error_boundary
-from tidescale.contracts.kubeapi import EventsApi, deployment_event
+from tidescale.contracts.kubeapi import EventsApi, ScaleApi, deployment_event
 from tidescale.contracts.prometheus import PrometheusAuth, PrometheusClient, PrometheusUnavailable
 from tidescale.contracts.promql import matcher, regex_escape, selector
 from tidescale.contracts.settings import ComponentSettings
@@ -90,6 +90,7 @@ class RecommenderTuning(BaseModel):
     panic_hold_s: float = Field(default=_default("panic_hold_s"), ge=0, allow_inf_nan=False)
     panic_lookahead_extra_s: float = Field(default=_default("panic_lookahead_extra_s"), ge=0, allow_inf_nan=False)
     panic_trend_cap: float = Field(default=_default("panic_trend_cap"), ge=1, allow_inf_nan=False)
+    trend_cap: float = Field(default=_default("trend_cap"), ge=1)  # inf: off
 
     def as_json(self) -> dict[str, Any]:
         """Plain JSON values (inf as "Infinity"), as recorded by the benchmark and printed by the CLI."""
@@ -168,6 +169,10 @@ class RecommenderSettings(ComponentSettings):
     hpa_tolerance_rounding: bool = False  # cluster without behavior.*.tolerance (k8s < 1.33)
     tuning: RecommenderTuning = Field(default_factory=RecommenderTuning)
     fast_path: FastPathSettings = Field(default_factory=FastPathSettings)
+    # hpa: publish tidescale_desired_replicas for the HPA (or KEDA) to apply at its next sync.
+    # direct: write each target Deployment's scale subresource at once, as Knative's KPA does; no HPA
+    # may manage the Deployment then, and only one recommender may run (docs/autoscaler.md).
+    scale_mode: Literal["hpa", "direct"] = "hpa"
     targets: list[TargetSettings] = Field(default_factory=list, max_length=MAX_TARGETS)
 
     def config_for(self, t: TargetSettings) -> RecommenderConfig:
@@ -285,7 +290,7 @@ class TargetState:
     decision: str = "hold_missing_data"
     pods: dict[str, str] = dataclasses.field(default_factory=dict)  # the fast path's pods: name -> host:port
     fast: FastWindow | None = None
-    fast_missing: tuple[str, ...] = ()  # pods that did not answer the fast path's last round
+    fast_reading: FastReading | None = None  # the fast path's last round
     current: int | None = None  # the Deployment's replicas at the last observation
 
 
@@ -294,7 +299,8 @@ class RecommenderService:
 
     def __init__(self, settings: RecommenderSettings, client: PrometheusClient | None = None,
                  replicas_fn: ReplicasFn | None = None, clock: Callable[[], float] = time.time,
-                 events: EventsApi | None = None, reader: PodReader | None = None) -> None:
+                 events: EventsApi | None = None, reader: PodReader | None = None,
+                 scaler: ScaleApi | None = None) -> None:
         if not settings.targets:
             raise UsageError("the recommender needs at least one target (recommender.targets in the config file)")
         self.settings = settings
@@ -317,6 +323,11 @@ class RecommenderService:
             self.states[key] = TargetState(t, Recommender(config), TargetQueries.for_target(t, settings.tuning),
                                            fast=FastWindow(config.panic_window_s) if settings.fast_path.enabled
                                            else None)
+        self.scaler: ScaleApi | None = scaler
+        if self.scaler is None and settings.scale_mode == "direct":
+            from tidescale.contracts.kubeapi import apps_v1_api
+
+            self.scaler = apps_v1_api()
         fp = settings.fast_path
         self.reader = (reader or PodReader(fp.timeout_s, fp.scheme, fp.path)) if fp.enabled else None
         self._lock = threading.Lock()
@@ -407,16 +418,32 @@ class RecommenderService:
         desired = rec.desired
         if self.settings.hpa_tolerance_rounding:
             desired = min(st.settings.max_replicas, reachable_under_tolerance(obs.current_replicas, desired))
-        if st.fast_missing and desired < obs.current_replicas:
+        missing = st.fast_reading.missing if st.fast_reading is not None else ()
+        if missing and desired < obs.current_replicas:
             # A pod that does not answer may be the one with the load: never scale down on that.
-            self._hold(st, "missing", f"fast path: {len(st.fast_missing)} pod(s) did not answer "
-                       f"({', '.join(st.fast_missing[:3])}); no scale-down")
+            self._hold(st, "missing", f"fast path: {len(missing)} pod(s) did not answer "
+                       f"({', '.join(missing[:3])}); no scale-down")
             return
         before = st.published
         st.last_good, st.published, st.failsafe, st.detail, st.last_success = rec, desired, None, rec.reason, now
         st.decision = decision(desired, obs.current_replicas, rec.reason, None)
         if before is not None and desired != before:
             self._post_event(st, before, desired, obs)
+        self._apply(st)
+
+    def _apply(self, st: TargetState) -> None:
+        """Direct mode: write the published count to the Deployment's scale subresource when it
+        differs from the replicas last seen. A failed write is logged and retried at the next
+        evaluation; the Deployment keeps its count meanwhile (there is no HPA behind it)."""
+        if self.scaler is None or st.published is None or st.published == st.current:
+            return
+        ns, dep = st.settings.namespace, st.settings.deployment
+        try:
+            self.scaler.patch_namespaced_deployment_scale(dep, ns, {"spec": {"replicas": st.published}})
+        except Exception as exc:
+            log.warning("scaling %s/%s to %s failed: %s", ns, dep, st.published, str(exc)[:200])
+            return
+        st.current = st.published
 
     def _discover(self, st: TargetState) -> None:
         """Refresh the fast path's pods from Prometheus' series (a failed read keeps the known ones)."""
@@ -442,8 +469,7 @@ class RecommenderService:
             reads = self.reader.read(st.pods, st.settings.model)
             stamp = self.clock() if now is None else now
             with self._lock:
-                reading = st.fast.add(stamp, reads)
-                st.fast_missing = reading.missing
+                reading = st.fast_reading = st.fast.add(stamp, reads)
                 asked = max(st.published or 0, st.current or 0)
                 rec = st.recommender.panic(stamp, reading.arrival_rps, asked)
                 if rec is None or st.published is None or rec.desired <= st.published:
@@ -451,6 +477,7 @@ class RecommenderService:
                 before, st.published = st.published, rec.desired
                 st.decision, st.detail = "scale_up_panic", rec.reason
                 self._post_panic_event(st, before, reading.arrival_rps or 0.0, len(reads))
+                self._apply(st)
 
     def _post_panic_event(self, st: TargetState, before: int, arrival: float, pods: int) -> None:
         detail = (f"arrival {arrival:.1f} req/s read from {pods} pod(s) over the last "
@@ -501,6 +528,8 @@ class RecommenderService:
         success = family("tidescale_recommender_last_success_timestamp_seconds")
         cold = family("tidescale_recommender_cold_start_seconds", ("source",))
         decided = family("tidescale_recommender_decision", ("reason",))
+        fast_rate = family("tidescale_recommender_fast_path_arrival_rps")
+        fast_pods = family("tidescale_recommender_fast_path_pods", ("state",))
         with self._lock:
             for (ns, dep), st in self.states.items():
                 if st.published is not None:
@@ -513,12 +542,24 @@ class RecommenderService:
                     decided.add_metric([ns, dep, reason], 1.0 if st.decision == reason else 0.0)
                 if st.last_success is not None:
                     success.add_metric([ns, dep], st.last_success)
-        yield from (desired, failsafe, capacity, success, cold, decided)
+                reading = st.fast_reading
+                if reading is not None:
+                    if reading.arrival_rps is not None:
+                        fast_rate.add_metric([ns, dep], reading.arrival_rps)
+                    fast_pods.add_metric([ns, dep, "answered"], float(reading.pods - len(reading.missing)))
+                    fast_pods.add_metric([ns, dep, "missing"], float(len(reading.missing)))
+        yield from (desired, failsafe, capacity, success, cold, decided, fast_rate, fast_pods)
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
         return iter(())
 
     # --- running ----------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Release the Prometheus client and the fast path's connections and threads."""
+        if self.reader is not None:
+            self.reader.close()
+        self.client.close()
+
     def run_loop(self, stop: threading.Event) -> None:
         """The slow evaluation every `interval_s`, and the fast path every `fast_path.interval_s` in a
         thread of its own (a slow Prometheus never delays a panic)."""

@@ -91,3 +91,31 @@ def test_prometheus_stops_mid_run_recommendation_holds(tmp_path: Path, triton_me
     assert 'tidescale_desired_replicas{deployment="triton",namespace="ml"} 6.0' in body
     assert 'tidescale_recommender_failsafe{deployment="triton",namespace="ml",reason="prometheus_down"} 1.0' in body
     assert client.get("/healthz").json()["failsafe"] == {"ml/triton": "prometheus_down"}
+
+
+def test_the_fast_path_finds_the_pod_prometheus_scrapes_and_reads_its_counters(tmp_path: Path,
+                                                                                 triton_metrics: str) -> None:
+    prom = PrometheusServer(tmp_path, [ScrapeTarget("triton", triton_metrics, {"namespace": "ml", "pod": "t-0"})])
+    prom.start()
+    try:
+        prom.wait_for_targets_up()
+        settings = RecommenderSettings(
+            prometheus_url=prom.url, capacity_rps=100.0, query_timeout_s=2.0,
+            tuning=RecommenderTuning(rate_window_s=10, fast_window_s=5),
+            targets=[TargetSettings(deployment="triton", namespace="ml", model="resnet", max_replicas=20)])
+        service = RecommenderService(settings, replicas_fn=lambda _t: (3, 3))
+        prom.wait_for('sum(rate(nv_inference_request_success{namespace="ml"}[10s])) > 380', timeout=40)
+        (state,) = service.evaluate().values()
+        assert state.pods == {"t-0": triton_metrics}  # the `pod` and `instance` labels of the scraped series
+        service.evaluate_fast()
+        time.sleep(1.5)
+        service.evaluate_fast()
+        reading = state.fast_reading
+        assert reading is not None and reading.pods == 1 and reading.missing == ()
+        # completions + queue-policy rejections, read from the pod itself (model errors are not demand)
+        assert reading.arrival_rps == pytest.approx(RATE + REJECTED, rel=0.05)
+        body = TestClient(make_app(service)).get("/metrics").text
+        assert 'tidescale_recommender_fast_path_pods{deployment="triton",namespace="ml",state="answered"} 1.0' in body
+    finally:
+        prom.stop()
+        service.close()

@@ -337,6 +337,33 @@ def test_prescale_outside_keda_mode_is_refused(tmp: Path) -> None:
     assert result.returncode != 0 and "prescale" in result.stderr  # the values schema names the field
 
 
+def test_direct_mode_renders_no_hpa_and_lets_one_recommender_patch_only_the_targets_scale(tmp: Path) -> None:
+    from tidescale.autoscaler.service import RecommenderSettings
+    from tidescale.contracts.settings import load_settings
+
+    values = {**FULL_VALUES, "autoscaling": {**FULL_VALUES["autoscaling"], "mode": "direct"},
+              "recommender": {**FULL_VALUES["recommender"], "kubeEvents": False}}
+    by_kind = kinds(template(tmp, values, *MONITORING_API))
+    assert "HorizontalPodAutoscaler" not in by_kind and "ScaledObject" not in by_kind
+    roles = {r["metadata"]["name"]: r for r in by_kind["Role"]}
+    assert roles["t-tidescale-recommender-scale"]["rules"] == [
+        {"apiGroups": ["apps"], "resources": ["deployments/scale"], "resourceNames": ["triton-resnet", "triton-ctr"],
+         "verbs": ["get", "patch"]}]
+    assert roles["t-tidescale-recommender-scale"]["metadata"]["namespace"] == "serving"
+    recommender = next(d for d in by_kind["Deployment"] if d["metadata"]["name"] == "t-tidescale-recommender")
+    spec = recommender["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == "t-tidescale-recommender" and spec["automountServiceAccountToken"] is True
+    assert recommender["spec"]["replicas"] == 1
+    config = next(d for d in by_kind["ConfigMap"] if d["metadata"]["name"].endswith("-config"))
+    path = tmp / "direct-config.yaml"
+    path.write_text(config["data"]["config.yaml"])
+    assert load_settings(RecommenderSettings, path).scale_mode == "direct"
+    path = tmp / "direct-two.yaml"
+    path.write_text(yaml.safe_dump({**values, "recommender": {**values["recommender"], "replicas": 2}}))
+    result = helm("template", "t", str(CHART), "-f", str(path))
+    assert result.returncode != 0 and "autoscaling.mode=direct needs recommender.replicas=1" in result.stderr
+
+
 def test_legacy_tolerance_leaves_the_field_out(tmp: Path) -> None:
     from tidescale.autoscaler.manifests import Target, hpa_manifest
 
@@ -467,6 +494,7 @@ def test_the_configmap_sections_load_with_the_components_settings(full_docs: lis
     assert exporter.trace_sample_rate == 10  # exporter.traceSampleRate: the advised Triton rate=N
     recommender = load_settings(RecommenderSettings, path)
     assert recommender.port == 9106 and recommender.host == "0.0.0.0" and recommender.headroom == 1.0
+    assert recommender.scale_mode == "hpa" and recommender.fast_path.enabled  # the HPA applies; the fast path reads
     assert [recommender.capacity_for(t) for t in recommender.targets] == [50.0, 120.0]
     assert {t.namespace for t in recommender.targets} == {"serving"}
 

@@ -6,21 +6,35 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 
-def core_v1_api() -> Any:
-    """CoreV1Api from the in-cluster service account, else the local kubeconfig (for development)."""
+def _load_config() -> Any:
+    """The in-cluster service account, else the local kubeconfig (for development)."""
     from kubernetes import client, config
 
     try:
         config.load_incluster_config()
     except config.ConfigException:
         config.load_kube_config()
-    return client.CoreV1Api()
+    return client
+
+
+def core_v1_api() -> Any:
+    return _load_config().CoreV1Api()
+
+
+def apps_v1_api() -> Any:
+    return _load_config().AppsV1Api()
 
 
 class EventsApi(Protocol):
     """The one call of kubernetes.client.CoreV1Api that posting an Event needs (a fake in tests)."""
 
     def create_namespaced_event(self, namespace: str, body: Any) -> Any: ...
+
+
+class ScaleApi(Protocol):
+    """The one call of kubernetes.client.AppsV1Api that direct scaling needs (a fake in tests)."""
+
+    def patch_namespaced_deployment_scale(self, name: str, namespace: str, body: Any) -> Any: ...
 
 
 def deployment_event(namespace: str, deployment: str, *, reason: str, message: str, component: str,

@@ -93,4 +93,4 @@ class LiveAutoscaler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
-        self.service.client.close()
+        self.service.close()

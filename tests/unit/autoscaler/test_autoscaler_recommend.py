@@ -50,6 +50,18 @@ def test_rising_rate_looks_ahead_by_the_cold_start() -> None:
     assert out.reason == "lookahead"
 
 
+def test_a_step_is_projected_at_most_trend_cap_times_the_rate() -> None:
+    """After a step, the 30 s trend is a steep ramp; over a 90 s lookahead it meant max_replicas."""
+    capped, free = rec(max_replicas=200), rec(max_replicas=200, trend_cap=math.inf)
+    for r in (capped, free):
+        r.recommend(obs(0, 300.0, current=4))
+        r.recommend(obs(15, 3000.0, current=4))
+    assert capped.last is not None and free.last is not None
+    assert capped.last.projected_rps == pytest.approx(6000.0)
+    assert free.last.projected_rps == pytest.approx(3000 + 180 * 90)  # 180 req/s per second, 90 s ahead
+    assert capped.last.desired == math.ceil(6000 / 90) < free.last.desired
+
+
 def test_queue_growth_counts_as_arrivals() -> None:
     """Completions flatten at capacity under overload; the growing queue shows the real demand."""
     r = rec(cold_start_s=0.0, lookahead_extra_s=0.0, drain_s=1e9)

@@ -386,6 +386,8 @@ def test_a_pod_that_does_not_answer_blocks_scale_down_and_says_so() -> None:
         svc.evaluate(float(t))
     assert desired(svc) == 5  # held: the silent pod may be the one with the load
     assert decisions(svc)["hold_missing_data"] == 1.0 and failsafe(svc)["missing"] == 1.0
+    pods = {dict(k[1])["state"]: v for k, v in exported(svc).items() if k[0] == "tidescale_recommender_fast_path_pods"}
+    assert pods == {"answered": 4.0, "missing": 1.0}
     reader.silent = set()
     svc.evaluate_fast(402.0)
     for t in range(405, 800, 15):
@@ -394,7 +396,7 @@ def test_a_pod_that_does_not_answer_blocks_scale_down_and_says_so() -> None:
 
 
 def test_discovery_failing_keeps_the_known_pods() -> None:
-    svc, fake, reader = fast_service()
+    svc, fake, _reader = fast_service()
     svc.evaluate(0.0)
     state = next(iter(svc.states.values()))
     known = dict(state.pods)
@@ -420,3 +422,44 @@ def test_the_fast_path_can_be_turned_off() -> None:
         RecommenderSettings(targets=[target], capacity_rps=100.0, fast_path={"interval_s": 0.01})
     with pytest.raises(ValueError, match="scheme"):
         RecommenderSettings(targets=[target], capacity_rps=100.0, fast_path={"scheme": "file"})
+
+
+class FakeScaler:
+    def __init__(self) -> None:
+        self.writes: list[tuple[str, str, int]] = []
+        self.fail = False
+
+    def patch_namespaced_deployment_scale(self, name: str, namespace: str, body: dict) -> None:
+        if self.fail:
+            raise OSError("forbidden")
+        self.writes.append((namespace, name, body["spec"]["replicas"]))
+
+
+def test_direct_mode_writes_the_scale_subresource_at_once_and_retries_a_failed_write() -> None:
+    target = TargetSettings(deployment="triton", namespace="ml", model="resnet", min_replicas=1, max_replicas=50)
+    fake, reader, scaler = FakeProm(), FakeReader(), FakeScaler()
+    fake.pods = {f"triton-abc-{k}": f"10.0.0.{k}:8002" for k in range(5)}
+    reader.counters = {p: PodCounters(0.0, 0.0, 0.0) for p in fake.pods}
+    settings = RecommenderSettings(targets=[target], capacity_rps=100.0, scale_mode="direct")
+    svc = RecommenderService(settings, fake, reader=reader, scaler=scaler)  # type: ignore[arg-type]
+    svc.evaluate(0.0)
+    assert scaler.writes == []  # 5 wanted, 5 there: nothing to write
+    for k in range(4):
+        reader.served(90.0, 2.0 * k)
+        svc.evaluate_fast(2.0 * k)
+    reader.counters = {p: PodCounters(90.0 * 6 + 400.0 * 2, 0.0, 0.0) for p in reader.counters}
+    svc.evaluate_fast(8.0)  # the panic is written by the fast path itself, no HPA sync to wait for
+    assert scaler.writes == [("ml", "triton", 22)]
+    scaler.fail = True
+    fake.values["rate("] = 5000.0
+    svc.evaluate(15.0)
+    assert desired(svc) > 22 and len(scaler.writes) == 1  # the write failed: logged, kept for the retry
+    scaler.fail = False
+    svc.evaluate(30.0)
+    assert scaler.writes[-1] == ("ml", "triton", desired(svc))
+
+
+def test_scale_mode_is_hpa_or_direct() -> None:
+    target = TargetSettings(deployment="triton", namespace="ml", model="resnet")
+    with pytest.raises(ValueError, match="scale_mode"):
+        RecommenderSettings(targets=[target], capacity_rps=100.0, scale_mode="kpa")

@@ -235,6 +235,12 @@ TIDESCALE: list[MetricFamily] = [
          "time from kube-state-metrics (source=pod_ready), else Triton's model load time plus the pod start "
          "overhead (source=model_load), else the configured one.",
          ("namespace", "deployment", "source")),
+    _own("tidescale_recommender_fast_path_arrival_rps", "gauge", "requests_per_second",
+         "Arrival rate (completions + queue-policy rejections + queue growth) the fast path read straight "
+         "from the target's Triton pods over the panic window.", ("namespace", "deployment")),
+    _own("tidescale_recommender_fast_path_pods", "gauge", "pods",
+         "Triton pods in the fast path's last round, by whether they answered (state=answered|missing).",
+         ("namespace", "deployment", "state")),
     _own("tidescale_recommender_last_success_timestamp_seconds", "gauge", "seconds",
          "Unix time of the recommender's last successful evaluation.", ("namespace", "deployment")),
 ]

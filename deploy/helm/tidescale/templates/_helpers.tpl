@@ -481,6 +481,41 @@ subjects:
     namespace: {{ include "tidescale.namespace" .root }}
 {{- end -}}
 
+{{/* Direct scaling: the recommender may read and patch the scale subresource of the target Deployments
+     only (resourceNames), nothing else of them. */}}
+{{- define "tidescale.scaleRole" -}}
+{{- $names := list -}}
+{{- range .root.Values.autoscaling.targets -}}{{- $names = append $names .deployment -}}{{- end -}}
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: {{ .name }}-scale
+  namespace: {{ .namespace }}
+  labels:
+    {{- include "tidescale.componentLabels" .ctx | nindent 4 }}
+rules:
+  - apiGroups: [apps]
+    resources: [deployments/scale]
+    resourceNames: {{ toJson ($names | uniq) }}
+    verbs: [get, patch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {{ .name }}-scale
+  namespace: {{ .namespace }}
+  labels:
+    {{- include "tidescale.componentLabels" .ctx | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: {{ .name }}-scale
+subjects:
+  - kind: ServiceAccount
+    name: {{ .account }}
+    namespace: {{ include "tidescale.namespace" .root }}
+{{- end -}}
+
 {{/* The recommender's account when it posts Events: <account>-recommender when created. */}}
 {{- define "tidescale.recommenderServiceAccount" -}}
 {{- if .Values.serviceAccount.create -}}
