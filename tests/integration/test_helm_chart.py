@@ -495,6 +495,7 @@ def test_the_configmap_sections_load_with_the_components_settings(full_docs: lis
     recommender = load_settings(RecommenderSettings, path)
     assert recommender.port == 9106 and recommender.host == "0.0.0.0" and recommender.headroom == 1.0
     assert recommender.scale_mode == "hpa" and recommender.fast_path.enabled  # the HPA applies; the fast path reads
+    assert (recommender.fast_path.interval_s, recommender.fast_path.timeout_s) == (2.0, 1.0)
     assert [recommender.capacity_for(t) for t in recommender.targets] == [50.0, 120.0]
     assert {t.namespace for t in recommender.targets} == {"serving"}
 
@@ -520,6 +521,8 @@ def test_network_policies_and_no_pdb(default_docs: list[dict[str, Any]], full_do
     # The values this session added, each refused by name.
     ({"serving": {"httpPort": 0}}, "/serving/httpPort"),
     ({"recommender": {"replicas": 4}}, "/recommender/replicas"),
+    ({"recommender": {"fastPath": {"intervalSeconds": 0.1}}}, "/recommender/fastPath/intervalSeconds"),
+    ({"recommender": {"fastPath": {"every": 2}}}, "/recommender/fastPath"),
     ({"reviews": {"replicas": 0}}, "/reviews/replicas"),
     ({"reviews": {"kubeEvents": {"modelDeployments": {"m": "Bad_Name"}}}}, "/reviews/kubeEvents/modelDeployments/m"),
     ({"recommender": {"prometheusAuth": {"headers": {"X Bad": "1"}}}}, "/recommender/prometheusAuth/headers"),
