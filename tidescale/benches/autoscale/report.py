@@ -423,8 +423,9 @@ def fixed_vs_best_lines(doc: dict[str, Any]) -> list[str]:
 UNREACHABLE = [
     "## Why the surge goals are out of reach",
     "",
-    "What a controller can know of a surge that starts at t0: the first scrape after t0 shows it "
-    "(≤ 15 s), the recommender's answer reaches the HPA at the next sync (15 s later here), and the "
+    "What a controller can know of a surge that starts at t0: the fast path's next read shows it "
+    "(2 s, over a 6 s window; through Prometheus, the first scrape after t0, ≤ 15 s), the "
+    "recommender's answer reaches the HPA at the next sync (≤ 15 s; at once in direct mode), and the "
     "replica it asks for serves after the cold start. Until then the fleet that stood at t0 serves "
     "alone. The table below grants a policy more than any can have, zero detection lag and no "
     "leftover backlog, and counts the arrivals of the first cold start after t0 beyond what the "
@@ -442,7 +443,9 @@ UNREACHABLE = [
     "before the surge is visible (the `headroom` setting, or scheduled pre-scaling for known "
     "peaks), at the price the table shows; the oracle's cost is out of reach for the same reason: "
     "it never has a backlog to drain, and it sizes at full capacity with no margin (tidescale keeps "
-    "0.9 up / 0.8 down, which the diurnal and trace scenarios need to hold every window).",
+    "0.9 up / 0.8 down, which the diurnal and trace scenarios need to hold every window). The bound "
+    "starts from the fewest replicas the pre-surge minute needs; a policy that happens to hold more "
+    "at t0 (those margins, a pending scale-down) can beat it.",
     "",
 ]
 
@@ -469,7 +472,7 @@ STEP_TEXT = [
     "Prometheus alone (a 15 s scrape, the 30 s and 1 m rate windows); as shipped, with the fast path "
     "(every Ready pod's counters read every 2 s, a panic on an overload over a 6 s window, published "
     "to the HPA: one recommender scrape and up to one 15 s HPA sync later); and writing the "
-    "Deployment's scale subresource itself (`scaleMode: direct`, no HPA: the panic lands at once). "
+    "Deployment's scale subresource itself (`autoscaling.mode: direct`, no HPA: the panic lands at once). "
     "Where a surge scenario has a no-foresight bound, the last column is the shipped row's distance to it.",
     "",
 ]
@@ -494,23 +497,44 @@ def step_lines(doc: dict[str, Any]) -> list[str]:
     return [*out, ""] if rows else []
 
 
+# The issue's goals for the surge scenarios (a scenario with a no-foresight bound): within this many
+# points of the bound, at no more than SURGE_COST x the oracle; every other scenario: GOALS, at
+# STEADY_COST x the oracle.
+SURGE_GAP_PT = {"flash-crowd-10x": 3.0}
+DEFAULT_SURGE_GAP_PT = 1.0
+SURGE_COST, STEADY_COST = 1.5, 1.10
+
+
 def goal_lines(doc: dict[str, Any]) -> list[str]:
-    """tidescale against the issue's goals, scenario by scenario (computed, not written by hand)."""
+    """tidescale (as shipped, and in direct mode) against the issue's goals, scenario by scenario
+    (computed, not written by hand)."""
     out = ["## tidescale against the goals", "",
-           "Goal: ≥ 99.9 % of requests and ≥ 99 % of windows within the SLO, ≤ 1.15× the oracle's "
-           "replica-hours, no frontier point of any peer dominating it.", "",
-           "| scenario | requests | windows | cost | undominated | all met |", "|---|---|---|---|---|---|"]
+           f"Steady scenarios: ≥ 99.9 % of requests and ≥ 99 % of windows within the SLO at ≤ {STEADY_COST:g}× the "
+           f"oracle's replica-hours. Surge scenarios: requests within the SLO within {DEFAULT_SURGE_GAP_PT:g} point "
+           f"of the no-foresight bound ({SURGE_GAP_PT['flash-crowd-10x']:g} for the flash crowd) at ≤ {SURGE_COST:g}×. "
+           "Every scenario: no frontier point of any peer dominating it.", "",
+           "| scenario | row | SLO | cost | undominated | all met |", "|---|---|---|---|---|---|"]
     for name, res in doc["scenarios"].items():
-        r = res.get("tidescale")
-        if r is None:
-            continue
-        req = r["requests_within_slo"] >= GOALS["requests_within_slo"]
-        win = r["windows_within_slo"] >= GOALS["windows_within_slo"]
-        cost = r["cost_vs_oracle"] is not None and r["cost_vs_oracle"] <= GOALS["cost_vs_oracle"]
-        free = not r["dominated_by"]
-        marks = ["yes" if ok else "no" for ok in (req, win, cost, free)]
-        out.append(f"| {name} | {marks[0]} | {marks[1]} | {marks[2]} | {marks[3]} | "
-                   f"{'yes' if all((req, win, cost, free)) else 'no'} |")
+        bound = doc.get("bounds", {}).get(name)
+        for row in ("tidescale", "tidescale+direct"):
+            r = res.get(row)
+            if r is None:
+                continue
+            if bound is None:
+                slo = (r["requests_within_slo"] >= GOALS["requests_within_slo"]
+                       and r["windows_within_slo"] >= GOALS["windows_within_slo"])
+                slo_text = f"{100 * r['requests_within_slo']:.2f} % / {100 * r['windows_within_slo']:.0f} %"
+                limit = STEADY_COST
+            else:
+                gap = 100 * (r["requests_within_slo"] - bound["requests_within_slo_max"])
+                slo = gap >= -SURGE_GAP_PT.get(name, DEFAULT_SURGE_GAP_PT)
+                slo_text = f"{gap:+.2f} pt from the bound"
+                limit = SURGE_COST
+            cost = r["cost_vs_oracle"] is not None and r["cost_vs_oracle"] <= limit
+            free = not r.get("dominated_by", [])
+            out.append(f"| {name} | {row} | {slo_text}: {'yes' if slo else 'no'} | {_cost(r['cost_vs_oracle'])}: "
+                       f"{'yes' if cost else 'no'} | {'yes' if free else 'no'} | "
+                       f"{'yes' if all((slo, cost, free)) else 'no'} |")
     return [*out, ""]
 
 
@@ -542,8 +566,9 @@ def plot(runs: dict[str, dict[str, RunResult]], path: Path, warmup_s: float = be
         ax2.set_ylabel("replicas")
         ax.set_xlabel("s")
     handles, labels = axes[0, 0].get_figure().axes[-1].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=8)
-    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    ncol = min(len(labels), 6)  # more in one row run off the page
+    fig.legend(handles, labels, loc="upper center", ncol=ncol, fontsize=8)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.012 * math.ceil(len(labels) / ncol)))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=80)
     plt.close(fig)
@@ -611,13 +636,16 @@ def plot_frontiers(doc: dict[str, Any], path: Path) -> None:
                             color=colours.get(peer))
         res = doc["scenarios"][name]
         for variant, r in res.items():
-            if variant.startswith("tidescale+") and r["cost_vs_oracle"] is not None:
+            if variant == "tidescale+direct" and r["cost_vs_oracle"] is not None:
+                ax.plot(r["cost_vs_oracle"], 100 * r["requests_within_slo"], marker="*", markersize=14,
+                        markerfacecolor="none", color="black", linestyle="none", label="tidescale, direct scale")
+            elif variant.startswith("tidescale+") and r["cost_vs_oracle"] is not None:
                 ax.plot(r["cost_vs_oracle"], 100 * r["requests_within_slo"], marker="*", markersize=9,
                         color="black", alpha=0.35, linestyle="none")
         if "tidescale" in res and res["tidescale"]["cost_vs_oracle"] is not None:
             t = res["tidescale"]
             ax.plot(t["cost_vs_oracle"], 100 * t["requests_within_slo"], marker="*", markersize=18, color="black",
-                    linestyle="none", label="tidescale (grey: +headroom)")
+                    linestyle="none", label="tidescale (grey: +headroom, +no-fast-path)")
         if "oracle" in res:
             ax.plot(1.0, 100 * res["oracle"]["requests_within_slo"], marker="x", markersize=10, color="red",
                     linestyle="none", label="oracle")
