@@ -75,7 +75,8 @@ def estimate(points: Sequence[tuple[float, float]], min_traced: float) -> tuple[
         return None
     requests = [p[0] - points[0][0] for p in points]
     traced = [p[1] - points[0][1] for p in points]
-    if traced[-1] < min_traced or requests[-1] <= 0 or not all(map(math.isfinite, requests + traced)):
+    # Fewer than one request served is no window (counts are whole; a sliver would overflow the scaling).
+    if traced[-1] < min_traced or requests[-1] < 1 or not all(map(math.isfinite, requests + traced)):
         return None
     # On a 0..1 scale of the window's totals, so no square overflows whatever the counters say.
     scale_r, scale_t = requests[-1], traced[-1]

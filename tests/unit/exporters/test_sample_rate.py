@@ -112,6 +112,12 @@ def test_estimate_is_bounded(points: list[tuple[float, float]]) -> None:
     assert found is None or (found[0] >= 1.0 and math.isfinite(found[0]) and 0 <= found[1] <= 1)
 
 
+def test_a_sliver_of_a_request_is_no_window() -> None:
+    """Found by hypothesis: a window whose served count grew by 3e-190 scaled a later point to 3e189,
+    and its square overflowed (OverflowError on the ingest path)."""
+    assert estimate([(0.0, 0.0), (1.0, 0.0), (3.444990984642538e-190, 1.0)], 1) is None
+
+
 def test_a_burst_after_idle_confirms_the_configured_rate_instead_of_reading_it_high() -> None:
     """The overhead bench's shape: a warm-up, 20 s idle, then 50 s at 1,000 req/s traced 1 in 100 with
     spans 5 s late. The lag reads N as 107 to 119; near the configured 100, the configured rate stands."""
