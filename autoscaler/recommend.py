@@ -58,10 +58,8 @@ class RecommenderConfig:
     panic_window_s: float = 6.0
     panic_hold_s: float = 60.0
     panic_lookahead_extra_s: float = 10.0  # the fast path's lag on top of the cold start
-    trend_cap: float = 2.0  # the projected rate is at most this many times the measured one: after a step,
-    # the 30 s trend reads as a steep ramp, and projected over the lookahead it asked for max_replicas
-    panic_trend_cap: float = 2.0  # the projected rate is at most this many times the measured one: a step
-    # shows in the window's averages as a steep ramp, which projected over a cold start means nothing
+    trend_cap: float = 2.0  # the slow path's projection is at most this many times the rate (`projected_rate`)
+    panic_trend_cap: float = 2.0  # the same bound on the panic's projection
 
     def __post_init__(self) -> None:
         if self.capacity_rps <= 0:
@@ -162,6 +160,12 @@ def drain_replicas(rate_rps: float, pod_backlog: float, capacity_rps: float, hor
     if spare <= 0:
         return max_replicas
     return min(max_replicas, math.ceil(rate_rps / spare - 1e-9))
+
+
+def projected_rate(rate_rps: float, slope: float, lookahead_s: float, cap: float) -> float:
+    """The rate *lookahead_s* ahead on a rising *slope*, at most *cap* x the measured rate: a step
+    reads as a steep ramp in any window's averages, and projected over a cold start means nothing."""
+    return min(rate_rps * cap, rate_rps + max(0.0, slope) * lookahead_s)
 
 
 def reachable_under_tolerance(current: int, desired: int, tolerance: float = 0.1) -> int:
@@ -267,9 +271,8 @@ class Recommender:
             self._fast_rates.popleft()
         if arrival_rps <= cfg.panic_threshold * asked * self.capacity_rps * cfg.utilisation:
             return None
-        slope = max(0.0, trend_slope(list(self._fast_rates)))
-        projected = min(arrival_rps * cfg.panic_trend_cap,
-                        arrival_rps + slope * (cfg.cold_start_s + cfg.panic_lookahead_extra_s))
+        projected = projected_rate(arrival_rps, trend_slope(list(self._fast_rates)),
+                                   cfg.cold_start_s + cfg.panic_lookahead_extra_s, cfg.panic_trend_cap)
         need = min(cfg.max_replicas, replicas_for(projected, self.capacity_rps, cfg.utilisation))
         if need <= asked:
             return None
@@ -296,7 +299,7 @@ class Recommender:
         slope = max(0.0, trend_slope(list(self._rates)))
         floor_rps = self.recent_floor(obs.t, arrival)
         lookahead = cfg.cold_start_s + cfg.lookahead_extra_s
-        projected = min(arrival * self.config.trend_cap, arrival + slope * lookahead)
+        projected = projected_rate(arrival, slope, lookahead, cfg.trend_cap)
         backlog_rps = obs.queue_depth / cfg.drain_s
         drain_need = drain_replicas(arrival, pod_backlog, self.capacity_rps, cfg.pod_drain_s, cfg.max_replicas)
         standing = replicas_for(floor_rps * cfg.headroom, self.capacity_rps, cfg.utilisation) if cfg.headroom > 1 else 0
