@@ -309,6 +309,7 @@ def meta_alerts(cfg: AlertsConfig) -> list[AlertSpec]:
             "{{ $value | humanizeDuration }} old (limit "
             f"{cfg.profile_max_age_s:g}s); op-time shares describe an old capture.",
         ),
+        *recommender_alerts(cfg),
         AlertSpec(
             "TritonMetricsAbsent",
             f"absent({ok})",
@@ -321,6 +322,43 @@ def meta_alerts(cfg: AlertsConfig) -> list[AlertSpec]:
             WATCHDOG_ALERT, "vector(1)", "0s", "none",
             "Alerting pipeline heartbeat.",
             "Always firing. If the Watchdog receiver stops getting it, Prometheus or Alertmanager is broken.",
+        ),
+    ]
+
+
+def recommender_alerts(cfg: AlertsConfig) -> list[AlertSpec]:
+    """The autoscaler's own health: with the recommender down or holding, the HPA (or, in direct
+    mode, the Deployment) keeps its count however the demand moves, and only the SLO burn notices."""
+    up = f"{metric('up')}{{{matcher('job', cfg.recommender_job)}}}"
+    last = metric("tidescale_recommender_last_success_timestamp_seconds")
+    failed = metric("tidescale_recommender_scale_write_failures_total")
+    return [
+        AlertSpec(
+            "TidescaleRecommenderDown",
+            f"{up} == 0",
+            cfg.for_.recommender_down, "warning",
+            "The tidescale recommender is down.",
+            f"Prometheus cannot scrape job {cfg.recommender_job} ({{{{ $labels.instance }}}}): the autoscaled "
+            "Deployments keep their replica counts whatever the load does.",
+        ),
+        AlertSpec(
+            "TidescaleRecommenderStale",
+            f"time() - {last} > {cfg.recommender_max_age_s:g}",
+            cfg.for_.recommender_stale, "warning",
+            "The recommender for {{ $labels.namespace }}/{{ $labels.deployment }} holds a stale answer.",
+            "The recommender's last good evaluation of {{ $labels.namespace }}/{{ $labels.deployment }} was "
+            "{{ $value | humanizeDuration }} ago (limit "
+            f"{cfg.recommender_max_age_s:g}s): it holds its last recommendation on missing data "
+            "(tidescale_recommender_failsafe says why) and does not follow the demand.",
+        ),
+        AlertSpec(
+            "TidescaleRecommenderCannotScale",
+            f"increase({failed}[5m]) > 0",
+            cfg.for_.recommender_cannot_scale, "warning",
+            "The recommender cannot scale {{ $labels.namespace }}/{{ $labels.deployment }}.",
+            "Direct scale mode: {{ $value | printf \"%.0f\" }} writes of the scale subresource of "
+            "{{ $labels.namespace }}/{{ $labels.deployment }} failed in 5 minutes; the Deployment stays at its "
+            "count (RBAC, or the API server away).",
         ),
     ]
 

@@ -74,6 +74,9 @@ class ForDurations(BaseModel):
     exporter_down: Duration = "5m"
     profile_stale: Duration = "10m"
     metrics_absent: Duration = "10m"
+    recommender_down: Duration = "5m"
+    recommender_stale: Duration = "5m"
+    recommender_cannot_scale: Duration = "5m"
 
 
 class AlertmanagerRouting(BaseModel):
@@ -147,6 +150,10 @@ class AlertsConfig(ComponentSettings):
     gpu_idle_utilization: float = Field(0.05, ge=0, lt=1)
     profile_max_age_s: float = Field(86400.0, gt=0)
     exporter_job: str = "tidescale-exporter"
+    recommender_job: str = "tidescale-recommender"
+    # The recommender evaluates every 15-30 s; this long without a good evaluation means it holds its
+    # last answer on missing data, and nothing scales on new demand.
+    recommender_max_age_s: float = Field(180.0, gt=0)
     triton_container_regex: Regex = ".*triton.*"
     pod_deployment_regex: Regex = "(.+)-[a-z0-9]+-[a-z0-9]+"
     runbook_base_url: str = "https://github.com/tidescale/tidescale/blob/main/docs/runbooks"
@@ -155,7 +162,7 @@ class AlertsConfig(ComponentSettings):
     for_: ForDurations = Field(default_factory=ForDurations, alias="for")
     alertmanager: AlertmanagerRouting = Field(default_factory=AlertmanagerRouting)
 
-    @field_validator("exporter_job")
+    @field_validator("exporter_job", "recommender_job")
     @classmethod
     def _job(cls, v: str) -> str:
         if not _JOB.match(v):

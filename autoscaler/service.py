@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import SettingsConfigDict
@@ -292,6 +292,7 @@ class TargetState:
     fast: FastWindow | None = None
     fast_reading: FastReading | None = None  # the fast path's last round
     current: int | None = None  # the Deployment's replicas at the last observation
+    scale_write_failures: int = 0  # direct mode: failed writes of the scale subresource
 
 
 class RecommenderService:
@@ -442,6 +443,7 @@ class RecommenderService:
             self.scaler.patch_namespaced_deployment_scale(dep, ns, {"spec": {"replicas": st.published}})
         except Exception as exc:
             log.warning("scaling %s/%s to %s failed: %s", ns, dep, st.published, str(exc)[:200])
+            st.scale_write_failures += 1
             return
         st.current = st.published
 
@@ -517,7 +519,7 @@ class RecommenderService:
         st.failsafe, st.detail = reason, detail
 
     # --- export -----------------------------------------------------------------------------------
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         def family(name: str, extra: tuple[str, ...] = ()) -> GaugeMetricFamily:
             fam = catalog.get(name)
             return GaugeMetricFamily(fam.name, fam.help, labels=["namespace", "deployment", *extra])
@@ -530,6 +532,9 @@ class RecommenderService:
         decided = family("tidescale_recommender_decision", ("reason",))
         fast_rate = family("tidescale_recommender_fast_path_arrival_rps")
         fast_pods = family("tidescale_recommender_fast_path_pods", ("state",))
+        write_failures = catalog.get("tidescale_recommender_scale_write_failures_total")
+        failed_writes = CounterMetricFamily(write_failures.name.removesuffix("_total"), write_failures.help,
+                                            labels=["namespace", "deployment"])
         with self._lock:
             for (ns, dep), st in self.states.items():
                 if st.published is not None:
@@ -542,6 +547,8 @@ class RecommenderService:
                     decided.add_metric([ns, dep, reason], 1.0 if st.decision == reason else 0.0)
                 if st.last_success is not None:
                     success.add_metric([ns, dep], st.last_success)
+                if self.scaler is not None:
+                    failed_writes.add_metric([ns, dep], float(st.scale_write_failures))
                 reading = st.fast_reading
                 if reading is not None:
                     if reading.arrival_rps is not None:
@@ -549,8 +556,10 @@ class RecommenderService:
                     fast_pods.add_metric([ns, dep, "answered"], float(reading.pods - len(reading.missing)))
                     fast_pods.add_metric([ns, dep, "missing"], float(len(reading.missing)))
         yield from (desired, failsafe, capacity, success, cold, decided, fast_rate, fast_pods)
+        if self.scaler is not None:
+            yield failed_writes
 
-    def describe(self) -> Iterator[GaugeMetricFamily]:
+    def describe(self) -> Iterator[Metric]:
         return iter(())
 
     # --- running ----------------------------------------------------------------------------------
@@ -609,7 +618,7 @@ def make_app(service: RecommenderService) -> Any:
 
 def _as_collector(service: RecommenderService) -> Collector:
     class _C(Collector):
-        def collect(self) -> Iterator[GaugeMetricFamily]:
+        def collect(self) -> Iterator[Metric]:
             return service.collect()
 
     return _C()

@@ -172,6 +172,9 @@ def test_rendered_rules_equal_the_generated_rules(full_docs: list[dict[str, Any]
     expected = [yaml.safe_load(text)["groups"] for name, text in generated(default_config()).items()
                 if name != "alertmanager.yaml"]
     assert len(expected) == 2
+    for groups in expected:  # FULL_VALUES scale through the HPA: no direct-mode alert
+        for group in groups:
+            group["rules"] = [r for r in group["rules"] if r.get("alert") != "TidescaleRecommenderCannotScale"]
     def canonical(groups: Any) -> str:
         return json.dumps(groups, sort_keys=True)
 
@@ -626,6 +629,22 @@ def test_exporter_down_stays_silent_without_an_exporter(tmp: Path, values: dict[
     assert "TidescaleExporterDown" not in names and "TritonLatencyBudgetBurn" in names
 
 
+RECOMMENDER_ALERTS = {"TidescaleRecommenderDown", "TidescaleRecommenderStale", "TidescaleRecommenderCannotScale"}
+TARGETS = [{"deployment": "triton", "model": "resnet50", "capacityRps": 40.0}]
+
+
+@pytest.mark.parametrize(("values", "expected"), [
+    ({}, set()),  # no targets, no recommender
+    ({"autoscaling": {"targets": TARGETS}}, RECOMMENDER_ALERTS - {"TidescaleRecommenderCannotScale"}),
+    ({"autoscaling": {"mode": "direct", "targets": TARGETS}}, RECOMMENDER_ALERTS),
+    ({"autoscaling": {"mode": "direct", "targets": TARGETS}, "monitoring": {"exporter": {"enabled": False}}}, set()),
+])
+def test_the_recommenders_alerts_render_only_where_a_recommender_runs_and_is_scraped(
+        tmp: Path, values: dict[str, Any], expected: set[str]) -> None:
+    names = {r["alert"] for r in _alerts(template(tmp, values, *MONITORING_API))}
+    assert names & RECOMMENDER_ALERTS == expected and "TritonLatencyBudgetBurn" in names
+
+
 def test_default_rules_can_be_disabled_by_name(tmp: Path, default_docs: list[dict[str, Any]]) -> None:
     everything = {r["alert"] for r in _alerts(template(tmp, {}, *MONITORING_API))}
     kept = {r["alert"] for r in _alerts(template(tmp, {"defaultRules": {"disabled": {"TritonQueueBacklog": True}}},
@@ -1027,7 +1046,9 @@ RULE_VALUES: dict[str, Any] = {"defaultRules": {
     "overrides": {"TritonQueueBacklog": {"severity": "critical"}},
     # An SLO group for models the suite does not serve: the rest keep the default SLO the suite expects.
 }, "slo": {"latency": {"thresholdSeconds": 0.5, "objective": 0.99}, "availability": {"objective": 0.999},
-           "models": [{"name": "other", "model": "not_in_the_suite_.*", "latency": {"thresholdSeconds": 0.1}}]}}
+           "models": [{"name": "other", "model": "not_in_the_suite_.*", "latency": {"thresholdSeconds": 0.1}}]},
+    # A recommender in direct mode, so that every alert the suite tests is rendered.
+    "autoscaling": {"mode": "direct", "targets": [{"deployment": "triton", "model": "resnet50", "capacityRps": 40.0}]}}
 
 
 def _as_rendered(test: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:

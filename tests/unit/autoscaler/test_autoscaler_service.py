@@ -444,6 +444,8 @@ def test_direct_mode_writes_the_scale_subresource_at_once_and_retries_a_failed_w
     svc = RecommenderService(settings, fake, reader=reader, scaler=scaler)  # type: ignore[arg-type]
     svc.evaluate(0.0)
     assert scaler.writes == []  # 5 wanted, 5 there: nothing to write
+    failures = ("tidescale_recommender_scale_write_failures_total", (("deployment", "triton"), ("namespace", "ml")))
+    assert exported(svc)[failures] == 0.0
     for k in range(4):
         reader.served(90.0, 2.0 * k)
         svc.evaluate_fast(2.0 * k)
@@ -454,9 +456,18 @@ def test_direct_mode_writes_the_scale_subresource_at_once_and_retries_a_failed_w
     fake.values["rate("] = 5000.0
     svc.evaluate(15.0)
     assert desired(svc) > 22 and len(scaler.writes) == 1  # the write failed: logged, kept for the retry
+    assert exported(svc)[failures] == 1.0  # ... and counted, for TidescaleRecommenderCannotScale
     scaler.fail = False
     svc.evaluate(30.0)
     assert scaler.writes[-1] == ("ml", "triton", desired(svc))
+    assert exported(svc)[failures] == 1.0
+
+
+def test_hpa_mode_exports_no_scale_write_counter() -> None:
+    svc, _ = make()
+    svc.evaluate(0.0)
+    assert ("tidescale_desired_replicas", (("deployment", "triton"), ("namespace", "ml"))) in exported(svc)
+    assert not any(name.startswith("tidescale_recommender_scale_write") for name, _ in exported(svc))
 
 
 def test_scale_mode_is_hpa_or_direct() -> None:

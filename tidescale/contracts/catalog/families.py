@@ -243,6 +243,9 @@ TIDESCALE: list[MetricFamily] = [
          ("namespace", "deployment", "state")),
     _own("tidescale_recommender_last_success_timestamp_seconds", "gauge", "seconds",
          "Unix time of the recommender's last successful evaluation.", ("namespace", "deployment")),
+    _own("tidescale_recommender_scale_write_failures_total", "counter", "writes",
+         "Direct scale mode: writes of the Deployment's scale subresource that failed (RBAC, API server "
+         "away); each is retried at the next evaluation.", ("namespace", "deployment")),
 ]
 
 ALL_FAMILIES: list[MetricFamily] = [*TRITON, *DCGM, *KUBE_STATE_METRICS, *PROMETHEUS, *TIDESCALE]
