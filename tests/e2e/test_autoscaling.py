@@ -346,6 +346,43 @@ def test_adapter_mode_scales_triton_up_under_load_and_back_down(cluster: Cluster
         addons.use_external_metrics_from(cluster.config, cluster.api, "keda")
 
 
+def recommendation_events(cluster: Cluster) -> list[str]:
+    """The recommender's own Events on the Triton Deployment (direct mode has no HPA to post any)."""
+    events = cluster.get(f"/api/v1/namespaces/{SERVING}/events")["items"]
+    return [e["message"] for e in events if e.get("reason") == "TidescaleRecommendation"
+            and e.get("involvedObject", {}).get("name") == "triton"]
+
+
+def test_direct_mode_scales_triton_through_its_scale_subresource_with_no_hpa(cluster: Cluster, serving: str,
+                                                                            tmp_path: Any) -> None:
+    """`autoscaling.mode: direct`: the recommender writes the Deployment's scale itself, with a Role
+    that lets its account patch only the targets' scale, and no HPA or ScaledObject exists."""
+    install(cluster, "direct", tmp_path)
+    wait_for(lambda: not cluster.get(f"/apis/autoscaling/v2/namespaces/{SERVING}/horizontalpodautoscalers")["items"],
+             60, "the adapter test's HPA to be gone")
+    assert not cluster.get(f"/apis/keda.sh/v1alpha1/namespaces/{SERVING}/scaledobjects")["items"]
+    [pod] = cluster.pods(NAMESPACE, "app.kubernetes.io/component=recommender")
+    account = f"system:serviceaccount:{NAMESPACE}:{pod['spec']['serviceAccountName']}"
+
+    def may(verb: str, what: str, *extra: str) -> bool:
+        answer = cluster.kubectl("auth", "can-i", verb, what, *extra, "-n", SERVING, f"--as={account}", check=False)
+        return answer.strip() == "yes"
+
+    assert may("patch", "deployments/triton", "--subresource=scale")
+    assert not may("patch", "deployments/other", "--subresource=scale")  # the targets only, by name
+    assert not may("patch", "deployments/triton") and not may("delete", "deployments/triton")
+    with load_on(serving):
+        peak = scale_up(cluster)
+    assert 1 < peak <= MAX_REPLICAS
+    wait_for(lambda: replicas(cluster) == 1, 300, "the recommender to scale Triton back down after the load")
+    events = wait_for(lambda: (lambda ev: ev if any("recommends 1 replicas" in e for e in ev) else None)(
+        recommendation_events(cluster)), 30, "the recommender's Event for the scale-down")
+    assert any("scale_up" in e for e in events), events
+    failures = prometheus_series(cluster, f'tidescale_recommender_scale_write_failures_total{{namespace="{SERVING}"}}'
+                                          ' == 0')
+    assert {m["deployment"] for m in failures} == {"triton"}  # exported, and no write failed
+
+
 def _series_by_exporter(cluster: Cluster, query: str) -> dict[str, set[str]]:
     """Triton pod -> the exporter pods (by scrape address) that export *query*'s series for it."""
     exporters = {p["status"].get("podIP"): p["metadata"]["name"]
