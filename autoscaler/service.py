@@ -47,7 +47,7 @@ from tidescale.contracts.kubeapi import EventsApi, ScaleApi, deployment_event
 from tidescale.contracts.prometheus import PrometheusAuth, PrometheusClient, PrometheusUnavailable
 from tidescale.contracts.promql import matcher, regex_escape, selector
 from tidescale.contracts.settings import ComponentSettings
-from tidescale.contracts.slo import SLO_P99_S
+from tidescale.contracts.slo import QUANTILE_WINDOW_S, SLO_P99_S
 
 log = logging.getLogger(__name__)
 
@@ -235,25 +235,47 @@ class TargetQueries:
     pending: str  # the pending gauge's selector: its series name the pods the fast path reads
 
     @staticmethod
-    def _pod_ready(t: TargetSettings) -> str:
+    def _of_deployment(t: TargetSettings) -> str:
+        """Matchers for the target Deployment's pods (`<deployment>-<replicaset hash>-<suffix>`; PromQL
+        regexes are anchored, so `triton` never takes `triton-canary`'s pods)."""
+        of_deployment = f"{regex_escape(t.deployment)}-[a-z0-9]+-[a-z0-9]+"
+        return f'{matcher("namespace", t.namespace)},{matcher("pod", of_deployment, "=~")}'
+
+    @classmethod
+    def _pod_ready(cls, t: TargetSettings) -> str:
         """The slowest of the Deployment's pods from start to Ready (kube-state-metrics): the cold
         start as the cluster measured it, image pull, server start and model load included."""
-        of_deployment = f"{regex_escape(t.deployment)}-[a-z0-9]+-[a-z0-9]+"
-        pods = f'{matcher("namespace", t.namespace)},{matcher("pod", of_deployment, "=~")}'
+        pods = cls._of_deployment(t)
         ready, start = (catalog.get(n).name for n in ("kube_pod_status_ready_time", "kube_pod_start_time"))
         return f"max({ready}{{{pods}}} - on (namespace, pod) {start}{{{pods}}})"
+
+    @staticmethod
+    def _p99(t: TargetSettings) -> str:
+        """The model's P99 on the target Deployment's pods (the exporter attributes each span to its
+        sending pod's Deployment), over the recording rules' window; else, for spans the exporter
+        could not attribute, the model's P99 across Deployments."""
+        buckets = selector(f"{catalog.get('tidescale_request_duration_seconds').name}_bucket", namespace=t.namespace,
+                           deployment=t.deployment, model=t.model, stage="request")
+        own = f"histogram_quantile(0.99, sum by (le) (rate({buckets}[{promql_range(QUANTILE_WINDOW_S)}])))"
+        return f'{own} or max({selector(names.P99, namespace=t.namespace, model=t.model, stage="request")})'
+
+    @classmethod
+    def _triton(cls, name: str, t: TargetSettings, **labels: str) -> str:
+        """A Triton series of the target's model on the target Deployment's pods only: two Deployments
+        serving the same model (a canary, another GPU pool) are sized apart."""
+        extra = "".join(f",{matcher(k, v)}" for k, v in labels.items())
+        return f'{catalog.get(name).name}{{{cls._of_deployment(t)},{matcher("model", t.model)}{extra}}}'
 
     @classmethod
     def for_target(cls, t: TargetSettings, tuning: RecommenderTuning | None = None) -> TargetQueries:
         tuning = tuning or RecommenderTuning()
         slow, fast = promql_range(tuning.rate_window_s), promql_range(tuning.fast_window_s)
-        triton = {"namespace": t.namespace, "model": t.model}
         dep = {"namespace": t.namespace, "deployment": t.deployment}
-        success = selector(catalog.get("nv_inference_request_success").name, **triton)
-        pending = selector(catalog.get("nv_inference_pending_request_count").name, **triton)
+        success = cls._triton("nv_inference_request_success", t)
+        pending = cls._triton("nv_inference_pending_request_count", t)
         # Queue-policy timeouts (REJECTED; the reason label exists since Triton 24.08): demand that
         # never completes. Absent on older servers, and then read as 0.
-        rejected = selector(catalog.get("nv_inference_request_failure").name, **triton, reason="REJECTED")
+        rejected = cls._triton("nv_inference_request_failure", t, reason="REJECTED")
         return cls(
             completions=f"sum(rate({success}[{slow}]))",
             fast_completions=f"sum(rate({success}[{fast}]))",
@@ -262,10 +284,10 @@ class TargetQueries:
             queue=f"sum({pending})",
             max_pod_queue=f"max(sum by (pod) ({pending}))",
             queue_age=f"time() - max(timestamp({pending}))",
-            p99=f'max({selector(names.P99, **triton, stage="request")})',
+            p99=cls._p99(t),
             spec_replicas=f"max({selector(catalog.get('kube_deployment_spec_replicas').name, **dep)})",
             ready_replicas=f"max({selector(catalog.get('kube_deployment_status_replicas_ready').name, **dep)})",
-            model_load=f"max({selector(catalog.get('nv_model_load_duration_secs').name, **triton)})",
+            model_load=f"max({cls._triton('nv_model_load_duration_secs', t)})",
             pod_ready=cls._pod_ready(t),
             pending=pending,
         )

@@ -56,6 +56,9 @@ class FakeTriton(BaseHTTPRequestHandler):
         pass
 
 
+POD, CANARY_POD = "triton-7d9f8c6b5-x2x4q", "triton-canary-6c9d4f7b8-k2j7w"  # as a ReplicaSet names them
+
+
 @pytest.fixture(scope="module")
 def triton_metrics() -> Iterator[str]:
     server = ThreadingHTTPServer((LOOPBACK, 0), FakeTriton)
@@ -67,11 +70,14 @@ def triton_metrics() -> Iterator[str]:
 
 
 def test_prometheus_stops_mid_run_recommendation_holds(tmp_path: Path, triton_metrics: str) -> None:
-    prom = PrometheusServer(tmp_path, [ScrapeTarget("triton", triton_metrics, {"namespace": "ml", "pod": "t-0"})])
+    # A canary Deployment serves the same model in the same namespace: its pod's requests are not the
+    # target's demand (read together, the answer would double).
+    prom = PrometheusServer(tmp_path, [ScrapeTarget("triton", triton_metrics, {"namespace": "ml", "pod": POD}),
+                                       ScrapeTarget("triton", triton_metrics, {"namespace": "ml", "pod": CANARY_POD})])
     prom.start()
     try:
         prom.wait_for_targets_up()
-        prom.wait_for('sum(rate(nv_inference_request_success{namespace="ml"}[10s])) > 380', timeout=40)
+        prom.wait_for('sum(rate(nv_inference_request_success{namespace="ml"}[10s])) > 760', timeout=40)
         settings = RecommenderSettings(
             prometheus_url=prom.url, capacity_rps=100.0, query_timeout_s=2.0,
             tuning=RecommenderTuning(rate_window_s=10, fast_window_s=5),
@@ -95,7 +101,7 @@ def test_prometheus_stops_mid_run_recommendation_holds(tmp_path: Path, triton_me
 
 def test_the_fast_path_finds_the_pod_prometheus_scrapes_and_reads_its_counters(tmp_path: Path,
                                                                                  triton_metrics: str) -> None:
-    prom = PrometheusServer(tmp_path, [ScrapeTarget("triton", triton_metrics, {"namespace": "ml", "pod": "t-0"})])
+    prom = PrometheusServer(tmp_path, [ScrapeTarget("triton", triton_metrics, {"namespace": "ml", "pod": POD})])
     prom.start()
     try:
         prom.wait_for_targets_up()
@@ -106,7 +112,7 @@ def test_the_fast_path_finds_the_pod_prometheus_scrapes_and_reads_its_counters(t
         service = RecommenderService(settings, replicas_fn=lambda _t: (3, 3))
         prom.wait_for('sum(rate(nv_inference_request_success{namespace="ml"}[10s])) > 380', timeout=40)
         (state,) = service.evaluate().values()
-        assert state.pods == {"t-0": triton_metrics}  # the `pod` and `instance` labels of the scraped series
+        assert state.pods == {POD: triton_metrics}  # the `pod` and `instance` labels of the scraped series
         service.evaluate_fast()
         time.sleep(1.5)
         service.evaluate_fast()

@@ -146,6 +146,8 @@ class _Prom:
     def instant(self, expr: str) -> list[tuple[float, float]]:
         if "nv_inference_request_failure" in expr:
             return []  # a server without the reason label (Triton < 24.08): no rejection series
+        if "duration_seconds" in expr:
+            return []  # no traces: no P99
         if "rate(" in expr:
             return [(0.0, self.rate)]
         if "time()" in expr:

@@ -30,10 +30,10 @@ class FakeProm:
     """Answers by query shape; `down` makes every query fail like a dead Prometheus."""
 
     def __init__(self) -> None:
-        self.values: dict[str, float | None] = {"kube_pod_status_ready_time": None,
+        self.values: dict[str, float | None] = {"kube_pod_status_ready_time": None, "histogram_quantile": None,
                                                 "nv_inference_request_failure": None, "rate(": 450.0,  # first match
                                                  "sum(nv_inference_pending": 0.0, "sum by (pod)": 0.0, "time()": 5.0,
-                                                "spec_replicas": 5.0, "replicas_ready": 5.0, "p99": None,
+                                                "spec_replicas": 5.0, "replicas_ready": 5.0,
                                                 "nv_model_load_duration_secs": None}
         self.down = False
         self.queries: list[str] = []
@@ -90,6 +90,21 @@ def test_queries_escape_labels_and_sum_before_dividing() -> None:
     assert 'model="a\\"b\\\\c"' in q.completions
     assert q.completions.startswith("sum(rate(")
     assert q.rejections.startswith("sum(rate(nv_inference_request_failure{") and 'reason="REJECTED"' in q.rejections
+
+
+def test_queries_read_only_the_target_deployments_pods() -> None:
+    """Two Deployments serving one model (a canary, another GPU pool) are sized apart: the Triton
+    series are those of `<deployment>-<hash>-<suffix>` pods (a `.` in the name is literal), and the
+    P99 is the model's on the Deployment's own pods, else the model's across Deployments."""
+    q = TargetQueries.for_target(TargetSettings(deployment="triton.a100", namespace="ml", model="resnet"))
+    pods = 'pod=~"triton\\\\.a100-[a-z0-9]+-[a-z0-9]+"'
+    for expr in (q.completions, q.fast_completions, q.rejections, q.queue, q.max_pod_queue, q.queue_age,
+                 q.model_load, q.pending):
+        assert pods in expr and 'model="resnet"' in expr, expr
+    own, fallback = q.p99.split(" or ")
+    assert 'deployment="triton.a100"' in own and 'model="resnet"' in own and "[300s]" in own
+    assert fallback == ('max(namespace_model:tidescale_request_duration_seconds:p99'
+                        '{namespace="ml",model="resnet",stage="request"})')
 
 
 def test_queue_policy_rejections_count_as_demand() -> None:
@@ -259,7 +274,8 @@ def test_the_cold_start_is_learned_from_tritons_model_load_time_and_exported() -
     learned = ("tidescale_recommender_cold_start_seconds",
                (("deployment", "triton"), ("namespace", "ml"), ("source", "model_load")))
     assert exported(svc)[learned] == 57.0 and state.recommender.config.cold_start_s == 57.0
-    assert any('nv_model_load_duration_secs{namespace="ml",model="re\\"snet"}' in q for q in fake.queries)
+    assert any('nv_model_load_duration_secs{namespace="ml",pod=~"triton-[a-z0-9]+-[a-z0-9]+",model="re\\"snet"}' in q
+               for q in fake.queries)
     # kube-state-metrics' start-to-Ready time of the slowest pod, where it exists, is the cold start itself.
     fake.values["kube_pod_status_ready_time"] = 38.5
     svc.evaluate(1030.0)
