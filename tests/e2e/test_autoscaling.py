@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import subprocess
 import threading
 import time
@@ -111,6 +112,14 @@ def apply_serving(cluster: Cluster) -> None:
     """The module's Triton Deployment: one pod, its spans to the chart's exporter Service."""
     cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(triton_deployment(
         SERVING, otlp_url=f"http://{RELEASE}-tidescale-exporter.{NAMESPACE}.svc:9105/v1/traces")))
+
+
+def triton_pods_exactly(cluster: Cluster, n: int) -> bool:
+    """*n* Triton pods, all Ready (a deleted pod gone, not only terminating)."""
+    pods = cluster.pods(SERVING, "app.kubernetes.io/name=triton")
+    ready = [p for p in pods if any(c["type"] == "Ready" and c["status"] == "True"
+                                    for c in p["status"].get("conditions", []))]
+    return len(pods) == len(ready) == n
 
 
 @pytest.fixture(scope="module")
@@ -237,9 +246,10 @@ def test_one_exporter_per_node_polls_and_attributes_each_triton_pod_exactly_once
     cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(docs))
     try:
         check_one_exporter_per_node(cluster, serving, exporters, local)
-    finally:  # the next tests run the module's own Triton Deployment again
+    finally:  # the next tests run the module's own Triton Deployment again, once its pod serves
         remove_triton_pods(cluster)
         apply_serving(cluster)
+        wait_for(lambda: triton_pods_exactly(cluster, 1), 240, "the module's Triton pod Ready again")
 
 
 def remove_triton_pods(cluster: Cluster) -> None:
@@ -295,33 +305,39 @@ OUTAGE_S = 150
 def test_keda_mode_scales_up_under_load_holds_while_prometheus_is_down_then_scales_down(
         cluster: Cluster, serving: str, tmp_path: Any) -> None:
     install(cluster, "keda", tmp_path)
-    with load_on(serving):
-        peak = scale_up(cluster)
-        traced = wait_for(lambda: latency_series(cluster), 60, "latency series from Triton's traces in Prometheus")
-        gpus = wait_for(lambda: gpu_series(cluster), 60, "dcgm-exporter series of the Triton pods' GPUs")
-        # Both recommenders write their answer; the ScaledObject's max() reads one value from them.
-        writers = wait_for(lambda: len({m.get("pod") for m in prometheus_series(
-            cluster, f'tidescale_desired_replicas{{namespace="{SERVING}"}}')}) == 2 or None, 60,
-            "a tidescale_desired_replicas series from each of the two recommenders")
-        triton_pods = {(p["metadata"]["name"], p["spec"]["nodeName"])
-                       for p in cluster.pods(SERVING, "app.kubernetes.io/name=triton")}
-        set_prometheus_replicas(cluster, 0)
-    # Triton's OTLP spans reached the exporter and came out labelled with the serving namespace and model,
-    # and with the Triton pod that sent them (recognised by its address, as k8sattributes does).
-    assert {(m["namespace"], m["model"]) for m in traced} == {(SERVING, "resnet50")}
-    assert {m.get("pod") for m in traced} <= {name for name, _ in triton_pods}
-    assert {m.get("deployment") for m in traced} == {"triton"}  # the pod's ReplicaSet, without its hash
-    assert {m["stage"] for m in traced} >= {"request", "queue", "compute_infer"}
-    # Each GPU series names a Triton pod and the node that pod runs on, as dcgm-exporter's pod mapping does.
-    assert {(m["pod"], m["Hostname"]) for m in gpus} <= triton_pods and {m["container"] for m in gpus} == {"triton"}
-    assert 1 < peak <= MAX_REPLICAS and writers
-    # No load and no metrics: the HPA must keep what it has (KEDA has no fallback, null values are errors).
-    held, seen = replicas(cluster), set()
-    deadline = time.monotonic() + OUTAGE_S
-    while time.monotonic() < deadline:
-        seen.add(replicas(cluster))
-        time.sleep(2)
-    set_prometheus_replicas(cluster, 1)
+    try:
+        with load_on(serving):
+            peak = scale_up(cluster)
+            serving_now = {p["metadata"]["name"] for p in cluster.pods(SERVING, "app.kubernetes.io/name=triton")}
+            # A series of the current pods (the previous test's pods, flushing their last spans as they
+            # exited, may still have theirs for a scrape or two).
+            traced = wait_for(lambda: (lambda s: s if {m.get("pod") for m in s} & serving_now else None)(
+                latency_series(cluster)), 60, "latency series of the current Triton pods in Prometheus")
+            gpus = wait_for(lambda: gpu_series(cluster), 60, "dcgm-exporter series of the Triton pods' GPUs")
+            # Both recommenders write their answer; the ScaledObject's max() reads one value from them.
+            writers = wait_for(lambda: len({m.get("pod") for m in prometheus_series(
+                cluster, f'tidescale_desired_replicas{{namespace="{SERVING}"}}')}) == 2 or None, 60,
+                "a tidescale_desired_replicas series from each of the two recommenders")
+            triton_pods = {(p["metadata"]["name"], p["spec"]["nodeName"])
+                           for p in cluster.pods(SERVING, "app.kubernetes.io/name=triton")}
+            set_prometheus_replicas(cluster, 0)
+        # Triton's OTLP spans reached the exporter and came out labelled with the serving namespace and model,
+        # and with the Triton pod that sent them (recognised by its address, as k8sattributes does).
+        assert {(m["namespace"], m["model"]) for m in traced} == {(SERVING, "resnet50")}
+        assert all(re.fullmatch(r"triton-[a-z0-9]+-[a-z0-9]+", m.get("pod", "")) for m in traced), traced
+        assert {m.get("deployment") for m in traced} == {"triton"}  # the pod's ReplicaSet, without its hash
+        assert {m["stage"] for m in traced} >= {"request", "queue", "compute_infer"}
+        # Each GPU series names a Triton pod and the node that pod runs on, as dcgm-exporter's pod mapping does.
+        assert {(m["pod"], m["Hostname"]) for m in gpus} <= triton_pods and {m["container"] for m in gpus} == {"triton"}
+        assert 1 < peak <= MAX_REPLICAS and writers
+        # No load and no metrics: the HPA must keep what it has (KEDA has no fallback, null values are errors).
+        held, seen = replicas(cluster), set()
+        deadline = time.monotonic() + OUTAGE_S
+        while time.monotonic() < deadline:
+            seen.add(replicas(cluster))
+            time.sleep(2)
+    finally:  # a failure above must not leave the next tests without Prometheus
+        set_prometheus_replicas(cluster, 1)
     assert min(seen) >= held, f"scaled down to {min(seen)} while Prometheus was down (from {held})"
     events = scale_down_and_events(cluster)
     assert any("above target" in e for e in events) and any("below target" in e for e in events), events
@@ -372,6 +388,7 @@ def test_direct_mode_scales_triton_through_its_scale_subresource_with_no_hpa(clu
     assert may("patch", "deployments/triton", "--subresource=scale")
     assert not may("patch", "deployments/other", "--subresource=scale")  # the targets only, by name
     assert not may("patch", "deployments/triton") and not may("delete", "deployments/triton")
+    wait_for(lambda: replicas(cluster) == 1, 180, "one Triton replica before the load")  # what the last test left
     with load_on(serving):
         peak = scale_up(cluster)
     assert 1 < peak <= MAX_REPLICAS
@@ -411,15 +428,9 @@ def test_twenty_scale_downs_under_load_lose_no_request(cluster: Cluster, serving
     spec = deployment["spec"]["template"]["spec"]
     assert spec["containers"][0]["lifecycle"]["preStop"]["sleep"]["seconds"] > 0
 
-    def pods_exactly(n: int) -> bool:
-        pods = cluster.pods(SERVING, "app.kubernetes.io/name=triton")
-        ready = [p for p in pods if any(c["type"] == "Ready" and c["status"] == "True"
-                                        for c in p["status"].get("conditions", []))]
-        return len(pods) == len(ready) == n  # the deleted pod gone, not only terminating
-
     def scale(n: int) -> None:
         cluster.kubectl("scale", "deployment", "triton", "-n", SERVING, f"--replicas={n}")
-        wait_for(lambda: pods_exactly(n), 240, f"exactly {n} Ready Triton pods")
+        wait_for(lambda: triton_pods_exactly(cluster, n), 240, f"exactly {n} Ready Triton pods")
 
     high, downs = 4, 0
     with load_on(serving, rps=40, keep_alive=False) as load:
