@@ -16,7 +16,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Literal
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from tidescale.autoscaler.capacity import load_capacity
@@ -45,12 +45,14 @@ from tidescale.contracts.errors import UsageError
 from tidescale.contracts.http import install_error_boundary
 from tidescale.contracts.kubeapi import EventsApi, ScaleApi, deployment_event
 from tidescale.contracts.prometheus import PrometheusAuth, PrometheusClient, PrometheusUnavailable
-from tidescale.contracts.promql import matcher, regex_escape, selector
+from tidescale.contracts.promql import LABEL_NAME, matcher, regex_escape, selector
 from tidescale.contracts.settings import ComponentSettings
 from tidescale.contracts.slo import QUANTILE_WINDOW_S, SLO_P99_S
 
 log = logging.getLogger(__name__)
 
+# Labels the target's queries match on themselves: a series matcher may not override them.
+QUERY_LABELS = frozenset({"namespace", "deployment", "pod", "model", "reason", "stage", "le", "__name__"})
 FAILSAFE_REASONS = ("prometheus_down", "missing", "nan", "stale")
 EVENT_COMPONENT = "tidescale-recommender"
 MAX_TARGETS = 200
@@ -173,7 +175,25 @@ class RecommenderSettings(ComponentSettings):
     # direct: write each target Deployment's scale subresource at once, as Knative's KPA does; no HPA
     # may manage the Deployment then, and only one recommender may run (docs/autoscaler.md).
     scale_mode: Literal["hpa", "direct"] = "hpa"
+    # Label matchers on every series the recommender reads, for a Prometheus API that holds several
+    # clusters (Thanos Query, Mimir): {cluster: prod-eu}, this cluster's external label, keeps another
+    # cluster's Deployment of the same name out of the demand. Empty: a Prometheus of this cluster.
+    series_matchers: dict[str, str] = Field(default_factory=dict, max_length=8)
     targets: list[TargetSettings] = Field(default_factory=list, max_length=MAX_TARGETS)
+
+    @field_validator("series_matchers")
+    @classmethod
+    def _matchers(cls, v: dict[str, str]) -> dict[str, str]:
+        """Label names PromQL accepts, none of the labels the queries set themselves, short values."""
+        for name, value in v.items():
+            if not LABEL_NAME.match(name):
+                raise ValueError(f"series_matchers: {name!r} is not a Prometheus label name")
+            if name in QUERY_LABELS:
+                raise ValueError(f"series_matchers: {name!r} is a label the recommender's queries set "
+                                 f"themselves ({', '.join(sorted(QUERY_LABELS))})")
+            if not value or len(value) > 256:
+                raise ValueError(f"series_matchers: the value of {name!r} must be 1..256 characters")
+        return v
 
     def config_for(self, t: TargetSettings) -> RecommenderConfig:
         """The recommender for *t*: the one place the service and the benchmark build it."""
@@ -235,47 +255,50 @@ class TargetQueries:
     pending: str  # the pending gauge's selector: its series name the pods the fast path reads
 
     @staticmethod
-    def _of_deployment(t: TargetSettings) -> str:
+    def _of_deployment(t: TargetSettings, scope: Mapping[str, str]) -> str:
         """Matchers for the target Deployment's pods (`<deployment>-<replicaset hash>-<suffix>`; PromQL
-        regexes are anchored, so `triton` never takes `triton-canary`'s pods)."""
+        regexes are anchored, so `triton` never takes `triton-canary`'s pods), within *scope*."""
         of_deployment = f"{regex_escape(t.deployment)}-[a-z0-9]+-[a-z0-9]+"
-        return f'{matcher("namespace", t.namespace)},{matcher("pod", of_deployment, "=~")}'
+        return ",".join([matcher("namespace", t.namespace), *(matcher(k, v) for k, v in scope.items()),
+                         matcher("pod", of_deployment, "=~")])
 
     @classmethod
-    def _pod_ready(cls, t: TargetSettings) -> str:
+    def _pod_ready(cls, t: TargetSettings, scope: Mapping[str, str]) -> str:
         """The slowest of the Deployment's pods from start to Ready (kube-state-metrics): the cold
         start as the cluster measured it, image pull, server start and model load included."""
-        pods = cls._of_deployment(t)
+        pods = cls._of_deployment(t, scope)
         ready, start = (catalog.get(n).name for n in ("kube_pod_status_ready_time", "kube_pod_start_time"))
         return f"max({ready}{{{pods}}} - on (namespace, pod) {start}{{{pods}}})"
 
     @staticmethod
-    def _p99(t: TargetSettings) -> str:
+    def _p99(t: TargetSettings, scope: Mapping[str, str]) -> str:
         """The model's P99 on the target Deployment's pods (the exporter attributes each span to its
         sending pod's Deployment), over the recording rules' window; else, for spans the exporter
         could not attribute, the model's P99 across Deployments."""
         buckets = selector(f"{catalog.get('tidescale_request_duration_seconds').name}_bucket", namespace=t.namespace,
-                           deployment=t.deployment, model=t.model, stage="request")
+                           **scope, deployment=t.deployment, model=t.model, stage="request")
         own = f"histogram_quantile(0.99, sum by (le) (rate({buckets}[{promql_range(QUANTILE_WINDOW_S)}])))"
-        return f'{own} or max({selector(names.P99, namespace=t.namespace, model=t.model, stage="request")})'
+        return f'{own} or max({selector(names.P99, namespace=t.namespace, **scope, model=t.model, stage="request")})'
 
     @classmethod
-    def _triton(cls, name: str, t: TargetSettings, **labels: str) -> str:
+    def _triton(cls, name: str, t: TargetSettings, scope: Mapping[str, str], **labels: str) -> str:
         """A Triton series of the target's model on the target Deployment's pods only: two Deployments
         serving the same model (a canary, another GPU pool) are sized apart."""
         extra = "".join(f",{matcher(k, v)}" for k, v in labels.items())
-        return f'{catalog.get(name).name}{{{cls._of_deployment(t)},{matcher("model", t.model)}{extra}}}'
+        return f'{catalog.get(name).name}{{{cls._of_deployment(t, scope)},{matcher("model", t.model)}{extra}}}'
 
     @classmethod
-    def for_target(cls, t: TargetSettings, tuning: RecommenderTuning | None = None) -> TargetQueries:
-        tuning = tuning or RecommenderTuning()
+    def for_target(cls, t: TargetSettings, tuning: RecommenderTuning | None = None,
+                   scope: Mapping[str, str] | None = None) -> TargetQueries:
+        """*scope*: label matchers on every series (`series_matchers`, e.g. this cluster's label)."""
+        tuning, scope = tuning or RecommenderTuning(), scope or {}
         slow, fast = promql_range(tuning.rate_window_s), promql_range(tuning.fast_window_s)
-        dep = {"namespace": t.namespace, "deployment": t.deployment}
-        success = cls._triton("nv_inference_request_success", t)
-        pending = cls._triton("nv_inference_pending_request_count", t)
+        dep = {"namespace": t.namespace, **scope, "deployment": t.deployment}
+        success = cls._triton("nv_inference_request_success", t, scope)
+        pending = cls._triton("nv_inference_pending_request_count", t, scope)
         # Queue-policy timeouts (REJECTED; the reason label exists since Triton 24.08): demand that
         # never completes. Absent on older servers, and then read as 0.
-        rejected = cls._triton("nv_inference_request_failure", t, reason="REJECTED")
+        rejected = cls._triton("nv_inference_request_failure", t, scope, reason="REJECTED")
         return cls(
             completions=f"sum(rate({success}[{slow}]))",
             fast_completions=f"sum(rate({success}[{fast}]))",
@@ -284,11 +307,11 @@ class TargetQueries:
             queue=f"sum({pending})",
             max_pod_queue=f"max(sum by (pod) ({pending}))",
             queue_age=f"time() - max(timestamp({pending}))",
-            p99=cls._p99(t),
+            p99=cls._p99(t, scope),
             spec_replicas=f"max({selector(catalog.get('kube_deployment_spec_replicas').name, **dep)})",
             ready_replicas=f"max({selector(catalog.get('kube_deployment_status_replicas_ready').name, **dep)})",
-            model_load=f"max({cls._triton('nv_model_load_duration_secs', t)})",
-            pod_ready=cls._pod_ready(t),
+            model_load=f"max({cls._triton('nv_model_load_duration_secs', t, scope)})",
+            pod_ready=cls._pod_ready(t, scope),
             pending=pending,
         )
 
@@ -343,7 +366,8 @@ class RecommenderService:
                 raise UsageError(f"target {t.namespace}/{t.deployment} is listed twice")
             Target(t.deployment, t.namespace, t.model, t.min_replicas, t.max_replicas)  # validates the names
             config = settings.config_for(t)
-            self.states[key] = TargetState(t, Recommender(config), TargetQueries.for_target(t, settings.tuning),
+            self.states[key] = TargetState(t, Recommender(config), TargetQueries.for_target(t, settings.tuning,
+                                                                                   settings.series_matchers),
                                            fast=FastWindow(config.panic_window_s) if settings.fast_path.enabled
                                            else None)
         self.scaler: ScaleApi | None = scaler

@@ -327,6 +327,35 @@ def test_hpa_and_scaledobject_match_the_autoscaler_manifests(full_docs: list[dic
     assert [t["type"] for t in resnet["spec"]["triggers"]] == ["prometheus", "cron"]  # the known peak
 
 
+@pytest.mark.parametrize("mode", ["keda", "adapter"])
+def test_the_cluster_value_scopes_the_recommender_keda_and_the_hpa_to_this_cluster(tmp: Path, mode: str) -> None:
+    """autoscaling.cluster, for a Prometheus API holding several clusters: the recommender's series, KEDA's
+    query and the HPA's external-metric selector all match <clusterLabel>="<cluster>"."""
+    from tidescale.autoscaler.service import RecommenderSettings
+    from tidescale.contracts.settings import load_settings
+
+    values = {**FULL_VALUES, "clusterLabel": "k8s_cluster",
+              "autoscaling": {**FULL_VALUES["autoscaling"], "mode": mode, "cluster": "prod-eu"}}
+    by_kind = kinds(template(tmp, values))
+    config = next(d for d in by_kind["ConfigMap"] if d["metadata"]["name"].endswith("-config"))
+    path = tmp / f"cluster-{mode}.yaml"
+    path.write_text(config["data"]["config.yaml"])
+    assert load_settings(RecommenderSettings, path).series_matchers == {"k8s_cluster": "prod-eu"}
+    if mode == "keda":
+        [resnet] = [o for o in by_kind["ScaledObject"] if o["metadata"]["name"] == "triton-resnet"]
+        assert resnet["spec"]["triggers"][0]["metadata"]["query"] == (
+            'max(tidescale_desired_replicas{namespace="serving",deployment="triton-resnet",k8s_cluster="prod-eu"})')
+    else:
+        [resnet] = [h for h in by_kind["HorizontalPodAutoscaler"] if h["metadata"]["name"] == "triton-resnet"]
+        [metric] = resnet["spec"]["metrics"]
+        assert metric["external"]["metric"]["selector"]["matchLabels"] == {"deployment": "triton-resnet",
+                                                                           "k8s_cluster": "prod-eu"}
+    path = tmp / "cluster-bad.yaml"
+    path.write_text(yaml.safe_dump({**values, "autoscaling": {**values["autoscaling"], "cluster": 'eu"}'}}))
+    result = helm("template", "t", str(CHART), "-f", str(path))
+    assert result.returncode != 0 and "cluster" in result.stderr  # the schema refuses what PromQL would need escaped
+
+
 def test_prescale_outside_keda_mode_is_refused(tmp: Path) -> None:
     values = {**KEDA_VALUES, "autoscaling": {**KEDA_VALUES["autoscaling"], "mode": "adapter"}}
     path = tmp / "prescale-adapter.yaml"

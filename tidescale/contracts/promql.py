@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from tidescale.contracts import catalog
 
-_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
 
 def escape_label_value(value: str) -> str:
@@ -20,7 +20,7 @@ def escape_label_value(value: str) -> str:
 
 
 def matcher(name: str, value: str, op: str = "=") -> str:
-    if not _LABEL_NAME.match(name):
+    if not LABEL_NAME.match(name):
         raise ValueError(f"invalid label name {name!r}")
     if op not in ("=", "!=", "=~", "!~"):
         raise ValueError(f"invalid matcher operator {op!r}")
@@ -29,7 +29,7 @@ def matcher(name: str, value: str, op: str = "=") -> str:
 
 def selector(metric: str, **labels: str) -> str:
     """`metric{a="x",b="y"}` with every value escaped."""
-    if not _LABEL_NAME.match(metric.replace(":", "_")):
+    if not LABEL_NAME.match(metric.replace(":", "_")):
         raise ValueError(f"invalid metric name {metric!r}")
     if not labels:
         return metric

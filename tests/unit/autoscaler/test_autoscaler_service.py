@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -105,6 +106,23 @@ def test_queries_read_only_the_target_deployments_pods() -> None:
     assert 'deployment="triton.a100"' in own and 'model="resnet"' in own and "[300s]" in own
     assert fallback == ('max(namespace_model:tidescale_request_duration_seconds:p99'
                         '{namespace="ml",model="resnet",stage="request"})')
+
+
+def test_series_matchers_scope_every_selector_to_one_cluster() -> None:
+    """A Prometheus API holding several clusters: every selector of every query carries the matcher
+    (escaped), so another cluster's Deployment of the same name is not read as demand."""
+    q = TargetQueries.for_target(TargetSettings(deployment="triton", namespace="ml", model="resnet"), None,
+                                 {"cluster": 'eu"1'})
+    for expr in dataclasses.astuple(q):
+        assert expr.count("{") == expr.count('cluster="eu\\"1"') > 0, expr
+    target = TargetSettings(deployment="triton", namespace="ml", model="resnet")
+    for bad, message in [({"namespace": "x"}, "set themselves"), ({"1cluster": "x"}, "not a Prometheus label"),
+                         ({"cluster": ""}, "1..256")]:
+        with pytest.raises(ValueError, match=message):
+            RecommenderSettings(targets=[target], capacity_rps=100.0, series_matchers=bad)
+    svc, fake = make(series_matchers={"cluster": "eu-1"})
+    svc.evaluate(1000.0)
+    assert fake.queries and all('cluster="eu-1"' in expr for expr in fake.queries)
 
 
 def test_queue_policy_rejections_count_as_demand() -> None:
