@@ -14,6 +14,7 @@ from prometheus_client.utils import floatToGoString
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from tidescale.contracts.promql import LABEL_NAME
 from tidescale.contracts.settings import ComponentSettings
 from tidescale.contracts.slo import SLO_P99_S, SLO_THRESHOLDS_S
 
@@ -22,7 +23,6 @@ from tidescale.contracts.slo import SLO_P99_S, SLO_THRESHOLDS_S
 DEFAULT_SLO_THRESHOLDS_S: tuple[float, ...] = SLO_THRESHOLDS_S
 
 _DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
-_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _OP_CLASS = re.compile(r"^[a-z][a-z0-9_]*$")
 _JOB = re.compile(r"^[A-Za-z0-9_.:/-]{1,128}$")
 _SLO_NAME = re.compile(r"^[a-z0-9]([a-z0-9_.-]{0,61}[a-z0-9])?$")
@@ -184,7 +184,7 @@ class AlertsConfig(ComponentSettings):
     def _labels(cls, v: dict[str, str]) -> dict[str, str]:
         reserved = {"severity", "alertname", "model", "version", "reason", "namespace"}
         for name in v:
-            if not _LABEL_NAME.match(name) or name in reserved:
+            if not LABEL_NAME.match(name) or name in reserved:
                 raise ValueError(f"extra label {name!r} is not a valid, unreserved label name")
         return v
 
