@@ -20,6 +20,7 @@ import yaml
 
 from tests.e2e.conftest import Cluster
 from tests.waiting import wait_for
+from tidescale.contracts.errors import TidescaleError
 from tidescale.contracts.tools import REPO_ROOT, helm
 from tidescale.devstack.cluster import addons
 from tidescale.devstack.cluster.serving import triton_deployment
@@ -142,10 +143,16 @@ def hpa_name(cluster: Cluster) -> str:
     return str(hpas[0]["metadata"]["name"])
 
 
-def external_metric(cluster: Cluster, name: str, selector: str) -> list[dict[str, Any]]:
-    """`kubectl get --raw` on the external metrics API, as the HPA controller reads it."""
-    raw = cluster.kubectl("get", "--raw", f"/apis/external.metrics.k8s.io/v1beta1/namespaces/{SERVING}/{name}"
-                          f"?labelSelector={selector}")
+def external_metric(cluster: Cluster, name: str, selector: str, missing_ok: bool = False) -> list[dict[str, Any]]:
+    """`kubectl get --raw` on the external metrics API, as the HPA controller reads it. *missing_ok*: a
+    metric with no series yet (the adapter answers NotFound) reads as no items, for waiting on it."""
+    path = f"/apis/external.metrics.k8s.io/v1beta1/namespaces/{SERVING}/{name}?labelSelector={selector}"
+    try:
+        raw = cluster.kubectl("get", "--raw", path)
+    except TidescaleError as e:
+        if missing_ok and "NotFound" in str(e):
+            return []
+        raise
     return list(yaml.safe_load(raw).get("items", []))
 
 
@@ -352,7 +359,8 @@ def test_adapter_mode_scales_triton_up_under_load_and_back_down(cluster: Cluster
     addons.use_external_metrics_from(cluster.config, cluster.api, "adapter")
     try:
         assert hpa_name(cluster) == "triton"  # the chart's own HPA, KEDA's is gone with the ScaledObject
-        items = wait_for(lambda: external_metric(cluster, "tidescale_desired_replicas", "deployment%3Dtriton"), 90,
+        items = wait_for(lambda: external_metric(cluster, "tidescale_desired_replicas", "deployment%3Dtriton",
+                                                         missing_ok=True), 90,
                          "the recommender's metric through prometheus-adapter")
         assert float(items[0]["value"]) >= 1
         with load_on(serving):
@@ -378,8 +386,11 @@ def test_direct_mode_scales_triton_through_its_scale_subresource_with_no_hpa(clu
     wait_for(lambda: not cluster.get(f"/apis/autoscaling/v2/namespaces/{SERVING}/horizontalpodautoscalers")["items"],
              60, "the adapter test's HPA to be gone")
     assert not cluster.get(f"/apis/keda.sh/v1alpha1/namespaces/{SERVING}/scaledobjects")["items"]
-    [pod] = cluster.pods(NAMESPACE, "app.kubernetes.io/component=recommender")
-    account = f"system:serviceaccount:{NAMESPACE}:{pod['spec']['serviceAccountName']}"
+    # From the Deployment, not its pods: the previous mode's recommender pod may still be terminating.
+    [deployment] = [
+        d for d in cluster.get(f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments")["items"]
+        if d["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "recommender"]
+    account = f"system:serviceaccount:{NAMESPACE}:{deployment['spec']['template']['spec']['serviceAccountName']}"
 
     def may(verb: str, what: str, *extra: str) -> bool:
         answer = cluster.kubectl("auth", "can-i", verb, what, *extra, "-n", SERVING, f"--as={account}", check=False)
