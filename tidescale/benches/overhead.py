@@ -286,6 +286,15 @@ def histogram_quantile(q: float, buckets: Mapping[float, float]) -> float | None
     return start + (bounds[b] - start) * (rank / count)
 
 
+def bucketed(latencies: np.ndarray, bounds: Iterable[float]) -> dict[float, float]:
+    """*latencies* counted into cumulative "le" buckets at the finite *bounds*, +Inf added: what the
+    exporter would serve had it measured exactly the client's requests. Its `histogram_quantile`
+    against the client's exact quantile is the bucket layout's own share of the P99 error."""
+    finite = sorted(b for b in bounds if math.isfinite(b))
+    cumulative = np.searchsorted(np.sort(latencies), finite, side="right")  # count of values <= bound
+    return {**{b: float(c) for b, c in zip(finite, cumulative, strict=True)}, math.inf: float(latencies.size)}
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """What the run is measured between: CPU, Triton's request counter, the exporter's histogram."""
@@ -338,6 +347,15 @@ def profile_run(export: Mapping[str, Any]) -> ClientRun:
         return ClientRun(np.empty(0), errors, 0.0)
     latencies = (np.asarray(done, dtype=np.int64) - np.asarray(sent, dtype=np.int64)) / 1e9
     return ClientRun(latencies, errors, (max(done) - min(sent)) / 1e9)
+
+
+# perf_analyzer 2.51 prints this when a worker thread got an error answer (seen: "Not Found" from a
+# live tritonserver that had stopped serving while tracing at rate 1), and then waits forever.
+GAVE_UP = "Failed to maintain requested inference load"
+
+
+class ClientGaveUp(TidescaleError):
+    """The client reported errors from a server that is still running, and stopped sending."""
 
 
 def client_errors(output: str, most: int = 3) -> str:
@@ -394,6 +412,9 @@ class PerfAnalyzerClient:
                 except subprocess.TimeoutExpired:
                     if abort():
                         raise Aborted("perf_analyzer stopped: the server crashed") from None
+                    output = log.read_text(errors="replace")
+                    if GAVE_UP in output:
+                        raise ClientGaveUp(f"perf_analyzer gave up: {client_errors(output)}") from None
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -542,7 +563,8 @@ def crash_reason(log_tail: str) -> str:
 
 
 class TritonDied(TidescaleError):
-    """The replica exited while the client was sending (Triton 2.51 crashes under some tracing loads)."""
+    """The replica exited, or stopped answering, while the client was sending (Triton 2.51 does both
+    under some tracing loads)."""
 
 
 def crashed(replica: TritonReplica) -> bool:
@@ -557,6 +579,10 @@ def play(client: Client, replica: TritonReplica, requests: int, workdir: Path) -
     the replica is what failed."""
     try:
         return client.play(replica.http_url, requests, workdir, lambda: crashed(replica))
+    except ClientGaveUp as exc:
+        if replica.process is not None and crashed(replica):
+            raise TritonDied(f"tritonserver died ({crash_reason(replica.process.log_tail(120))}); {exc}") from exc
+        raise TritonDied(f"tritonserver stopped answering; {exc}") from exc
     except TidescaleError as exc:
         if replica.process is None or not crashed(replica):
             raise
@@ -692,6 +718,7 @@ def mode_result(mode: Mode, runs: Sequence[ModeRun]) -> dict[str, Any]:
     client_p99 = _p99(latencies)
     last_p99 = _p99(runs[-1].client.latencies_s) if runs else None
     exporter_p99 = histogram_quantile(0.99, buckets)
+    client_bucketed_p99 = histogram_quantile(0.99, bucketed(latencies, buckets)) if buckets and latencies.size else None
     measured = [r for r in rounds if r is not None]
     return {
         "mode": mode.name, "tracing": mode.tracing, "trace_rate": mode.rate, "error": None,
@@ -715,6 +742,12 @@ def mode_result(mode: Mode, runs: Sequence[ModeRun]) -> dict[str, Any]:
         "detected_rate": end.detected_rate, "detected_confidence": end.confidence,
         "client_p99_s": _round(client_p99, 6), "exporter_p99_s": _round(exporter_p99, 6),
         "p99_error": _round(_rel(exporter_p99, client_p99), 4) if mode.traced else None,
+        # The error split in two: the client's own requests read through the exporter's buckets
+        # (the layout's interpolation, which no trace rate removes), and the rest (sampling, and the
+        # HTTP time the server does not see).
+        "client_p99_through_buckets_s": _round(client_bucketed_p99, 6) if mode.traced else None,
+        "p99_error_of_buckets": _round(_rel(client_bucketed_p99, client_p99), 4) if mode.traced else None,
+        "p99_error_beyond_buckets": _round(_rel(exporter_p99, client_bucketed_p99), 4) if mode.traced else None,
         # Triton's summary of the last round (a fresh replica's), against the client's P99 of that round
         "triton_summary_p99_s": _round(summary.summary_p99_s, 6),
         "triton_summary_p99_error": _round(_rel(summary.summary_p99_s, last_p99), 4),
@@ -761,6 +794,8 @@ def goals(results: list[dict[str, Any]]) -> dict[str, Any]:
         out[f"otlp-{GOAL_RATE}"] = {
             "requests": at["requests"], "enough_requests": at["requests"] >= GOALS["min_requests"],
             "p99_error": err, "p99_error_met": None if err is None else abs(err) <= GOALS["p99_error_max"],
+            "p99_error_of_buckets": at.get("p99_error_of_buckets"),
+            "p99_error_beyond_buckets": at.get("p99_error_beyond_buckets"),
             "triton_added_cpu_us": added,
             "triton_added_cpu_met": None if added is None else added <= GOALS["triton_added_cpu_us_max"],
         }
@@ -868,7 +903,9 @@ def _goal_lines(result: dict[str, Any]) -> list[str]:
     elif at is not None:
         lines += [f"- OTLP rate={GOAL_RATE}, P99 error ≤ {t['p99_error_max']:.0%} over ≥ {t['min_requests']:,} "
                   f"requests: {_pct(at['p99_error'])} over {at['requests']:,} requests — "
-                  f"{_verdict(at['p99_error_met'] and at['enough_requests'])}.",
+                  f"{_verdict(at['p99_error_met'] and at['enough_requests'])}. Of that, the bucket layout alone "
+                  f"(the client's own requests through the same buckets): {_pct(at.get('p99_error_of_buckets'))}; "
+                  f"the rest (sampling, and what the server cannot see): {_pct(at.get('p99_error_beyond_buckets'))}.",
                   f"- OTLP rate={GOAL_RATE}, Triton's added CPU ≤ {t['triton_added_cpu_us_max']:g} µs per request: "
                   f"{_num(at['triton_added_cpu_us'])} µs — {_verdict(at['triton_added_cpu_met'])}."]
     for mode, e in g["exporter_cpu_per_traced_request"].items():
@@ -881,17 +918,18 @@ def _goal_lines(result: dict[str, Any]) -> list[str]:
 def markdown(result: dict[str, Any]) -> str:
     header = ("mode", "requests", "req/s", "Triton CPU µs/req", "added vs none", "exporter CPU µs/req",
               "exporter CPU µs/traced req", "net of idle", "detected N (confidence)", "client P99 ms",
-              "exporter P99 ms", "P99 error")
+              "exporter P99 ms", "P99 error", "of which buckets", "beyond buckets")
     rows = []
     for r in result["modes"]:
         detected = ("–" if r["detected_rate"] is None
                     else f"{r['detected_rate']:g} ({_num(r['detected_confidence'], '.2f')})")
-        served = "Triton crashed" if r["error"] else f"{r['requests']:,}"
+        served = "Triton failed" if r["error"] else f"{r['requests']:,}"
         rows.append((r["mode"], served, _num(r["throughput_rps"], ".0f"),
                      _num(r["triton_cpu_us_per_request"]), _num(r["triton_added_cpu_us_vs_none"], "+.1f"),
                      _num(r["exporter_cpu_us_per_request"]), _num(r["exporter_cpu_us_per_traced_request"]),
                      _num(r["exporter_net_cpu_us_per_traced_request"]), detected, _ms(r["client_p99_s"]),
-                     _ms(r["exporter_p99_s"]), _pct(r["p99_error"])))
+                     _ms(r["exporter_p99_s"]), _pct(r["p99_error"]), _pct(r.get("p99_error_of_buckets")),
+                     _pct(r.get("p99_error_beyond_buckets"))))
     summaries = [f"- `{r['mode']}`: Triton's own summary P99 (its last round) {_ms(r['triton_summary_p99_s'])} ms, "
                  f"{_pct(r['triton_summary_p99_error'])} against the client's P99 of that round; one pod's quantile "
                  "over its last minutes, which cannot be added across pods." for r in result["modes"]
@@ -903,7 +941,8 @@ def markdown(result: dict[str, Any]) -> str:
         "per request moved between a mode's rounds by "
         f"{min(spreads):.1f} to {max(spreads):.1f} µs (`triton_cpu_us_per_request_by_round`): the noise of this "
         "machine, against which \"added vs none\" should be read."]
-    failures = [f"- `{r['mode']}`: Triton crashed in {r['crashes']} of {r['crashes'] + r['rounds']} attempts ("
+    failures = [f"- `{r['mode']}`: Triton crashed or stopped answering in {r['crashes']} of "
+                f"{r['crashes'] + r['rounds']} attempts ("
                 + "; ".join(e.rstrip(".") for e in r["crash_errors"]) + "), after about "
                 + ", ".join(_num(c, ",.0f") for c in r["exporter_counted_before_crashes"])
                 + " requests (the exporter's count); "
@@ -971,7 +1010,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     spread = [[c - min(v) for c, v in zip(cpu, rounds, strict=True)],
               [max(v) - c for c, v in zip(cpu, rounds, strict=True)]]
     bars = ax1.bar(names, cpu, color="tab:blue", yerr=spread, capsize=3, ecolor="grey")
-    ax1.bar_label(bars, ["crashed" if r["error"] else _num(r["triton_cpu_us_per_request"], ".0f") for r in modes],
+    ax1.bar_label(bars, ["failed" if r["error"] else _num(r["triton_cpu_us_per_request"], ".0f") for r in modes],
                   fontsize=7, padding=2)
     base = next((r["triton_cpu_us_per_request"] for r in modes if r["mode"] == "none"), None)
     if base is not None:

@@ -99,6 +99,16 @@ def test_histogram_quantile_interpolates_like_prometheus() -> None:
     assert ov.histogram_quantile(1.0, buckets) == pytest.approx(4.0)
 
 
+def test_bucketed_counts_the_clients_latencies_as_le_buckets() -> None:
+    latencies = np.array([0.5, 1.0, 1.5, 2.0, 3.0, 9.0])
+    # a value equal to a bound belongs to that bucket ("le"); +Inf's own key is ignored and re-added
+    assert ov.bucketed(latencies, [4.0, 1.0, 2.0, math.inf]) == {1.0: 2.0, 2.0: 4.0, 4.0: 5.0, math.inf: 6.0}
+    # through buckets, the P99 moves within its bucket: the layout's share of the error, apart
+    exact = float(np.quantile(np.linspace(1.0, 2.0, 1001), 0.99))
+    through = ov.histogram_quantile(0.99, ov.bucketed(np.linspace(1.0, 2.0, 1001), [1.0, 1.5, 3.0]))
+    assert through is not None and through != pytest.approx(exact) and 1.5 < through < 3.0
+
+
 def test_histogram_quantile_edges() -> None:
     # a rank in the +Inf bucket answers the highest finite bound
     assert ov.histogram_quantile(0.99, {1.0: 50.0, 2.0: 90.0, math.inf: 100.0}) == 2.0
@@ -332,8 +342,13 @@ def test_mode_results_divide_cpu_time_by_requests_and_compare_p99s() -> None:
     assert traced["exporter_p99_s"] == pytest.approx(0.005 + 0.005 * 0.99)
     assert traced["p99_error"] == pytest.approx((0.00995 - 0.00995) / 0.00995, abs=1e-3)
     goals = ov.goals(results)
+    # uniform client latencies through these buckets read their exact P99: the error has no bucket share
+    assert traced["client_p99_through_buckets_s"] == pytest.approx(traced["client_p99_s"], rel=1e-3)
+    assert traced["p99_error_of_buckets"] == pytest.approx(0.0, abs=1e-3) and base["p99_error_of_buckets"] is None
     assert goals["otlp-10"] == {"requests": 50_000, "enough_requests": True, "p99_error": traced["p99_error"],
-                                "p99_error_met": True, "triton_added_cpu_us": 8.0, "triton_added_cpu_met": True}
+                                "p99_error_met": True, "p99_error_of_buckets": traced["p99_error_of_buckets"],
+                                "p99_error_beyond_buckets": traced["p99_error_beyond_buckets"],
+                                "triton_added_cpu_us": 8.0, "triton_added_cpu_met": True}
     # judged net of the idle polling (which costs per poll, not per request)
     assert goals["exporter_cpu_per_traced_request"] == {"otlp-10": {"us": 140.0, "net_us": 20.0, "met": True,
                                                                     "tick_us": 1e6 / ov.CLOCK_TICKS / 5_000}}
@@ -411,6 +426,24 @@ def test_perf_analyzer_is_stopped_when_the_server_crashes(tmp_path: Path, monkey
     assert len(asked) == 3
 
 
+def test_perf_analyzer_that_gave_up_on_a_live_server_is_stopped_and_the_mode_failed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """perf_analyzer 2.51 prints its give-up line when a thread gets an error answer, then waits
+    forever: seen with a tritonserver that answered "Not Found" while tracing at rate 1."""
+    stuck = tmp_path / "perf_analyzer"
+    stuck.write_text(f"#!/bin/sh\necho '{ov.GAVE_UP}. Worker thread(s) failed to generate concurrent requests.'\n"
+                     "echo 'Thread [0] had error: Not Found'\nexec sleep 60\n")
+    stuck.chmod(0o755)
+    monkeypatch.setattr(ov, "WATCH_S", 0.05)
+    client = ov.PerfAnalyzerClient(tools.PerfAnalyzerInstall(stuck, None))
+    with pytest.raises(ov.ClientGaveUp, match="perf_analyzer gave up: Not Found"):
+        client.play("http://127.0.0.1:9", 100, tmp_path)
+    replica = _Replica(True, "I1126 serving\n")
+    replica.http_url = "http://127.0.0.1:9"
+    with pytest.raises(ov.TritonDied, match="tritonserver stopped answering; perf_analyzer gave up: Not Found"):
+        ov.play(client, replica, 100, tmp_path)  # type: ignore[arg-type]
+
+
 def test_the_load_generator_is_stopped_when_the_server_crashes(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ov, "WATCH_S", 0.05)
@@ -439,9 +472,10 @@ def test_modes_whose_triton_crashed_keep_the_rounds_that_completed_and_say_why()
     goals = ov.goals(results)
     assert goals["otlp-10"]["requests"] == 50_000 and "otlp-1" not in goals["exporter_cpu_per_traced_request"]
     page = ov.markdown(page_of(results, goals))
-    assert "| otlp-1 | Triton crashed |" in page and "server#7795" in page and "| otlp-10 | 50,000 |" in page
-    assert "`otlp-1`: Triton crashed in 2 of 2 attempts" in page and "after about 20,512, 20,512 requests" in page
-    assert "no round completed" in page and "`otlp-10`: Triton crashed in 1 of 2 attempts" in page
+    assert "| otlp-1 | Triton failed |" in page and "server#7795" in page and "| otlp-10 | 50,000 |" in page
+    assert "`otlp-1`: Triton crashed or stopped answering in 2 of 2 attempts" in page
+    assert "after about 20,512, 20,512 requests" in page
+    assert "no round completed" in page and "`otlp-10`: Triton crashed or stopped answering in 1 of 2 attempts" in page
     assert "figures are those of the 1 round(s) that completed" in page
     down = [base, ov.with_crashes(ov.mode_result(otlp10, []), [crash])]
     ov.against_none(down)
