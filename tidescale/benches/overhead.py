@@ -315,7 +315,7 @@ class ClientRun:
     wall_s: float  # first request sent to last answer received, by the client's own clock
 
 
-Abort = Callable[[], bool]  # asked every WATCH_S while a client runs: stop now (the server crashed)?
+Abort = Callable[[], bool]  # asked every WATCH_S while a client runs: stop now (the server crashed)? (or raises)
 WATCH_S = 1.0
 
 
@@ -574,11 +574,58 @@ def crashed(replica: TritonReplica) -> bool:
     return not replica.alive() or SIGNAL.search(replica.process.log_tail(40)) is not None
 
 
+class ServerStalled(TidescaleError):
+    """No request completed for a while although the client was sending: the server hangs."""
+
+
+@dataclass
+class StallWatch:
+    """The clients' abort check: True when the replica crashed; ServerStalled when its completion count
+    has not moved for *stall_s* (tritonserver 2.51 also hangs, alive, while tracing to a file at rate 1,
+    and perf_analyzer then waits forever). The count is read every *every_s*, not every check: Triton
+    renders its metrics on its own CPU, which the bench measures."""
+
+    crashed: Callable[[], bool]
+    completed: Callable[[], float]  # nv_inference_request_success of the model
+    stall_s: float = 60.0
+    every_s: float = 10.0
+    clock: Callable[[], float] = time.monotonic
+    _count: float | None = None
+    _moved_at: float | None = None
+    _read_at: float | None = None
+
+    def __call__(self) -> bool:
+        if self.crashed():
+            return True
+        now = self.clock()
+        if self._read_at is not None and now - self._read_at < self.every_s:
+            return False
+        self._read_at = now
+        with contextlib.suppress(httpx.HTTPError, TidescaleError):  # unreadable: no progress seen
+            count = self.completed()
+            if count != self._count:
+                self._count, self._moved_at = count, now
+        if self._moved_at is None:
+            self._moved_at = now
+        if now - self._moved_at >= self.stall_s:
+            raise ServerStalled(f"no request completed for {now - self._moved_at:.0f} s")
+        return False
+
+
+def completed_requests(replica: TritonReplica) -> float:
+    resp = httpx.get(replica.metrics_url, timeout=5.0)
+    resp.raise_for_status()
+    return triton_view(resp.text).requests
+
+
 def play(client: Client, replica: TritonReplica, requests: int, workdir: Path) -> ClientRun:
-    """The client's run, stopped if the replica crashes; TritonDied, saying why from Triton's log, when
-    the replica is what failed."""
+    """The client's run, stopped if the replica crashes or hangs; TritonDied, saying why from Triton's
+    log, when the replica is what failed."""
+    watch = StallWatch(lambda: crashed(replica), lambda: completed_requests(replica))
     try:
-        return client.play(replica.http_url, requests, workdir, lambda: crashed(replica))
+        return client.play(replica.http_url, requests, workdir, watch)
+    except ServerStalled as exc:
+        raise TritonDied(f"tritonserver stopped answering; {exc}") from exc
     except ClientGaveUp as exc:
         if replica.process is not None and crashed(replica):
             raise TritonDied(f"tritonserver died ({crash_reason(replica.process.log_tail(120))}); {exc}") from exc

@@ -8,6 +8,7 @@ import os
 import shutil
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 
@@ -388,6 +389,7 @@ class _Process:
 class _Replica:
     def __init__(self, alive: bool, log: str) -> None:
         self.http_url, self.process, self._alive = "http://127.0.0.1:9", _Process(log), alive
+        self.metrics_url = "http://127.0.0.1:9/metrics"  # nothing listens: the count is unreadable
 
     def alive(self) -> bool:
         return self._alive
@@ -442,6 +444,35 @@ def test_perf_analyzer_that_gave_up_on_a_live_server_is_stopped_and_the_mode_fai
     replica.http_url = "http://127.0.0.1:9"
     with pytest.raises(ov.TritonDied, match="tritonserver stopped answering; perf_analyzer gave up: Not Found"):
         ov.play(client, replica, 100, tmp_path)  # type: ignore[arg-type]
+
+
+def test_stall_watch_raises_when_no_request_completes_for_stall_s() -> None:
+    now, counts, crashed = [0.0], iter([0.0, 100.0, 200.0, 200.0, 200.0, 200.0]), [False]
+    watch = ov.StallWatch(lambda: crashed[0], lambda: next(counts), stall_s=30.0, every_s=10.0,
+                          clock=lambda: now[0])
+    for t in (0.0, 5.0, 10.0, 20.0, 30.0, 40.0):  # read at 0, 10, 20 (moving), 30, 40 (still 200)
+        now[0] = t
+        assert watch() is False
+    now[0] = 50.0  # 30 s since the count last moved (at 20 s)
+    with pytest.raises(ov.ServerStalled, match="no request completed for 30 s"):
+        watch()
+    crashed[0] = True
+    assert watch() is True  # a crash is told as such, before any stall
+
+
+def test_stall_watch_counts_an_unreadable_server_as_no_progress() -> None:
+    now = [0.0]
+
+    def unreadable() -> float:
+        raise httpx.ConnectError("refused")
+
+    watch = ov.StallWatch(lambda: False, unreadable, stall_s=20.0, every_s=5.0, clock=lambda: now[0])
+    for t in (0.0, 5.0, 10.0, 15.0):
+        now[0] = t
+        assert watch() is False
+    now[0] = 20.0
+    with pytest.raises(ov.ServerStalled):
+        watch()
 
 
 def test_the_load_generator_is_stopped_when_the_server_crashes(tmp_path: Path,
