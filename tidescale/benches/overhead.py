@@ -350,7 +350,7 @@ def profile_run(export: Mapping[str, Any]) -> ClientRun:
 
 
 # perf_analyzer 2.51 prints this when a worker thread got an error answer (seen: "Not Found" from a
-# live tritonserver that had stopped serving while tracing at rate 1), and then waits forever.
+# live tritonserver that had stopped serving while tracing at rate 1), then exits 99 or waits forever.
 GAVE_UP = "Failed to maintain requested inference load"
 
 
@@ -420,7 +420,10 @@ class PerfAnalyzerClient:
                 proc.kill()
                 proc.wait()
         if code != 0:
-            raise TidescaleError(f"perf_analyzer failed ({code}): {client_errors(log.read_text(errors='replace'))}")
+            output = log.read_text(errors="replace")
+            if GAVE_UP in output:  # error answers from the server, which may still run: its failure
+                raise ClientGaveUp(f"perf_analyzer gave up ({code}): {client_errors(output)}")
+            raise TidescaleError(f"perf_analyzer failed ({code}): {client_errors(output)}")
         return profile_run(json.loads(export.read_text()))
 
 

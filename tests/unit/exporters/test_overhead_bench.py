@@ -446,6 +446,16 @@ def test_perf_analyzer_that_gave_up_on_a_live_server_is_stopped_and_the_mode_fai
         ov.play(client, replica, 100, tmp_path)  # type: ignore[arg-type]
 
 
+def test_perf_analyzer_that_gave_up_and_exited_is_the_servers_failure(tmp_path: Path) -> None:
+    failing = tmp_path / "perf_analyzer"
+    failing.write_text(f"#!/bin/sh\necho '{ov.GAVE_UP}.'\necho 'Thread [0] had error: Not Found'\nexit 99\n")
+    failing.chmod(0o755)
+    client = ov.PerfAnalyzerClient(tools.PerfAnalyzerInstall(failing, None))
+    replica = _Replica(True, "I1126 serving\n")
+    with pytest.raises(ov.TritonDied, match=r"stopped answering; perf_analyzer gave up \(99\): Not Found"):
+        ov.play(client, replica, 100, tmp_path)  # type: ignore[arg-type]
+
+
 def test_stall_watch_raises_when_no_request_completes_for_stall_s() -> None:
     now, counts, crashed = [0.0], iter([0.0, 100.0, 200.0, 200.0, 200.0, 200.0]), [False]
     watch = ov.StallWatch(lambda: crashed[0], lambda: next(counts), stall_s=30.0, every_s=10.0,
