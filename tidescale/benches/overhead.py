@@ -629,12 +629,10 @@ def play(client: Client, replica: TritonReplica, requests: int, workdir: Path) -
         return client.play(replica.http_url, requests, workdir, watch)
     except ServerStalled as exc:
         raise TritonDied(f"tritonserver stopped answering; {exc}") from exc
-    except ClientGaveUp as exc:
-        if replica.process is not None and crashed(replica):
-            raise TritonDied(f"tritonserver died ({crash_reason(replica.process.log_tail(120))}); {exc}") from exc
-        raise TritonDied(f"tritonserver stopped answering; {exc}") from exc
     except TidescaleError as exc:
         if replica.process is None or not crashed(replica):
+            if isinstance(exc, ClientGaveUp):  # error answers from a server still running
+                raise TritonDied(f"tritonserver stopped answering; {exc}") from exc
             raise
         said = " ".join(str(exc).split())
         raise TritonDied(f"tritonserver died ({crash_reason(replica.process.log_tail(120))}); {said[:160]}") from exc
