@@ -23,6 +23,9 @@ def render_command(
     slo_p99: float | None = typer.Option(None, "--slo-p99", help="Latency SLO (P99 seconds) for the recommender."),
     prometheus_url: str = typer.Option("http://prometheus-operated.monitoring:9090", "--prometheus-url",
                                        help="Prometheus as KEDA reaches it."),
+    recommender_url: str | None = typer.Option(
+        None, "--recommender-url", help="With --keda: the recommender's Service as KEDA reaches it "
+        "(http://SERVICE.NAMESPACE.svc:PORT); KEDA then reads its answer directly, not through Prometheus."),
     legacy_tolerance: bool = typer.Option(False, "--legacy-tolerance",
                                           help="Cluster without behavior.*.tolerance (Kubernetes < 1.33)."),
     adapter_namespace: str = typer.Option("monitoring", "--adapter-namespace",
@@ -40,7 +43,7 @@ def render_command(
     target = Target(deployment, namespace, model, min_replicas, max_replicas, slo_p99,
                     tuple(PreScale.parse(p) for p in prescale))
     typer.echo(render(target, keda=keda, prometheus_url=prometheus_url, legacy=legacy_tolerance,
-                      adapter_namespace=adapter_namespace,
+                      adapter_namespace=adapter_namespace, recommender_url=recommender_url,
                       max_batch_exec_s=None if max_batch_exec_ms is None else max_batch_exec_ms / 1e3), nl=False)
 
 

@@ -27,6 +27,15 @@ from tidescale.contracts.yamlout import dump, dump_all
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _CRON_FIELD = re.compile(r"^[0-9A-Za-z*/,\-?]+$")
 KEDA_POLLING_S = 15
+# The recommender's answer for one target, as KEDA's metrics-api trigger reads it (service.make_app).
+DESIRED_PATH = "/v1/desired"
+DESIRED_FIELD = "desired_replicas"
+# http://SERVICE.NAMESPACE[.svc[.cluster.local]][:PORT]: KEDA finds the Service's endpoints from the first two labels.
+_SERVICE_URL = re.compile(r"^https?://[a-z0-9]([-a-z0-9]*[a-z0-9])?\.[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9.-]+)?(:[0-9]{1,5})?$")
+
+
+def desired_path(namespace: str, deployment: str) -> str:
+    return f"{DESIRED_PATH}/{namespace}/{deployment}"
 
 
 @functools.cache
@@ -144,9 +153,43 @@ def keda_query(target: Target) -> str:
     return f"max({selector(desired, namespace=target.namespace, deployment=target.deployment)})"
 
 
-def keda_manifest(target: Target, prometheus_url: str, legacy: bool = False) -> dict[str, Any]:
-    """KEDA ScaledObject: prometheus trigger, AverageValue threshold 1 = one replica's share of D."""
+def recommender_trigger(target: Target, recommender_url: str) -> dict[str, Any]:
+    """KEDA's metrics-api trigger on the recommender's own answer for *target* (AverageValue 1 = D).
+
+    KEDA asks at each HPA sync, so a panic reaches the HPA without waiting for Prometheus to scrape
+    the recommender (up to 5 s, and a Prometheus query, on the prometheus trigger). With several
+    recommender replicas KEDA asks every Ready one behind the Service and takes the max, what
+    `max(tidescale_desired_replicas)` takes on the prometheus trigger; one that has no answer yet
+    (503) is skipped, and none answering is an error (the HPA holds)."""
+    if not _SERVICE_URL.match(recommender_url):
+        raise UsageError(f"recommender URL {recommender_url!r} must be http(s)://SERVICE.NAMESPACE[.svc][:PORT] "
+                         "(KEDA reads the Service's endpoints from its first two labels)")
+    return {
+        "type": "metrics-api", "metricType": "AverageValue",
+        "metadata": {
+            "url": recommender_url + desired_path(target.namespace, target.deployment),
+            "format": "json", "valueLocation": DESIRED_FIELD, "targetValue": "1",
+            "aggregateFromKubeServiceEndpoints": "true", "aggregationType": "max",
+        },
+    }
+
+
+def keda_manifest(target: Target, prometheus_url: str, legacy: bool = False,
+                  recommender_url: str | None = None) -> dict[str, Any]:
+    """KEDA ScaledObject, AverageValue 1 = one replica's share of D: a metrics-api trigger on the
+    recommender at *recommender_url*, else a prometheus trigger on its exported answer."""
     behavior = spec_to_dict(tidescale_hpa_spec(target, legacy))["behavior"]
+    prometheus = {
+        "type": "prometheus", "metricType": "AverageValue",
+        "metadata": {
+            "serverAddress": prometheus_url,
+            "query": keda_query(target),
+            "threshold": "1",
+            # An empty result is an error (the HPA then holds), not zero (a scale-down).
+            "ignoreNullValues": "false",
+        },
+    }
+    first = recommender_trigger(target, recommender_url) if recommender_url else prometheus
     return {
         "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
         "metadata": {"name": target.deployment, "namespace": target.namespace,
@@ -157,16 +200,7 @@ def keda_manifest(target: Target, prometheus_url: str, legacy: bool = False) -> 
             "pollingInterval": KEDA_POLLING_S,
             "advanced": {"horizontalPodAutoscalerConfig": {"name": f"keda-hpa-{target.deployment}",
                                                            "behavior": behavior}},
-            "triggers": [{
-                "type": "prometheus", "metricType": "AverageValue",
-                "metadata": {
-                    "serverAddress": prometheus_url,
-                    "query": keda_query(target),
-                    "threshold": "1",
-                    # An empty result is an error (the HPA then holds), not zero (a scale-down).
-                    "ignoreNullValues": "false",
-                },
-            }, *(p.trigger() for p in target.prescale)],
+            "triggers": [first, *(p.trigger() for p in target.prescale)],
         },
     }
 
@@ -180,11 +214,14 @@ def recommender_config_snippet(target: Target, legacy: bool) -> dict[str, Any]:
 
 
 def render(target: Target, keda: bool = False, prometheus_url: str = "http://prometheus-operated:9090",
-           legacy: bool = False, adapter_namespace: str = "monitoring", max_batch_exec_s: float | None = None) -> str:
+           legacy: bool = False, adapter_namespace: str = "monitoring", max_batch_exec_s: float | None = None,
+           recommender_url: str | None = None) -> str:
     """The multi-document YAML `tidescale autoscale render` prints."""
     if target.prescale and not keda:
-        raise UsageError("--prescale needs --keda (a cron trigger beside the prometheus one)")
-    scaler = keda_manifest(target, prometheus_url, legacy) if keda else hpa_manifest(target, legacy)
+        raise UsageError("--prescale needs --keda (a cron trigger beside the recommender's)")
+    if recommender_url and not keda:
+        raise UsageError("--recommender-url needs --keda (the HPA reads the recommender through prometheus-adapter)")
+    scaler = keda_manifest(target, prometheus_url, legacy, recommender_url) if keda else hpa_manifest(target, legacy)
     docs: list[Any] = [scaler]
     head = f"# tidescale autoscaling for {target.namespace}/{target.deployment} (model {target.model})\n"
     head += "# recommender settings for this target:\n" + "".join(

@@ -60,6 +60,9 @@ class RecommenderConfig:
     panic_lookahead_extra_s: float = 10.0  # the fast path's lag on top of the cold start
     trend_cap: float = 2.0  # the slow path's projection is at most this many times the rate (`projected_rate`)
     panic_trend_cap: float = 2.0  # the same bound on the panic's projection
+    panic_trend_window_s: float = 10.0  # the panic's trend: shorter than the slow path's, so the first
+    # seconds of a ramp are not averaged with the flat minute before it (the first ask sets the fleet
+    # that is Ready one cold start later)
 
     def __post_init__(self) -> None:
         if self.capacity_rps <= 0:
@@ -77,8 +80,9 @@ class RecommenderConfig:
         if not self.headroom_window_s > 0:
             raise UsageError(f"headroom_window_s must be > 0, got {self.headroom_window_s}")
         if not (self.panic_threshold > 0 and self.panic_window_s > 0 and self.panic_hold_s >= 0
-                and self.panic_trend_cap >= 1 and self.trend_cap >= 1):
-            raise UsageError("need panic_threshold > 0, panic_window_s > 0, panic_hold_s >= 0 and trend caps >= 1")
+                and self.panic_trend_window_s > 0 and self.panic_trend_cap >= 1 and self.trend_cap >= 1):
+            raise UsageError("need panic_threshold > 0, panic_window_s > 0, panic_trend_window_s > 0, "
+                             "panic_hold_s >= 0 and trend caps >= 1")
 
 
 def check_headroom(factor: float, name: str = "headroom") -> None:
@@ -259,7 +263,7 @@ class Recommender:
 
         When that rate exceeds `panic_threshold` x what *asked* replicas carry (at the scale-up
         utilisation), the count that the rate projected over the cold start needs, at once: the
-        projection uses the fast readings' own trend over `trend_window_s`, so a ramp is met where it
+        projection uses the fast readings' own trend over `panic_trend_window_s`, so a ramp is met where it
         will be when new replicas are Ready, not where it is. That count then stands as a floor for
         `panic_hold_s`. None when there is no overload (the slow path decides).
         """
@@ -267,7 +271,7 @@ class Recommender:
         if arrival_rps is None or not math.isfinite(arrival_rps) or arrival_rps < 0:
             return None
         self._fast_rates.append((t, arrival_rps))
-        while self._fast_rates[0][0] < t - cfg.trend_window_s:
+        while self._fast_rates[0][0] < t - cfg.panic_trend_window_s:
             self._fast_rates.popleft()
         if arrival_rps <= cfg.panic_threshold * asked * self.capacity_rps * cfg.utilisation:
             return None

@@ -30,7 +30,7 @@ from pydantic_settings import SettingsConfigDict
 from tidescale.autoscaler.capacity import load_capacity
 from tidescale.autoscaler.decisions import DECISIONS, decision, event_message
 from tidescale.autoscaler.fastpath import FastReading, FastWindow
-from tidescale.autoscaler.manifests import Target
+from tidescale.autoscaler.manifests import DESIRED_PATH, Target
 from tidescale.autoscaler.podreader import PodReader, discover_pods
 from tidescale.autoscaler.recommend import (
     Observation,
@@ -92,6 +92,7 @@ class RecommenderTuning(BaseModel):
     panic_hold_s: float = Field(default=_default("panic_hold_s"), ge=0, allow_inf_nan=False)
     panic_lookahead_extra_s: float = Field(default=_default("panic_lookahead_extra_s"), ge=0, allow_inf_nan=False)
     panic_trend_cap: float = Field(default=_default("panic_trend_cap"), ge=1, allow_inf_nan=False)
+    panic_trend_window_s: float = Field(default=_default("panic_trend_window_s"), gt=0, allow_inf_nan=False)
     trend_cap: float = Field(default=_default("trend_cap"), ge=1)  # inf: off
 
     def as_json(self) -> dict[str, Any]:
@@ -565,6 +566,16 @@ class RecommenderService:
         st.failsafe, st.detail = reason, detail
 
     # --- export -----------------------------------------------------------------------------------
+
+    def answer(self, namespace: str, deployment: str) -> DesiredAnswer | None:
+        """What `/metrics` exports for one target, for KEDA's metrics-api trigger; None before the
+        first good evaluation (KeyError: not a target)."""
+        with self._lock:
+            st = self.states[(namespace, deployment)]
+            if st.published is None:
+                return None
+            return DesiredAnswer(namespace=namespace, deployment=deployment, desired_replicas=st.published,
+                                 decision=st.decision, failsafe=st.failsafe, last_success=st.last_success)
     def collect(self) -> Iterator[Metric]:
         def family(name: str, extra: tuple[str, ...] = ()) -> GaugeMetricFamily:
             fam = catalog.get(name)
@@ -639,9 +650,23 @@ class RecommenderService:
             stop.wait(max(0.0, interval_s - (time.monotonic() - started)))
 
 
+class DesiredAnswer(BaseModel):
+    """One target's answer, what KEDA's metrics-api trigger reads (`desired_replicas`)."""
+
+    namespace: str
+    deployment: str
+    desired_replicas: int
+    decision: str
+    failsafe: str | None  # the reason the last good answer is held, if it is
+    last_success: float | None  # Unix time of the last evaluation with good data
+
+
+_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"  # a Kubernetes object name (namespaces: a DNS label)
+
+
 def make_app(service: RecommenderService) -> Any:
-    """FastAPI app: `/metrics` (the service's collector only) and `/healthz`."""
-    from fastapi import FastAPI
+    """FastAPI app: `/metrics` (the service's collector only), `/healthz` and each target's answer."""
+    from fastapi import FastAPI, HTTPException, Path
     from fastapi.responses import Response
     from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
@@ -658,6 +683,20 @@ def make_app(service: RecommenderService) -> Any:
     def healthz() -> dict[str, Any]:
         held = {f"{ns}/{dep}": st.failsafe for (ns, dep), st in service.states.items() if st.failsafe}
         return {"status": "ok", "targets": len(service.states), "failsafe": held}
+
+    def name() -> Any:
+        return Path(min_length=1, max_length=253, pattern=_NAME_PATTERN)
+
+    @app.get(DESIRED_PATH + "/{namespace}/{deployment}", response_model=DesiredAnswer)
+    def desired(namespace: str = name(), deployment: str = name()) -> DesiredAnswer:
+        try:
+            answer = service.answer(namespace, deployment)
+        except KeyError:
+            raise HTTPException(404, f"{namespace}/{deployment} is not one of this recommender's targets") from None
+        if answer is None:  # KEDA counts it as an error; with none answering, the HPA holds
+            raise HTTPException(503, f"no recommendation for {namespace}/{deployment} yet: no evaluation has had "
+                                     "good data since this recommender started")
+        return answer
 
     return app
 

@@ -303,6 +303,8 @@ def check_one_exporter_per_node(cluster: Cluster, serving: str, exporters: dict[
 SCALE_DOWNS = 20
 
 
+# The External metric KEDA names for the first trigger, a metrics-api one reading `desired_replicas`.
+KEDA_METRIC = "s0-metric-api-desired_replicas"
 # Longer than a scale-down takes with Prometheus up: the recommender's rate window and down delay (30 s each),
 # KEDA's polling and the HPA's sync (15 s each) and the scale-down stabilization window (30 s).
 OUTAGE_S = 150
@@ -320,7 +322,7 @@ def test_keda_mode_scales_up_under_load_holds_while_prometheus_is_down_then_scal
             traced = wait_for(lambda: (lambda s: s if {m.get("pod") for m in s} & serving_now else None)(
                 latency_series(cluster)), 60, "latency series of the current Triton pods in Prometheus")
             gpus = wait_for(lambda: gpu_series(cluster), 60, "dcgm-exporter series of the Triton pods' GPUs")
-            # Both recommenders write their answer; the ScaledObject's max() reads one value from them.
+            # Both recommenders export their answer (the dashboards read it); KEDA asks both and takes the max.
             writers = wait_for(lambda: len({m.get("pod") for m in prometheus_series(
                 cluster, f'tidescale_desired_replicas{{namespace="{SERVING}"}}')}) == 2 or None, 60,
                 "a tidescale_desired_replicas series from each of the two recommenders")
@@ -347,8 +349,11 @@ def test_keda_mode_scales_up_under_load_holds_while_prometheus_is_down_then_scal
     assert min(seen) >= held, f"scaled down to {min(seen)} while Prometheus was down (from {held})"
     events = scale_down_and_events(cluster)
     assert any("above target" in e for e in events) and any("below target" in e for e in events), events
-    [item] = external_metric(cluster, "s0-prometheus", "scaledobject.keda.sh%2Fname%3Dtriton")
-    assert item["metricName"] == "s0-prometheus" and float(item["value"]) == 1.0
+    # KEDA reads the recommenders themselves (keda.source=recommender, the chart's default), not Prometheus.
+    [scaled] = cluster.get(f"/apis/keda.sh/v1alpha1/namespaces/{SERVING}/scaledobjects")["items"]
+    assert [t["type"] for t in scaled["spec"]["triggers"]] == ["metrics-api"]
+    [item] = external_metric(cluster, KEDA_METRIC, "scaledobject.keda.sh%2Fname%3Dtriton")
+    assert item["metricName"] == KEDA_METRIC and float(item["value"]) == 1.0
 
 
 def test_adapter_mode_scales_triton_up_under_load_and_back_down(cluster: Cluster, serving: str,

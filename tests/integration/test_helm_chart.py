@@ -306,7 +306,7 @@ def test_dashboards_are_configmaps_with_the_generated_json(default_docs: list[di
             assert json.loads(text) == boards[key.removesuffix(".json")]
 
 
-def test_hpa_and_scaledobject_match_the_autoscaler_manifests(full_docs: list[dict[str, Any]],
+def test_hpa_and_scaledobject_match_the_autoscaler_manifests(tmp: Path, full_docs: list[dict[str, Any]],
                                                              keda_docs: list[dict[str, Any]]) -> None:
     from tidescale.autoscaler.manifests import PreScale, Target, hpa_manifest, keda_manifest
 
@@ -320,11 +320,38 @@ def test_hpa_and_scaledobject_match_the_autoscaler_manifests(full_docs: list[dic
         assert hpa["spec"] == expected["spec"] and hpa["metadata"]["namespace"] == "serving"
     scaled = kinds(keda_docs)["ScaledObject"]
     assert "HorizontalPodAutoscaler" not in kinds(keda_docs)
+    recommender = f"http://t-tidescale-recommender.{NAMESPACE}.svc:9106"  # keda.source=recommender, the default
     for obj in scaled:
-        expected = keda_manifest(targets[obj["metadata"]["name"]], "http://prometheus-operated.monitoring.svc:9090")
+        expected = keda_manifest(targets[obj["metadata"]["name"]], "unused", recommender_url=recommender)
         assert obj["spec"] == expected["spec"]
     resnet = next(o for o in scaled if o["metadata"]["name"] == "triton-resnet")
-    assert [t["type"] for t in resnet["spec"]["triggers"]] == ["prometheus", "cron"]  # the known peak
+    assert [t["type"] for t in resnet["spec"]["triggers"]] == ["metrics-api", "cron"]  # the known peak
+    values = {**KEDA_VALUES, "autoscaling": {**KEDA_VALUES["autoscaling"], "keda": {"source": "prometheus"}}}
+    for obj in kinds(template(tmp, values, *MONITORING_API))["ScaledObject"]:
+        expected = keda_manifest(targets[obj["metadata"]["name"]], "http://prometheus-operated.monitoring.svc:9090")
+        assert obj["spec"] == expected["spec"]
+
+
+def test_keda_reading_the_recommender_lets_keda_in_and_needs_no_prometheus_credentials(tmp: Path) -> None:
+    """keda.source=recommender: the recommender's NetworkPolicy admits KEDA's namespace (its operator
+    asks), and the Prometheus TriggerAuthentication is not rendered; keda.source=prometheus: the reverse."""
+    auth = {"bearerTokenSecret": {"name": "prom-token"}}
+    for source, keda_in in (("recommender", True), ("prometheus", False)):
+        values = {**KEDA_VALUES, "autoscaling": {**KEDA_VALUES["autoscaling"], "keda": {"source": source}},
+                  "recommender": {**FULL_VALUES["recommender"], "prometheusAuth": auth},
+                  "networkPolicy": {"kedaNamespaceSelector": {"kubernetes.io/metadata.name": "keda-system"}}}
+        by_kind = kinds(template(tmp, values, *MONITORING_API))
+        [policy] = [p for p in by_kind["NetworkPolicy"] if p["metadata"]["name"] == "t-tidescale-recommender"]
+        sources = [peer.get("namespaceSelector") for rule in policy["spec"]["ingress"] for peer in rule["from"]]
+        assert ({"matchLabels": {"kubernetes.io/metadata.name": "keda-system"}} in sources) == keda_in, source
+        assert ("TriggerAuthentication" in by_kind) != keda_in, source
+        [trigger, *_] = by_kind["ScaledObject"][0]["spec"]["triggers"]
+        assert ("authenticationRef" in trigger) != keda_in, source
+    values = {**KEDA_VALUES, "recommender": {"enabled": False}}
+    path = tmp / "keda-no-recommender.yaml"
+    path.write_text(yaml.safe_dump(values))
+    result = helm("template", "t", str(CHART), "-f", str(path))
+    assert result.returncode != 0 and "keda.source=recommender needs recommender.enabled" in result.stderr
 
 
 @pytest.mark.parametrize("mode", ["keda", "adapter"])
@@ -334,8 +361,9 @@ def test_the_cluster_value_scopes_the_recommender_keda_and_the_hpa_to_this_clust
     from tidescale.autoscaler.service import RecommenderSettings
     from tidescale.contracts.settings import load_settings
 
-    values = {**FULL_VALUES, "clusterLabel": "k8s_cluster",
-              "autoscaling": {**FULL_VALUES["autoscaling"], "mode": mode, "cluster": "prod-eu"}}
+    values = {**FULL_VALUES, "clusterLabel": "k8s_cluster",  # KEDA's cluster matcher: on its Prometheus query
+              "autoscaling": {**FULL_VALUES["autoscaling"], "mode": mode, "cluster": "prod-eu",
+                              "keda": {"source": "prometheus"}}}
     by_kind = kinds(template(tmp, values))
     config = next(d for d in by_kind["ConfigMap"] if d["metadata"]["name"].endswith("-config"))
     path = tmp / f"cluster-{mode}.yaml"

@@ -24,7 +24,8 @@ from tests.integration.test_helm_chart import (
 
 RELEASE, NAMESPACE = "obs", "mon"
 APIS = (*MONITORING_API, "--api-versions", "monitoring.coreos.com/v1alpha1", "--api-versions", "keda.sh/v1alpha1")
-AUTH_VALUES: dict[str, Any] = {**KEDA_VALUES, "recommender": {
+AUTH_VALUES: dict[str, Any] = {**KEDA_VALUES, "autoscaling": {**KEDA_VALUES["autoscaling"], "keda": {
+    "source": "prometheus"}}, "recommender": {
     **FULL_VALUES["recommender"], "replicas": 2, "prometheusUrl": "https://mimir-gateway.mimir.svc/prometheus",
     "prometheusAuth": {"basicAuthSecret": {"name": "mimir-basic"}, "caSecret": {"name": "mimir-ca"},
                        "tenant": "team-ml"}}}
@@ -136,6 +137,27 @@ def test_every_url_to_a_chart_service_names_a_service_and_port_that_exist(docs: 
                 assert (namespace, name) in services, f"{doc['kind']} {doc['metadata']['name']}: {text}"
                 assert int(port or 80) in services[(namespace, name)], f"{doc['kind']}: {text} (wrong port)"
     assert seen, "no chart URL found: the check checked nothing"
+
+
+def test_keda_finds_the_recommender_pods_at_the_port_its_url_names(docs: list[dict[str, Any]],
+                                                                  request: pytest.FixtureRequest) -> None:
+    """KEDA's metrics-api trigger asks every Ready endpoint of the Service in its URL, at the URL's port
+    number (it does not follow the Service's targetPort): the pods must listen on that number."""
+    pods = workload_pods(docs)
+    seen = 0
+    for scaled in of_kind(docs, "ScaledObject"):
+        for trigger in scaled["spec"]["triggers"]:
+            if trigger["type"] != "metrics-api":
+                continue
+            name, namespace, port = SERVICE_URL.findall(trigger["metadata"]["url"])[0]
+            [service] = [s for s in of_kind(docs, "Service") if key(s) == (namespace, name)]
+            [spec] = [spec for ns, labels, spec in pods
+                      if ns == namespace and service["spec"]["selector"].items() <= labels.items()]
+            assert int(port) in container_ports(spec).values(), trigger["metadata"]["url"]
+            seen += 1
+    autoscaling = CASES[request.node.callspec.params["docs"]].get("autoscaling") or {}
+    source = (autoscaling.get("keda") or {}).get("source", "recommender")  # the chart's default
+    assert bool(seen) == (autoscaling.get("mode") == "keda" and source == "recommender")
 
 
 def test_every_service_selects_a_workload_and_its_target_port_exists(docs: list[dict[str, Any]]) -> None:

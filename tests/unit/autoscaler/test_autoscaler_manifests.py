@@ -19,6 +19,7 @@ from tidescale.autoscaler import adapter, generate
 from tidescale.autoscaler.manifests import (
     PreScale,
     Target,
+    desired_path,
     hpa_manifest,
     keda_manifest,
     keda_query,
@@ -80,6 +81,26 @@ def test_keda_scaled_object_validates_against_the_crd(legacy: bool) -> None:
     trigger = doc["spec"]["triggers"][0]
     assert trigger["type"] == "prometheus" and trigger["metadata"]["threshold"] == "1"
     assert trigger["metadata"]["ignoreNullValues"] == "false"
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_keda_reads_the_recommender_through_a_metrics_api_trigger_the_crd_accepts(legacy: bool) -> None:
+    url = "http://tidescale-recommender.monitoring.svc:9106"
+    doc = keda_manifest(TARGET, "http://prometheus:9090", legacy, recommender_url=url)
+    jsonschema.validate(doc, keda_schema())
+    [trigger] = doc["spec"]["triggers"]
+    assert trigger["type"] == "metrics-api" and trigger["metricType"] == "AverageValue"
+    meta = trigger["metadata"]
+    assert meta["url"] == f"{url}{desired_path(TARGET.namespace, TARGET.deployment)}"
+    assert (meta["format"], meta["valueLocation"], meta["targetValue"]) == ("json", "desired_replicas", "1")
+    # every recommender behind the Service, the max: what max() reads from Prometheus
+    assert (meta["aggregateFromKubeServiceEndpoints"], meta["aggregationType"]) == ("true", "max")
+
+
+@pytest.mark.parametrize("url", ["http://recommender:9106", "ftp://r.ns.svc", "http://r.ns.svc/x", "http://R.ns"])
+def test_a_recommender_url_keda_cannot_resolve_to_a_service_is_refused(url: str) -> None:
+    with pytest.raises(UsageError, match="SERVICE.NAMESPACE"):
+        keda_manifest(TARGET, "http://prometheus:9090", recommender_url=url)
 
 
 def test_prescale_adds_a_cron_trigger_the_crd_accepts() -> None:
@@ -173,6 +194,8 @@ def test_generated_artifacts_are_committed_and_fresh() -> None:
     (["--keda", "--prescale", "UTC;0 8 * * *;0 9 * * *;four"], "not a whole number"),
     (["--keda", "--prescale", "UTC;0 8 * * *;0 9 * * *;99"], "exceed --max-replicas"),
     (["--keda", "--prescale", "UTC;0 8 * * *"], "expected TIMEZONE;START CRON;END CRON;REPLICAS"),
+    (["--recommender-url", "http://r.ns.svc:9106"], "--recommender-url needs --keda"),
+    (["--keda", "--recommender-url", "http://localhost:9106"], "SERVICE.NAMESPACE"),
 ])
 def test_render_bad_input_exits_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     base = {"--deployment": "triton", "--namespace": "ml", "--model": "m"}

@@ -213,6 +213,40 @@ def test_http_endpoints() -> None:
     assert client.get("/healthz").json()["failsafe"] == {"ml/triton": "prometheus_down"}
 
 
+def test_the_answer_keda_reads_is_the_exported_one_held_through_an_outage_and_absent_before_the_first() -> None:
+    """`/v1/desired/NS/DEPLOYMENT` (KEDA's metrics-api trigger): the value `/metrics` exports, 503
+    before the first good evaluation (KEDA: an error, the HPA holds), the held value in fail-safe."""
+    svc, fake = make()
+    client = TestClient(make_app(svc), raise_server_exceptions=False)
+    fake.down = True
+    svc.evaluate(0.0)
+    early = client.get("/v1/desired/ml/triton")
+    assert early.status_code == 503 and "no recommendation for ml/triton yet" in early.json()["detail"]
+    fake.down = False
+    svc.evaluate(15.0)
+    answer = client.get("/v1/desired/ml/triton").json()
+    assert answer["desired_replicas"] == desired(svc) == 5 and answer["failsafe"] is None
+    assert answer["last_success"] is not None
+    fake.down = True
+    svc.evaluate(30.0)
+    held = client.get("/v1/desired/ml/triton").json()
+    assert held["desired_replicas"] == 5 and held["failsafe"] == "prometheus_down"
+    assert held["decision"] == "hold_missing_data"
+
+
+@pytest.mark.parametrize(("path", "status", "says"), [
+    ("/v1/desired/ml/other", 404, "ml/other is not one of this recommender's targets"),
+    ("/v1/desired/ML/triton", 422, "namespace"),
+    ("/v1/desired/ml/" + "a" * 300, 422, "deployment"),
+    ("/v1/desired/ml", 404, "Not Found"),
+])
+def test_the_answer_for_an_unknown_or_malformed_target_says_what_is_wrong(path: str, status: int, says: str) -> None:
+    svc, _ = make()
+    svc.evaluate(0.0)
+    response = TestClient(make_app(svc), raise_server_exceptions=False).get(path)
+    assert response.status_code == status and says in response.text
+
+
 def test_settings_errors(tmp_path: Path) -> None:
     cfg = tmp_path / "c.yaml"
     cfg.write_text("recommender:\n  targets:\n  - {deployment: a, namespace: b, model: m, min_replicas: 5, "

@@ -20,6 +20,7 @@ from tidescale.autoscaler.fastpath import (
 )
 from tidescale.autoscaler.podreader import PodReader, discover_pods
 from tidescale.autoscaler.recommend import Observation, Recommender, RecommenderConfig
+from tidescale.contracts.errors import UsageError
 from tidescale.contracts.tools import FIXTURES
 
 REAL = FIXTURES / "triton" / "real-2.51" / "metrics_during_load.txt"
@@ -145,6 +146,26 @@ def test_panic_projects_a_ramp_over_the_cold_start() -> None:
     assert 5 <= a.desired < b.desired  # at least ceil(400 / 90)
     # the ramp where it will be when replicas are Ready, at most twice the measured rate
     assert b.desired == math.ceil(min(2 * 540, 540 + 20 * 70) / 90)
+
+
+@pytest.mark.parametrize("window_s, desired", [(10.0, 12), (30.0, 10)])
+def test_the_panic_s_trend_window_decides_how_early_a_ramp_is_met(window_s: float, desired: int) -> None:
+    """A ramp that starts after a flat stretch: over the last 10 s the trend is the ramp's own slope;
+    over 30 s the flat readings before it flatten the slope, and the first ask is smaller (the
+    replicas that first ask brings are all that serve the ramp one cold start later)."""
+    rec = Recommender(RecommenderConfig(capacity_rps=100.0, max_replicas=50, cold_start_s=60.0,
+                                        panic_trend_window_s=window_s))
+    for t in range(0, 30, 2):
+        assert rec.panic(float(t), 300.0 + max(0.0, 20.0 * (t - 20)), asked=10) is None  # below 900: no overload
+    up = rec.panic(30.0, 500.0, asked=3)
+    assert up is not None and up.desired == desired
+    if window_s == 10.0:  # exactly the ramp: 500 + 20 req/s x 70 s, capped at twice the rate
+        assert up.desired == math.ceil(min(2 * 500, 500 + 20 * 70) / 90)
+
+
+def test_a_panic_trend_window_of_zero_is_refused() -> None:
+    with pytest.raises(UsageError, match="panic_trend_window_s > 0"):
+        RecommenderConfig(capacity_rps=100.0, panic_trend_window_s=0.0)
 
 
 @pytest.mark.parametrize("bad", [None, math.nan, math.inf, -5.0])

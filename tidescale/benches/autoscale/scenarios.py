@@ -99,9 +99,10 @@ def make_policy(name: str, initial: int, capacity_rps: float, cold_start_s: floa
     if name in pol.KNOBS:
         return pol.peer_policy(name, pol.KNOBS[name].fixed if setting is None else setting, initial, lo, hi)
     if name in STEP_VARIANTS:
-        fast_path, direct = STEP_VARIANTS[name]
+        fast_path, delivery = STEP_VARIANTS[name]
         return pol.TidescalePolicy(initial, lo, hi, capacity_rps, cold_start_s, slo_s, headroom=headroom,
-                                   fast_path=fast_path, direct=direct)
+                                   fast_path=fast_path, direct=delivery == "direct",
+                                   publish_delay_s=PUBLISH_DELAY_S[delivery])
     return pol.Oracle(needed, ORACLE_SLOT_S, cold_start_s, lo, hi)
 
 
@@ -121,10 +122,16 @@ def scenario_arrivals(sc: BenchScenario, seed: int) -> tuple[np.ndarray, float]:
     return arrivals, sc.traffic.duration_s + WARMUP_S
 
 
-# What each step of detection buys: tidescale as shipped (None: the shipped fast-path setting), without
-# its fast path (Prometheus alone), and writing the scale subresource itself instead of feeding the HPA.
-STEP_VARIANTS: dict[str, tuple[bool | None, bool]] = {
-    "tidescale": (None, False), "tidescale+no-fast-path": (False, False), "tidescale+direct": (None, True)}
+# What each step of detection buys: tidescale as shipped (None: the shipped fast-path setting; the
+# chart's default mode, the HPA through prometheus-adapter), without its fast path (Prometheus
+# alone), through KEDA asking the recommender itself, and writing the scale subresource itself.
+STEP_VARIANTS: dict[str, tuple[bool | None, str]] = {
+    "tidescale": (None, "adapter"), "tidescale+no-fast-path": (False, "adapter"), "tidescale+keda": (None, "keda"),
+    "tidescale+direct": (None, "direct")}
+# How long the recommender's answer takes to reach whatever applies it: prometheus-adapter (and KEDA's
+# prometheus trigger) reads it from Prometheus, one scrape of the recommender (every 5 s) after it
+# changed; KEDA's metrics-api trigger asks the recommender at the HPA's sync; direct mode writes it.
+PUBLISH_DELAY_S = {"adapter": 5.0, "keda": 0.0, "direct": 0.0}
 
 
 def headroom_variant(factor: float) -> str:
