@@ -146,9 +146,13 @@ def scenario(name: str, base_rps: float, duration_s: float) -> Scenario:
 def _parse_timestamp(raw: str) -> float:
     raw = raw.strip()
     try:
-        return float(raw)
+        seconds = float(raw)
     except ValueError:
         pass
+    else:  # "inf" and "nan" parse as floats but are no instant: the replay would turn them into NaN gaps
+        if not math.isfinite(seconds):
+            raise ValueError(f"{raw!r} is not a finite number of seconds")
+        return seconds
     # e.g. "2023-11-16 18:15:46.6805900": Python takes at most 6 fractional digits.
     text = raw.replace("T", " ").rstrip("Z")
     if "." in text:

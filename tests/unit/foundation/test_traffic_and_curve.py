@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tests.paths import FIXTURES
@@ -72,7 +72,16 @@ def test_malformed_trace_names_the_line(tmp_path: Path) -> None:
         load_trace_timestamps(bad)
 
 
+@pytest.mark.parametrize("cell", ["inf", "INFINITY", "-inf", "nan"])
+def test_a_timestamp_that_is_no_instant_is_refused_by_line(tmp_path: Path, cell: str) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text(f"0\n{cell}\n1\n")
+    with pytest.raises(UsageError, match=rf"t.csv:2: first column '{cell}' is not a timestamp"):
+        load_trace_timestamps(path)
+
+
 @given(st.lists(st.text(max_size=30), max_size=20))
+@example(["INFINITY", "INFINITY"])  # found by this test: float() reads it, and inf - inf is NaN
 @settings(max_examples=100, deadline=None)
 def test_trace_parser_never_crashes(tmp_path_factory: pytest.TempPathFactory, cells: list[str]) -> None:
     path = tmp_path_factory.mktemp("fuzz") / "t.csv"
