@@ -36,7 +36,7 @@ class RecommenderConfig:
     queue_window_s: float = 30.0  # queue growth over this window counts as unserved arrivals
     utilisation: float = 0.9  # scale up when the projected load needs more than this share
     down_utilisation: float = 0.8  # scale down only when the smaller fleet runs at most this share
-    down_delay_s: float = 120.0
+    down_delay_s: float = 60.0  # Knative's stable window; at 120 s the benchmark's fleets cost more, served no more
     drain_s: float = math.inf  # clear a backlog within this long; off: Triton queues are per pod, so new
     # replicas cannot take over requests already queued (the queue's growth still counts as demand)
     max_capacity_gain: float = 1.0  # online refinement bounds, relative to the profile
