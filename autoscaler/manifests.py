@@ -24,14 +24,15 @@ from tidescale.contracts.promql import selector
 from tidescale.contracts.slo import SLO_P99_S
 from tidescale.contracts.yamlout import dump, dump_all
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"  # RFC 1123 label: a namespace's or a Deployment's name
+DNS_LABEL = re.compile(rf"^{_LABEL}$")
 _CRON_FIELD = re.compile(r"^[0-9A-Za-z*/,\-?]+$")
 KEDA_POLLING_S = 15
 # The recommender's answer for one target, as KEDA's metrics-api trigger reads it (service.make_app).
 DESIRED_PATH = "/v1/desired"
 DESIRED_FIELD = "desired_replicas"
 # http://SERVICE.NAMESPACE[.svc[.cluster.local]][:PORT]: KEDA finds the Service's endpoints from the first two labels.
-_SERVICE_URL = re.compile(r"^https?://[a-z0-9]([-a-z0-9]*[a-z0-9])?\.[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9.-]+)?(:[0-9]{1,5})?$")
+_SERVICE_URL = re.compile(rf"^https?://{_LABEL}\.{_LABEL}(\.[a-z0-9.-]+)?(:[0-9]{{1,5}})?$")
 
 
 def desired_path(namespace: str, deployment: str) -> str:
@@ -101,7 +102,7 @@ class Target:
 
     def __post_init__(self) -> None:
         for what, value in (("deployment", self.deployment), ("namespace", self.namespace)):
-            if len(value) > 63 or not _DNS_LABEL.match(value):
+            if len(value) > 63 or not DNS_LABEL.match(value):
                 raise UsageError(f"{what} {value!r} is not a valid Kubernetes name (RFC 1123 label)")
         if not self.model or len(self.model) > 253:
             raise UsageError("model name must be 1..253 characters")

@@ -30,7 +30,7 @@ from pydantic_settings import SettingsConfigDict
 from tidescale.autoscaler.capacity import load_capacity
 from tidescale.autoscaler.decisions import DECISIONS, decision, event_message
 from tidescale.autoscaler.fastpath import FastReading, FastWindow
-from tidescale.autoscaler.manifests import DESIRED_PATH, Target
+from tidescale.autoscaler.manifests import DESIRED_PATH, DNS_LABEL, Target
 from tidescale.autoscaler.podreader import PodReader, discover_pods
 from tidescale.autoscaler.recommend import (
     Observation,
@@ -661,9 +661,6 @@ class DesiredAnswer(BaseModel):
     last_success: float | None  # Unix time of the last evaluation with good data
 
 
-_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"  # a Kubernetes object name (namespaces: a DNS label)
-
-
 def make_app(service: RecommenderService) -> Any:
     """FastAPI app: `/metrics` (the service's collector only), `/healthz` and each target's answer."""
     from fastapi import FastAPI, HTTPException, Path
@@ -684,8 +681,8 @@ def make_app(service: RecommenderService) -> Any:
         held = {f"{ns}/{dep}": st.failsafe for (ns, dep), st in service.states.items() if st.failsafe}
         return {"status": "ok", "targets": len(service.states), "failsafe": held}
 
-    def name() -> Any:
-        return Path(min_length=1, max_length=253, pattern=_NAME_PATTERN)
+    def name() -> Any:  # what a target's namespace and Deployment are (manifests.Target)
+        return Path(min_length=1, max_length=63, pattern=DNS_LABEL.pattern)
 
     @app.get(DESIRED_PATH + "/{namespace}/{deployment}", response_model=DesiredAnswer)
     def desired(namespace: str = name(), deployment: str = name()) -> DesiredAnswer:

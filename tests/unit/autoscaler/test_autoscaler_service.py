@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tidescale.autoscaler.fastpath import PodCounters
+from tidescale.autoscaler.manifests import DESIRED_FIELD
 from tidescale.autoscaler.service import (
     RecommenderService,
     RecommenderSettings,
@@ -225,12 +226,12 @@ def test_the_answer_keda_reads_is_the_exported_one_held_through_an_outage_and_ab
     fake.down = False
     svc.evaluate(15.0)
     answer = client.get("/v1/desired/ml/triton").json()
-    assert answer["desired_replicas"] == desired(svc) == 5 and answer["failsafe"] is None
+    assert answer[DESIRED_FIELD] == desired(svc) == 5 and answer["failsafe"] is None  # what KEDA reads
     assert answer["last_success"] is not None
     fake.down = True
     svc.evaluate(30.0)
     held = client.get("/v1/desired/ml/triton").json()
-    assert held["desired_replicas"] == 5 and held["failsafe"] == "prometheus_down"
+    assert held[DESIRED_FIELD] == 5 and held["failsafe"] == "prometheus_down"
     assert held["decision"] == "hold_missing_data"
 
 
