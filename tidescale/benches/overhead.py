@@ -354,7 +354,11 @@ def profile_run(export: Mapping[str, Any]) -> ClientRun:
 GAVE_UP = "Failed to maintain requested inference load"
 
 
-class ClientGaveUp(TidescaleError):
+class ServerStoppedAnswering(TidescaleError):
+    """The server stopped serving while it still runs: a failure of that attempt, like a crash."""
+
+
+class ClientGaveUp(ServerStoppedAnswering):
     """The client reported errors from a server that is still running, and stopped sending."""
 
 
@@ -577,7 +581,7 @@ def crashed(replica: TritonReplica) -> bool:
     return not replica.alive() or SIGNAL.search(replica.process.log_tail(40)) is not None
 
 
-class ServerStalled(TidescaleError):
+class ServerStalled(ServerStoppedAnswering):
     """No request completed for a while although the client was sending: the server hangs."""
 
 
@@ -627,11 +631,9 @@ def play(client: Client, replica: TritonReplica, requests: int, workdir: Path) -
     watch = StallWatch(lambda: crashed(replica), lambda: completed_requests(replica))
     try:
         return client.play(replica.http_url, requests, workdir, watch)
-    except ServerStalled as exc:
-        raise TritonDied(f"tritonserver stopped answering; {exc}") from exc
     except TidescaleError as exc:
         if replica.process is None or not crashed(replica):
-            if isinstance(exc, ClientGaveUp):  # error answers from a server still running
+            if isinstance(exc, ServerStoppedAnswering):  # a hang, or error answers, from a live server
                 raise TritonDied(f"tritonserver stopped answering; {exc}") from exc
             raise
         said = " ".join(str(exc).split())
