@@ -260,15 +260,18 @@ def _usual_span(span: dict[str, Any], namespace: str, pod: str, deployment: str)
     if len(trace_id) != 16 or len(span_id) != 8 or len(parent) not in (0, 8):
         raise _Unusual
     if name == ROOT_SPAN:
-        return Span(trace_id, span_id, parent, name, None, None, namespace, {}, pod=pod, deployment=deployment)
+        return Span(trace_id, span_id, parent, name, None, None, namespace, {}, 0, 0, pod, deployment)
     attrs = _usual_attributes(_usual_list(span, "attributes"), SPAN_ATTRS)
     events: dict[str, int] = {}
+    # Inlined `_usual_stamp` (this loop runs 3-4 times per span): every event's stamp is checked,
+    # only Triton's stamps are converted and kept.
     for event in _usual_list(span, "events"):
-        stamp, event_name = _usual_stamp(event["timeUnixNano"]), event["name"]
-        if type(event_name) is not str:
+        stamp, event_name = event["timeUnixNano"], event["name"]
+        if (type(event_name) is not str or type(stamp) is not str or not 0 < len(stamp) < 20
+                or not stamp.isdigit() or not stamp.isascii()):
             raise _Unusual
         if event_name in STAMP_NAMES:
-            events[event_name] = stamp
+            events[event_name] = int(stamp)
     return Span(trace_id, span_id, parent, name, attrs.get(MODEL_ATTR), attrs.get(VERSION_ATTR), namespace,
                 events, _usual_span_time(span, "startTimeUnixNano"), _usual_span_time(span, "endTimeUnixNano"),
                 pod, deployment)
@@ -295,11 +298,12 @@ def _usual_attributes(attributes: list[Any], wanted: frozenset[str]) -> dict[str
 
 def _usual_span_time(span: dict[str, Any], key: str) -> int:
     """The span's own start or end (0 when not sent)."""
-    if key not in span:
-        if SNAKE_TIMES[key] in span:
+    value = span.get(key)
+    if value is None:
+        if key in span or SNAKE_TIMES[key] in span:
             raise _Unusual
         return 0
-    return _usual_stamp(span[key])
+    return _usual_stamp(value)
 
 
 def _usual_stamp(value: Any) -> int:
@@ -475,6 +479,7 @@ class _Pending:
     expires: float
     span: Span
     size: int
+    stages: dict[str, float]  # a compute span's own stages, measured when it arrived
 
 
 class SpanJoiner(Collector):
@@ -515,7 +520,8 @@ class SpanJoiner(Collector):
         accepted = 0
         for index, span in enumerate(spans):
             reason = self._unusable(span)
-            measured = measure_stages(span.events) if reason is None else reason
+            # A root span (a third of Triton's spans) has no stamps to measure.
+            measured = (measure_stages(span.events) if span.events else {}) if reason is None else reason
             if isinstance(measured, str):
                 self.on_drop(measured, 1)
                 if rejected is not None:
@@ -526,7 +532,7 @@ class SpanJoiner(Collector):
             if span.model is not None:
                 self._model_span(span, measured.get("request"), now, samples)
             elif span.name == COMPUTE_SPAN:
-                self._compute_span(span, now, samples)
+                self._compute_span(span, measured, now, samples)
             if origins is not None:
                 origins.extend([index] * (len(samples) - before))
         return samples, accepted
@@ -550,40 +556,59 @@ class SpanJoiner(Collector):
         key = span.trace_id + span.span_id
         compute = self._take(key)
         if compute is not None:
-            samples.extend(self._joined(span, compute))
+            samples.extend(self._joined(span, compute.span, compute.stages))
         elif "QUEUE_START" in span.events:
-            self._park(key, span, now)
+            self._park(key, span, now, {})
 
-    def _compute_span(self, span: Span, now: float, samples: list[StageSample]) -> None:
+    def _compute_span(self, span: Span, stages: dict[str, float], now: float, samples: list[StageSample]) -> None:
         key = span.trace_id + span.parent_span_id
         model = self._take(key)
         if model is not None:
-            samples.extend(self._joined(model, span))
+            samples.extend(self._joined(model.span, span, stages))
         else:
-            self._park(key, span, now)
+            self._park(key, span, now, stages)
 
-    def _joined(self, model: Span, compute: Span) -> list[StageSample]:
+    def _joined(self, model: Span, compute: Span, compute_stages: dict[str, float]) -> list[StageSample]:
+        """The queue stage (QUEUE_START on the model span to COMPUTE_START on the compute span, checked
+        only now) then the compute span's own stages, already measured and checked when it arrived:
+        what `measure_stages` gives for the two spans' stamps together, in the same order."""
+        if "queue" in compute_stages or "request" in compute_stages:  # a compute span carrying model stamps
+            return self._joined_slowly(model, compute)
+        stages = compute_stages
+        queued, started = model.events.get("QUEUE_START"), compute.events.get("COMPUTE_START")
+        if queued is not None and started is not None:
+            if started < queued or started - queued > MAX_SPAN_NS:
+                self.on_drop("end_before_start" if started < queued else "duration_too_long", 1)
+                return []
+            stages = {"queue": (started - queued) / 1e9, **compute_stages}
+        return self._samples(model, stages)
+
+    def _joined_slowly(self, model: Span, compute: Span) -> list[StageSample]:
+        """Every stage of the two spans' stamps together, the model's QUEUE_START first."""
         stamps = dict(compute.events)
         if "QUEUE_START" in model.events:
             stamps["QUEUE_START"] = model.events["QUEUE_START"]
-        measured = measure_stages(stamps)  # the queue stage spans both spans: checked only now
+        measured = measure_stages(stamps)
         if isinstance(measured, str):
             self.on_drop(measured, 1)
             return []
+        return self._samples(model, measured)
+
+    @staticmethod
+    def _samples(model: Span, stages: dict[str, float]) -> list[StageSample]:
         return [StageSample(model.model or "", model.version or "", stage, seconds, model.namespace, model.pod,
-                            model.deployment) for stage, seconds in measured.items()]
+                            model.deployment) for stage, seconds in stages.items()]
 
-    def _take(self, key: bytes) -> Span | None:
+    def _take(self, key: bytes) -> _Pending | None:
         pending = self._pending.pop(key, None)
-        if pending is None:
-            return None
-        self.bytes -= pending.size
-        return pending.span
+        if pending is not None:
+            self.bytes -= pending.size
+        return pending
 
-    def _park(self, key: bytes, span: Span, now: float) -> None:
+    def _park(self, key: bytes, span: Span, now: float, stages: dict[str, float]) -> None:
         self._take(key)  # a duplicate replaces the earlier span
         size = span_bytes(span)
-        self._pending[key] = _Pending(now + self.ttl_s, span, size)
+        self._pending[key] = _Pending(now + self.ttl_s, span, size, stages)
         self.bytes += size
         while len(self._pending) > self.max_pending:
             self._evict("join_buffer_full")

@@ -16,7 +16,8 @@ pytestmark = pytest.mark.integration
 
 MODE_KEYS = {"mode", "requests", "throughput_rps", "triton_cpu_us_per_request", "triton_added_cpu_us_vs_none",
              "exporter_cpu_us_per_request", "exporter_cpu_us_per_traced_request",
-             "exporter_net_cpu_us_per_traced_request", "traced_requests", "detected_rate", "detected_confidence",
+             "exporter_net_cpu_us_per_traced_request", "exporter_idle_cpu_ms_per_s", "traced_requests",
+             "detected_rate", "detected_confidence",
              "client_p99_s", "exporter_p99_s", "p99_error", "triton_summary_p99_s", "exporter_counted_requests"}
 
 
@@ -30,6 +31,8 @@ def check_traced(mode: dict[str, Any], requests: int, rate: int) -> None:
     assert mode["exporter_cpu_us_per_traced_request"] == pytest.approx(mode["exporter_cpu_us_per_request"] * rate,
                                                                        rel=0.02)
     assert mode["exporter_counted_requests"] > 0  # the run's spans arrived (each counted N times)
+    assert mode["exporter_idle_cpu_ms_per_s"] >= 0  # the same exporter was measured left alone
+    assert mode["exporter_net_cpu_us_per_traced_request"] is not None
     assert mode["client_p99_s"] > 0 and mode["exporter_p99_s"] > 0
     assert math.isfinite(mode["p99_error"]) and abs(mode["p99_error"]) < 1
 
@@ -40,7 +43,7 @@ def test_perf_analyzer_measures_no_tracing_and_otlp_rate_10(tmp_path: Path) -> N
     except MissingToolError as exc:
         pytest.skip(f"perf_analyzer cannot run here ({exc}); the load generator test covers the bench")
     requests = 8_000  # ~8 s of traffic at concurrency 8: the exporter polls Triton at least once during it
-    result = ov.run(["none", "otlp-10"], requests=requests, client="perf_analyzer", workdir=tmp_path,
+    result = ov.run(["none", "otlp-10"], requests=requests, client="perf_analyzer", workdir=tmp_path, idle_s=2.0,
                     rounds=1)
     assert result["client"] == "perf_analyzer" and result["client_settings"]["version"].startswith("2.51")
     none, otlp = result["modes"]
@@ -57,7 +60,7 @@ def test_perf_analyzer_measures_no_tracing_and_otlp_rate_10(tmp_path: Path) -> N
 
 def test_the_load_generator_drives_the_bench_when_perf_analyzer_is_not_used(tmp_path: Path) -> None:
     requests = 1_500
-    result = ov.run(["otlp-10"], requests=requests, client="loadgen", workdir=tmp_path, rounds=1)
+    result = ov.run(["otlp-10"], requests=requests, client="loadgen", workdir=tmp_path, rounds=1, idle_s=2.0)
     assert result["client"] == "loadgen" and result["client_settings"]["rps"] == ov.LOADGEN_RPS
     [otlp] = result["modes"]
     assert set(otlp) >= MODE_KEYS

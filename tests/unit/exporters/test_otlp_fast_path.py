@@ -21,7 +21,7 @@ from tidescale.contracts import jsonio
 from tidescale.exporters import otlp
 from tidescale.exporters.errors import BadInput
 from tidescale.exporters.latency import LatencyAggregator, StageSample, log_buckets
-from tidescale.exporters.otlp import SpanJoiner, decode_json, measure_stages
+from tidescale.exporters.otlp import Span, SpanJoiner, decode_json, measure_stages
 from tidescale.exporters.sample_rate import SampleRateDetector
 
 OTLP = FIXTURES / "triton" / "real-2.51" / "otlp"
@@ -137,6 +137,38 @@ def test_joined_stages_equal_the_one_pass_measurement() -> None:
     assert accepted == len(spans)
     stages = Counter(s.stage for s in samples)
     assert stages["request"] == stages["queue"] == stages["compute_infer"] == 32
+
+
+stamp_sets = st.dictionaries(st.sampled_from(sorted(otlp.STAMP_NAMES)),
+                             st.integers(min_value=0, max_value=otlp.MAX_SPAN_NS * 2), max_size=7)
+
+
+@settings(max_examples=400, deadline=None)
+@given(stamp_sets, stamp_sets, st.booleans())
+def test_a_join_measures_what_one_pass_over_both_spans_stamps_measures(
+        model_stamps: dict[str, int], compute_stamps: dict[str, int], compute_first: bool) -> None:
+    """The joiner measures a compute span's stages when it arrives and only the queue stage at the
+    join; that must equal `measure_stages` over both spans' stamps (the model's QUEUE_START winning),
+    forged stamps included, in either arrival order."""
+    model = Span(b"\x01" * 16, b"\x02" * 8, b"\x03" * 8, "m", "m", "1", "serving", model_stamps)
+    compute = Span(b"\x01" * 16, b"\x04" * 8, b"\x02" * 8, "compute", None, None, "serving", compute_stamps)
+    on_its_own = [measure_stages(model_stamps), measure_stages(compute_stamps)]
+    drops: Counter[str] = Counter()
+    joiner = SpanJoiner(on_drop=lambda reason, n: drops.update({reason: n}))
+    samples, accepted = joiner.add([compute, model] if compute_first else [model, compute])
+
+    expected: list[tuple[str, float]] = []
+    model_ok, compute_ok = (not isinstance(m, str) for m in on_its_own)
+    if model_ok:
+        expected += [("request", s) for stage, s in on_its_own[0].items() if stage == "request"]  # type: ignore[union-attr]
+    joins = model_ok and compute_ok and (compute_first or "QUEUE_START" in model_stamps)
+    together = measure_stages({**compute_stamps, **{k: v for k, v in model_stamps.items() if k == "QUEUE_START"}})
+    if joins and not isinstance(together, str):
+        expected += list(together.items())
+    assert accepted == model_ok + compute_ok
+    assert [(s.stage, s.seconds) for s in samples] == expected
+    assert drops.get("end_before_start", 0) + drops.get("duration_too_long", 0) == (
+        (not model_ok) + (not compute_ok) + (joins and isinstance(together, str)))
 
 
 def _exposition(agg: LatencyAggregator) -> str:

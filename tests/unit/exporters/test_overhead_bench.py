@@ -302,14 +302,16 @@ def snap(triton_cpu: float, exporter_cpu: float, requests: float, buckets: dict[
 
 
 def mode_run(triton_cpu_s: float, exporter_cpu_s: float, seconds: float, buckets: dict[float, float],
-             summary_p99: float | None = None, detected: float | None = None) -> ov.ModeRun:
-    """50,000 requests (500 of warm-up before), the client's latencies uniform over 5-10 ms."""
+             summary_p99: float | None = None, detected: float | None = None,
+             idle: tuple[float, float] = (0.15, 15.0)) -> ov.ModeRun:
+    """50,000 requests (500 of warm-up before), the client's latencies uniform over 5-10 ms; the exporter
+    left alone afterwards spends *idle* (CPU s, wall s), 10 ms per second by default."""
     before = snap(10.0, 2.0, 500, {0.005: 400.0, 0.01: 500.0, math.inf: 500.0}, 100.0)
     after = snap(10.0 + triton_cpu_s, 2.0 + exporter_cpu_s, 50_500,
                  {le: before.exporter.buckets[le] + n for le, n in buckets.items()}, 100.0 + seconds)
     client = ov.ClientRun(np.linspace(0.005, 0.010, 50_000), 0, seconds - 7.0)
     end = (ov.TritonView(50_500, summary_p99), ov.ExporterView({}, 0.0, detected, 0.9 if detected else None))
-    return ov.ModeRun(before, after, client, end)
+    return ov.ModeRun(before, after, client, end, idle=idle)
 
 
 def one(mode: ov.Mode, run: ov.ModeRun) -> dict[str, object]:
@@ -337,8 +339,11 @@ def test_mode_results_divide_cpu_time_by_requests_and_compare_p99s() -> None:
     assert summ["triton_summary_p99_error"] == pytest.approx((0.0098 - 0.00995) / 0.00995, abs=1e-4)
     assert traced["triton_added_cpu_us_vs_none"] == 8.0
     assert traced["traced_requests"] == 5_000 and traced["exporter_cpu_us_per_traced_request"] == 140.0
-    # net of idle: 0.5 s per 50 s idle polling -> 0.6 s of this 60 s run; 0.1 s over 5,000 traced requests
+    # net of idle: 10 ms per second left alone -> 0.6 s of this 60 s run; 0.1 s over 5,000 traced requests
+    assert traced["exporter_idle_cpu_ms_per_s"] == 10.0
     assert traced["exporter_net_cpu_us_per_traced_request"] == pytest.approx(20.0)
+    # the same from the none mode's 0.5 s per 50 s
+    assert traced["exporter_net_cpu_us_per_traced_request_vs_none"] == pytest.approx(20.0)
     assert traced["exporter_counted_requests"] == 50_000 and traced["detected_rate"] == 10.0
     assert traced["exporter_p99_s"] == pytest.approx(0.005 + 0.005 * 0.99)
     assert traced["p99_error"] == pytest.approx((0.00995 - 0.00995) / 0.00995, abs=1e-3)
@@ -509,6 +514,7 @@ def test_modes_whose_triton_crashed_keep_the_rounds_that_completed_and_say_why()
     results = [base, never, retried]
     ov.against_none(results)
     assert never["triton_added_cpu_us_vs_none"] is None and never["exporter_net_cpu_us_per_traced_request"] is None
+    assert never["exporter_net_cpu_us_per_traced_request_vs_none"] is None
     assert retried["triton_added_cpu_us_vs_none"] == 8.0
     goals = ov.goals(results)
     assert goals["otlp-10"]["requests"] == 50_000 and "otlp-1" not in goals["exporter_cpu_per_traced_request"]
@@ -542,9 +548,11 @@ def test_rounds_add_up_and_their_spread_is_reported() -> None:
     assert traced["exporter_p99_s"] == pytest.approx(0.005 + 0.005 * (99_000 - 10) / (100_000 - 10))
     results = [base, traced]
     ov.against_none(results)
-    # idle: 1.2 s per 100 s -> 1.44 s over 120 s; (1.2 - 1.44) s over 10,000 traced requests
+    # the none mode's idle: 1.2 s per 100 s -> 1.44 s over 120 s; (1.2 - 1.44) s over 10,000 traced requests
     assert traced["triton_added_cpu_us_vs_none"] == 15.0
-    assert traced["exporter_net_cpu_us_per_traced_request"] == pytest.approx(-24.0)
+    assert traced["exporter_net_cpu_us_per_traced_request_vs_none"] == pytest.approx(-24.0)
+    # its own: 10 ms per second, 0.3 s over 30 s left alone -> 1.2 s over 120 s; nothing left
+    assert traced["exporter_net_cpu_us_per_traced_request"] == pytest.approx(0.0)
     page = ov.markdown({**page_of(results, ov.goals(results)), "rounds": 2})
     assert "in 2 rounds of 25,000 requests, in ABBA order" in page and "by 0.0 to 10.0 µs" in page
 
@@ -573,7 +581,7 @@ def test_without_a_none_mode_nothing_is_compared_to_it() -> None:
     results = [one(otlp, mode_run(15.0, 0.7, 60.0, {0.005: 0.0, 0.01: 100.0, math.inf: 100.0}))]
     ov.against_none(results)
     assert results[0]["triton_added_cpu_us_vs_none"] is None
-    assert results[0]["exporter_net_cpu_us_per_traced_request"] is None
+    assert results[0]["exporter_net_cpu_us_per_traced_request_vs_none"] is None
     assert "otlp-10" not in ov.goals(results)
 
 
