@@ -1,6 +1,6 @@
 """The exporter's cheap ingest path reads exactly what the checked path reads.
 
-`decode_json` takes Triton's usual bodies through orjson and `_usual_spans`; anything unusual is
+`decode_json` takes Triton's usual bodies through msgspec and `_usual_spans`; anything unusual is
 read again by the standard library and `_checked_spans`. These tests hold the two readings equal
 on real and mutated bodies, and the batched histogram update equal to one update per sample.
 """
@@ -87,12 +87,14 @@ def _rename(doc: Any, path: tuple[Any, ...], new_key: str) -> Any:
 
 
 # What a hostile or unusual sender puts where Triton puts strings: numbers beyond 64 bits, floats,
-# 20-digit stamps, base64 ids, non-ASCII digits, long names, nested values.
+# 20-digit stamps, base64 ids, spaced or upper-case hex, non-ASCII digits, long names, nested values.
 odd_values = (st.integers(min_value=-(2**70), max_value=2**70) | st.floats(allow_nan=False)
               | st.booleans() | st.none()
               | st.sampled_from(["", "18446744073709551615", "18446744073709551616", "99999999999999999999",
                                  "١٢٣", "AAAAAAAAAAAAAAAAAAAAAA==", "AAAAAAAAAAA=", "zz" * 8, "a" * 200,
-                                 "0" * 19, "COMPUTE_START", "REQUEST_END", "InferRequest", "compute"])
+                                 "0" * 19, "COMPUTE_START", "REQUEST_END", "InferRequest", "compute",
+                                 # hex that bytes.fromhex reads to the right size though it is not plain hex
+                                 "0" * 16 + " " + "0" * 16, "00000000 00000000", "ABCDEF0123456789"])
               | st.text(max_size=12) | st.lists(st.integers(), max_size=2) | st.dictionaries(
                   st.sampled_from(["stringValue", "intValue", "doubleValue"]), st.text(max_size=4), max_size=2))
 renames = st.sampled_from(["trace_id", "span_id", "parent_span_id", "time_unix_nano", "start_time_unix_nano",
@@ -113,10 +115,26 @@ def test_mutated_real_bodies_read_as_the_checked_reading_reads_them(which: int, 
     assert outcome(body) == checked_outcome(body)
 
 
+@pytest.mark.parametrize(("field", "value"), [
+    ("traceId", "0" * 16 + " " + "0" * 16),  # bytes.fromhex reads 16 bytes from these 33 characters
+    ("spanId", "00000000 00000000"),
+    ("parentSpanId", "00 00 00 00 00 00 00 00"),
+    ("startTimeUnixNano", None),
+    ("parentSpanId", None),
+    ("kind", True),
+    ("schemaUrl", ""),
+])
+def test_ids_and_fields_the_fast_reading_would_misread_go_to_the_checked_reading(field: str, value: Any) -> None:
+    doc = copy.deepcopy(REAL_DOCS[0])
+    doc["resourceSpans"][0]["scopeSpans"][0]["spans"][0][field] = value
+    body = json.dumps(doc).encode()
+    assert outcome(body) == checked_outcome(body)
+
+
 def test_a_version_beyond_64_bits_reads_as_the_standard_library_reads_it() -> None:
     doc = copy.deepcopy(REAL_DOCS[0])
     span = next(s for s in doc["resourceSpans"][0]["scopeSpans"][0]["spans"] if s.get("attributes"))
-    span["attributes"][1]["value"] = {"intValue": 2**64}  # orjson alone would read 1.8446744073709552e+19
+    span["attributes"][1]["value"] = {"intValue": 2**64}  # a number, not OTLP/JSON's string: the checked reading
     [got] = [s for s in decode_json(json.dumps(doc).encode()) if s.span_id.hex() == span["spanId"]]
     assert got.version == str(2**64)
 
