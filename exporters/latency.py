@@ -86,6 +86,16 @@ class BucketHistogram:
         self.total += value * weight
         self.count += weight
 
+    def observe_each(self, values: Sequence[float], weight: float) -> None:
+        """`observe` of each value in turn (the same sums, in the same order), with the lookups
+        hoisted out of the loop: the ingest path's per-series update."""
+        counts, bounds, total, count = self.counts, self.bounds, self.total, self.count
+        for value in values:
+            counts[bisect_left(bounds, value)] += weight
+            total += value * weight
+            count += weight
+        self.total, self.count = total, count
+
     def observe_many(self, values: np.ndarray) -> None:
         arr = np.asarray(values, dtype=np.float64)
         idx = np.searchsorted(np.asarray(self.bounds), arr, side="left")
@@ -217,40 +227,50 @@ class LatencyAggregator(Collector):
 
         A body holds hundreds of requests of a few models from one pod, so the label values are
         cleaned once per distinct set, the trace rates are weighed in one hold of the detector's
-        lock, and the histograms are updated in one hold of ours."""
+        lock, and the histograms are updated in one hold of ours, series by series (each series'
+        samples in their order, so the sums are those of one sample at a time)."""
         cleaned: dict[tuple[str, str, str, str, str], tuple[str, str, str, str, str]] = {}
         traced: Counter[RateKey] = Counter()
-        prefixes = []
-        for s in samples:
+        by_series: dict[SeriesKey, list[int]] = {}  # the indices of each series' samples, in order
+        for i, s in enumerate(samples):
             raw = (s.model, s.version, s.namespace, s.pod, s.deployment)
             prefix = cleaned.get(raw)
             if prefix is None:
                 prefix = cleaned[raw] = (clean_label_value(s.model), clean_label_value(s.version),
                                          clean_label_value(s.namespace), clean_label_value(s.pod),
                                          clean_label_value(s.deployment))
-            prefixes.append(prefix)
+            model, version, namespace, pod, deployment = prefix
+            key = (model, version, s.stage, namespace, pod, deployment)
+            members = by_series.get(key)
+            if members is None:
+                by_series[key] = [i]
+            else:
+                members.append(i)
             if s.stage == "request":
-                traced[(prefix[2], prefix[3], prefix[0], prefix[1])] += 1
+                traced[(namespace, pod, model, version)] += 1
         rate_keys = {(p[2], p[3], p[0], p[1]) for p in cleaned.values()}
         weights = (dict.fromkeys(rate_keys, float(self.sample_rate)) if self.rates is None
                    else self.rates.weigh_batch(traced, rate_keys))
         now = self.clock()
-        accepted: list[bool] = []
+        accepted = [True] * len(samples)
         with self._lock:
-            for s, (model, version, namespace, pod, deployment) in zip(samples, prefixes, strict=True):
-                key = (model, version, s.stage, namespace, pod, deployment)
+            for key, members in by_series.items():
                 series = self._series.get(key)
                 if series is None:
                     if not self.cap.admit(key):
-                        if self.selfmetrics is not None:
-                            self.selfmetrics.drop_series(self._hist_family.name)
-                        accepted.append(False)
+                        for _ in members[1:]:  # refused once per sample, as one at a time would count
+                            self.cap.admit(key)
+                        for i in members:
+                            if self.selfmetrics is not None:
+                                self.selfmetrics.drop_series(self._hist_family.name)
+                            accepted[i] = False
                         continue
                     series = self._series[key] = _Series(BucketHistogram(self.bounds), now,
                                                          label_text(SERIES_LABELS, key))
-                series.histogram.observe(s.seconds, weights[(namespace, pod, model, version)])
+                model, version, _stage, namespace, pod, _deployment = key
+                series.histogram.observe_each([samples[i].seconds for i in members],
+                                              weights[(namespace, pod, model, version)])
                 series.last_seen = now
-                accepted.append(True)
         return accepted
 
     def _rates_in_use(self) -> dict[tuple[str, str, str], float]:
