@@ -25,8 +25,9 @@ import json
 import time
 import zlib
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import msgspec
@@ -442,6 +443,10 @@ def _json_id(value: Any, size: int, where: str, *, optional: bool = False) -> by
 # three bytes ids and the OrderedDict entry (measured with tracemalloc, rounded up).
 SPAN_OVERHEAD_BYTES = 600
 EVENT_BYTES = 120
+# A parked compute span also keeps its measured stages: a dict of up to three floats (264 bytes
+# measured with tracemalloc, rounded up). A parked model span keeps none (NO_STAGES, shared).
+STAGES_BYTES = 280
+NO_STAGES: Mapping[str, float] = MappingProxyType({})
 
 
 def measure_stages(stamps: dict[str, int]) -> dict[str, float] | str:
@@ -498,7 +503,7 @@ class _Pending:
     expires: float
     span: Span
     size: int
-    stages: dict[str, float]  # a compute span's own stages, measured when it arrived
+    stages: Mapping[str, float]  # a compute span's own stages, measured when it arrived
 
 
 class SpanJoiner(Collector):
@@ -577,9 +582,9 @@ class SpanJoiner(Collector):
         if compute is not None:
             samples.extend(self._joined(span, compute.span, compute.stages))
         elif "QUEUE_START" in span.events:
-            self._park(key, span, now, {})
+            self._park(key, span, now, NO_STAGES)
 
-    def _compute_span(self, span: Span, stages: dict[str, float], now: float, samples: list[StageSample]) -> None:
+    def _compute_span(self, span: Span, stages: Mapping[str, float], now: float, samples: list[StageSample]) -> None:
         key = span.trace_id + span.parent_span_id
         model = self._take(key)
         if model is not None:
@@ -587,7 +592,7 @@ class SpanJoiner(Collector):
         else:
             self._park(key, span, now, stages)
 
-    def _joined(self, model: Span, compute: Span, compute_stages: dict[str, float]) -> list[StageSample]:
+    def _joined(self, model: Span, compute: Span, compute_stages: Mapping[str, float]) -> list[StageSample]:
         """The queue stage (QUEUE_START on the model span to COMPUTE_START on the compute span, checked
         only now) then the compute span's own stages, already measured and checked when it arrived:
         what `measure_stages` gives for the two spans' stamps together, in the same order."""
@@ -614,7 +619,7 @@ class SpanJoiner(Collector):
         return self._samples(model, measured)
 
     @staticmethod
-    def _samples(model: Span, stages: dict[str, float]) -> list[StageSample]:
+    def _samples(model: Span, stages: Mapping[str, float]) -> list[StageSample]:
         return [StageSample(model.model or "", model.version or "", stage, seconds, model.namespace, model.pod,
                             model.deployment) for stage, seconds in stages.items()]
 
@@ -624,9 +629,9 @@ class SpanJoiner(Collector):
             self.bytes -= pending.size
         return pending
 
-    def _park(self, key: bytes, span: Span, now: float, stages: dict[str, float]) -> None:
+    def _park(self, key: bytes, span: Span, now: float, stages: Mapping[str, float]) -> None:
         self._take(key)  # a duplicate replaces the earlier span
-        size = span_bytes(span)
+        size = span_bytes(span) + (STAGES_BYTES if stages else 0)
         self._pending[key] = _Pending(now + self.ttl_s, span, size, stages)
         self.bytes += size
         while len(self._pending) > self.max_pending:

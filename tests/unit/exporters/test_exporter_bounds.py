@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from tests.hostile import JSON_DOCUMENTS, LABEL_VALUES, TIMESTAMPS
 from tests.unit.exporters.test_service_api import JSON, make_client, model_span, samples, span_body
 from tidescale.exporters.cardinality import MAX_LABEL_VALUE_CHARS, clean_label_value, cut_label_value
-from tidescale.exporters.otlp import MAX_UINT64, Span, SpanJoiner, decode_json, span_bytes
+from tidescale.exporters.otlp import MAX_UINT64, STAGES_BYTES, Span, SpanJoiner, decode_json, span_bytes
 
 FOUR_MB = dict(LABEL_VALUES)["4-MB"]
 
@@ -76,6 +76,14 @@ def test_join_buffer_has_a_byte_budget() -> None:
     joiner.add(decode_json(span_body([queued_span("m", trace=i + 1) for i in range(25)])))
     assert len(joiner) == 10 and joiner.bytes <= 10 * one
     assert drops == {"join_buffer_bytes": 15}
+
+
+def test_a_parked_compute_span_counts_the_stages_it_keeps() -> None:
+    compute = Span(b"\x01" * 16, b"\x02" * 8, b"\x03" * 8, "compute", None, None, "serving",
+                   {"COMPUTE_START": 10, "COMPUTE_INPUT_END": 20, "COMPUTE_OUTPUT_START": 30, "COMPUTE_END": 40})
+    joiner = SpanJoiner()
+    joiner.add([compute])
+    assert len(joiner) == 1 and joiner.bytes == span_bytes(compute) + STAGES_BYTES
 
 
 def test_join_buffer_bytes_are_exported(client: TestClient) -> None:
