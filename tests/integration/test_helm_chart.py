@@ -151,7 +151,7 @@ def test_monitors_and_rules_only_with_prometheus_operator(default_docs: list[dic
                                                           full_docs: list[dict[str, Any]]) -> None:
     assert not {"ServiceMonitor", "PodMonitor", "PrometheusRule"} & set(kinds(default_docs))
     by_kind = kinds(full_docs)
-    assert len(by_kind["ServiceMonitor"]) == 2 and len(by_kind["PodMonitor"]) == 1
+    assert len(by_kind["ServiceMonitor"]) == 3 and len(by_kind["PodMonitor"]) == 1  # shared, recommender, dcgm-exporter
     for doc in by_kind["ServiceMonitor"] + by_kind["PodMonitor"] + by_kind["PrometheusRule"]:
         assert doc["metadata"]["labels"]["release"] == "kps"
     for rule in by_kind["PrometheusRule"]:
@@ -694,12 +694,39 @@ TARGETS = [{"deployment": "triton", "model": "resnet50", "capacityRps": 40.0}]
     ({}, set()),  # no targets, no recommender
     ({"autoscaling": {"targets": TARGETS}}, RECOMMENDER_ALERTS - {"TidescaleRecommenderCannotScale"}),
     ({"autoscaling": {"mode": "direct", "targets": TARGETS}}, RECOMMENDER_ALERTS),
-    ({"autoscaling": {"mode": "direct", "targets": TARGETS}, "monitoring": {"exporter": {"enabled": False}}}, set()),
+    ({"autoscaling": {"mode": "direct", "targets": TARGETS}, "monitoring": {"recommender": {"enabled": False}}}, set()),
+    # the recommender has a monitor of its own: still scraped, still alerted on, without the exporter's
+    ({"autoscaling": {"mode": "direct", "targets": TARGETS}, "monitoring": {"exporter": {"enabled": False}}},
+     RECOMMENDER_ALERTS),
 ])
 def test_the_recommenders_alerts_render_only_where_a_recommender_runs_and_is_scraped(
         tmp: Path, values: dict[str, Any], expected: set[str]) -> None:
     names = {r["alert"] for r in _alerts(template(tmp, values, *MONITORING_API))}
     assert names & RECOMMENDER_ALERTS == expected and "TritonLatencyBudgetBurn" in names
+
+
+def test_the_recommender_is_scraped_by_a_monitor_of_its_own_at_its_own_interval(tmp: Path) -> None:
+    """Its answer reaches prometheus-adapter one scrape late at most: 5 s, not the 15 s of the rest."""
+    docs = template(tmp, {"autoscaling": {"targets": TARGETS}}, *MONITORING_API)
+    monitors = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ServiceMonitor"}
+    shared, own = monitors["t-tidescale"], monitors["t-tidescale-recommender"]
+    assert shared["spec"]["selector"]["matchExpressions"] == [
+        {"key": "app.kubernetes.io/component", "operator": "NotIn", "values": ["recommender"]}]
+    assert shared["spec"]["endpoints"][0]["interval"] == "15s"
+    [service] = [d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == "t-tidescale-recommender"]
+    assert own["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    [endpoint] = own["spec"]["endpoints"]
+    assert endpoint["interval"] == "5s" and endpoint["honorLabels"] is True
+    assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+    assert {"targetLabel": "job", "replacement": "tidescale-recommender"} in endpoint["relabelings"]
+    assert own["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    faster = template(tmp, {"autoscaling": {"targets": TARGETS}, "monitoring": {"recommender": {"interval": "2s"}}},
+                      *MONITORING_API)
+    [endpoint] = next(d for d in faster if d["metadata"]["name"] == "t-tidescale-recommender"
+                  and d["kind"] == "ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["interval"] == "2s"
+    assert not any(d["kind"] == "ServiceMonitor" and d["metadata"]["name"] == "t-tidescale-recommender"
+                   for d in template(tmp, {}, *MONITORING_API))  # no targets, no recommender, no monitor
 
 
 def test_default_rules_can_be_disabled_by_name(tmp: Path, default_docs: list[dict[str, Any]]) -> None:
@@ -894,8 +921,8 @@ def test_namespace_override_moves_the_release_objects_only(hatch_docs: list[dict
     # the HPAs and the exporter's Role in the serving namespace.
     assert set(elsewhere) == ELSEWHERE and "mon" not in {ns for _, ns in elsewhere}
     by_kind = kinds(hatch_docs)
-    [exporter_monitor] = [m for m in by_kind["ServiceMonitor"] if "dcgm" not in m["metadata"]["name"]]
-    assert exporter_monitor["spec"]["namespaceSelector"]["matchNames"] == ["observability"]
+    own = [m for m in by_kind["ServiceMonitor"] if "dcgm" not in m["metadata"]["name"]]  # exporter's, recommender's
+    assert len(own) == 2 and all(m["spec"]["namespaceSelector"]["matchNames"] == ["observability"] for m in own)
     assert len(by_kind["RoleBinding"]) == 3  # the exporter's pod watch, the reviews' and recommender's Events
     assert {b["subjects"][0]["namespace"] for b in by_kind["RoleBinding"]} == {"observability"}
     reviews_env = {e["name"]: e.get("value") for e in _deployments(hatch_docs)["reviews"]["spec"]["template"]["spec"]

@@ -35,6 +35,14 @@ def _objects(node: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
+def test_the_benchmarks_adapter_delay_is_the_recommenders_scrape_interval_the_chart_deploys() -> None:
+    """`bench autoscale` charges the adapter mode one scrape of the recommender: the chart's interval."""
+    from tidescale.benches.autoscale.scenarios import PUBLISH_DELAY_S
+
+    interval = yaml.safe_load((CHART / "values.yaml").read_text())["monitoring"]["recommender"]["interval"]
+    assert re.fullmatch(r"[0-9]+s", interval) and float(interval[:-1]) == PUBLISH_DELAY_S["adapter"]
+
+
 def test_default_values_satisfy_the_schema(schema: dict[str, Any]) -> None:
     jsonschema.validate(yaml.safe_load((CHART / "values.yaml").read_text()), schema)
 
