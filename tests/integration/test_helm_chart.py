@@ -718,7 +718,8 @@ def test_the_recommender_is_scraped_by_a_monitor_of_its_own_at_its_own_interval(
     [endpoint] = own["spec"]["endpoints"]
     assert endpoint["interval"] == "5s" and endpoint["honorLabels"] is True
     assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
-    assert {"targetLabel": "job", "replacement": "tidescale-recommender"} in endpoint["relabelings"]
+    assert {"sourceLabels": ["__meta_kubernetes_service_label_app_kubernetes_io_component"], "targetLabel": "job",
+            "replacement": "tidescale-$1"} in endpoint["relabelings"]  # tidescale-recommender
     assert own["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     faster = template(tmp, {"autoscaling": {"targets": TARGETS}, "monitoring": {"recommender": {"interval": "2s"}}},
                       *MONITORING_API)

@@ -234,6 +234,19 @@ def test_every_secret_and_configmap_reference_exists_with_its_key(docs: list[dic
     assert checked >= 3
 
 
+def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """A Kubernetes label selector (matchLabels, and matchExpressions' In/NotIn/Exists/DoesNotExist)."""
+    if not selector.get("matchLabels", {}).items() <= labels.items():
+        return False
+    for expr in selector.get("matchExpressions", []):
+        present, value = expr["key"] in labels, labels.get(expr["key"])
+        if not {"In": present and value in expr.get("values", []),
+                "NotIn": not present or value not in expr.get("values", []),
+                "Exists": present, "DoesNotExist": not present}[expr["operator"]]:
+            return False
+    return True
+
+
 def monitor_jobs(docs: list[dict[str, Any]]) -> set[str]:
     """The `job` label of every target the chart's monitors produce (prometheus-operator's rules: the
     Service name or the jobLabel's value, then the endpoint's relabelings)."""
@@ -242,8 +255,8 @@ def monitor_jobs(docs: list[dict[str, Any]]) -> set[str]:
     for monitor in of_kind(docs, "ServiceMonitor"):
         spec = monitor["spec"]
         namespaces = spec.get("namespaceSelector", {}).get("matchNames", [key(monitor)[0]])
-        selected = [s for s in services if key(s)[0] in namespaces
-                    and spec["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()]
+        selected = [s for s in services
+                    if key(s)[0] in namespaces and selects(spec["selector"], s["metadata"]["labels"])]
         if not selected:
             continue  # a monitor for Services the chart does not create (dcgm-exporter)
         for endpoint in spec["endpoints"]:
@@ -266,6 +279,16 @@ def test_every_job_in_a_rule_is_one_the_monitors_produce(docs: list[dict[str, An
             for job in RULE_JOB.findall(r["expr"])}
     assert used, "no rule selects a job: the check checked nothing"
     assert used <= jobs, f"rules select {used - jobs}, the monitors produce {jobs}"
+
+
+def test_each_service_of_the_chart_is_scraped_by_one_monitor_at_most(docs: list[dict[str, Any]]) -> None:
+    """Two monitors selecting one Service would scrape it twice (duplicate series, two `up`)."""
+    monitors = of_kind(docs, "ServiceMonitor")
+    for service in of_kind(docs, "Service"):
+        scraping = [m["metadata"]["name"] for m in monitors
+                    if key(service)[0] in m["spec"].get("namespaceSelector", {}).get("matchNames", [key(m)[0]])
+                    and selects(m["spec"]["selector"], service["metadata"]["labels"])]
+        assert len(scraping) <= 1, f"{key(service)} is scraped by {scraping}"
 
 
 def test_every_service_monitor_endpoint_port_is_a_service_port(docs: list[dict[str, Any]]) -> None:
