@@ -56,12 +56,13 @@ class SeriesCap:
         self._keys: set[Hashable] = set()
         self.refused = 0
 
-    def admit(self, key: Hashable) -> bool:
-        """True if *key* already has a slot or one is free; False (and counted) otherwise."""
+    def admit(self, key: Hashable, samples: int = 1) -> bool:
+        """True if *key* already has a slot or one is free; False otherwise, with its *samples*
+        counted as refused (a batch of one series is refused as its samples one at a time would be)."""
         if key in self._keys:
             return True
         if len(self._keys) >= self.max_series:
-            self.refused += 1
+            self.refused += samples
             return False
         self._keys.add(key)
         return True

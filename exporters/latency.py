@@ -257,12 +257,10 @@ class LatencyAggregator(Collector):
             for key, members in by_series.items():
                 series = self._series.get(key)
                 if series is None:
-                    if not self.cap.admit(key):
-                        for _ in members[1:]:  # refused once per sample, as one at a time would count
-                            self.cap.admit(key)
+                    if not self.cap.admit(key, len(members)):
+                        if self.selfmetrics is not None:
+                            self.selfmetrics.drop_series(self._hist_family.name, len(members))
                         for i in members:
-                            if self.selfmetrics is not None:
-                                self.selfmetrics.drop_series(self._hist_family.name)
                             accepted[i] = False
                         continue
                     series = self._series[key] = _Series(BucketHistogram(self.bounds), now,
