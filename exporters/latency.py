@@ -31,9 +31,9 @@ from tidescale.exporters.sample_rate import RateKey, SampleRateDetector
 
 
 class SeriesDrops(Protocol):
-    """Where a capped family reports a series it refused (the exporter's self-metrics)."""
+    """Where a capped family reports the samples of a series it refused (the exporter's self-metrics)."""
 
-    def drop_series(self, family: str) -> None: ...
+    def drop_series(self, family: str, n: int = 1) -> None: ...
 
 
 def log_buckets(min_s: float, max_s: float, slo_thresholds: Sequence[float] = (),
