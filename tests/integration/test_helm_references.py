@@ -247,6 +247,12 @@ def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
     return True
 
 
+def scrapes(monitor: dict[str, Any], service: dict[str, Any]) -> bool:
+    """Whether a ServiceMonitor selects a Service (its namespaces, default its own, and its selector)."""
+    namespaces = monitor["spec"].get("namespaceSelector", {}).get("matchNames", [key(monitor)[0]])
+    return key(service)[0] in namespaces and selects(monitor["spec"]["selector"], service["metadata"]["labels"])
+
+
 def monitor_jobs(docs: list[dict[str, Any]]) -> set[str]:
     """The `job` label of every target the chart's monitors produce (prometheus-operator's rules: the
     Service name or the jobLabel's value, then the endpoint's relabelings)."""
@@ -254,9 +260,7 @@ def monitor_jobs(docs: list[dict[str, Any]]) -> set[str]:
     jobs: set[str] = set()
     for monitor in of_kind(docs, "ServiceMonitor"):
         spec = monitor["spec"]
-        namespaces = spec.get("namespaceSelector", {}).get("matchNames", [key(monitor)[0]])
-        selected = [s for s in services
-                    if key(s)[0] in namespaces and selects(spec["selector"], s["metadata"]["labels"])]
+        selected = [s for s in services if scrapes(monitor, s)]
         if not selected:
             continue  # a monitor for Services the chart does not create (dcgm-exporter)
         for endpoint in spec["endpoints"]:
@@ -285,9 +289,7 @@ def test_each_service_of_the_chart_is_scraped_by_one_monitor_at_most(docs: list[
     """Two monitors selecting one Service would scrape it twice (duplicate series, two `up`)."""
     monitors = of_kind(docs, "ServiceMonitor")
     for service in of_kind(docs, "Service"):
-        scraping = [m["metadata"]["name"] for m in monitors
-                    if key(service)[0] in m["spec"].get("namespaceSelector", {}).get("matchNames", [key(m)[0]])
-                    and selects(m["spec"]["selector"], service["metadata"]["labels"])]
+        scraping = [m["metadata"]["name"] for m in monitors if scrapes(m, service)]
         assert len(scraping) <= 1, f"{key(service)} is scraped by {scraping}"
 
 
