@@ -1092,6 +1092,14 @@ def test_scrape_timeout_longer_than_the_interval_is_refused(tmp: Path, monitorin
         assert result.returncode != 0 and refused in result.stderr
 
 
+def test_a_recommender_scrape_timeout_longer_than_its_own_interval_is_refused_by_that_name(tmp: Path) -> None:
+    values = {"autoscaling": {"targets": TARGETS}, "monitoring": {"recommender": {"scrapeTimeout": "10s"}}}
+    result = helm("template", "obs", str(CHART), "--namespace", "mon", *MONITORING_API, "-f", str(_write(tmp, values)))
+    assert result.returncode != 0
+    assert ("monitoring.recommender.scrapeTimeout (10s) is longer than monitoring.recommender.interval (5s)"
+            in result.stderr)
+
+
 def test_helm_lint_passes_with_every_hatch(tmp: Path) -> None:
     result = helm("lint", str(CHART), "--strict", "--namespace", "mon", "-f", str(_write(tmp, HATCH_VALUES)))
     assert result.returncode == 0, result.stdout + result.stderr

@@ -330,7 +330,7 @@ spec:
 {{- define "tidescale.scrapeExtras" -}}
 {{- with .monitor.scrapeTimeout }}
 {{- if gt (include "tidescale.durationMs" . | int64) (include "tidescale.durationMs" $.interval | int64) }}
-{{- fail (printf "monitoring.%s.scrapeTimeout (%s) is longer than monitoring.interval (%s)" $.name . $.interval) }}
+{{- fail (printf "monitoring.%s.scrapeTimeout (%s) is longer than %s (%s)" $.name . ($.intervalName | default "monitoring.interval") $.interval) }}
 {{- end }}
 scrapeTimeout: {{ . }}
 {{- end }}
@@ -338,6 +338,51 @@ scrapeTimeout: {{ . }}
 metricRelabelings:
   {{- toYaml . | nindent 2 }}
 {{- end }}
+{{- end -}}
+
+{{/* A ServiceMonitor on the chart's own Services (port http): those of *component*, else all but
+     *excluded*. Each target's job is tidescale-<component> whatever the release is called (the
+     rules select up{job="tidescale-exporter"}); honorLabels keeps the namespace (and pod) each series
+     is about. Takes root, name (the monitoring.<name> values: scrapeTimeout, metricRelabelings,
+     relabelings after the chart's job relabeling), suffix, component, excluded, monitor, interval,
+     intervalName. */}}
+{{- define "tidescale.componentMonitor" -}}
+{{- $root := .root -}}
+apiVersion: monitoring.coreos.com/v1
+kind: ServiceMonitor
+metadata:
+  name: {{ include "tidescale.fullname" $root }}{{ .suffix }}
+  namespace: {{ include "tidescale.namespace" $root }}
+  labels:
+    {{- include "tidescale.labels" $root | nindent 4 }}
+    {{- with $root.Values.monitoring.additionalLabels }}{{ toYaml . | nindent 4 }}{{ end }}
+spec:
+  namespaceSelector:
+    matchNames: [{{ (include "tidescale.namespace" $root) | quote }}]
+  selector:
+    matchLabels:
+      app.kubernetes.io/instance: {{ $root.Release.Name }}
+      app.kubernetes.io/part-of: tidescale
+      {{- with .component }}
+      app.kubernetes.io/component: {{ . }}
+      {{- end }}
+    {{- with .excluded }}
+    matchExpressions:
+      - {key: app.kubernetes.io/component, operator: NotIn, values: {{ toJson . }}}
+    {{- end }}
+  endpoints:
+    - port: http
+      path: /metrics
+      interval: {{ .interval }}
+      honorLabels: true
+      {{- with include "tidescale.scrapeExtras" (dict "name" .name "monitor" .monitor "interval" .interval "intervalName" .intervalName) }}{{ . | nindent 6 }}{{ end }}
+      relabelings:
+        - sourceLabels: [__meta_kubernetes_service_label_app_kubernetes_io_component]
+          targetLabel: job
+          replacement: tidescale-$1
+        {{- with .monitor.relabelings }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
 {{- end -}}
 
 {{/* extraObjects: each item a manifest (map) or a string, rendered with tpl against the release. */}}
