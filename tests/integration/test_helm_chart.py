@@ -590,6 +590,8 @@ def test_network_policies_and_no_pdb(default_docs: list[dict[str, Any]], full_do
      "/recommender/prometheusAuth/bearerTokenSecret/name"),
     ({"autoscaling": {"keda": {"authenticationRef": {"kind": "Secret"}}}}, "/autoscaling/keda/authenticationRef/kind"),
     ({"monitoring": {"triton": {"portNumber": "yes"}}}, "/monitoring/triton/portNumber"),
+    ({"monitoring": {"recommender": {"interval": "often"}}}, "/monitoring/recommender/interval"),
+    ({"monitoring": {"recommender": {"every": "5s"}}}, "/monitoring/recommender"),
     ({"defaultRules": {"runbookUrl": "wiki/runbooks"}}, "/defaultRules/runbookUrl"),
     ({"defaultRules": {"additionalRuleLabels": {"bad-label": "x"}}}, "/defaultRules/additionalRuleLabels"),
     ({"slo": {"latency": {"thresholdSeconds": 0.3}}}, "/slo/latency/thresholdSeconds"),
