@@ -158,10 +158,10 @@ def recommender_trigger(target: Target, recommender_url: str) -> dict[str, Any]:
     """KEDA's metrics-api trigger on the recommender's own answer for *target* (AverageValue 1 = D).
 
     KEDA asks at each HPA sync, so a panic reaches the HPA without waiting for Prometheus to scrape
-    the recommender (up to 5 s, and a Prometheus query, on the prometheus trigger). With several
-    recommender replicas KEDA asks every Ready one behind the Service and takes the max, what
-    `max(tidescale_desired_replicas)` takes on the prometheus trigger; one that has no answer yet
-    (503) is skipped, and none answering is an error (the HPA holds)."""
+    the recommender (up to `monitoring.recommender.interval`, and a Prometheus query, on the
+    prometheus trigger). With several recommender replicas KEDA asks every Ready one behind the
+    Service and takes the max, what `max(tidescale_desired_replicas)` takes on the prometheus
+    trigger; one that has no answer yet (503) is skipped, and none answering is an error (the HPA holds)."""
     if not _SERVICE_URL.match(recommender_url):
         raise UsageError(f"recommender URL {recommender_url!r} must be http(s)://SERVICE.NAMESPACE[.svc][:PORT] "
                          "(KEDA reads the Service's endpoints from its first two labels)")

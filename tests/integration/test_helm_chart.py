@@ -708,7 +708,7 @@ def test_the_recommenders_alerts_render_only_where_a_recommender_runs_and_is_scr
 
 
 def test_the_recommender_is_scraped_by_a_monitor_of_its_own_at_its_own_interval(tmp: Path) -> None:
-    """Its answer reaches prometheus-adapter one scrape late at most: 5 s, not the 15 s of the rest."""
+    """Its answer reaches prometheus-adapter one scrape late at most: 2 s, not the 15 s of the rest."""
     docs = template(tmp, {"autoscaling": {"targets": TARGETS}}, *MONITORING_API)
     monitors = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ServiceMonitor"}
     shared, own = monitors["t-tidescale"], monitors["t-tidescale-recommender"]
@@ -718,7 +718,7 @@ def test_the_recommender_is_scraped_by_a_monitor_of_its_own_at_its_own_interval(
     [service] = [d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == "t-tidescale-recommender"]
     assert own["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     [endpoint] = own["spec"]["endpoints"]
-    assert endpoint["interval"] == "5s" and endpoint["honorLabels"] is True
+    assert endpoint["interval"] == "2s" and endpoint["honorLabels"] is True
     assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
     assert {"sourceLabels": ["__meta_kubernetes_service_label_app_kubernetes_io_component"], "targetLabel": "job",
             "replacement": "tidescale-$1"} in endpoint["relabelings"]  # tidescale-recommender
@@ -1098,7 +1098,7 @@ def test_a_recommender_scrape_timeout_longer_than_its_own_interval_is_refused_by
     values = {"autoscaling": {"targets": TARGETS}, "monitoring": {"recommender": {"scrapeTimeout": "10s"}}}
     result = helm("template", "obs", str(CHART), "--namespace", "mon", *MONITORING_API, "-f", str(_write(tmp, values)))
     assert result.returncode != 0
-    assert ("monitoring.recommender.scrapeTimeout (10s) is longer than monitoring.recommender.interval (5s)"
+    assert ("monitoring.recommender.scrapeTimeout (10s) is longer than monitoring.recommender.interval (2s)"
             in result.stderr)
 
 

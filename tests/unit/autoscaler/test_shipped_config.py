@@ -21,6 +21,7 @@ from tidescale.autoscaler.service import (
     promql_range,
 )
 from tidescale.benches.autoscale.policies import TidescalePolicy
+from tidescale.benches.autoscale.scenarios import PUBLISH_DELAY_S
 from tidescale.cli import app
 
 
@@ -42,7 +43,7 @@ def test_tuning_defaults_are_the_recommenders() -> None:
 
 
 def test_the_benchmark_builds_the_recommender_the_service_builds() -> None:
-    policy = TidescalePolicy(2, 1, 40, 375.9, 60.0, 0.5)
+    policy = TidescalePolicy(2, 1, 40, 375.9, 60.0, 0.5, publish_delay_s=PUBLISH_DELAY_S["adapter"])
     target = TargetSettings(deployment="d", namespace="n", model="m", min_replicas=1, max_replicas=40,
                             capacity_rps=375.9)
     shipped = RecommenderSettings(targets=[target]).config_for(target)
@@ -54,6 +55,14 @@ def test_recorded_benchmark_ran_the_printed_defaults() -> None:
     found = re.search(r"tidescale tuning, the service's shipped defaults .*?: `(\{.*?\})`", page)
     assert found, "docs/benchmarks/autoscale.md does not record the tuning it ran: re-run `tidescale bench autoscale`"
     assert json.loads(found.group(1)) == printed_config()["tuning"]
+
+
+def test_recorded_benchmark_charged_the_adapter_mode_the_scrape_interval_the_chart_deploys() -> None:
+    """The chart's interval is held equal to PUBLISH_DELAY_S elsewhere; this holds the page to both."""
+    page = (REPO / "docs" / "benchmarks" / "autoscale.md").read_text()
+    found = re.search(r"tidescale's answer is applied .*?([0-9.]+) s later in adapter mode", page)
+    assert found, "docs/benchmarks/autoscale.md does not record the adapter delay: re-run `tidescale bench autoscale`"
+    assert float(found.group(1)) == PUBLISH_DELAY_S["adapter"]
 
 
 class AllInputsProm:

@@ -246,7 +246,7 @@ class TidescalePolicy:
     shipped defaults), and it sees what the service queries: completion and rejection rates over
     the long and the short window, the summed and the worst pod's queue, the 5-minute P99. It
     evaluates every `interval_s` on scraped metrics; its answer reaches the HPA one scrape of the
-    recommender later (its ServiceMonitor scrapes every 5 s; the adapter then serves it).
+    recommender later (`publish_delay_s`: its ServiceMonitor's interval; the adapter then serves it).
 
     With the fast path it also reads every Ready pod's own counters every `fast_interval_s` (as the
     service does over HTTP) and panics on an overload (`Recommender.panic`). `direct` replaces the
@@ -256,7 +256,7 @@ class TidescalePolicy:
     name = "tidescale"
 
     def __init__(self, initial: int, min_r: int, max_r: int, capacity_rps: float, cold_start_s: float,
-                 slo_s: float, publish_delay_s: float = 5.0, headroom: float = 1.0,
+                 slo_s: float, *, publish_delay_s: float, headroom: float = 1.0,
                  fast_path: bool | None = None, direct: bool = False) -> None:
         self.slo_s = slo_s
         target = Target("triton", "bench", "model", min_r, max_r)

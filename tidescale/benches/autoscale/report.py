@@ -207,6 +207,8 @@ def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
                   "curve": "V100 (ServiceCurve.v100)", "batcher": "max 32, preferred 8/16, 2 ms delay",
                   "min_replicas": bench.MIN_REPLICAS, "max_replicas": bench.MAX_REPLICAS,
                   "scrape_interval_s": 15, "hpa_sync_s": 15, "queue_timeout_s": queue_policy["timeout_s"],
+                  # the recommender's answer reaches the HPA this much later, per delivery mode
+                  "publish_delay_s": dict(bench.PUBLISH_DELAY_S),
                   "queue_policy": queue_policy["kind"],
                   "tidescale_headroom": opts.headroom, "headroom_sweep": list(opts.headroom_sweep),
                   # what tidescale ran: the service's defaults (`autoscale recommend --print-config`)
@@ -274,7 +276,8 @@ def markdown(doc: dict[str, Any]) -> str:
         f"- replica: {s['curve']}, batcher {s['batcher']}; capacity at the SLO (simulated load test) "
         f"{s['capacity_rps_per_replica']:g} req/s",
         f"- lags: scrape {s['scrape_interval_s']} s, HPA sync {s['hpa_sync_s']} s, rate windows 1 m (30 s for "
-        "the Triton queue-time rule); replicas {min}–{max}".format(min=s["min_replicas"], max=s["max_replicas"]),
+        "the Triton queue-time rule); replicas {min}–{max}".format(min=s["min_replicas"], max=s["max_replicas"])
+        + _publish_delays(s.get("publish_delay_s")),
         "- cost = replica-hours (starting replicas included) / the oracle's; recovery = seconds from the surge "
         "start until P99 holds within the SLO for a minute",
         "- queue policy: " + ("none (requests wait until served)" if s.get("queue_timeout_s") is None else
@@ -466,13 +469,22 @@ def bound_lines(doc: dict[str, Any]) -> list[str]:
     return [*out, ""]
 
 
+def _publish_delays(delays: Mapping[str, float] | None) -> str:
+    """How late the recommender's answer reaches what applies it (older recorded runs lack it)."""
+    if not delays:
+        return ""
+    return "; tidescale's answer is applied " + ", ".join(
+        f"{delay:g} s later in {mode} mode" for mode, delay in delays.items()) + \
+        " (adapter: one scrape of the recommender, `monitoring.recommender.interval`; then the HPA's sync)"
+
+
 STEP_TEXT = [
     "## What each step of detection buys", "",
     "The same recommender four ways (requests / windows within the SLO / cost vs oracle): on "
     "Prometheus alone (a 15 s scrape, the 30 s and 1 m rate windows); as shipped, with the fast path "
     "(every Ready pod's counters read every 2 s, a panic on an overload over a 6 s window), through "
-    "prometheus-adapter (the chart's default mode: one 5 s recommender scrape and up to one 15 s HPA "
-    "sync later); through KEDA asking the recommender itself (`autoscaling.mode: keda`, "
+    f"prometheus-adapter (the chart's default mode: one {bench.PUBLISH_DELAY_S['adapter']:g} s recommender scrape "
+    "and up to one 15 s HPA sync later); through KEDA asking the recommender itself (`autoscaling.mode: keda`, "
     "`keda.source: recommender`: no scrape in between, up to one HPA sync); and writing the "
     "Deployment's scale subresource itself (`autoscaling.mode: direct`, no HPA: the panic lands at once). "
     "Where a surge scenario has a no-foresight bound, the last column is the shipped row's distance to it.",

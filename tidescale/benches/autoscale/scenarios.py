@@ -129,9 +129,10 @@ STEP_VARIANTS: dict[str, tuple[bool | None, str]] = {
     "tidescale": (None, "adapter"), "tidescale+no-fast-path": (False, "adapter"), "tidescale+keda": (None, "keda"),
     "tidescale+direct": (None, "direct")}
 # How long the recommender's answer takes to reach whatever applies it: prometheus-adapter (and KEDA's
-# prometheus trigger) reads it from Prometheus, one scrape of the recommender (every 5 s) after it
-# changed; KEDA's metrics-api trigger asks the recommender at the HPA's sync; direct mode writes it.
-PUBLISH_DELAY_S = {"adapter": 5.0, "keda": 0.0, "direct": 0.0}
+# prometheus trigger) reads it from Prometheus, one scrape of the recommender (the chart's
+# `monitoring.recommender.interval`, 2 s; a unit test holds the two equal) after it changed, charged
+# in full; KEDA's metrics-api trigger asks the recommender at the HPA's sync; direct mode writes it.
+PUBLISH_DELAY_S = {"adapter": 2.0, "keda": 0.0, "direct": 0.0}
 
 
 def headroom_variant(factor: float) -> str:
