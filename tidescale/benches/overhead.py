@@ -56,6 +56,7 @@ import httpx
 import numpy as np
 
 from tidescale.benches.common import Progress, bench_main
+from tidescale.benches.histogram import histogram_quantile
 from tidescale.benches.report import BENCH_DIR, markdown_table
 from tidescale.contracts import catalog, tools
 from tidescale.contracts.errors import MissingToolError, TidescaleError, UsageError
@@ -283,32 +284,6 @@ def exporter_view(text: str, model: str = MODEL) -> ExporterView:
 
 def bucket_delta(after: Mapping[float, float], before: Mapping[float, float]) -> dict[float, float]:
     return {le: count - before.get(le, 0.0) for le, count in after.items()}
-
-
-def histogram_quantile(q: float, buckets: Mapping[float, float]) -> float | None:
-    """Prometheus' `histogram_quantile` over cumulative buckets (upper bound -> count, +Inf included):
-    linear interpolation inside the bucket that holds the rank, the lowest bucket starting at 0, the
-    +Inf bucket answering the highest finite bound. None where Prometheus answers NaN."""
-    if not 0.0 <= q <= 1.0:
-        raise ValueError(f"quantile must lie in [0, 1], got {q}")
-    ordered = sorted(buckets.items())
-    if len(ordered) < 2 or not math.isinf(ordered[-1][0]):
-        return None
-    bounds = [b for b, _ in ordered]
-    counts = [float(c) for c in np.maximum.accumulate([c for _, c in ordered])]  # monotonic, as Prometheus makes it
-    total = counts[-1]
-    if total <= 0:
-        return None
-    rank = q * total
-    b = next(i for i, c in enumerate([*counts[:-1], math.inf]) if c >= rank)
-    if b == len(ordered) - 1:
-        return bounds[-2]
-    if b == 0 and bounds[0] <= 0:
-        return bounds[0]
-    start, count = (0.0, counts[0]) if b == 0 else (bounds[b - 1], counts[b] - counts[b - 1])
-    if b > 0:
-        rank -= counts[b - 1]
-    return start + (bounds[b] - start) * (rank / count)
 
 
 def bucketed(latencies: np.ndarray, bounds: Iterable[float]) -> dict[float, float]:

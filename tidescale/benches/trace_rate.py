@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from tidescale.benches.common import bench_main
+from tidescale.benches.histogram import histogram_quantiles
 from tidescale.benches.percentiles import workload
 from tidescale.benches.report import BENCH_DIR, save_figure
 from tidescale.contracts.errors import UsageError
@@ -51,22 +52,6 @@ def exporter_bounds() -> tuple[float, ...]:
     """The bucket bounds the exporter serves by default (its settings' SLO thresholds and range)."""
     s = ExporterSettings.model_validate({})
     return log_buckets(s.bucket_min_s, s.bucket_max_s, s.slo_thresholds_s, s.max_buckets)
-
-
-def histogram_quantiles(q: float, counts: np.ndarray, bounds: Sequence[float]) -> np.ndarray:
-    """Prometheus' `histogram_quantile` of each row of *counts* (per-bucket, not cumulative,
-    the last column the +Inf bucket): linear within the bucket holding rank q·total, the lower
-    edge of the first bucket 0, and the highest finite bound when the rank falls in +Inf."""
-    cumulative = np.cumsum(counts, axis=1)
-    rank = q * cumulative[:, -1]
-    idx = (cumulative < rank[:, None]).sum(axis=1)  # first bucket whose cumulative count reaches rank
-    upper = np.asarray((*bounds, bounds[-1]))
-    lower = np.concatenate(([0.0], np.asarray(bounds)))
-    rows = np.arange(len(counts))
-    below = np.where(idx > 0, cumulative[rows, np.maximum(idx - 1, 0)], 0.0)
-    in_bucket = counts[rows, idx]
-    fraction = np.divide(rank - below, in_bucket, out=np.ones_like(rank), where=in_bucket > 0)
-    return np.where(idx >= len(bounds), bounds[-1], lower[idx] + (upper[idx] - lower[idx]) * fraction)
 
 
 def p99_errors(population: np.ndarray, bounds: Sequence[float], traced: int, trials: int,

@@ -18,6 +18,7 @@ import pytest
 from tests.paths import FIXTURES
 from tidescale import cli
 from tidescale.benches import overhead as ov
+from tidescale.benches.histogram import histogram_quantile
 from tidescale.contracts import tools
 from tidescale.contracts.errors import MissingToolError, TidescaleError, UsageError
 from tidescale.devstack.fleet.model_repo import write_model_repository
@@ -120,36 +121,14 @@ def test_tree_cpu_seconds_of_this_process_grows_with_work() -> None:
 
 # --- quantiles over bucket deltas -------------------------------------------------------------------
 
-def test_histogram_quantile_interpolates_like_prometheus() -> None:
-    # 100 observations: 10 in (0, 1], 80 in (1, 2], 10 in (2, 4]
-    buckets = {1.0: 10.0, 2.0: 90.0, 4.0: 100.0, math.inf: 100.0}
-    assert ov.histogram_quantile(0.5, buckets) == pytest.approx(1.0 + 40 / 80)
-    assert ov.histogram_quantile(0.05, buckets) == pytest.approx(0.5)  # lowest bucket starts at 0
-    assert ov.histogram_quantile(0.99, buckets) == pytest.approx(2.0 + 2.0 * 9 / 10)
-    assert ov.histogram_quantile(1.0, buckets) == pytest.approx(4.0)
-
-
 def test_bucketed_counts_the_clients_latencies_as_le_buckets() -> None:
     latencies = np.array([0.5, 1.0, 1.5, 2.0, 3.0, 9.0])
     # a value equal to a bound belongs to that bucket ("le"); +Inf's own key is ignored and re-added
     assert ov.bucketed(latencies, [4.0, 1.0, 2.0, math.inf]) == {1.0: 2.0, 2.0: 4.0, 4.0: 5.0, math.inf: 6.0}
     # through buckets, the P99 moves within its bucket: the layout's share of the error, apart
     exact = float(np.quantile(np.linspace(1.0, 2.0, 1001), 0.99))
-    through = ov.histogram_quantile(0.99, ov.bucketed(np.linspace(1.0, 2.0, 1001), [1.0, 1.5, 3.0]))
+    through = histogram_quantile(0.99, ov.bucketed(np.linspace(1.0, 2.0, 1001), [1.0, 1.5, 3.0]))
     assert through is not None and through != pytest.approx(exact) and 1.5 < through < 3.0
-
-
-def test_histogram_quantile_edges() -> None:
-    # a rank in the +Inf bucket answers the highest finite bound
-    assert ov.histogram_quantile(0.99, {1.0: 50.0, 2.0: 90.0, math.inf: 100.0}) == 2.0
-    assert ov.histogram_quantile(0.99, {1.0: 0.0, math.inf: 0.0}) is None  # no observations (NaN)
-    assert ov.histogram_quantile(0.5, {1.0: 3.0, 2.0: 5.0}) is None  # no +Inf bucket
-    assert ov.histogram_quantile(0.5, {math.inf: 3.0}) is None  # one bucket
-    # counts that dip (a scrape between two bucket updates) are made monotonic first
-    assert ov.histogram_quantile(0.5, {1.0: 10.0, 2.0: 8.0, 4.0: 20.0, math.inf: 20.0}) == pytest.approx(
-        ov.histogram_quantile(0.5, {1.0: 10.0, 2.0: 10.0, 4.0: 20.0, math.inf: 20.0}))
-    with pytest.raises(ValueError):
-        ov.histogram_quantile(1.5, {1.0: 1.0, math.inf: 1.0})
 
 
 def test_quantile_of_the_delta_sees_only_the_run() -> None:
@@ -157,7 +136,7 @@ def test_quantile_of_the_delta_sees_only_the_run() -> None:
     after = {0.01: 1000.0, 0.02: 1100.0, math.inf: 1100.0}  # the run: 100 in (0.01, 0.02]
     delta = ov.bucket_delta(after, before)
     assert delta == {0.01: 0.0, 0.02: 100.0, math.inf: 100.0}
-    assert ov.histogram_quantile(0.99, delta) == pytest.approx(0.01 + 0.01 * 0.99)
+    assert histogram_quantile(0.99, delta) == pytest.approx(0.01 + 0.01 * 0.99)
 
 
 # --- what the servers expose -----------------------------------------------------------------------
