@@ -21,6 +21,15 @@ from tidescale.benches.autoscale import policies as pol
 from tidescale.benches.autoscale import scenarios as bench
 from tidescale.benches.autoscale.closedloop import RunResult, SimParams
 from tidescale.benches.autoscale.frontier import Point, best_point, dominated_by, pareto_frontier
+from tidescale.benches.autoscale.goals import (
+    DEFAULT_SURGE_GAP_PT,
+    GOALS,
+    STEADY_COST,
+    SURGE_COST,
+    SURGE_GAP_PT,
+    verdict,
+)
+from tidescale.benches.autoscale.seeds import SEED_ROWS, seed_lines, seed_spread
 from tidescale.benches.report import BENCH_DIR
 from tidescale.contracts.errors import UsageError
 from tidescale.sim import BatcherConfig
@@ -38,7 +47,6 @@ NO_POLICY_PNG = BENCH_DIR / "autoscale-no-queue-policy.png"
 NO_POLICY_FRONTIER_PNG = BENCH_DIR / "autoscale-no-queue-policy-frontiers.png"
 QUEUE_POLICIES = ("recommended", "none")
 FULL_S, QUICK_S = 3600.0, 1200.0
-GOALS = {"requests_within_slo": 0.999, "windows_within_slo": 0.99, "cost_vs_oracle": 1.15}
 
 
 @dataclass(frozen=True)
@@ -62,6 +70,7 @@ class BenchOptions:
     headroom_sweep: tuple[float, ...] = ()  # extra tidescale rows at these headrooms (surge scenarios)
     sweep: bool = True  # every peer over its knob's sweep (False: its fixed setting alone)
     peer_settings: tuple[str, ...] = ()  # PEER=VALUE: run PEER at these settings instead of its sweep
+    extra_seeds: tuple[int, ...] = ()  # tidescale's delivery modes and the oracle again on these draws
 
     def __post_init__(self) -> None:
         if self.slo_s <= 0:
@@ -76,6 +85,13 @@ class BenchOptions:
             raise UsageError(f"--queue-policy must be one of {', '.join(QUEUE_POLICIES)}, got {self.queue_policy!r}")
         pol.check_policies(list(self.policies))
         parse_peer_settings(self.peer_settings, self.policies)
+        if self.extra_seeds:
+            if "tidescale" not in self.policies or "oracle" not in self.policies:
+                raise UsageError("--extra-seed reruns tidescale against the oracle: keep both in --policy")
+            if len(set(self.extra_seeds)) != len(self.extra_seeds) or self.seed in self.extra_seeds:
+                raise UsageError(f"--extra-seed values must differ from each other and from --seed {self.seed}")
+            if min(self.extra_seeds) < 0:
+                raise UsageError(f"--extra-seed must be >= 0, got {min(self.extra_seeds)}")
 
     @property
     def paths(self) -> tuple[Path, Path, Path]:
@@ -245,6 +261,10 @@ def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
                                    "replicas_for_goal": bound.replicas_for_goal,
                                    "headroom_for_goal": _round(bound.headroom_for_goal)}
         all_runs[name] = {row: runs[run] for row, run in judged.run_of.items()}
+    if opts.extra_seeds:
+        doc["seeds"] = seed_spread(available, names, opts.extra_seeds, params, capacity, replica_rps, opts.headroom,
+                                   progress)
+    doc["setup"]["extra_seeds"] = list(opts.extra_seeds)
     doc["setup"]["wall_s"] = round(time.monotonic() - started, 1)
     doc["setup"]["host"] = platform.machine()
     return doc, all_runs
@@ -259,7 +279,8 @@ def _flags(setup: dict[str, Any]) -> str:
     explicit = f" --queue-timeout {setup.get('queue_timeout_s') or 0:g}"
     out = {"recommended": "", "none": " --queue-policy none"}.get(kind, explicit)
     out += "" if setup.get("tidescale_headroom", 1.0) == 1.0 else f" --headroom {setup['tidescale_headroom']:g}"
-    return out + "".join(f" --headroom-sweep {h:g}" for h in setup.get("headroom_sweep", []))
+    out += "".join(f" --headroom-sweep {h:g}" for h in setup.get("headroom_sweep", []))
+    return out + "".join(f" --extra-seed {s}" for s in setup.get("extra_seeds", []))
 
 
 def markdown(doc: dict[str, Any]) -> str:
@@ -309,6 +330,7 @@ def markdown(doc: dict[str, Any]) -> str:
     lines += [f"![each peer's frontier per scenario, tidescale a star]({frontier_png})", ""]
     lines += fixed_vs_best_lines(doc)
     lines += goal_lines(doc)
+    lines += seed_lines(doc)
     lines += UNREACHABLE
     lines += bound_lines(doc)
     lines += step_lines(doc)
@@ -512,14 +534,6 @@ def step_lines(doc: dict[str, Any]) -> list[str]:
     return [*out, ""] if rows else []
 
 
-# The issue's goals for the surge scenarios (a scenario with a no-foresight bound): within this many
-# points of the bound, at no more than SURGE_COST x the oracle; every other scenario: GOALS, at
-# STEADY_COST x the oracle.
-SURGE_GAP_PT = {"flash-crowd-10x": 3.0}
-DEFAULT_SURGE_GAP_PT = 1.0
-SURGE_COST, STEADY_COST = 1.5, 1.10
-
-
 def goal_lines(doc: dict[str, Any]) -> list[str]:
     """tidescale (as shipped, through KEDA asking the recommender, and in direct mode) against the
     issue's goals, scenario by scenario (computed, not written by hand)."""
@@ -531,25 +545,15 @@ def goal_lines(doc: dict[str, Any]) -> list[str]:
            "| scenario | row | SLO | cost | undominated | all met |", "|---|---|---|---|---|---|"]
     for name, res in doc["scenarios"].items():
         bound = doc.get("bounds", {}).get(name)
-        for row in ("tidescale", "tidescale+keda", "tidescale+direct"):
+        for row in SEED_ROWS:
             r = res.get(row)
             if r is None:
                 continue
-            if bound is None:
-                slo = (r["requests_within_slo"] >= GOALS["requests_within_slo"]
-                       and r["windows_within_slo"] >= GOALS["windows_within_slo"])
-                slo_text = f"{100 * r['requests_within_slo']:.2f} % / {100 * r['windows_within_slo']:.0f} %"
-                limit = STEADY_COST
-            else:
-                gap = 100 * (r["requests_within_slo"] - bound["requests_within_slo_max"])
-                slo = gap >= -SURGE_GAP_PT.get(name, DEFAULT_SURGE_GAP_PT)
-                slo_text = f"{gap:+.2f} pt from the bound"
-                limit = SURGE_COST
-            cost = r["cost_vs_oracle"] is not None and r["cost_vs_oracle"] <= limit
+            v = verdict(name, r, None if bound is None else bound["requests_within_slo_max"])
             free = not r.get("dominated_by", [])
-            out.append(f"| {name} | {row} | {slo_text}: {'yes' if slo else 'no'} | {_cost(r['cost_vs_oracle'])}: "
-                       f"{'yes' if cost else 'no'} | {'yes' if free else 'no'} | "
-                       f"{'yes' if all((slo, cost, free)) else 'no'} |")
+            out.append(f"| {name} | {row} | {v.slo_text}: {'yes' if v.slo else 'no'} | {_cost(r['cost_vs_oracle'])}: "
+                       f"{'yes' if v.cost else 'no'} | {'yes' if free else 'no'} | "
+                       f"{'yes' if all((v.slo, v.cost, free)) else 'no'} |")
     return [*out, ""]
 
 
@@ -592,7 +596,7 @@ def plot(runs: dict[str, dict[str, RunResult]], path: Path, warmup_s: float = be
 def write_markdown(doc: dict[str, Any], doc_path: Path = DOC) -> None:
     doc_path.parent.mkdir(parents=True, exist_ok=True)
     raw = {key: doc.get(key, {}) for key in ("scenarios", "bounds", "frontiers", "sweeps", "knobs",
-                                                 "config")}
+                                                 "config", "seeds")}
     doc_path.write_text(markdown(doc) + "\n<!-- raw -->\n```json\n" + json.dumps(raw, indent=1) + "\n```\n")
 
 
