@@ -17,6 +17,8 @@ GOALS = {"requests_within_slo": 0.999, "windows_within_slo": 0.99, "cost_vs_orac
 SURGE_GAP_PT = {"flash-crowd-10x": 3.0}
 DEFAULT_SURGE_GAP_PT = 1.0
 SURGE_COST, STEADY_COST = 1.5, 1.10
+# The rows judged: tidescale as shipped (prometheus-adapter), through KEDA asking the recommender, direct.
+JUDGED_ROWS = ("tidescale", "tidescale+keda", "tidescale+direct")
 
 
 @dataclass(frozen=True)

@@ -24,12 +24,13 @@ from tidescale.benches.autoscale.frontier import Point, best_point, dominated_by
 from tidescale.benches.autoscale.goals import (
     DEFAULT_SURGE_GAP_PT,
     GOALS,
+    JUDGED_ROWS,
     STEADY_COST,
     SURGE_COST,
     SURGE_GAP_PT,
     verdict,
 )
-from tidescale.benches.autoscale.seeds import SEED_ROWS, seed_lines, seed_spread
+from tidescale.benches.autoscale.seeds import seed_lines, seed_spread
 from tidescale.benches.report import BENCH_DIR
 from tidescale.contracts.errors import UsageError
 from tidescale.sim import BatcherConfig
@@ -545,7 +546,7 @@ def goal_lines(doc: dict[str, Any]) -> list[str]:
            "| scenario | row | SLO | cost | undominated | all met |", "|---|---|---|---|---|---|"]
     for name, res in doc["scenarios"].items():
         bound = doc.get("bounds", {}).get(name)
-        for row in SEED_ROWS:
+        for row in JUDGED_ROWS:
             r = res.get(row)
             if r is None:
                 continue

@@ -14,10 +14,8 @@ from typing import Any
 
 from tidescale.benches.autoscale import scenarios as bench
 from tidescale.benches.autoscale.closedloop import SimParams
-from tidescale.benches.autoscale.goals import GOALS, verdict
+from tidescale.benches.autoscale.goals import GOALS, JUDGED_ROWS, verdict
 
-# tidescale as shipped (prometheus-adapter), through KEDA asking the recommender, and in direct mode.
-SEED_ROWS = ("tidescale", "tidescale+keda", "tidescale+direct")
 MEASURES = ("requests_within_slo", "windows_within_slo", "cost_vs_oracle")
 
 
@@ -38,7 +36,7 @@ def seed_spread(available: Mapping[str, bench.BenchScenario], names: Sequence[st
             bound = bench.scenario_bound(sc, seed, capacity_rps, replica_rps, GOALS["requests_within_slo"])
             out.setdefault(name, {})[str(seed)] = {
                 "bound": None if bound is None else round(bound.requests_within_slo, 4),
-                "rows": {row: {k: _round(scores[row][k]) for k in MEASURES} for row in SEED_ROWS}}
+                "rows": {row: {k: _round(scores[row][k]) for k in MEASURES} for row in JUDGED_ROWS}}
     return {"seeds": list(seeds), "scenarios": out}
 
 
@@ -71,7 +69,7 @@ def seed_lines(doc: Mapping[str, Any]) -> list[str]:
     for name, per_seed in spread["scenarios"].items():
         main_rows = doc["scenarios"].get(name, {})
         main_bound = doc.get("bounds", {}).get(name, {}).get("requests_within_slo_max")
-        for row in SEED_ROWS:
+        for row in JUDGED_ROWS:
             if row not in main_rows:
                 continue
             cells = [_cell(name, main_rows[row], main_bound)]
