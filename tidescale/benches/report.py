@@ -31,6 +31,11 @@ def bench_dir(root: Path = REPO_ROOT, env: dict[str, str] | None = None, cwd: Pa
 BENCH_DIR = bench_dir()
 
 
+def recorded(value: Any, digits: int = 4) -> Any:
+    """A float as the recorded JSON keeps it (rounded, so a page's diff shows what moved); anything else as is."""
+    return round(value, digits) if isinstance(value, float) else value
+
+
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]

@@ -31,7 +31,7 @@ from tidescale.benches.autoscale.goals import (
     verdict,
 )
 from tidescale.benches.autoscale.seeds import seed_lines, seed_spread
-from tidescale.benches.report import BENCH_DIR
+from tidescale.benches.report import BENCH_DIR, recorded
 from tidescale.contracts.errors import UsageError
 from tidescale.sim import BatcherConfig
 
@@ -162,12 +162,13 @@ class Judged:
 
 def _point(setting: float, s: Mapping[str, Any]) -> Point:
     """A run's measures as recorded (rounded), so the page and the dominance agree."""
-    return Point(setting, _round(s["requests_within_slo"]), _round(s["windows_within_slo"]), _round(s["replica_hours"]))
+    return Point(setting, recorded(s["requests_within_slo"]), recorded(s["windows_within_slo"]),
+                 recorded(s["replica_hours"]))
 
 
 def _entry(p: Point, s: Mapping[str, Any]) -> dict[str, Any]:
     return {"setting": p.setting, "requests_within_slo": p.requests_within_slo,
-            "windows_within_slo": p.windows_within_slo, "cost_vs_oracle": _round(s["cost_vs_oracle"])}
+            "windows_within_slo": p.windows_within_slo, "cost_vs_oracle": recorded(s["cost_vs_oracle"])}
 
 
 def judge(scores: Mapping[str, dict[str, Any]], sweeps: Mapping[str, Sequence[float]]) -> Judged:
@@ -251,16 +252,16 @@ def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
         scores, runs = bench.run_scenario(sc, list(opts.policies), params, capacity, progress, opts.headroom, sweep,
                                           sweeps)
         judged = judge(scores, sweeps)
-        doc["scenarios"][name] = {p: {k: _round(v) for k, v in s.items()} for p, s in judged.rows.items()}
+        doc["scenarios"][name] = {p: {k: recorded(v) for k, v in s.items()} for p, s in judged.rows.items()}
         doc["frontiers"][name], doc["sweeps"][name] = judged.frontiers, judged.sweeps
         doc["scenario_info"][name] = {"cold_start_s": sc.cold_start_s, "surge_at_s": sc.surge_at_s,
                                       "description": sc.traffic.description}
         bound = bench.scenario_bound(sc, opts.seed, capacity, replica_rps, GOALS["requests_within_slo"])
         if bound is not None:
             doc["bounds"][name] = {"fleet_at_surge": bound.fleet_at_surge,
-                                   "requests_within_slo_max": _round(bound.requests_within_slo),
+                                   "requests_within_slo_max": recorded(bound.requests_within_slo),
                                    "replicas_for_goal": bound.replicas_for_goal,
-                                   "headroom_for_goal": _round(bound.headroom_for_goal)}
+                                   "headroom_for_goal": recorded(bound.headroom_for_goal)}
         all_runs[name] = {row: runs[run] for row, run in judged.run_of.items()}
     if opts.extra_seeds:
         doc["seeds"] = seed_spread(available, names, opts.extra_seeds, params, capacity, replica_rps, opts.headroom,
@@ -269,10 +270,6 @@ def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
     doc["setup"]["wall_s"] = round(time.monotonic() - started, 1)
     doc["setup"]["host"] = platform.machine()
     return doc, all_runs
-
-
-def _round(v: Any) -> Any:
-    return round(v, 4) if isinstance(v, float) else v
 
 
 def _flags(setup: dict[str, Any]) -> str:

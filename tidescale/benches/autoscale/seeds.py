@@ -15,6 +15,7 @@ from typing import Any
 from tidescale.benches.autoscale import scenarios as bench
 from tidescale.benches.autoscale.closedloop import SimParams
 from tidescale.benches.autoscale.goals import GOALS, JUDGED_ROWS, verdict
+from tidescale.benches.report import recorded
 
 MEASURES = ("requests_within_slo", "windows_within_slo", "cost_vs_oracle")
 
@@ -35,13 +36,9 @@ def seed_spread(available: Mapping[str, bench.BenchScenario], names: Sequence[st
             scores, _ = bench.run_scenario(sc, ["tidescale", "oracle"], seeded, capacity_rps, tell, headroom)
             bound = bench.scenario_bound(sc, seed, capacity_rps, replica_rps, GOALS["requests_within_slo"])
             out.setdefault(name, {})[str(seed)] = {
-                "bound": None if bound is None else round(bound.requests_within_slo, 4),
-                "rows": {row: {k: _round(scores[row][k]) for k in MEASURES} for row in JUDGED_ROWS}}
+                "bound": None if bound is None else recorded(bound.requests_within_slo),
+                "rows": {row: {k: recorded(scores[row][k]) for k in MEASURES} for row in JUDGED_ROWS}}
     return {"seeds": list(seeds), "scenarios": out}
-
-
-def _round(v: Any) -> Any:
-    return round(v, 4) if isinstance(v, float) else v
 
 
 def _cell(scenario: str, row: Mapping[str, Any], bound: float | None) -> tuple[str, bool]:
