@@ -102,13 +102,17 @@ class ScrapedSeries:
 class MetricsLag:
     """Drives a FleetSim and scrapes it every scrape_interval_s; reads are delay_s stale.
 
-    Use `advance(to_t)` instead of `sim.advance` so scrapes happen at their exact instants.
+    Use `advance(to_t)` instead of `sim.advance` so scrapes happen at their exact instants:
+    offset_s + k x scrape_interval_s (Prometheus spreads its targets' scrapes over the interval).
     """
 
     def __init__(self, sim: FleetSim, scrape_interval_s: float = 15.0, delay_s: float = 0.0,
-                 retention_s: float = 3600.0, extractors: dict[str, Extractor] | None = None) -> None:
+                 retention_s: float = 3600.0, extractors: dict[str, Extractor] | None = None,
+                 offset_s: float = 0.0) -> None:
         if scrape_interval_s <= 0:
             raise UsageError(f"scrape_interval_s must be > 0, got {scrape_interval_s}")
+        if not (math.isfinite(offset_s) and 0 <= offset_s < scrape_interval_s):
+            raise UsageError(f"offset_s must be in [0, scrape_interval_s), got {offset_s}")
         if delay_s < 0:
             raise UsageError(f"delay_s must be >= 0, got {delay_s}")
         self.sim = sim
@@ -116,7 +120,7 @@ class MetricsLag:
         self.delay_s = delay_s
         self.extractors = dict(DEFAULT_EXTRACTORS if extractors is None else extractors)
         self.series = {name: ScrapedSeries(retention_s) for name in self.extractors}
-        self.next_scrape = math.ceil(sim.now / scrape_interval_s) * scrape_interval_s
+        self.next_scrape = offset_s + math.ceil((sim.now - offset_s) / scrape_interval_s) * scrape_interval_s
 
     def advance(self, to_t: float) -> None:
         while self.next_scrape <= to_t:

@@ -14,8 +14,9 @@ from tidescale.autoscaler.service import RecommenderSettings
 from tidescale.benches.autoscale import policies as pol
 from tidescale.benches.autoscale import report as benchreport
 from tidescale.benches.autoscale import scenarios as bench
+from tidescale.benches.autoscale.closedloop import clock_offsets
 from tidescale.benches.autoscale.frontier import Point, best_point, dominated_by, dominates, pareto_frontier
-from tidescale.benches.autoscale.seeds import seed_lines
+from tidescale.benches.autoscale.seeds import mean_draw, seed_lines
 from tidescale.contracts.errors import UsageError
 
 
@@ -263,6 +264,21 @@ def test_extra_seeds_rerun_each_delivery_mode_and_judge_every_draw() -> None:
     page = doc["scenarios"]["surge-3x"]["tidescale"]
     assert drawn["rows"]["tidescale"] != {k: page[k] for k in drawn["rows"]["tidescale"]}  # another draw
     assert "--extra-seed 4" in benchreport.markdown(doc)
+    # each draw runs on its own clock phases, and the JSON says which
+    assert doc["setup"]["clock_offsets_s"] == _offsets(0) and drawn["clock_offsets_s"] == _offsets(4)
+    assert f"the HPA syncs at {_offsets(0)['hpa_sync']:g} s into each 15 s cycle" in benchreport.markdown(doc)
+
+
+def _offsets(seed: int) -> dict[str, float]:
+    scrape, sync = clock_offsets(seed)
+    return {"scrape": round(scrape, 2), "hpa_sync": round(sync, 2)}
+
+
+def test_the_mean_of_draws_is_none_where_a_draw_has_no_cost() -> None:
+    row, bound = mean_draw([(fake(0.97, 0.9, 1.4), 0.98), ({**fake(0.99, 1.0, 1.0), "cost_vs_oracle": None}, 0.99)])
+    assert row["requests_within_slo"] == pytest.approx(0.98) and row["windows_within_slo"] == pytest.approx(0.95)
+    assert row["cost_vs_oracle"] is None and bound == pytest.approx(0.985)
+    assert mean_draw([(fake(1.0, 1.0, 1.0), None)])[1] is None  # a steady scenario has no bound
 
 
 def test_the_seed_table_judges_each_draw_against_its_own_bound() -> None:
@@ -274,10 +290,11 @@ def test_the_seed_table_judges_each_draw_against_its_own_bound() -> None:
                                       "tidescale+direct": fake(0.9740, 0.9, 1.45)}}
     doc["seeds"] = {"seeds": [7], "scenarios": {"surge-3x": {"7": draw}}}
     lines = seed_lines(doc)
-    assert "| scenario | row | seed 0 (above) | seed 7 | draws meeting both |" in lines
-    # the same 97.00 % misses by 1.21 points against seed 0's bound and meets it within 0.5 on seed 7's
+    assert "| scenario | row | seed 0 (above) | seed 7 | mean of the draws | draws meeting both |" in lines
+    # the same 97.00 % misses by 1.21 points against seed 0's bound and meets it within 0.5 on seed 7's;
+    # the mean of the draws is 0.86 under the mean bound
     assert ("| surge-3x | tidescale | -1.21 pt from the bound, 1.400×: **no** | -0.50 pt from the bound, 1.400×: yes "
-            "| 1 of 2 |") in lines
+            "| -0.86 pt from the bound, 1.400×: yes | 1 of 2 |") in lines
     assert ("| surge-3x | tidescale+direct | -0.41 pt from the bound, 1.600×: **no** | -0.10 pt from the bound, "
-            "1.450×: yes | 1 of 2 |") in lines  # over 1.5x the oracle on seed 0
+            "1.450×: yes | -0.26 pt from the bound, 1.525×: **no** | 1 of 2 |") in lines  # over 1.5x on seed 0
     assert not [line for line in lines if line.startswith("| surge-3x | tidescale+keda")]  # not run on the page's seed

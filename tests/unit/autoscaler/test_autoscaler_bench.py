@@ -14,10 +14,13 @@ from tidescale.benches.autoscale import scenarios as bench
 from tidescale.benches.autoscale.closedloop import (
     RunResult,
     SimParams,
+    clock_offsets,
     recovery_seconds,
     replica_hours,
+    run_policy,
     score,
     window_p99,
+    with_seed,
 )
 from tidescale.contracts.errors import UsageError
 from tidescale.devstack.live_autoscaler import LiveAutoscaler
@@ -203,3 +206,48 @@ def test_report_records_the_bound_and_where_a_queue_timeout_run_goes() -> None:
     assert none.queue_policy_of(benchreport.ServiceCurve.v100()) == {"kind": "none", "timeout_s": None}
     with pytest.raises(UsageError, match="--queue-policy must be one of recommended, none"):
         benchreport.BenchOptions(["surge-3x"], ("oracle",), quick=True, queue_policy="fifo")
+
+
+def test_each_draw_has_its_own_clock_phases() -> None:
+    """Where a surge falls in the scrape's and the HPA's 15 s cycles decides how long it goes unseen,
+    so each seed draws both phases (the same ones every time), and every policy of a draw shares them."""
+    offsets = {seed: clock_offsets(seed) for seed in range(8)}
+    assert offsets[0] == clock_offsets(0)
+    assert all(0 <= a < 15 and 0 <= b < 15 for a, b in offsets.values())
+    assert len(set(offsets.values())) == 8
+    seeded = with_seed(SimParams(CURVE, CFG, 30.0, 0.5), 3)
+    assert (seeded.seed, seeded.scrape_offset_s, seeded.sync_offset_s) == (3, *offsets[3])
+
+
+class _Ticks:
+    """A policy that records when the loop asks it."""
+
+    name = "ticks"
+
+    def __init__(self, period_s: float) -> None:
+        self.period_s, self.asked = period_s, []
+
+    def decide(self, now: float, lag: object, sim: object) -> int:
+        self.asked.append(now)
+        return 1
+
+
+def test_the_loop_decides_on_the_draws_sync_phase() -> None:
+    params = SimParams(CURVE, CFG, 0.0, 0.5, hold_s=0.0, sync_offset_s=7.0)
+    hpa, fast = _Ticks(15.0), _Ticks(2.0)
+    run_policy(hpa, np.array([1.0]), 60.0, 1, params)
+    run_policy(fast, np.array([1.0]), 10.0, 1, params)
+    assert hpa.asked == [7.0, 22.0, 37.0, 52.0, 60.0]  # the last tick is the run's end
+    assert fast.asked == [1.0, 3.0, 5.0, 7.0, 9.0, 10.0]
+
+
+def test_tidescale_hpa_syncs_on_the_draws_phase_between_fast_path_ticks() -> None:
+    """tidescale's loop ticks every 2 s (the fast path); its HPA syncs at the first tick at or after
+    offset + 15 k, as a real HPA's sync would find the published answer."""
+    params = SimParams(CURVE, CFG, 0.0, 0.5, hold_s=0.0, sync_offset_s=5.0)
+    policy = pol.TidescalePolicy(1, 1, 4, 370.0, 0.0, 0.5, publish_delay_s=0.0, sync_offset_s=5.0)
+    synced: list[float] = []
+    step = policy.hpa.step
+    policy.hpa.step = lambda now, metrics, pods: synced.append(now) or step(now, metrics, pods)  # type: ignore[method-assign, func-returns-value]
+    run_policy(policy, np.arange(0.0, 70.0, 0.01), 70.0, 1, params)
+    assert synced == [1.0, 5.0, 21.0, 35.0, 51.0, 65.0]  # the first tick syncs; then 20 -> 21 and 50 -> 51

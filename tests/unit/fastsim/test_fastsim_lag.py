@@ -77,3 +77,15 @@ def test_metrics_lag_sees_a_surge_only_after_scrape_and_delay() -> None:
     assert q is not None and q >= 0.0
     with pytest.raises(UsageError, match="unknown series"):
         lag.rate("nope", 60.0)
+
+
+def test_metrics_lag_scrapes_at_its_offset_in_the_interval() -> None:
+    """Prometheus' scrape of a target has a phase of its own: a surge can fall anywhere in the cycle."""
+    sim = FleetSim(ServiceCurve(((1, 0.005), (8, 0.005)), jitter_sigma=0.0),
+                   BatcherConfig(max_batch_size=8, preferred_batch_sizes=()), 1, cold_start_s=0.0)
+    lag = MetricsLag(sim, scrape_interval_s=15.0, offset_s=4.5)
+    lag.advance(50.0)
+    assert list(lag.series["requests"].times) == [4.5, 19.5, 34.5, 49.5]
+    for bad in (-1.0, 15.0, float("nan")):
+        with pytest.raises(UsageError, match="offset_s must be in"):
+            MetricsLag(sim, scrape_interval_s=15.0, offset_s=bad)

@@ -3,10 +3,15 @@
 The loop: advance the fleet (scraping every 15 s) to the policy's next decision, hand the
 decision to `sim.set_replicas`, collect the requests completed meanwhile. Requests that never
 complete (no Ready replica, or still queued after a drain period) count as SLO misses.
+
+Prometheus' scrapes and the HPA's syncs run on clocks of their own: where a surge falls within
+either 15 s cycle decides how long it goes unseen, so a run draws both phases from its seed
+(`with_seed`) instead of starting every clock with the surge.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -14,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tidescale.autoscaler.servicecurve import ServiceCurve
-from tidescale.benches.autoscale.policies import Policy
+from tidescale.benches.autoscale.policies import HPA_SYNC_S, Policy
 from tidescale.sim import BatcherConfig, FleetSim, MetricsLag
 from tidescale.sim.lag import DEFAULT_EXTRACTORS
 from tidescale.sim.results import FleetCounters
@@ -36,6 +41,25 @@ class SimParams:
     slo_p99_s: float
     seed: int = 0
     hold_s: float = 60.0  # no decisions until the rate windows hold real data
+    scrape_offset_s: float = 0.0  # Prometheus scrapes at this offset + k x SCRAPE_INTERVAL_S
+    sync_offset_s: float = 0.0  # the policy decides (the HPA syncs) at this offset + k x its period
+
+
+def clock_offsets(seed: int) -> tuple[float, float]:
+    """The scrape's and the HPA sync's phases of one draw, uniform over their 15 s cycles."""
+    rng = np.random.default_rng([seed, 15])
+    return float(rng.uniform(0.0, SCRAPE_INTERVAL_S)), float(rng.uniform(0.0, HPA_SYNC_S))
+
+
+def recorded_offsets(params: SimParams) -> dict[str, float]:
+    """The draw's clock phases as the JSON records them."""
+    return {"scrape": round(params.scrape_offset_s, 2), "hpa_sync": round(params.sync_offset_s, 2)}
+
+
+def with_seed(params: SimParams, seed: int) -> SimParams:
+    """*params* for the draw *seed*: its arrivals' seed and its clocks' phases."""
+    scrape, sync = clock_offsets(seed)
+    return dataclasses.replace(params, seed=seed, scrape_offset_s=scrape, sync_offset_s=sync)
 
 
 @dataclass
@@ -60,11 +84,14 @@ def run_policy(policy: Policy, arrivals: np.ndarray, duration_s: float, initial:
                ) -> RunResult:
     sim = FleetSim(params.curve, params.batcher, initial, params.cold_start_s, seed=params.seed,
                    keep_history_s=HISTORY_S)
-    lag = MetricsLag(sim, SCRAPE_INTERVAL_S, extractors={**DEFAULT_EXTRACTORS, "pending_max": _pending_max})
+    lag = MetricsLag(sim, SCRAPE_INTERVAL_S, extractors={**DEFAULT_EXTRACTORS, "pending_max": _pending_max},
+                     offset_s=params.scrape_offset_s)
     sim.offer(arrivals)
     result = RunResult(policy.name, arrivals, np.full(len(arrivals), np.inf))
     done_arrival, done_latency = [], []
-    t, last, collected_to = 0.0, initial, -math.inf
+    # Decisions at sync_offset_s + k x period_s: the first tick lies in (0, period_s].
+    t = params.sync_offset_s - policy.period_s * math.ceil(params.sync_offset_s / policy.period_s)
+    last, collected_to = initial, -math.inf
     result.times.append(0.0)
     result.replicas.append(initial)
     result.ready.append(initial)

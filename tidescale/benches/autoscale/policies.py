@@ -257,7 +257,7 @@ class TidescalePolicy:
 
     def __init__(self, initial: int, min_r: int, max_r: int, capacity_rps: float, cold_start_s: float,
                  slo_s: float, *, publish_delay_s: float, headroom: float = 1.0,
-                 fast_path: bool | None = None, direct: bool = False) -> None:
+                 fast_path: bool | None = None, direct: bool = False, sync_offset_s: float = 0.0) -> None:
         self.slo_s = slo_s
         target = Target("triton", "bench", "model", min_r, max_r)
         self.hpa = HpaEmulator(tidescale_hpa_spec(target), initial)
@@ -277,6 +277,7 @@ class TidescalePolicy:
         self.direct = direct
         self.current = initial
         self._next_slow = -math.inf
+        self._sync_offset_s = sync_offset_s  # the HPA syncs at this offset + k x HPA_SYNC_S
         self._next_sync = -math.inf
 
     def _slow(self, now: float, lag: MetricsLag, sim: FleetSim) -> None:
@@ -322,8 +323,9 @@ class TidescalePolicy:
             if visible is not None:
                 self.current = visible
             return self.current
-        if now >= self._next_sync - 1e-9:
-            self._next_sync = max(self._next_sync + HPA_SYNC_S, now)
+        if now >= self._next_sync - 1e-9:  # at the first tick at or after each of the HPA's syncs
+            self._next_sync = self._sync_offset_s + HPA_SYNC_S * (
+                math.floor((now - self._sync_offset_s) / HPA_SYNC_S + 1e-9) + 1)
             self.current = self.hpa.step(now, {adapter.DESIRED_REPLICAS: visible}, pods_of(sim))
         return self.current
 

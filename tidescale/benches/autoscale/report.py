@@ -19,7 +19,7 @@ from tidescale.autoscaler.service import RecommenderSettings
 from tidescale.autoscaler.servicecurve import ServiceCurve
 from tidescale.benches.autoscale import policies as pol
 from tidescale.benches.autoscale import scenarios as bench
-from tidescale.benches.autoscale.closedloop import RunResult, SimParams
+from tidescale.benches.autoscale.closedloop import RunResult, SimParams, recorded_offsets, with_seed
 from tidescale.benches.autoscale.frontier import Point, best_point, dominated_by, pareto_frontier
 from tidescale.benches.autoscale.goals import (
     DEFAULT_SURGE_GAP_PT,
@@ -217,7 +217,7 @@ def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
     capacity = bench.measure_capacity(curve, cfg, opts.slo_s, opts.seed)
     replica_rps = max(capacity, curve.max_throughput())
     sweeps = opts.peer_sweeps(capacity)
-    params = SimParams(curve, cfg, bench.DEFAULT_COLD_START_S, opts.slo_s, opts.seed)
+    params = with_seed(SimParams(curve, cfg, bench.DEFAULT_COLD_START_S, opts.slo_s), opts.seed)
     doc: dict[str, Any] = {
         "benchmark": "autoscale",
         "setup": {"duration_s": duration, "base_rps": opts.base_rps, "slo_p99_s": opts.slo_s, "seed": opts.seed,
@@ -225,6 +225,8 @@ def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
                   "curve": "V100 (ServiceCurve.v100)", "batcher": "max 32, preferred 8/16, 2 ms delay",
                   "min_replicas": bench.MIN_REPLICAS, "max_replicas": bench.MAX_REPLICAS,
                   "scrape_interval_s": 15, "hpa_sync_s": 15, "queue_timeout_s": queue_policy["timeout_s"],
+                  # this draw's clocks: Prometheus scrapes and the HPA syncs at these offsets in their cycles
+                  "clock_offsets_s": recorded_offsets(params),
                   # the recommender's answer reaches the HPA this much later, per delivery mode
                   "publish_delay_s": dict(bench.PUBLISH_DELAY_S),
                   "queue_policy": queue_policy["kind"],
@@ -296,7 +298,7 @@ def markdown(doc: dict[str, Any]) -> str:
         f"{s['capacity_rps_per_replica']:g} req/s",
         f"- lags: scrape {s['scrape_interval_s']} s, HPA sync {s['hpa_sync_s']} s, rate windows 1 m (30 s for "
         "the Triton queue-time rule); replicas {min}–{max}".format(min=s["min_replicas"], max=s["max_replicas"])
-        + _publish_delays(s.get("publish_delay_s")),
+        + _publish_delays(s.get("publish_delay_s")) + _clock_offsets(s.get("clock_offsets_s")),
         "- cost = replica-hours (starting replicas included) / the oracle's; recovery = seconds from the surge "
         "start until P99 holds within the SLO for a minute",
         "- queue policy: " + ("none (requests wait until served)" if s.get("queue_timeout_s") is None else
@@ -487,6 +489,15 @@ def bound_lines(doc: dict[str, Any]) -> list[str]:
         out.append(f"| {name} | {b['fleet_at_surge']} | {100 * b['requests_within_slo_max']:.2f} % | {ours} "
                    f"| {need} | {factor} |")
     return [*out, ""]
+
+
+def _clock_offsets(offsets: Mapping[str, float] | None) -> str:
+    """Where this draw's scrape and HPA sync fall in their cycles (older recorded runs started both at 0 s,
+    with the surges)."""
+    if not offsets:
+        return ""
+    return (f"; clocks drawn from the seed: Prometheus scrapes at {offsets['scrape']:g} s and the HPA syncs at "
+            f"{offsets['hpa_sync']:g} s into each 15 s cycle (the scenarios' surges start at 0 s of one)")
 
 
 def _publish_delays(delays: Mapping[str, float] | None) -> str:

@@ -93,8 +93,10 @@ def oracle_needed(arrivals: np.ndarray, duration_s: float, capacity_rps: float) 
 
 
 def make_policy(name: str, initial: int, capacity_rps: float, cold_start_s: float, needed: list[int],
-                slo_s: float, headroom: float = 1.0, setting: float | None = None) -> pol.Policy:
-    """Policy *name*; a peer runs at *setting* of its knob (default: its fixed setting)."""
+                slo_s: float, headroom: float = 1.0, setting: float | None = None, sync_offset_s: float = 0.0
+                ) -> pol.Policy:
+    """Policy *name*; a peer runs at *setting* of its knob (default: its fixed setting). The HPA-driven
+    peers sync on the loop's ticks; tidescale's HPA needs *sync_offset_s* (its loop ticks every 2 s)."""
     lo, hi = MIN_REPLICAS, MAX_REPLICAS
     if name in pol.KNOBS:
         return pol.peer_policy(name, pol.KNOBS[name].fixed if setting is None else setting, initial, lo, hi)
@@ -102,7 +104,7 @@ def make_policy(name: str, initial: int, capacity_rps: float, cold_start_s: floa
         fast_path, delivery = STEP_VARIANTS[name]
         return pol.TidescalePolicy(initial, lo, hi, capacity_rps, cold_start_s, slo_s, headroom=headroom,
                                    fast_path=fast_path, direct=delivery == "direct",
-                                   publish_delay_s=PUBLISH_DELAY_S[delivery])
+                                   publish_delay_s=PUBLISH_DELAY_S[delivery], sync_offset_s=sync_offset_s)
     return pol.Oracle(needed, ORACLE_SLOT_S, cold_start_s, lo, hi)
 
 
@@ -156,7 +158,7 @@ def run_scenario(sc: BenchScenario, policy_names: list[str], params: SimParams, 
     arrivals, end = scenario_arrivals(sc, params.seed)
     needed = oracle_needed(arrivals, end, capacity_rps)
     initial = max(needed[: int((WARMUP_S + 60.0) / ORACLE_SLOT_S)])  # a fair start: the first minute covered
-    p = SimParams(params.curve, params.batcher, sc.cold_start_s, params.slo_p99_s, params.seed, params.hold_s)
+    p = dataclasses.replace(params, cold_start_s=sc.cold_start_s)
     surge_at = None if sc.surge_at_s is None else sc.surge_at_s
     scores: dict[str, dict[str, Any]] = {}
     runs: dict[str, RunResult] = {}
@@ -172,7 +174,8 @@ def run_scenario(sc: BenchScenario, policy_names: list[str], params: SimParams, 
     runs_to_do += [(headroom_variant(h), "tidescale", h, None) for h in headroom_sweep]
     for k, (name, kind, factor, setting) in enumerate(runs_to_do):
         progress(f"{sc.name}: {name} ({k + 1}/{len(runs_to_do)})")
-        policy = make_policy(kind, initial, capacity_rps, sc.cold_start_s, needed, params.slo_p99_s, factor, setting)
+        policy = make_policy(kind, initial, capacity_rps, sc.cold_start_s, needed, params.slo_p99_s, factor, setting,
+                             p.sync_offset_s)
         run = run_policy(policy, arrivals, end, initial, p)
         scores[name] = score(run, params.slo_p99_s, WARMUP_S, end, surge_at)
         runs[name] = dataclasses.replace(run, latency=np.empty(0))

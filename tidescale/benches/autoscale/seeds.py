@@ -1,19 +1,19 @@
 """tidescale on other draws of the same scenarios (`bench autoscale --extra-seed N`).
 
-One seed is one draw of Poisson arrivals, and where a surge falls within the HPA's 15 s sync can
-gain or lose a whole sync: a verdict 0.2 points from its goal may flip on the next draw. The extra
+One seed is one draw of Poisson arrivals and of the phases of Prometheus' scrape and the HPA's sync
+(`closedloop.with_seed`): where a surge falls within the HPA's 15 s sync can gain or lose a whole
+sync, so a verdict a point from its goal may flip on the next draw. The extra
 seeds rerun tidescale's three delivery modes and the oracle (the peers are not swept again, so
 dominance stays judged on the page's own seed) and judge each draw against the same goals.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tidescale.benches.autoscale import scenarios as bench
-from tidescale.benches.autoscale.closedloop import SimParams
+from tidescale.benches.autoscale.closedloop import SimParams, recorded_offsets, with_seed
 from tidescale.benches.autoscale.goals import GOALS, JUDGED_ROWS, verdict
 from tidescale.benches.report import recorded
 
@@ -26,7 +26,7 @@ def seed_spread(available: Mapping[str, bench.BenchScenario], names: Sequence[st
     """`{"seeds": [...], "scenarios": {scenario: {seed: {"bound": b, "rows": {row: measures}}}}}`."""
     out: dict[str, dict[str, Any]] = {}
     for seed in seeds:
-        seeded = dataclasses.replace(params, seed=seed)
+        seeded = with_seed(params, seed)
 
         def tell(message: str, seed: int = seed) -> None:
             progress(f"seed {seed}: {message}")
@@ -36,6 +36,7 @@ def seed_spread(available: Mapping[str, bench.BenchScenario], names: Sequence[st
             scores, _ = bench.run_scenario(sc, ["tidescale", "oracle"], seeded, capacity_rps, tell, headroom)
             bound = bench.scenario_bound(sc, seed, capacity_rps, replica_rps, GOALS["requests_within_slo"])
             out.setdefault(name, {})[str(seed)] = {
+                "clock_offsets_s": recorded_offsets(seeded),
                 "bound": None if bound is None else recorded(bound.requests_within_slo),
                 "rows": {row: {k: recorded(scores[row][k]) for k in MEASURES} for row in JUDGED_ROWS}}
     return {"seeds": list(seeds), "scenarios": out}
@@ -48,6 +49,15 @@ def _cell(scenario: str, row: Mapping[str, Any], bound: float | None) -> tuple[s
     return f"{v.slo_text}, {cost}: {'yes' if met else '**no**'}", met
 
 
+def mean_draw(draws: Sequence[tuple[Mapping[str, Any], float | None]]) -> tuple[dict[str, Any], float | None]:
+    """The mean row and mean bound of (row, bound) draws: `verdict` of the pair then judges the mean
+    distance to the bound, the mean shares within the SLO and the mean cost."""
+    def mean(values: list[Any]) -> float | None:
+        return None if any(v is None for v in values) else sum(values) / len(values)
+
+    return ({k: mean([row[k] for row, _ in draws]) for k in MEASURES}, mean([bound for _, bound in draws]))
+
+
 def seed_lines(doc: Mapping[str, Any]) -> list[str]:
     """The SLO and cost verdicts of each delivery mode on the page's seed and on every extra seed."""
     spread = doc.get("seeds")
@@ -56,21 +66,26 @@ def seed_lines(doc: Mapping[str, Any]) -> list[str]:
     main = doc["setup"]["seed"]
     seeds = spread["seeds"]
     out = ["## Across seeds", "",
-           f"The tables above are one draw of arrivals (seed {main}). `--extra-seed` reran tidescale's three "
-           "delivery modes and the oracle on other draws of the same scenarios; the peers were not swept again, "
-           "so dominance is judged on the page's seed alone. Each cell: the SLO measure, the cost against that "
-           "draw's oracle, and whether both goals are met.", "",
+           f"The tables above are one draw (seed {main}): its Poisson arrivals and its phases of Prometheus' "
+           "scrape and the HPA's sync, i.e. where each surge falls in their 15 s cycles. `--extra-seed` reran "
+           "tidescale's three delivery modes and the oracle on other draws of the same scenarios; the peers were "
+           "not swept again, so dominance is judged on the page's seed alone. Each cell: the SLO measure, the "
+           "cost against that draw's oracle, and whether both goals are met; then the same for the mean of the "
+           "draws.", "",
            "| scenario | row | " + " | ".join([f"seed {main} (above)", *(f"seed {s}" for s in seeds)])
-           + " | draws meeting both |",
-           "|---|---|" + "---|" * (len(seeds) + 1) + "---:|"]
+           + " | mean of the draws | draws meeting both |",
+           "|---|---|" + "---|" * (len(seeds) + 2) + "---:|"]
     for name, per_seed in spread["scenarios"].items():
         main_rows = doc["scenarios"].get(name, {})
         main_bound = doc.get("bounds", {}).get(name, {}).get("requests_within_slo_max")
         for row in JUDGED_ROWS:
             if row not in main_rows:
                 continue
-            cells = [_cell(name, main_rows[row], main_bound)]
-            cells += [_cell(name, per_seed[str(s)]["rows"][row], per_seed[str(s)]["bound"]) for s in seeds]
+            draws = [(main_rows[row], main_bound), *((per_seed[str(s)]["rows"][row], per_seed[str(s)]["bound"])
+                                                     for s in seeds)]
+            cells = [_cell(name, r, b) for r, b in draws]
             met = sum(ok for _, ok in cells)
-            out.append(f"| {name} | {row} | " + " | ".join(text for text, _ in cells) + f" | {met} of {len(cells)} |")
+            mean_text, _ = _cell(name, *mean_draw(draws))
+            out.append(f"| {name} | {row} | " + " | ".join(text for text, _ in cells)
+                       + f" | {mean_text} | {met} of {len(cells)} |")
     return [*out, ""]
