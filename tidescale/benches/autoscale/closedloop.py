@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tidescale.autoscaler.servicecurve import ServiceCurve
-from tidescale.benches.autoscale.policies import HPA_SYNC_S, Policy
+from tidescale.benches.autoscale.policies import HPA_SYNC_S, Policy, tick_after
 from tidescale.sim import BatcherConfig, FleetSim, MetricsLag
 from tidescale.sim.lag import DEFAULT_EXTRACTORS
 from tidescale.sim.results import FleetCounters
@@ -89,8 +89,8 @@ def run_policy(policy: Policy, arrivals: np.ndarray, duration_s: float, initial:
     sim.offer(arrivals)
     result = RunResult(policy.name, arrivals, np.full(len(arrivals), np.inf))
     done_arrival, done_latency = [], []
-    # Decisions at sync_offset_s + k x period_s: the first tick lies in (0, period_s].
-    t = params.sync_offset_s - policy.period_s * math.ceil(params.sync_offset_s / policy.period_s)
+    # Decisions at sync_offset_s + k x period_s, from the first such tick after 0.
+    t = tick_after(0.0, policy.period_s, params.sync_offset_s) - policy.period_s
     last, collected_to = initial, -math.inf
     result.times.append(0.0)
     result.replicas.append(initial)

@@ -30,6 +30,12 @@ DEBUG = False
 CPU_REQUEST_CORES = 0.5  # the seed Deployment's container CPU request
 
 
+def tick_after(t: float, period_s: float, offset_s: float) -> float:
+    """The first instant offset_s + k x period_s after *t* (one within 1e-9 before it counts as passed):
+    where a clock with that period and phase next ticks."""
+    return offset_s + period_s * (math.floor((t - offset_s) / period_s + 1e-9) + 1)
+
+
 class Policy(Protocol):
     """Decides the replica count every `period_s`; the loop applies it with `sim.set_replicas`."""
 
@@ -324,8 +330,7 @@ class TidescalePolicy:
                 self.current = visible
             return self.current
         if now >= self._next_sync - 1e-9:  # at the first tick at or after each of the HPA's syncs
-            self._next_sync = self._sync_offset_s + HPA_SYNC_S * (
-                math.floor((now - self._sync_offset_s) / HPA_SYNC_S + 1e-9) + 1)
+            self._next_sync = tick_after(now, HPA_SYNC_S, self._sync_offset_s)
             self.current = self.hpa.step(now, {adapter.DESIRED_REPLICAS: visible}, pods_of(sim))
         return self.current
 
