@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import gzip
 import json
 from collections.abc import Iterator
@@ -11,6 +12,8 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.paths import FIXTURES
+from tidescale.exporters import service
+from tidescale.exporters.otlp import Span
 from tidescale.exporters.service import create_app
 from tidescale.exporters.settings import ExporterSettings
 
@@ -110,6 +113,25 @@ def test_bad_bodies_get_4xx_with_a_message(client: TestClient) -> None:
     dropped = {labels["reason"]: v for labels, v in samples(client, "tidescale_exporter_spans_dropped_total")}
     assert dropped["malformed_body"] == 3  # 413 on the declared length never reaches the decoder
     assert client.get("/healthz").status_code == 200
+
+
+def test_the_gc_pauses_from_decode_to_histograms_and_resumes_whatever_the_body(
+        client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[bool] = []
+
+    def ingest_watching_gc(state: service.ExporterState, spans: list[Span]) -> tuple[int, str]:
+        seen.append(gc.isenabled())
+        return real_ingest(state, spans)
+
+    real_ingest = service.ingest
+    monkeypatch.setattr(service, "ingest", ingest_watching_gc)
+    assert client.post("/v1/traces", content=BODIES[0].read_bytes(), headers=JSON).status_code == 200
+    assert seen == [False] and gc.isenabled()
+    for bad in (b"{nope", b'{"resourceSpans": 7}', gzip.compress(b" " * (1 << 20))):
+        headers = {**JSON, "content-encoding": "gzip"} if bad.startswith(b"\x1f\x8b") else JSON
+        assert client.post("/v1/traces", content=bad, headers=headers).status_code in (400, 413)
+        assert gc.isenabled()
+    assert seen == [False]
 
 
 def test_gzip_bodies_are_accepted(client: TestClient) -> None:
