@@ -88,6 +88,9 @@ SETTLE_POLL_S = 1.0
 # After each round, the same exporter (its series, targets and poller) is left alone this long: its
 # CPU per second then is its idle cost, taken off its CPU during the round.
 IDLE_S = 15.0
+# ... then reads its /metrics this many times in a row: their CPU (net of its idle rate) per read is what
+# each of the bench's own reads during the round cost it, taken off to leave the live path alone.
+READ_COST_READS = 8
 SETTLE_TIMEOUT_S = 60.0
 TRACE_FILE_FREQUENCY = 100  # Triton writes the trace file every this many traces (0 would mean: at exit)
 STAGE = "request"
@@ -511,19 +514,23 @@ def _get(client: httpx.Client, url: str) -> str:
     return resp.text
 
 
-def settle(http: httpx.Client, exporter_url: str, timeout: float = SETTLE_TIMEOUT_S) -> None:
+def settle(http: httpx.Client, exporter_url: str, timeout: float = SETTLE_TIMEOUT_S) -> int:
     """Until SETTLE_S after the client finished (now) and the exporter's request-stage count has not
-    moved for QUIET_S, or *timeout*: every span of the requests sent has arrived."""
+    moved for QUIET_S, or *timeout*: every span of the requests sent has arrived. The /metrics reads
+    it made (each costs the exporter CPU that the live path does not spend)."""
     start = time.monotonic()
     last, since = -1.0, start
+    reads = 0
     while time.monotonic() - start < timeout:
         count = exporter_view(_get(http, f"{exporter_url}/metrics")).count
+        reads += 1
         now = time.monotonic()
         if count != last:
             last, since = count, now
         if now - start >= SETTLE_S and now - since >= QUIET_S:
-            return
+            break
         time.sleep(SETTLE_POLL_S)
+    return reads
 
 
 def snapshot(http: httpx.Client, replica: TritonReplica, exporter_pid: int, exporter_url: str) -> Snapshot:
@@ -541,6 +548,10 @@ class ModeRun:
     at_end: tuple[TritonView, ExporterView]  # read as the client finished: Triton's summary, the detected N
     triton_version: str = ""
     idle: tuple[float, float] = (0.0, 0.0)  # (exporter CPU s, wall s) left alone after the round
+    # The bench's own /metrics reads between the two snapshots' CPU readings (the first snapshot's, the
+    # one as the client finished, settle's), and what one read costs the exporter (CPU s, net of idle).
+    reads: int = 0
+    read_cpu_s: float = 0.0
 
 
 def idle_cost(exporter_pid: int, seconds: float = IDLE_S) -> tuple[float, float]:
@@ -550,6 +561,19 @@ def idle_cost(exporter_pid: int, seconds: float = IDLE_S) -> tuple[float, float]
     time.sleep(seconds)
     cpu1 = process_cpu_seconds(exporter_pid)
     return cpu1 - cpu0, time.monotonic() - start
+
+
+def read_cost(http: httpx.Client, exporter_url: str, exporter_pid: int, idle: tuple[float, float],
+              reads: int = READ_COST_READS) -> float:
+    """The exporter's CPU seconds per /metrics read, net of its *idle* (CPU s, wall s) rate: after the
+    round, so it renders the round's series. Prometheus reads it every 15-30 s; the bench reads it
+    about once a second while it waits, which is no part of the live path's cost."""
+    start, cpu0 = time.monotonic(), process_cpu_seconds(exporter_pid)
+    for _ in range(reads):
+        _get(http, f"{exporter_url}/metrics")
+    cpu, wall = process_cpu_seconds(exporter_pid) - cpu0, time.monotonic() - start
+    rate = idle[0] / idle[1] if idle[1] > 0 else 0.0
+    return max(0.0, (cpu - rate * wall) / reads)
 
 
 @dataclass(frozen=True)
@@ -675,7 +699,7 @@ def measure(mode: Mode, client: Client, requests: int, repo: Path, workdir: Path
                 play(client, replica, WARMUP_REQUESTS, workdir)
                 if mode.traced:
                     settle(http, exporter_url)
-                before = snapshot(http, replica, exporter.pid, exporter_url)
+                before = snapshot(http, replica, exporter.pid, exporter_url)  # reads /metrics after its CPU
                 progress(f"{mode.name}: {requests} requests from {client.name}")
                 played = play(client, replica, requests, workdir)
             except TritonDied as died:
@@ -686,14 +710,15 @@ def measure(mode: Mode, client: Client, requests: int, repo: Path, workdir: Path
                                    counted - (0.0 if before is None else before.exporter.count), version)
             at_end = (triton_view(_get(http, replica.metrics_url)),
                       exporter_view(_get(http, f"{exporter_url}/metrics")))
-            settle(http, exporter_url)
+            reads = 2 + settle(http, exporter_url)  # with the first snapshot's and at_end's
             after = snapshot(http, replica, exporter.pid, exporter_url)
             idle = idle_cost(exporter.pid, idle_s)
+            read_cpu_s = read_cost(http, exporter_url, exporter.pid, idle)
     finally:
         exporter.stop()  # first: Triton waits for open HTTP connections (the poller's) before it exits
         if replica is not None:
             stop_replica(replica, regions)
-    return ModeRun(before, after, played, at_end, version, idle)
+    return ModeRun(before, after, played, at_end, version, idle, reads, read_cpu_s)
 
 
 SHM_REGION = re.compile(rb"^triton_python_backend_shm_region_[0-9a-f-]+$")
@@ -768,6 +793,8 @@ def mode_result(mode: Mode, runs: Sequence[ModeRun]) -> dict[str, Any]:
     exporter_cpu = total(lambda r: r.after.exporter_cpu_s - r.before.exporter_cpu_s)
     idle_cpu, idle_wall = total(lambda r: r.idle[0]), total(lambda r: r.idle[1])
     measured_s = total(lambda r: r.after.t - r.before.t)
+    reads, reads_cpu = total(lambda r: r.reads), total(lambda r: r.reads * r.read_cpu_s)
+    net_cpu = exporter_cpu - idle_cpu / idle_wall * measured_s if idle_wall > 0 else None
     wall = total(lambda r: r.client.wall_s)
     buckets: dict[float, float] = {}
     for r in runs:
@@ -801,8 +828,12 @@ def mode_result(mode: Mode, runs: Sequence[ModeRun]) -> dict[str, Any]:
         "exporter_idle_cpu_ms_per_s": _round(idle_cpu * 1e3 / idle_wall if idle_wall > 0 else None, 2),
         # net of this exporter's own idle cost, measured right after each round in the same process
         "exporter_net_cpu_us_per_traced_request": (
-            _per_request(exporter_cpu - idle_cpu / idle_wall * measured_s, traced) if traced and idle_wall > 0
-            else None),
+            _per_request(net_cpu, traced) if traced and net_cpu is not None else None),
+        "exporter_bench_reads": int(reads),
+        "exporter_ms_per_read": _round(reads_cpu * 1e3 / reads if reads else None, 3),
+        # ... and of the bench's own /metrics reads during the round: the live path alone (the goal's)
+        "exporter_live_cpu_us_per_traced_request": (
+            _per_request(net_cpu - reads_cpu, traced) if traced and net_cpu is not None else None),
         "exporter_counted_requests": _round(total(lambda r: r.after.exporter.count - r.before.exporter.count), 1),
         "exporter_spans_accepted": int(total(lambda r: r.after.exporter.spans - r.before.exporter.spans)),
         "detected_rate": end.detected_rate, "detected_confidence": end.confidence,
@@ -871,11 +902,12 @@ def goals(results: list[dict[str, Any]]) -> dict[str, Any]:
     out["exporter_cpu_per_traced_request"] = {}
     for r in results:
         if r["traced_requests"]:
-            # Judged net of the idle polling, which costs per poll interval, not per request.
-            judged = r["exporter_net_cpu_us_per_traced_request"]
+            # Judged on the live path: net of the idle polling (which costs per poll interval, not per
+            # request) and of the bench's own /metrics reads (which no deployment makes once a second).
+            judged = r.get("exporter_live_cpu_us_per_traced_request")
             out["exporter_cpu_per_traced_request"][r["mode"]] = {
-                "us": r["exporter_cpu_us_per_traced_request"], "net_us": judged,
-                "met": None if judged is None else judged <= limit}
+                "us": r["exporter_cpu_us_per_traced_request"], "net_us": r["exporter_net_cpu_us_per_traced_request"],
+                "live_us": judged, "met": None if judged is None else judged <= limit}
     return out
 
 
@@ -979,7 +1011,8 @@ def _goal_lines(result: dict[str, Any]) -> list[str]:
                   f"{_num(at['triton_added_cpu_us'])} µs — {_verdict(at['triton_added_cpu_met'])}."]
     for mode, e in g["exporter_cpu_per_traced_request"].items():
         lines.append(f"- {mode}: exporter ≤ {t['exporter_cpu_us_per_traced_request_max']:g} µs CPU per traced "
-                     f"request: {_num(e['net_us'])} µs net of its own idle cost ({_num(e['us'])} µs in all) — "
+                     f"request on the live path: {_num(e.get('live_us'))} µs ({_num(e['net_us'])} µs net of its "
+                     f"own idle cost with the bench's /metrics reads, {_num(e['us'])} µs in all) — "
                      f"{_verdict(e['met'])}.")
     return lines
 
@@ -987,6 +1020,7 @@ def _goal_lines(result: dict[str, Any]) -> list[str]:
 def markdown(result: dict[str, Any]) -> str:
     header = ("mode", "requests", "req/s", "Triton CPU µs/req", "added vs none", "exporter CPU µs/req",
               "exporter CPU µs/traced req", "its idle ms/s", "net of its idle", "net of none's idle",
+              "live path (net of idle and reads)",
               "detected N (confidence)", "client P99 ms",
               "exporter P99 ms", "P99 error", "of which buckets", "beyond buckets")
     rows = []
@@ -998,7 +1032,8 @@ def markdown(result: dict[str, Any]) -> str:
                      _num(r["triton_cpu_us_per_request"]), _num(r["triton_added_cpu_us_vs_none"], "+.1f"),
                      _num(r["exporter_cpu_us_per_request"]), _num(r["exporter_cpu_us_per_traced_request"]),
                      _num(r["exporter_idle_cpu_ms_per_s"], ".2f"), _num(r["exporter_net_cpu_us_per_traced_request"]),
-                     _num(r.get("exporter_net_cpu_us_per_traced_request_vs_none")), detected, _ms(r["client_p99_s"]),
+                     _num(r.get("exporter_net_cpu_us_per_traced_request_vs_none")),
+                     _num(r.get("exporter_live_cpu_us_per_traced_request")), detected, _ms(r["client_p99_s"]),
                      _ms(r["exporter_p99_s"]), _pct(r["p99_error"]), _pct(r.get("p99_error_of_buckets")),
                      _pct(r.get("p99_error_beyond_buckets"))))
     summaries = [f"- `{r['mode']}`: Triton's own summary P99 (its last round) {_ms(r['triton_summary_p99_s'])} ms, "
@@ -1043,9 +1078,11 @@ def markdown(result: dict[str, Any]) -> str:
         "The exporter runs in every mode; in `none` and `summaries` its CPU is its idle polling cost. After "
         f"each round the same exporter is left alone for {IDLE_S:g} s (\"its idle\": polling the idle replica, "
         "housekeeping, nothing sent or read), and \"net of its idle\" takes that rate off its CPU during the "
-        "round: the live path (HTTP, decode, join, histograms) and the round's few /metrics reads. \"Net of "
+        "round: the live path (HTTP, decode, join, histograms) and the bench's own /metrics reads. \"Net of "
         "none's idle\" takes off the `none` mode's rate instead, as earlier pages did (another process, "
-        "minutes apart). `settle` reads the exporter's /metrics once a second, not four times. Traced "
+        "minutes apart). `settle` reads the exporter's /metrics once a second while it waits for the last "
+        f"spans; then the exporter's CPU over {READ_COST_READS} reads in a row, net of its idle, gives the cost "
+        "of one read, and \"live path\" takes the round's reads off too: what the goal judges. Traced "
         "requests = requests / N. The exporter's P99 is `histogram_quantile(0.99, …)` over the delta of its "
         "request-stage buckets (REQUEST_START to REQUEST_END inside Triton); the client's P99 is over exactly "
         "the requests it sent, HTTP included, so the error includes what the server cannot see.",
@@ -1095,10 +1132,11 @@ def plot(result: dict[str, Any], path: Path) -> None:
     ax1.set(title="Triton CPU per request (whiskers: its rounds)", ylabel="µs CPU / request")
     traced = [r for r in modes if r["traced_requests"]]
     xs = np.arange(len(traced))
-    for offset, key, label in ((-0.2, "exporter_cpu_us_per_traced_request", "all"),
-                               (0.2, "exporter_net_cpu_us_per_traced_request", "net of its own idle")):
-        values = [r[key] for r in traced]
-        bars = ax2.bar(xs + offset, [max(v or 0.0, 1e-3) for v in values], 0.4, label=label)
+    for offset, key, label in ((-0.27, "exporter_cpu_us_per_traced_request", "all"),
+                               (0.0, "exporter_net_cpu_us_per_traced_request", "net of its own idle"),
+                               (0.27, "exporter_live_cpu_us_per_traced_request", "live path")):
+        values = [r.get(key) for r in traced]
+        bars = ax2.bar(xs + offset, [max(v or 0.0, 1e-3) for v in values], 0.27, label=label)
         ax2.bar_label(bars, ["–" if v is None else f"{v:.0f}" for v in values], fontsize=7)
     ax2.axhline(GOALS["exporter_cpu_us_per_traced_request_max"], color="tab:red", ls=":", lw=1, label="40 µs goal")
     ax2.set_xticks(xs, [r["mode"] for r in traced])
