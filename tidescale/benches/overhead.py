@@ -781,6 +781,17 @@ def _per_request(cpu_s: float, requests: float) -> float | None:
     return _round(cpu_s * 1e6 / requests) if requests > 0 else None
 
 
+def live_cpu_s(run: ModeRun) -> float | None:
+    """The exporter's CPU seconds in a round on the live path: net of its idle rate (measured after the
+    round) and of the bench's own /metrics reads; None when its idle was not measured."""
+    idle_cpu, idle_wall = run.idle
+    if idle_wall <= 0:
+        return None
+    measured_s = run.after.t - run.before.t
+    return (run.after.exporter_cpu_s - run.before.exporter_cpu_s - idle_cpu / idle_wall * measured_s
+            - run.reads * run.read_cpu_s)
+
+
 def mode_result(mode: Mode, runs: Sequence[ModeRun]) -> dict[str, Any]:
     """The per-mode figures over its rounds (sums of the deltas, the client's latencies together): CPU per
     request, throughput, the trace rate found, P99 against the client's; each round's Triton CPU per
@@ -810,6 +821,9 @@ def mode_result(mode: Mode, runs: Sequence[ModeRun]) -> dict[str, Any]:
     exporter_p99 = histogram_quantile(0.99, buckets)
     client_bucketed_p99 = histogram_quantile(0.99, bucketed(latencies, buckets)) if buckets and latencies.size else None
     measured = [r for r in rounds if r is not None]
+    live_rounds = [None if mode.rate is None or (live := live_cpu_s(r)) is None
+                   else _per_request(live, (r.after.triton.requests - r.before.triton.requests) / mode.rate)
+                   for r in runs]
     return {
         "mode": mode.name, "tracing": mode.tracing, "trace_rate": mode.rate, "error": None,
         "crashes": 0, "crash_errors": [], "exporter_counted_before_crashes": [],
@@ -834,6 +848,9 @@ def mode_result(mode: Mode, runs: Sequence[ModeRun]) -> dict[str, Any]:
         # ... and of the bench's own /metrics reads during the round: the live path alone (the goal's)
         "exporter_live_cpu_us_per_traced_request": (
             _per_request(net_cpu - reads_cpu, traced) if traced and net_cpu is not None else None),
+        # Per round: one at or below zero means what was taken off (idle, reads) moved by more than the
+        # live path spent, so the figure is within this machine's noise and the goal is not judged on it.
+        "exporter_live_cpu_us_per_traced_request_by_round": live_rounds if traced else [],
         "exporter_counted_requests": _round(total(lambda r: r.after.exporter.count - r.before.exporter.count), 1),
         "exporter_spans_accepted": int(total(lambda r: r.after.exporter.spans - r.before.exporter.spans)),
         "detected_rate": end.detected_rate, "detected_confidence": end.confidence,
@@ -905,9 +922,12 @@ def goals(results: list[dict[str, Any]]) -> dict[str, Any]:
             # Judged on the live path: net of the idle polling (which costs per poll interval, not per
             # request) and of the bench's own /metrics reads (which no deployment makes once a second).
             judged = r.get("exporter_live_cpu_us_per_traced_request")
+            by_round = r.get("exporter_live_cpu_us_per_traced_request_by_round") or []
+            noise = judged is not None and any(v is None or v <= 0 for v in [judged, *by_round])
             out["exporter_cpu_per_traced_request"][r["mode"]] = {
                 "us": r["exporter_cpu_us_per_traced_request"], "net_us": r["exporter_net_cpu_us_per_traced_request"],
-                "live_us": judged, "met": None if judged is None else judged <= limit}
+                "live_us": judged, "live_us_by_round": by_round, "within_noise": noise,
+                "met": None if judged is None or noise else judged <= limit}
     return out
 
 
@@ -1011,9 +1031,11 @@ def _goal_lines(result: dict[str, Any]) -> list[str]:
                   f"{_num(at['triton_added_cpu_us'])} µs — {_verdict(at['triton_added_cpu_met'])}."]
     for mode, e in g["exporter_cpu_per_traced_request"].items():
         lines.append(f"- {mode}: exporter ≤ {t['exporter_cpu_us_per_traced_request_max']:g} µs CPU per traced "
-                     f"request on the live path: {_num(e.get('live_us'))} µs ({_num(e['net_us'])} µs net of its "
-                     f"own idle cost with the bench's /metrics reads, {_num(e['us'])} µs in all) — "
-                     f"{_verdict(e['met'])}.")
+                     f"request on the live path: {_num(e.get('live_us'))} µs (rounds: "
+                     f"{', '.join(_num(v) for v in e.get('live_us_by_round') or []) or '–'}; {_num(e['net_us'])} µs "
+                     f"net of its own idle cost with the bench's /metrics reads, {_num(e['us'])} µs in all) — "
+                     + ("not judged: a round's live CPU is within the noise of what was taken off (its idle "
+                        "cost and the reads)." if e.get("within_noise") else f"{_verdict(e['met'])}."))
     return lines
 
 

@@ -368,12 +368,12 @@ def test_mode_results_divide_cpu_time_by_requests_and_compare_p99s() -> None:
                                 "p99_error_beyond_buckets": traced["p99_error_beyond_buckets"],
                                 "triton_added_cpu_us": 8.0, "triton_added_cpu_met": True}
     # judged net of the idle polling (which costs per poll, not per request)
-    assert goals["exporter_cpu_per_traced_request"] == {"otlp-10": {"us": 140.0, "net_us": 20.0, "live_us": 16.0,
-                                                                    "met": True}}
+    assert goals["exporter_cpu_per_traced_request"] == {"otlp-10": {
+        "us": 140.0, "net_us": 20.0, "live_us": 16.0, "live_us_by_round": [16.0], "within_noise": False, "met": True}}
     page = ov.markdown(page_of(results, goals))
     assert "| otlp-10 | 50,000 |" in page and "Triton's own summary P99 (its last round) 9.80 ms" in page
     assert "Triton's added CPU ≤ 10 µs per request: 8.0 µs — met" in page
-    assert "request on the live path: 16.0 µs (20.0 µs net of its own idle cost" in page
+    assert "request on the live path: 16.0 µs (rounds: 16.0; 20.0 µs net of its own idle cost" in page
 
 
 def test_the_live_path_is_judged_without_the_benchs_own_reads() -> None:
@@ -389,6 +389,22 @@ def test_the_live_path_is_judged_without_the_benchs_own_reads() -> None:
     judged = ov.goals([heavy])["exporter_cpu_per_traced_request"]["otlp-10"]
     assert judged["met"] is True and judged["net_us"] == pytest.approx(28.0)
     assert ov.goals([costly])["exporter_cpu_per_traced_request"]["otlp-10"]["met"] is False
+
+
+def test_a_live_figure_within_the_noise_of_what_was_taken_off_is_not_judged() -> None:
+    otlp, = ov.parse_modes(["otlp-10"])
+    buckets = {0.005: 0.0, 0.01: 50_000.0, math.inf: 50_000.0}
+    # round 1: 0.1 s live (20 us); round 2: its 20 reads at 6 ms exceed the 0.1 s net of idle
+    rounds = [mode_run(15.0, 0.7, 60.0, buckets, reads=0), mode_run(15.0, 0.7, 60.0, buckets, reads=20,
+                                                                     read_cpu_s=0.006)]
+    result = ov.mode_result(otlp, rounds)
+    assert result["exporter_live_cpu_us_per_traced_request_by_round"] == [20.0, -4.0]
+    assert result["exporter_live_cpu_us_per_traced_request"] == pytest.approx(8.0)  # pooled: under the goal...
+    ov.against_none([result])
+    judged = ov.goals([result])["exporter_cpu_per_traced_request"]["otlp-10"]
+    assert judged["within_noise"] is True and judged["met"] is None  # ... but not "met"
+    page = ov.markdown(page_of([result], ov.goals([result])))
+    assert "(rounds: 20.0, -4.0;" in page and "not judged: a round's live CPU is within the noise" in page
 
 
 def test_settle_counts_its_reads_and_read_cost_is_net_of_idle(monkeypatch: pytest.MonkeyPatch) -> None:
