@@ -1159,7 +1159,10 @@ def plot(result: dict[str, Any], path: Path) -> None:
                                (0.27, "exporter_live_cpu_us_per_traced_request", "live path")):
         values = [r.get(key) for r in traced]
         bars = ax2.bar(xs + offset, [max(v or 0.0, 1e-3) for v in values], 0.27, label=label)
-        ax2.bar_label(bars, ["–" if v is None else f"{v:.0f}" for v in values], fontsize=7)
+        ax2.bar_label(bars, ["–" if v is None or v <= 0 else f"{v:.0f}" for v in values], fontsize=7)
+        for x, v in zip(xs + offset, values, strict=True):
+            if v is not None and v <= 0:  # below what was taken off: no bar on a log axis, say why
+                ax2.text(x, 1.2, "noise", rotation=90, ha="center", va="bottom", fontsize=7)
     ax2.axhline(GOALS["exporter_cpu_us_per_traced_request_max"], color="tab:red", ls=":", lw=1, label="40 µs goal")
     ax2.set_xticks(xs, [r["mode"] for r in traced])
     ax2.set(title="exporter CPU per traced request", ylabel="µs CPU / traced request (log)", yscale="log",
