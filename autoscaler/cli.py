@@ -34,8 +34,9 @@ def render_command(
         [], "--prescale", help="A known peak, 'TIMEZONE;START CRON;END CRON;REPLICAS' (KEDA cron trigger; "
         "repeatable; needs --keda)."),
     max_batch_exec_ms: float | None = typer.Option(
-        None, "--max-batch-exec-ms", help="Execution time of the model's largest batch (ms): prints the "
-        "recommended queue policy, timeout = SLO minus it, REJECT."),
+        None, "--max-batch-exec-ms", help="P99 execution time of the model's largest batch (ms; e.g. "
+        "perf_analyzer's P99 at the max batch size, concurrency 1): prints the recommended queue policy, "
+        "timeout = SLO minus it, REJECT."),
 ) -> None:
     """Print the HPA (or KEDA ScaledObject) and the prometheus-adapter config as YAML."""
     from tidescale.autoscaler.manifests import PreScale, Target, render

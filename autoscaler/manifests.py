@@ -235,7 +235,7 @@ def render(target: Target, keda: bool = False, prometheus_url: str = "http://pro
             f"#   {line}\n" for line in policy.pbtxt().splitlines())
     else:
         head += (f"#   give --max-batch-exec-ms for model {target.model}'s queue policy: timeout = SLO "
-                 f"({round(slo * 1e6)} µs) minus its largest batch's execution time, action REJECT\n")
+                 f"({round(slo * 1e6)} µs) minus its largest batch's P99 execution time, action REJECT\n")
     if not keda:
         head += "# the prometheus-adapter config (ConfigMap) follows the HPA; chart users: see docs/autoscaler.md\n"
         docs.append(adapter.adapter_configmap(adapter_namespace))

@@ -1,9 +1,11 @@
 """The Triton queue policy tidescale recommends for a model: shed what cannot meet the SLO anyway.
 
-A request that has waited longer than the SLO minus the largest batch's execution time will miss
-the SLO whatever happens next. Left in the queue, it delays everything behind it, and a surge
+A request that has waited longer than the SLO minus the largest batch's P99 execution time will
+miss the SLO whatever happens next. Left in the queue, it delays everything behind it, and a surge
 turns into a backlog that outlives it. Rejected at once (`timeout_action: REJECT`), it returns an
-error the client can retry elsewhere, and the requests behind it keep their SLO.
+error the client can retry elsewhere, and the requests behind it keep their SLO. The P99, not the
+mean: with the mean, requests that queued nearly the whole timeout and then rode a slower-than-mean
+batch ended past the SLO (in bench autoscale, direct mode then missed the 3x surge's goal).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ class QueuePolicy:
 
 
 def recommended_queue_policy(model: str, slo_p99_s: float, max_batch_exec_s: float) -> QueuePolicy:
-    """Timeout = SLO − the largest batch's execution time; an SLO that leaves no queue time is an error."""
+    """Timeout = SLO − the largest batch's P99 execution time; an SLO that leaves no queue time is an error."""
     for what, value in (("SLO P99", slo_p99_s), ("largest batch's execution time", max_batch_exec_s)):
         if not math.isfinite(value) or value <= 0:
             raise UsageError(f"{what} must be a finite number of seconds > 0, got {value}")

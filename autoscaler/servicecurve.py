@@ -10,7 +10,9 @@ simulator use this one curve, so they can be compared.
 from __future__ import annotations
 
 import bisect
+import math
 from dataclasses import dataclass, field
+from statistics import NormalDist
 
 from tidescale.contracts.errors import UsageError
 
@@ -69,6 +71,13 @@ class ServiceCurve:
         else:
             (b0, s0), (b1, s1) = pts[i - 1], pts[i]
         return s0 + (s1 - s0) * (batch - b0) / (b1 - b0)
+
+    def exec_p99_seconds(self, batch: int) -> float:
+        """The 99th percentile of one execution of *batch* requests under the curve's lognormal noise
+        (mean 1, sigma `jitter_sigma`). The queue timeout is taken off the SLO with it: a request that
+        queued up to the timeout and then rode a slower-than-mean largest batch still ends in time."""
+        sigma = self.jitter_sigma
+        return self.exec_seconds(batch) * math.exp(-0.5 * sigma * sigma + NormalDist().inv_cdf(0.99) * sigma)
 
     def throughput(self, batch: int) -> float:
         """Requests per second one instance serves when every execution has *batch* requests."""

@@ -196,10 +196,14 @@ def test_report_records_the_bound_and_where_a_queue_timeout_run_goes() -> None:
     shed = benchreport.BenchOptions(["surge-3x"], ("oracle",), quick=True, queue_timeout_s=0.4)
     assert shed.paths == (benchreport.SHED_DOC, benchreport.SHED_PNG, benchreport.SHED_FRONTIER_PNG)
     # The default runs the queue policy tidescale recommends for the bench's curve: the SLO minus the
-    # largest batch's execution time, the same numbers `autoscale render --max-batch-exec-ms` prints.
+    # largest batch's P99 execution time (not its mean), the numbers `autoscale render --max-batch-exec-ms` prints.
     policy = doc["queue_policy"]
     assert policy["kind"] == "recommended" and doc["setup"]["queue_timeout_s"] == policy["timeout_s"]
     assert policy["timeout_s"] == pytest.approx(0.5 - policy["max_batch_exec_s"], abs=1e-6)
+    curve = benchreport.ServiceCurve.v100()
+    assert policy["max_batch_exec_s"] == pytest.approx(curve.exec_p99_seconds(curve.max_batch), abs=1e-6)
+    assert policy["max_batch_exec_s"] > policy["max_batch_exec_mean_s"] == pytest.approx(
+        curve.exec_seconds(curve.max_batch), abs=1e-6)
     assert "default_timeout_microseconds" in policy["pbtxt"] and "what tidescale recommends" in text
     none = benchreport.BenchOptions(["surge-3x"], ("oracle",), quick=True, queue_policy="none")
     assert none.paths == (benchreport.NO_POLICY_DOC, benchreport.NO_POLICY_PNG, benchreport.NO_POLICY_FRONTIER_PNG)

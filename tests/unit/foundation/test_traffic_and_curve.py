@@ -29,6 +29,21 @@ def test_v100_curve_reproduces_the_published_throughput() -> None:
     assert curve.scaled(2).exec_seconds(8) == pytest.approx(2 * curve.exec_seconds(8))
 
 
+def test_the_p99_execution_is_the_p99_of_the_simulators_executions() -> None:
+    """The queue policy takes the largest batch's P99 execution off the SLO: it must be the P99 of
+    what the fast simulator draws (its JitterStream: lognormal, mean 1), not the mean."""
+    from tidescale.sim.batcher import JitterStream
+
+    curve = ServiceCurve.v100()
+    draws = np.concatenate([JitterStream(curve.jitter_sigma, seed, 0).block() for seed in range(40)])
+    assert draws.size >= 100_000 and np.mean(draws) == pytest.approx(1.0, abs=2e-3)
+    empirical = curve.exec_seconds(32) * float(np.quantile(draws, 0.99))
+    assert curve.exec_p99_seconds(32) == pytest.approx(empirical, rel=3e-3)
+    assert curve.exec_p99_seconds(32) > curve.exec_seconds(32) * 1.1  # sigma 0.05: about 12 % above
+    flat = ServiceCurve(((1, 0.002), (32, 0.05)), jitter_sigma=0.0)
+    assert flat.exec_p99_seconds(32) == flat.exec_seconds(32)
+
+
 def test_curve_rejects_bad_points() -> None:
     with pytest.raises(UsageError):
         ServiceCurve(((0, 0.1),))
