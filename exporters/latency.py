@@ -18,8 +18,9 @@ from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
+import msgspec
 import numpy as np
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
@@ -127,10 +128,11 @@ STAGE_STAMPS: dict[str, tuple[str, str]] = {
 }
 
 
-class StageSample(NamedTuple):
-    """One request's duration in one stage of one model version (a named tuple: the ingest path
-    makes five per traced request, and a tuple is built several times faster than a frozen
-    dataclass)."""
+class StageSample(msgspec.Struct, frozen=True, gc=False):
+    """One request's duration in one stage of one model version. A msgspec Struct, built in C: the
+    ingest path makes five per traced request, and a Struct is built about 3x faster than a named
+    tuple (whose `__new__` is Python) and 5x faster than a frozen dataclass. Untracked by the cyclic
+    GC (`gc=False`): it holds only strings and a float, so it can never be part of a cycle."""
 
     model: str
     version: str

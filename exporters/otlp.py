@@ -26,7 +26,6 @@ import time
 import zlib
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -63,9 +62,11 @@ STAMP_NAMES = frozenset(name for pair in STAGE_STAMPS.values() for name in pair)
 DEFAULT_JOIN_MAX_BYTES = 32 << 20
 
 
-@dataclass(slots=True)
-class Span:
-    """The parts of an OTLP span the latency pipeline needs."""
+class Span(msgspec.Struct, gc=False):
+    """The parts of an OTLP span the latency pipeline needs. A msgspec Struct: decode builds three
+    per traced request, and its constructor runs in C (a slotted dataclass's `__init__` is Python,
+    about 2.5x slower). Untracked by the cyclic GC: it holds strings, bytes and a dict of str to
+    int, never a reference back to anything."""
 
     trace_id: bytes
     span_id: bytes
@@ -498,8 +499,7 @@ def span_bytes(span: Span) -> int:
     return SPAN_OVERHEAD_BYTES + strings + EVENT_BYTES * len(span.events)
 
 
-@dataclass(slots=True)
-class _Pending:
+class _Pending(msgspec.Struct, gc=False):
     expires: float
     span: Span
     size: int
