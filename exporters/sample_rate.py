@@ -10,7 +10,8 @@ The ratio moves for reasons that are not a new rate. Spans arrive seconds after 
 their requests. A model reloads and its counters restart. A proxy drops spans. So:
 - the estimate snaps to Triton's whole-number rate when it is within 10 % of one;
 - a counter reset starts the window over (never a negative count);
-- more traces than requests reads as rate 1 (never a weight below 1);
+- more traces than requests reads as rate 1 (never a weight below 1), with no confidence when
+  it is more than 10 % more;
 - with too few traced requests the last estimate is kept, else the configured rate;
 - an estimate within 25 % of the configured rate confirms it, and one farther away replaces it
   only from 120 traced requests in the window (spans lag their requests, which reads high while
@@ -88,7 +89,10 @@ def estimate(points: Sequence[tuple[float, float]], min_traced: float) -> tuple[
     if not math.isfinite(slope) or slope <= 0:
         return None
     raw = 1.0 / slope
-    if raw < 1.0:  # more traces than requests: the windows do not line up (or spans are counted twice)
+    # At rate 1 the ratio scatters around 1 from both sides (spans lag their requests), so a slope
+    # a little over 1 is rate 1 like any other, judged by its fit below; only clearly more traces
+    # than requests means the windows do not line up (or spans are counted twice).
+    if raw < 1.0 - SNAP_TOLERANCE:
         return 1.0, 0.0
     whole = max(1.0, float(round(raw)))
     misfit = abs(raw - whole) / whole

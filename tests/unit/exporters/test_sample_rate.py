@@ -82,6 +82,15 @@ def test_counter_resets_more_traces_than_requests_and_no_data() -> None:
     assert found.rate == 1.0 and found.confidence == 0.0
 
 
+def test_rate_one_read_a_little_high_is_rate_one_with_confidence() -> None:
+    """At rate 1 the spans that lag their requests catch up when traffic slows, so traced can run a
+    few per cent ahead of served: that is rate 1 with a good fit, not a window that does not line up."""
+    ahead = estimate([(0.0, 0.0), (1000.0, 1000.0), (2000.0, 2060.0)], 30)
+    assert ahead is not None and ahead[0] == 1.0 and ahead[1] > 0.9
+    far_ahead = estimate([(0.0, 0.0), (1000.0, 1000.0), (2000.0, 2600.0)], 30)
+    assert far_ahead == (1.0, 0.0)
+
+
 def test_the_exporter_exports_the_rate_and_its_confidence() -> None:
     detector = SampleRateDetector()
     detector.requests(KEY, 0.0, 0.0)
