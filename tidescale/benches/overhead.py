@@ -576,8 +576,13 @@ def read_cost(http: httpx.Client, exporter_url: str, exporter_pid: int, idle: tu
     for _ in range(reads):
         _get(http, f"{exporter_url}/metrics")
     cpu, wall = process_cpu_seconds(exporter_pid) - cpu0, time.monotonic() - start
-    rate = idle[0] / idle[1] if idle[1] > 0 else 0.0
-    return max(0.0, (cpu - rate * wall) / reads)
+    return max(0.0, (cpu - (idle_rate(idle) or 0.0) * wall) / reads)
+
+
+def idle_rate(idle: tuple[float, float]) -> float | None:
+    """The exporter's idle CPU seconds per second from an (CPU s, wall s) window; None when none was measured."""
+    cpu, wall = idle
+    return cpu / wall if wall > 0 else None
 
 
 @dataclass(frozen=True)
@@ -788,19 +793,18 @@ def _per_request(cpu_s: float, requests: float) -> float | None:
 def live_cpu_s(run: ModeRun) -> float | None:
     """The exporter's CPU seconds in a round on the live path: net of its idle rate (measured after the
     round) and of the bench's own /metrics reads; None when its idle was not measured."""
-    idle_cpu, idle_wall = run.idle
-    if idle_wall <= 0:
+    rate = idle_rate(run.idle)
+    if rate is None:
         return None
     measured_s = run.after.t - run.before.t
-    return (run.after.exporter_cpu_s - run.before.exporter_cpu_s - idle_cpu / idle_wall * measured_s
-            - run.reads * run.read_cpu_s)
+    return run.after.exporter_cpu_s - run.before.exporter_cpu_s - rate * measured_s - run.reads * run.read_cpu_s
 
 
 def live_noise_s(run: ModeRun) -> float | None:
     """How far a round's live CPU can be off: one stats poll's worth of the idle cost (EXPORTER_POLL_S at
     its idle rate); None when its idle was not measured."""
-    idle_cpu, idle_wall = run.idle
-    return idle_cpu / idle_wall * EXPORTER_POLL_S if idle_wall > 0 else None
+    rate = idle_rate(run.idle)
+    return None if rate is None else rate * EXPORTER_POLL_S
 
 
 def mode_result(mode: Mode, runs: Sequence[ModeRun]) -> dict[str, Any]:
