@@ -140,3 +140,62 @@ def test_a_boolean_id_is_not_an_entry() -> None:
     from tidescale.exporters.tracefile import entry_id
 
     assert entry_id({"id": True}) is None and entry_id({"id": 7}) == 7 and entry_id({"id": "a"}) == "a"
+
+
+def _triton_text(entries: list[object]) -> bytes:
+    """JSON as Triton writes its trace file: compact, one array."""
+    return json.dumps(entries, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _fed(data: bytes, cuts: list[int]) -> list[object]:
+    """The samples of *data* fed to one stream in the pieces *cuts* make."""
+    stream, entries = JsonArrayStream(), TraceEntries()
+    samples: list[object] = []
+    last = 0
+    for cut in [*sorted(set(cuts)), len(data)]:
+        for entry in stream.feed(data[last:cut]):
+            samples += entries.add(entry)
+        last = max(last, cut)
+    return samples
+
+
+def test_triton_s_own_output_is_decoded_in_runs() -> None:
+    from tidescale.exporters.tracefile import UsualEntry
+
+    decoded = list(JsonArrayStream().feed(REAL.read_bytes()))
+    assert decoded and all(type(e) is UsualEntry for e in decoded)
+    assert len(decoded) == len(json.loads(REAL.read_text()))
+
+
+_ODD_VALUES = st.sampled_from([None, True, -5, 2**64, 1.5, "12", [], {}, "},{\"id\":9}]", "\u00e9\u4e2d"])
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(st.tuples(st.integers(min_value=0, max_value=2_599),
+                          st.sampled_from(["id", "model_name", "model_version", "timestamps", "ns", "name"]),
+                          _ODD_VALUES), max_size=4),
+       st.lists(st.integers(min_value=1, max_value=180_000), max_size=5))
+def test_odd_entries_give_what_the_general_reader_gives(edits: list[tuple[int, str, object]],
+                                                        cuts: list[int]) -> None:
+    """A run with any entry of another shape (a wrong type, a stamp out of range, a mark inside a
+    string) falls back to the general reader: the samples are those of the decoded entries."""
+    entries = json.loads(REAL.read_text())
+    for index, key, value in edits:
+        entry = entries[index]
+        if key in ("ns", "name") and entry.get("timestamps"):
+            entry["timestamps"][0][key] = value
+        else:
+            entry[key] = value
+    whole = TraceEntries()
+    expected = [s for e in entries for s in whole.add(e)]
+    assert _fed(_triton_text(entries), cuts) == expected
+
+
+def test_a_split_multibyte_name_survives_the_cut() -> None:
+    entries = [{"id": 1, "model_name": "mod\u00e8le\u4e2d", "model_version": 1},
+               {"id": 1, "timestamps": [{"name": "REQUEST_START", "ns": 5}]},
+               {"id": 1, "timestamps": [{"name": "REQUEST_END", "ns": 9}]}]
+    data = _triton_text(entries)
+    inside = data.index("\u4e2d".encode()) + 1  # between the bytes of one character
+    assert [s.model for s in _fed(data, [inside])] == ["mod\u00e8le\u4e2d"]
+    assert [s.model for s in _fed(data, [inside, inside + 1, len(data) - 1])] == ["mod\u00e8le\u4e2d"]
