@@ -126,6 +126,8 @@ STAGE_STAMPS: dict[str, tuple[str, str]] = {
     "compute_infer": ("COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START"),
     "compute_output": ("COMPUTE_OUTPUT_START", "COMPUTE_END"),
 }
+# The only stamps a stage reads; the frontend's (HTTP_*, GRPC_*, INFER_RESPONSE_COMPLETE) are not kept.
+STAMP_NAMES = frozenset(name for pair in STAGE_STAMPS.values() for name in pair)
 
 
 class StageSample(msgspec.Struct, frozen=True, gc=False):

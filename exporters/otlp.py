@@ -38,7 +38,7 @@ from prometheus_client.registry import Collector
 from tidescale.contracts import catalog, jsonio
 from tidescale.exporters.cardinality import MAX_LABEL_VALUE_CHARS, cut_label_value
 from tidescale.exporters.errors import BadInput
-from tidescale.exporters.latency import MAX_STAGE_SECONDS, STAGE_STAMPS, StageSample
+from tidescale.exporters.latency import MAX_STAGE_SECONDS, STAGE_STAMPS, STAMP_NAMES, StageSample
 
 MODEL_ATTR = "triton.model_name"
 VERSION_ATTR = "triton.model_version"
@@ -57,8 +57,6 @@ MAX_UINT64 = (1 << 64) - 1
 # rejected so that it cannot move the quantile gauges (a real request waits seconds, not hours).
 MAX_SPAN_SECONDS = MAX_STAGE_SECONDS
 MAX_SPAN_NS = MAX_SPAN_SECONDS * 1_000_000_000
-# The only events the pipeline reads; others are not kept (a span cannot park a megabyte of names).
-STAMP_NAMES = frozenset(name for pair in STAGE_STAMPS.values() for name in pair)
 DEFAULT_JOIN_MAX_BYTES = 32 << 20
 
 

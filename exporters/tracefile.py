@@ -28,7 +28,7 @@ from typing import Any
 
 import msgspec
 
-from tidescale.exporters.latency import StageSample, samples_for
+from tidescale.exporters.latency import STAMP_NAMES, StageSample, samples_for
 
 MAX_ENTRY_CHARS = 64 * 1024
 READ_CHUNK_BYTES = 1 << 20
@@ -120,13 +120,17 @@ class TraceEntries:
         if type(entry) is UsualEntry:
             ident: int | str | None = entry.id
             header = None if entry.model_name is None else (entry.model_name, str(entry.model_version))
-            stamps = {s.name: s.ns for s in entry.timestamps if 0 <= s.ns <= MAX_STAMP_NS} if entry.timestamps else {}
+            stamps = {s.name: s.ns for s in entry.timestamps
+                      if s.name in STAMP_NAMES and 0 <= s.ns <= MAX_STAMP_NS} if entry.timestamps else {}
         else:
             ident = entry_id(entry)
             if ident is None:
                 self.on_drop("malformed_entry", 1)
                 return []
-            header, stamps = entry_model(entry), entry_stamps(entry)
+            header = entry_model(entry)
+            stamps = {name: ns for name, ns in entry_stamps(entry).items() if name in STAMP_NAMES}
+        if header is None and not stamps:
+            return []  # the frontend's stamps only (5 of Triton 2.51's 13 entries): no stage reads them
         key = (source, ident)
         if key in self._done:
             return []

@@ -182,8 +182,9 @@ def test_odd_entries_give_what_the_general_reader_gives(edits: list[tuple[int, s
     entries = json.loads(REAL.read_text())
     for index, key, value in edits:
         entry = entries[index]
-        if key in ("ns", "name") and entry.get("timestamps"):
-            entry["timestamps"][0][key] = value
+        stamps = entry.get("timestamps")
+        if key in ("ns", "name") and isinstance(stamps, list) and stamps and isinstance(stamps[0], dict):
+            stamps[0][key] = value
         else:
             entry[key] = value
     whole = TraceEntries()
@@ -199,3 +200,13 @@ def test_a_split_multibyte_name_survives_the_cut() -> None:
     inside = data.index("\u4e2d".encode()) + 1  # between the bytes of one character
     assert [s.model for s in _fed(data, [inside])] == ["mod\u00e8le\u4e2d"]
     assert [s.model for s in _fed(data, [inside, inside + 1, len(data) - 1])] == ["mod\u00e8le\u4e2d"]
+
+
+def test_frontend_stamps_alone_hold_nothing() -> None:
+    """HTTP_* and INFER_RESPONSE_COMPLETE feed no stage, so they neither wait nor evict a request."""
+    drops: Counter[str] = Counter()
+    entries = TraceEntries(max_pending=10, on_drop=lambda r, n: drops.update({r: n}))
+    for i in range(100):
+        entries.add({"id": i, "timestamps": [{"name": "HTTP_RECV_START", "ns": i}]})
+        entries.add({"id": i, "timestamps": [{"name": "INFER_RESPONSE_COMPLETE", "ns": i + 1}]})
+    assert len(entries) == 0 and not drops
