@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import codecs
 import json
-import re
+import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -38,7 +38,6 @@ _SEPARATOR_BYTES = _SEPARATORS.encode()
 # entries ends just before the last `,{"id"`, or at the `}]` that closes a finished file.
 _NEXT_ENTRY = b'},{"id"'
 _ARRAY_END = b"}]"
-_ROTATED = re.compile(r"\.(\d+)$")
 
 
 @dataclass
@@ -228,23 +227,38 @@ class TraceFileTailer:
         self.path = path
         self.on_drop = on_drop or (lambda reason, n: None)
         self.entries = TraceEntries(max_pending, self.on_drop)
-        self._files: dict[Path, _FileState] = {}
+        self._files: dict[str, _FileState] = {}  # by path
 
     def files(self) -> list[Path]:
         """The trace file and its rotations, oldest rotation first, the base file last."""
-        rotated = []
-        for candidate in self.path.parent.glob(self.path.name + ".*"):
-            match = _ROTATED.search(candidate.name)
-            if match and candidate.name == f"{self.path.name}.{match.group(1)}":
-                rotated.append((int(match.group(1)), candidate))
-        out = [p for _, p in sorted(rotated)]
-        if self.path.exists():
-            out.append(self.path)
+        return [Path(name) for name in self._present()]
+
+    def _present(self) -> list[str]:
+        """`files()` as strings, from one directory listing: Triton never deletes a rotation, so
+        there can be thousands, and this runs every second."""
+        base, prefix = self.path.name, self.path.name + "."
+        rotated: list[tuple[int, str]] = []
+        has_base = False
+        try:
+            with os.scandir(self.path.parent) as listing:
+                for entry in listing:
+                    name = entry.name
+                    if name == base:
+                        has_base = True
+                    elif name.startswith(prefix):
+                        index = name[len(prefix):]
+                        if index.isascii() and index.isdigit():
+                            rotated.append((int(index), entry.path))
+        except OSError:
+            return []
+        out = [path for _, path in sorted(rotated)]
+        if has_base:
+            out.append(str(self.path))
         return out
 
     def poll(self) -> list[StageSample]:
         samples: list[StageSample] = []
-        present = self.files()
+        present = self._present()
         for gone in set(self._files) - set(present):
             del self._files[gone]
             self.entries.forget(gone)
@@ -252,12 +266,16 @@ class TraceFileTailer:
             samples.extend(self._read_new(path))
         return samples
 
-    def _read_new(self, path: Path) -> list[StageSample]:
+    def _read_new(self, path: str) -> list[StageSample]:
         try:
-            stat = path.stat()
+            stat = os.stat(path)
         except OSError:
             return []
-        state = self._files.setdefault(path, _FileState())
+        state = self._files.get(path)
+        if state is None:
+            state = self._files[path] = _FileState()
+        elif stat.st_ino == state.inode and stat.st_size == state.offset:
+            return []  # nothing new (every finished rotation, each second): not even opened
         if stat.st_ino != state.inode or stat.st_size < state.offset:
             if state.stream is not None:
                 self.entries.forget(path)
@@ -265,7 +283,7 @@ class TraceFileTailer:
         assert state.stream is not None
         samples: list[StageSample] = []
         try:
-            with path.open("rb") as fh:
+            with open(path, "rb") as fh:
                 fh.seek(state.offset)
                 while chunk := fh.read(READ_CHUNK_BYTES):
                     state.offset += len(chunk)

@@ -210,3 +210,27 @@ def test_frontend_stamps_alone_hold_nothing() -> None:
         entries.add({"id": i, "timestamps": [{"name": "HTTP_RECV_START", "ns": i}]})
         entries.add({"id": i, "timestamps": [{"name": "INFER_RESPONSE_COMPLETE", "ns": i + 1}]})
     assert len(entries) == 0 and not drops
+
+
+def test_files_with_nothing_new_are_not_opened(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Triton never deletes a rotation: a second poll stats each file and opens only those that grew."""
+    import builtins
+
+    from tidescale.exporters import tracefile
+
+    for i in range(30):
+        shutil.copy(ROTATED, tmp_path / f"trace.json.{i}")
+    base = tmp_path / "trace.json"
+    base.write_bytes(b"[")  # Triton has opened it, no entry yet
+    tailer = TraceFileTailer(base)
+    assert len(tailer.poll()) == 30 * 20 * 5
+    opened: list[str] = []
+
+    def counting_open(path: str, *args: object, **kwargs: object) -> object:
+        opened.append(str(path))
+        return builtins.open(path, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(tracefile, "open", counting_open, raising=False)
+    assert tailer.poll() == [] and opened == []
+    base.write_bytes(REAL.read_bytes())
+    assert len(tailer.poll()) == 200 * 5 and opened == [str(base)]
