@@ -366,7 +366,8 @@ def test_mode_results_divide_cpu_time_by_requests_and_compare_p99s() -> None:
     assert goals["otlp-10"] == {"requests": 50_000, "enough_requests": True, "p99_error": traced["p99_error"],
                                 "p99_error_met": True, "p99_error_of_buckets": traced["p99_error_of_buckets"],
                                 "p99_error_beyond_buckets": traced["p99_error_beyond_buckets"],
-                                "triton_added_cpu_us": 8.0, "triton_added_cpu_met": True}
+                                "triton_added_cpu_us": 8.0, "triton_added_cpu_noise_us": None,
+                                "triton_added_cpu_met": True}
     # judged net of the idle polling (which costs per poll, not per request)
     assert goals["exporter_cpu_per_traced_request"] == {"otlp-10": {
         "us": 140.0, "net_us": 20.0, "live_us": 16.0, "live_us_by_round": [16.0],
@@ -638,8 +639,30 @@ def test_rounds_add_up_and_their_spread_is_reported() -> None:
     assert traced["exporter_net_cpu_us_per_traced_request_vs_none"] == pytest.approx(-24.0)
     # its own: 10 ms per second, 0.3 s over 30 s left alone -> 1.2 s over 120 s; nothing left
     assert traced["exporter_net_cpu_us_per_traced_request"] == pytest.approx(0.0)
-    page = ov.markdown({**page_of(results, ov.goals(results)), "rounds": 2})
+    goals = ov.goals(results)
+    # none's rounds moved by 10 µs: +15 ± 5 touches the goal of 10, so it is not judged
+    assert goals["otlp-10"]["triton_added_cpu_noise_us"] == 5.0 and goals["otlp-10"]["triton_added_cpu_met"] is None
+    page = ov.markdown({**page_of(results, goals), "rounds": 2})
     assert "in 2 rounds of 25,000 requests, in ABBA order" in page and "by 0.0 to 10.0 µs" in page
+    # a quieter run: rounds 8 µs apart make +15 ± 4 all over it
+    base["triton_cpu_spread_us"] = 8.0
+    goals = ov.goals(results)
+    assert goals["otlp-10"]["triton_added_cpu_met"] is False
+    assert "Triton's added CPU ≤ 10 µs per request: 15.0 ± 4.0 µs — not met" in ov.markdown(
+        {**page_of(results, goals), "rounds": 2})
+    # a noisier run: none's rounds 40 µs apart make the same +15 neither met nor missed
+    base["triton_cpu_spread_us"] = 40.0
+    goals = ov.goals(results)
+    assert goals["otlp-10"]["triton_added_cpu_met"] is None
+    assert "15.0 ± 20.0 µs — not judged: the noise bound" in ov.markdown({**page_of(results, goals), "rounds": 2})
+
+
+@pytest.mark.parametrize(("value", "noise", "met"), [
+    (8.0, None, True), (8.0, 2.0, True), (8.0, 2.5, None), (12.0, 1.0, False), (12.0, 2.0, None),
+    (-30.0, 43.0, None), (None, 5.0, None)])
+def test_a_goal_is_judged_only_when_its_noise_is_all_on_one_side(value: float | None, noise: float | None,
+                                                                  met: bool | None) -> None:
+    assert ov.judged_under(value, noise, 10.0) is met
 
 
 def test_rounds_run_in_abba_order() -> None:
