@@ -16,7 +16,7 @@ import threading
 import time
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -145,28 +145,32 @@ class StageSample(msgspec.Struct, frozen=True, gc=False):
     deployment: str = ""  # the Deployment that owns that pod
 
 
-# A stage longer than this is a broken clock or a forged stamp, never a request: it is not
-# measured (the OTLP path rejects and counts such spans before they get here).
+# A stage longer than this is a broken clock or a forged stamp, never a request: a request with
+# such a stage is rejected whole and counted (`duration_too_long`), by both trace readers.
 MAX_STAGE_SECONDS = 3600
 _MAX_STAGE_NS = MAX_STAGE_SECONDS * 1_000_000_000
 
 
-def stage_durations(stamps: dict[str, int]) -> dict[str, float]:
-    """Stage → seconds for every stage whose two stamps (ns) are present, ordered and at most
-    MAX_STAGE_SECONDS apart (an integer difference first: a 400-digit stamp never meets a float)."""
+def measure_stages(stamps: Mapping[str, int]) -> dict[str, float] | str:
+    """Stage → seconds for every stage whose two stamps (ns) are present, or why the stamps cannot
+    be measured: "end_before_start" or "duration_too_long" (over MAX_STAGE_SECONDS) for any stage,
+    which rejects the request whole (half a request would skew the stages against each other). One
+    pass serves both the check and the measurement on the ingest path; the difference is taken in
+    integers first, so a 400-digit stamp never meets a float."""
     out: dict[str, float] = {}
     for stage, (start, end) in STAGE_STAMPS.items():
         t0 = stamps.get(start)
+        if t0 is None:
+            continue
         t1 = stamps.get(end)
-        if t0 is not None and t1 is not None and 0 <= t1 - t0 <= _MAX_STAGE_NS:
-            out[stage] = (t1 - t0) / 1e9
+        if t1 is None:
+            continue
+        if t1 < t0:
+            return "end_before_start"
+        if t1 - t0 > _MAX_STAGE_NS:
+            return "duration_too_long"
+        out[stage] = (t1 - t0) / 1e9
     return out
-
-
-def samples_for(model: str, version: str, stamps: dict[str, int], namespace: str = "",
-                pod: str = "", deployment: str = "") -> list[StageSample]:
-    return [StageSample(model, version, stage, secs, namespace, pod, deployment)
-            for stage, secs in stage_durations(stamps).items()]
 
 
 # --- the collector -----------------------------------------------------------------------------

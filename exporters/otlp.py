@@ -38,7 +38,7 @@ from prometheus_client.registry import Collector
 from tidescale.contracts import catalog, jsonio
 from tidescale.exporters.cardinality import MAX_LABEL_VALUE_CHARS, cut_label_value
 from tidescale.exporters.errors import BadInput
-from tidescale.exporters.latency import MAX_STAGE_SECONDS, STAGE_STAMPS, STAMP_NAMES, StageSample
+from tidescale.exporters.latency import MAX_STAGE_SECONDS, STAMP_NAMES, StageSample, measure_stages
 
 MODEL_ATTR = "triton.model_name"
 VERSION_ATTR = "triton.model_version"
@@ -446,26 +446,6 @@ EVENT_BYTES = 120
 # measured with tracemalloc, rounded up). A parked model span keeps none (NO_STAGES, shared).
 STAGES_BYTES = 280
 NO_STAGES: Mapping[str, float] = MappingProxyType({})
-
-
-def measure_stages(stamps: dict[str, int]) -> dict[str, float] | str:
-    """Stage → seconds for every stage whose two stamps are present, or why the stamps cannot be
-    measured: "end_before_start" or "duration_too_long" (over MAX_SPAN_SECONDS) for any stage.
-    One pass serves both the check and the measurement on the ingest path."""
-    out: dict[str, float] = {}
-    for stage, (start, end) in STAGE_STAMPS.items():
-        t0 = stamps.get(start)
-        if t0 is None:
-            continue
-        t1 = stamps.get(end)
-        if t1 is None:
-            continue
-        if t1 < t0:
-            return "end_before_start"
-        if t1 - t0 > MAX_SPAN_NS:
-            return "duration_too_long"
-        out[stage] = (t1 - t0) / 1e9
-    return out
 
 
 def stamps_problem(stamps: dict[str, int]) -> str | None:

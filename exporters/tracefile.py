@@ -28,7 +28,7 @@ from typing import Any
 
 import msgspec
 
-from tidescale.exporters.latency import STAMP_NAMES, StageSample, samples_for
+from tidescale.exporters.latency import STAMP_NAMES, StageSample, measure_stages
 
 MAX_ENTRY_CHARS = 64 * 1024
 READ_CHUNK_BYTES = 1 << 20
@@ -147,7 +147,11 @@ class TraceEntries:
             self._done[key] = None
             if len(self._done) > self.max_pending:
                 self._done.popitem(last=False)
-            return samples_for(request.model, request.version, request.stamps)
+            measured = measure_stages(request.stamps)
+            if isinstance(measured, str):  # as the OTLP path: the request is rejected whole, and counted
+                self.on_drop(measured, 1)
+                return []
+            return [StageSample(request.model, request.version, stage, seconds) for stage, seconds in measured.items()]
         return []
 
 

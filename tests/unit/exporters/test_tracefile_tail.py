@@ -129,11 +129,28 @@ def test_both_trace_readers_skip_the_same_hostile_stamps(name: str, ns: object) 
                {"id": 1, "timestamps": [{"name": k, "ns": v} for k, v in good.items()]
                 + [{"name": "REQUEST_END", "ns": ns}]}]
     valid = isinstance(ns, int) and 0 <= ns < 2**64 and ns >= 3_000
-    assert ("REQUEST_END" in entry_stamps(entries[1])) == (isinstance(ns, int) and 0 <= ns < 2**64)
-    joined = TraceEntries()
+    a_stamp = isinstance(ns, int) and 0 <= ns < 2**64
+    assert ("REQUEST_END" in entry_stamps(entries[1])) == a_stamp
+    drops: Counter[str] = Counter()
+    joined = TraceEntries(on_drop=lambda r, n: drops.update({r: n}))
     completed = [s for e in entries for s in joined.add(e)]
-    assert bool(completed) == (isinstance(ns, int) and 0 <= ns < 2**64)
+    # a stamp that is no uint64 is skipped (the request never ends); one that makes a stage longer
+    # than an hour rejects the request whole, counted as the OTLP path counts it
+    measurable = a_stamp and isinstance(ns, int) and 0 <= ns - 1_000 <= 3600 * 10**9
+    assert bool(completed) == measurable
+    assert drops == (Counter({"duration_too_long": 1}) if a_stamp and not measurable else Counter())
     assert len(parse_trace(json.dumps(entries))) == (1 if valid else 0)
+
+
+def test_a_request_with_one_reversed_stage_is_rejected_whole_and_counted() -> None:
+    drops: Counter[str] = Counter()
+    entries = TraceEntries(on_drop=lambda r, n: drops.update({r: n}))
+    out = []
+    for e in ({"id": 1, "model_name": "m", "model_version": 1},
+              {"id": 1, "timestamps": [{"name": "REQUEST_START", "ns": 10}, {"name": "QUEUE_START", "ns": 12},
+                                       {"name": "COMPUTE_START", "ns": 11}, {"name": "REQUEST_END", "ns": 40}]}):
+        out += entries.add(e)
+    assert out == [] and drops == {"end_before_start": 1} and len(entries) == 0
 
 
 def test_a_boolean_id_is_not_an_entry() -> None:
