@@ -8,7 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.hostile import TIMESTAMPS
@@ -251,3 +251,32 @@ def test_files_with_nothing_new_are_not_opened(tmp_path: Path, monkeypatch: pyte
     assert tailer.poll() == [] and opened == []
     base.write_bytes(REAL.read_bytes())
     assert len(tailer.poll()) == 200 * 5 and opened == [str(base)]
+
+
+def _general_only(data: bytes, cuts: list[int], monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """`_fed` with the run decoder switched off: the entry-by-entry reader alone."""
+    from tidescale.exporters import tracefile
+
+    with monkeypatch.context() as patch:
+        patch.setattr(tracefile, "_usual_run_end", lambda buf: 0)
+        return _fed(data, cuts)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.integers(min_value=0, max_value=40_000), st.integers(min_value=0, max_value=3),
+                          st.binary(min_size=1, max_size=3)), max_size=4),
+       st.lists(st.integers(min_value=1, max_value=45_000), max_size=5))
+def test_corrupted_bytes_give_what_the_general_reader_gives(
+        monkeypatch: pytest.MonkeyPatch, edits: list[tuple[int, int, bytes]], cuts: list[int]) -> None:
+    """Bytes replaced, inserted or cut anywhere in Triton's text (a torn write, a bit flip, junk):
+    never an exception, and the same samples as the entry-by-entry reader alone."""
+    data = bytearray(REAL.read_bytes()[:40_000] + b"]")
+    for at, how, junk in edits:
+        at = min(at, len(data))
+        if how == 0:
+            data[at:at + len(junk)] = junk
+        elif how == 1:
+            data[at:at] = junk
+        else:
+            del data[at:at + len(junk) * how]
+    assert _fed(bytes(data), cuts) == _general_only(bytes(data), cuts, monkeypatch)
