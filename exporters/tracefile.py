@@ -172,8 +172,8 @@ class JsonArrayStream:
         if end > start:
             try:
                 run = _USUAL_RUN.decode(b"[" + buf[start:end] + b"]")
-            except (msgspec.DecodeError, RecursionError):
-                pass  # not exactly Triton's shape: the general reader takes all of it
+            except (ValueError, RecursionError):  # msgspec.DecodeError, or UnicodeDecodeError on broken UTF-8
+                pass  # not exactly Triton's shape, or not UTF-8: the general reader takes all of it
             else:
                 yield from run
                 buf = buf[end:]
