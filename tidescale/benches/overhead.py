@@ -58,12 +58,14 @@ import numpy as np
 from tidescale.benches.common import Progress, bench_main
 from tidescale.benches.histogram import histogram_quantile
 from tidescale.benches.report import BENCH_DIR, markdown_table
+from tidescale.benches.tracefile import ServerWindows, read_text, server_windows
 from tidescale.contracts import catalog, tools
 from tidescale.contracts.errors import MissingToolError, TidescaleError, UsageError
 from tidescale.devstack.exporter import spawn_exporter
 from tidescale.devstack.fleet.exposition import parse
 from tidescale.devstack.fleet.model_repo import DEFAULT_MODELS, ModelSpec, write_model_repository
 from tidescale.devstack.fleet.triton import ReplicaPorts, TraceSettings, TritonReplica
+from tidescale.exporters.tracefile import TraceFileTailer
 
 RESULT_MD = BENCH_DIR / "overhead.md"
 RESULT_PNG = RESULT_MD.with_suffix(".png")
@@ -556,6 +558,8 @@ class ModeRun:
     # one as the client finished, settle's), and what one read costs the exporter (CPU s, net of idle).
     reads: int = 0
     read_cpu_s: float = 0.0
+    # Trace-file modes: every traced request's request stage and frontend window, from the file Triton wrote.
+    windows: ServerWindows | None = None
 
 
 def idle_cost(exporter_pid: int, seconds: float = IDLE_S) -> tuple[float, float]:
@@ -727,7 +731,15 @@ def measure(mode: Mode, client: Client, requests: int, repo: Path, workdir: Path
         exporter.stop()  # first: Triton waits for open HTTP connections (the poller's) before it exits
         if replica is not None:
             stop_replica(replica, regions)
-    return ModeRun(before, after, played, at_end, version, idle, reads, read_cpu_s)
+    windows = (read_windows(trace_file(workdir), math.ceil(WARMUP_REQUESTS / mode.rate))
+               if mode.tracing == "tracefile" and mode.rate else None)
+    return ModeRun(before, after, played, at_end, version, idle, reads, read_cpu_s, windows)
+
+
+def read_windows(path: Path, skip: int) -> ServerWindows:
+    """The round's windows from the trace file and its rotations (read after the replica stopped, as
+    Triton writes its last traces on exit), without the warm-up's *skip* traced requests."""
+    return server_windows((read_text(str(f)) for f in TraceFileTailer(path).files()), skip)
 
 
 SHM_REGION = re.compile(rb"^triton_python_backend_shm_region_[0-9a-f-]+$")
@@ -836,6 +848,8 @@ def mode_result(mode: Mode, runs: Sequence[ModeRun]) -> dict[str, Any]:
     exporter_p99 = histogram_quantile(0.99, buckets)
     client_bucketed_p99 = histogram_quantile(0.99, bucketed(latencies, buckets)) if buckets and latencies.size else None
     measured = [r for r in rounds if r is not None]
+    split = p99_split(client_p99, exporter_p99, [r.windows for r in runs if r.windows is not None])
+
     def traced_per_round(seconds: Callable[[ModeRun], float | None]) -> list[float | None]:
         return [None if mode.rate is None or (cpu := seconds(r)) is None
                 else _per_request(cpu, (r.after.triton.requests - r.before.triton.requests) / mode.rate)
@@ -882,10 +896,29 @@ def mode_result(mode: Mode, runs: Sequence[ModeRun]) -> dict[str, Any]:
         "client_p99_through_buckets_s": _round(client_bucketed_p99, 6) if mode.traced else None,
         "p99_error_of_buckets": _round(_rel(client_bucketed_p99, client_p99), 4) if mode.traced else None,
         "p99_error_beyond_buckets": _round(_rel(exporter_p99, client_bucketed_p99), 4) if mode.traced else None,
+        **split,
         # Triton's summary of the last round (a fresh replica's), against the client's P99 of that round
         "triton_summary_p99_s": _round(summary.summary_p99_s, 6),
         "triton_summary_p99_error": _round(_rel(summary.summary_p99_s, last_p99), 4),
     }
+
+
+def p99_split(client_p99: float | None, exporter_p99: float | None,
+              windows: Sequence[ServerWindows]) -> dict[str, float | None]:
+    """Where the P99 error comes from, where Triton's trace file recorded every stamp: the exporter's
+    histogram against the exact P99 of the same traced requests' request stage (its buckets), that
+    against the frontend's whole window (what the request stage misses inside the server), and that
+    against the client's P99 (what no server stamp covers). The three shares of the client's P99
+    add up to the error."""
+    keys = ("trace_request_p99_s", "trace_frontend_p99_s", "p99_error_histogram_vs_trace",
+            "p99_error_frontend", "p99_error_client_side")
+    request = _p99(np.concatenate([w.request for w in windows])) if windows else None
+    frontend = _p99(np.concatenate([w.frontend for w in windows])) if windows else None
+    if request is None or frontend is None or exporter_p99 is None or not client_p99:
+        return dict.fromkeys(keys)
+    shares = ((exporter_p99 - request) / client_p99, (request - frontend) / client_p99,
+              (frontend - client_p99) / client_p99)
+    return dict(zip(keys, (_round(request, 6), _round(frontend, 6), *(_round(v, 4) for v in shares)), strict=True))
 
 
 def with_crashes(result: dict[str, Any], failures: Sequence[ModeFailure]) -> dict[str, Any]:
@@ -1101,6 +1134,27 @@ def _rounds(goal: dict[str, Any]) -> str:
                      for v, b in zip(values, bounds or [None] * len(values), strict=True)) or "–"
 
 
+def _split_lines(result: dict[str, Any]) -> list[str]:
+    """The P99 error in three parts, for the modes whose trace file recorded every stamp."""
+    split = [r for r in result["modes"] if r.get("trace_frontend_p99_s") is not None]
+    if not split:
+        return []
+    header = ("mode", "client P99 ms", "frontend window P99 ms", "request stage P99 ms (exact)", "exporter P99 ms",
+              "P99 error", "= the histogram's buckets", "+ the frontend", "+ the client side")
+    rows = [(r["mode"], _ms(r["client_p99_s"]), _ms(r["trace_frontend_p99_s"]), _ms(r["trace_request_p99_s"]),
+             _ms(r["exporter_p99_s"]), _pct(r["p99_error"]), _pct(r["p99_error_histogram_vs_trace"]),
+             _pct(r["p99_error_frontend"]), _pct(r["p99_error_client_side"])) for r in split]
+    return ["## Where the P99 error comes from", "",
+            "Triton's trace file records every stamp of every traced request, the frontend's included, so the "
+            "trace-file modes split the error into three shares of the client's P99 that add up to it: the "
+            "exporter's histogram against the exact P99 of the same requests' request stage (its buckets, and "
+            "any traces written after the exporter's last read); that stage against the frontend's whole window, "
+            "HTTP_RECV_START to the later of REQUEST_END and HTTP_SEND_END (what the request stage misses inside "
+            "the server); and that window against the client's P99 (what no server stamp covers: the client "
+            "itself and the loopback, on the same cores). The OTLP modes see the same server under the same load.",
+            "", markdown_table(header, rows), ""]
+
+
 def markdown(result: dict[str, Any]) -> str:
     header = ("mode", "requests", "req/s", "Triton CPU µs/req", "added vs none", "exporter CPU µs/req",
               "exporter CPU µs/traced req", "its idle ms/s", "net of its idle", "net of none's idle",
@@ -1177,6 +1231,7 @@ def markdown(result: dict[str, Any]) -> str:
         *summaries,
         *failures,
         "",
+        *_split_lines(result),
         "## Goals (reported, not asserted)",
         "",
         *_goal_lines(result),

@@ -8,6 +8,7 @@ counts as an entry, a header and a stamp is the exporter's rule (`exporters.trac
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,24 +40,32 @@ class TracedRequests:
         return TracedRequests(qs - base, self.latency[skip:], self.queue[skip:])
 
 
-def parse_trace(text: str, model: str | None = None) -> TracedRequests:
-    """Requests with all four stamps, sorted by QUEUE_START; other entries are skipped."""
-    try:
-        entries = jsonio.loads(text)
-    except ValueError as exc:
-        raise UsageError(f"trace file is not valid JSON: {exc}") from None
-    if not isinstance(entries, list):
-        raise UsageError("a Triton trace file must hold a JSON array")
+def stamps_by_request(texts: Iterable[str]) -> tuple[dict[Any, dict[str, int]], dict[Any, str]]:
+    """Every request's stamps and model, by trace id, over *texts* (a trace file and its rotations,
+    which share one server's ids); entries that are not an entry are skipped."""
     stamps: dict[Any, dict[str, int]] = {}
     models: dict[Any, str] = {}
-    for e in entries:
-        ident = entry_id(e)
-        if ident is None:
-            continue
-        header = entry_model(e)
-        if header is not None:
-            models[ident] = header[0]
-        stamps.setdefault(ident, {}).update(entry_stamps(e))
+    for text in texts:
+        try:
+            entries = jsonio.loads(text)
+        except ValueError as exc:
+            raise UsageError(f"trace file is not valid JSON: {exc}") from None
+        if not isinstance(entries, list):
+            raise UsageError("a Triton trace file must hold a JSON array")
+        for e in entries:
+            ident = entry_id(e)
+            if ident is None:
+                continue
+            header = entry_model(e)
+            if header is not None:
+                models[ident] = header[0]
+            stamps.setdefault(ident, {}).update(entry_stamps(e))
+    return stamps, models
+
+
+def parse_trace(text: str, model: str | None = None) -> TracedRequests:
+    """Requests with all four stamps, sorted by QUEUE_START; other entries are skipped."""
+    stamps, models = stamps_by_request([text])
     rows = [tuple(st[n] for n in NEEDED) for key, st in stamps.items()
             if all(n in st for n in NEEDED) and (model is None or models.get(key) == model)]
     rows = [r for r in rows if r[0] <= r[1] <= r[2] <= r[3]]
@@ -69,9 +78,43 @@ def parse_trace(text: str, model: str | None = None) -> TracedRequests:
     return TracedRequests(arr[:, 1], arr[:, 3] - arr[:, 0], arr[:, 2] - arr[:, 1])
 
 
-def read_trace(path: str, model: str | None = None) -> TracedRequests:
+RECEIVED = ("HTTP_RECV_START", "GRPC_RECV_START")
+SENT = ("HTTP_SEND_END", "GRPC_SEND_END")
+
+
+@dataclass(frozen=True)
+class ServerWindows:
+    """Seconds per traced request, in the order the frontend received them: the exporter's request
+    stage, and the frontend's whole window around it (which the request stage does not see)."""
+
+    request: np.ndarray  # REQUEST_START -> REQUEST_END
+    frontend: np.ndarray  # the frontend's receive start -> the later of REQUEST_END and its send end
+
+
+def server_windows(texts: Iterable[str], skip: int = 0) -> ServerWindows:
+    """The windows of every request with its frontend's stamps (an ensemble's children have none),
+    without the first *skip* received (a warm-up)."""
+    stamps, _ = stamps_by_request(texts)
+    rows: list[tuple[int, int, int]] = []
+    for st in stamps.values():
+        received = next((st[n] for n in RECEIVED if n in st), None)
+        sent = next((st[n] for n in SENT if n in st), None)
+        start, end = st.get("REQUEST_START"), st.get("REQUEST_END")
+        if received is None or sent is None or start is None or end is None or not received <= start <= end:
+            continue
+        rows.append((received, end - start, max(end, sent) - received))
+    kept = sorted(rows)[skip:]
+    return ServerWindows(np.asarray([r[1] / 1e9 for r in kept], dtype=np.float64),
+                         np.asarray([r[2] / 1e9 for r in kept], dtype=np.float64))
+
+
+def read_text(path: str) -> str:
     with open(path, "rb") as fh:
         data = fh.read(MAX_TRACE_BYTES + 1)
     if len(data) > MAX_TRACE_BYTES:
         raise UsageError(f"trace file {path} is larger than {MAX_TRACE_BYTES} bytes")
-    return parse_trace(data.decode("utf-8", errors="replace"), model)
+    return data.decode("utf-8", errors="replace")
+
+
+def read_trace(path: str, model: str | None = None) -> TracedRequests:
+    return parse_trace(read_text(path), model)

@@ -700,3 +700,56 @@ def test_plot_draws_every_mode(tmp_path: Path) -> None:
     ov.against_none(results)
     ov.plot({"modes": results}, tmp_path / "overhead.png")
     assert (tmp_path / "overhead.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+REAL_TRACE = FIXTURES / "triton" / "real-2.51" / "trace_triton.json"
+
+
+def test_server_windows_read_the_request_stage_and_the_frontends_window_over_rotations(tmp_path: Path) -> None:
+    import json
+
+    from tidescale.benches.tracefile import ServerWindows
+
+    entries = json.loads(REAL_TRACE.read_text())
+    stamps = {t["name"]: t["ns"] for e in entries if e["id"] == 1 for t in e.get("timestamps", [])}
+    half = len(entries) // 2  # a request's entries can land in two rotations: its id joins them
+    (tmp_path / "trace.json.0").write_text(json.dumps(entries[:half]))
+    (tmp_path / "trace.json.1").write_text(json.dumps(entries[half:]))
+    whole = ov.read_windows(tmp_path / "trace.json", skip=0)
+    assert isinstance(whole, ServerWindows) and len(whole.request) == len(whole.frontend) == 200
+    assert whole.request[0] == pytest.approx((stamps["REQUEST_END"] - stamps["REQUEST_START"]) / 1e9)
+    assert whole.frontend[0] == pytest.approx(
+        (max(stamps["REQUEST_END"], stamps["HTTP_SEND_END"]) - stamps["HTTP_RECV_START"]) / 1e9)
+    assert bool(np.all(whole.frontend >= whole.request))
+    # the warm-up is the first received; a request without its frontend's stamps has no window
+    assert np.array_equal(ov.read_windows(tmp_path / "trace.json", skip=50).request, whole.request[50:])
+    without_http = [e for e in entries if not (e["id"] == 1 and "HTTP_RECV_START" in json.dumps(e))]
+    (tmp_path / "trace.json.1").unlink()
+    (tmp_path / "trace.json.0").write_text(json.dumps(without_http))
+    assert len(ov.read_windows(tmp_path / "trace.json", skip=0).request) == 199
+
+
+def test_the_p99_error_splits_into_buckets_frontend_and_client_side() -> None:
+    from tidescale.benches.tracefile import ServerWindows
+
+    request = np.linspace(0.004, 0.009, 5_000)
+    windows = [ServerWindows(request, request + 0.0005)]
+    split = ov.p99_split(0.0105, 0.0095, windows)
+    exact, frontend = float(np.quantile(request, 0.99)), float(np.quantile(request + 0.0005, 0.99))
+    assert split["trace_request_p99_s"] == pytest.approx(exact, abs=1e-6)
+    assert split["trace_frontend_p99_s"] == pytest.approx(frontend, abs=1e-6)
+    shares = [split[k] for k in ("p99_error_histogram_vs_trace", "p99_error_frontend", "p99_error_client_side")]
+    assert shares[1] == pytest.approx(-0.0005 / 0.0105, abs=1e-3) and shares[2] < 0
+    assert sum(shares) == pytest.approx((0.0095 - 0.0105) / 0.0105, abs=1e-3)  # they add up to the error
+    assert set(ov.p99_split(0.0105, 0.0095, [])) == set(split) and not any(ov.p99_split(0.0105, 0.0095, []).values())
+    # on the page, for the trace-file modes only
+    tracefile, = ov.parse_modes(["tracefile-10"])
+    run = mode_run(16.0, 0.6, 60.0, {0.005: 0.0, 0.01: 50_000.0, math.inf: 50_000.0})
+    result = ov.mode_result(tracefile, [ov.ModeRun(run.before, run.after, run.client, run.at_end,
+                                                   windows=windows[0])])
+    plain = one(tracefile, run)
+    ov.against_none([result, plain])
+    assert result["trace_frontend_p99_s"] is not None and plain["trace_frontend_p99_s"] is None
+    page = ov.markdown(page_of([result], ov.goals([result])))
+    assert "## Where the P99 error comes from" in page and "| tracefile-10 | 9.95 |" in page
+    assert "## Where the P99 error comes from" not in ov.markdown(page_of([plain], ov.goals([plain])))
