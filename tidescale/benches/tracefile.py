@@ -40,17 +40,24 @@ class TracedRequests:
         return TracedRequests(qs - base, self.latency[skip:], self.queue[skip:])
 
 
-def stamps_by_request(texts: Iterable[str]) -> tuple[dict[Any, dict[str, int]], dict[Any, str]]:
+def stamps_by_request(texts: Iterable[str], *, skip_unreadable: bool = False
+                      ) -> tuple[dict[Any, dict[str, int]], dict[Any, str]]:
     """Every request's stamps and model, by trace id, over *texts* (a trace file and its rotations,
-    which share one server's ids); entries that are not an entry are skipped."""
+    which share one server's ids); entries that are not an entry are skipped. A text that is no
+    JSON array is a UsageError, or skipped with *skip_unreadable* (a file cut short as its server
+    was stopped)."""
     stamps: dict[Any, dict[str, int]] = {}
     models: dict[Any, str] = {}
     for text in texts:
         try:
             entries = jsonio.loads(text)
         except ValueError as exc:
+            if skip_unreadable:
+                continue
             raise UsageError(f"trace file is not valid JSON: {exc}") from None
         if not isinstance(entries, list):
+            if skip_unreadable:
+                continue
             raise UsageError("a Triton trace file must hold a JSON array")
         for e in entries:
             ident = entry_id(e)
@@ -93,8 +100,8 @@ class ServerWindows:
 
 def server_windows(texts: Iterable[str], skip: int = 0) -> ServerWindows:
     """The windows of every request with its frontend's stamps (an ensemble's children have none),
-    without the first *skip* received (a warm-up)."""
-    stamps, _ = stamps_by_request(texts)
+    without the first *skip* received (a warm-up); a text that is no JSON array is skipped."""
+    stamps, _ = stamps_by_request(texts, skip_unreadable=True)
     rows: list[tuple[int, int, int]] = []
     for st in stamps.values():
         received = next((st[n] for n in RECEIVED if n in st), None)
