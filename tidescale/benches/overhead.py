@@ -1270,13 +1270,20 @@ def plot(result: dict[str, Any], path: Path) -> None:
         ax1.legend(fontsize=8, loc="lower right")
     ax1.set(title="Triton CPU per request (whiskers: its rounds)", ylabel="µs CPU / request")
     traced = [r for r in modes if r["traced_requests"]]
+    unjudged = {m for m, e in result.get("goals", {}).get("exporter_cpu_per_traced_request", {}).items()
+                if e.get("within_noise")}
     xs = np.arange(len(traced))
     for offset, key, label in ((-0.27, "exporter_cpu_us_per_traced_request", "all"),
                                (0.0, "exporter_net_cpu_us_per_traced_request", "net of its own idle"),
                                (0.27, "exporter_live_cpu_us_per_traced_request", "live path")):
         values = [r.get(key) for r in traced]
+        # The live figure of a mode whose goal is not judged is drawn faint and labelled so, as the page says.
+        faint = [key == "exporter_live_cpu_us_per_traced_request" and r["mode"] in unjudged for r in traced]
         bars = ax2.bar(xs + offset, [max(v or 0.0, 1e-3) for v in values], 0.27, label=label)
-        ax2.bar_label(bars, ["–" if v is None or v <= 0 else f"{v:.0f}" for v in values], fontsize=7)
+        for bar, pale in zip(bars, faint, strict=True):
+            bar.set_alpha(0.35 if pale else 1.0)
+        ax2.bar_label(bars, ["–" if v is None or v <= 0 else "noise" if pale else f"{v:.0f}"
+                             for v, pale in zip(values, faint, strict=True)], fontsize=7)
         for x, v in zip(xs + offset, values, strict=True):
             if v is not None and v <= 0:  # below what was taken off: no bar on a log axis, say why
                 ax2.text(x, 1.2, "noise", rotation=90, ha="center", va="bottom", fontsize=7)
