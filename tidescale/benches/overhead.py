@@ -829,10 +829,10 @@ def mode_result(mode: Mode, runs: Sequence[ModeRun]) -> dict[str, Any]:
     requests = total(lambda r: r.after.triton.requests - r.before.triton.requests)
     triton_cpu = total(lambda r: r.after.triton_cpu_s - r.before.triton_cpu_s)
     exporter_cpu = total(lambda r: r.after.exporter_cpu_s - r.before.exporter_cpu_s)
-    idle_cpu, idle_wall = total(lambda r: r.idle[0]), total(lambda r: r.idle[1])
+    idle = idle_rate((total(lambda r: r.idle[0]), total(lambda r: r.idle[1])))  # over every round's idle window
     measured_s = total(lambda r: r.after.t - r.before.t)
     reads, reads_cpu = total(lambda r: r.reads), total(lambda r: r.reads * r.read_cpu_s)
-    net_cpu = exporter_cpu - idle_cpu / idle_wall * measured_s if idle_wall > 0 else None
+    net_cpu = None if idle is None else exporter_cpu - idle * measured_s
     wall = total(lambda r: r.client.wall_s)
     buckets: dict[float, float] = {}
     for r in runs:
@@ -871,7 +871,7 @@ def mode_result(mode: Mode, runs: Sequence[ModeRun]) -> dict[str, Any]:
         "exporter_role": "ingest" if mode.traced else "polling only (idle cost)",
         "traced_requests": _round(traced, 1),
         "exporter_cpu_us_per_traced_request": _per_request(exporter_cpu, traced) if traced else None,
-        "exporter_idle_cpu_ms_per_s": _round(idle_cpu * 1e3 / idle_wall if idle_wall > 0 else None, 2),
+        "exporter_idle_cpu_ms_per_s": _round(None if idle is None else idle * 1e3, 2),
         # net of this exporter's own idle cost, measured right after each round in the same process
         "exporter_net_cpu_us_per_traced_request": (
             _per_request(net_cpu, traced) if traced and net_cpu is not None else None),
