@@ -173,6 +173,13 @@ def measure_stages(stamps: Mapping[str, int]) -> dict[str, float] | str:
     return out
 
 
+def stage_samples(model: str, version: str, stages: Mapping[str, float], namespace: str = "", pod: str = "",
+                  deployment: str = "") -> list[StageSample]:
+    """One request's measured stages as samples of its model version (both trace readers)."""
+    return [StageSample(model, version, stage, seconds, namespace, pod, deployment)
+            for stage, seconds in stages.items()]
+
+
 # --- the collector -----------------------------------------------------------------------------
 
 SeriesKey = tuple[str, str, str, str, str, str]  # model, version, stage, namespace, pod, deployment

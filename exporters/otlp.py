@@ -38,7 +38,13 @@ from prometheus_client.registry import Collector
 from tidescale.contracts import catalog, jsonio
 from tidescale.exporters.cardinality import MAX_LABEL_VALUE_CHARS, cut_label_value
 from tidescale.exporters.errors import BadInput
-from tidescale.exporters.latency import MAX_STAGE_SECONDS, STAMP_NAMES, StageSample, measure_stages
+from tidescale.exporters.latency import (
+    MAX_STAGE_SECONDS,
+    STAMP_NAMES,
+    StageSample,
+    measure_stages,
+    stage_samples,
+)
 
 MODEL_ATTR = "triton.model_name"
 VERSION_ATTR = "triton.model_version"
@@ -598,8 +604,8 @@ class SpanJoiner(Collector):
 
     @staticmethod
     def _samples(model: Span, stages: Mapping[str, float]) -> list[StageSample]:
-        return [StageSample(model.model or "", model.version or "", stage, seconds, model.namespace, model.pod,
-                            model.deployment) for stage, seconds in stages.items()]
+        return stage_samples(model.model or "", model.version or "", stages, model.namespace, model.pod,
+                             model.deployment)
 
     def _take(self, key: bytes) -> _Pending | None:
         pending = self._pending.pop(key, None)

@@ -28,7 +28,7 @@ from typing import Any
 
 import msgspec
 
-from tidescale.exporters.latency import STAMP_NAMES, StageSample, measure_stages
+from tidescale.exporters.latency import STAMP_NAMES, StageSample, measure_stages, stage_samples
 
 MAX_ENTRY_CHARS = 64 * 1024
 READ_CHUNK_BYTES = 1 << 20
@@ -151,7 +151,7 @@ class TraceEntries:
             if isinstance(measured, str):  # as the OTLP path: the request is rejected whole, and counted
                 self.on_drop(measured, 1)
                 return []
-            return [StageSample(request.model, request.version, stage, seconds) for stage, seconds in measured.items()]
+            return stage_samples(request.model, request.version, measured)
         return []
 
 
