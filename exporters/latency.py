@@ -145,18 +145,30 @@ class StageSample(msgspec.Struct, frozen=True, gc=False):
     deployment: str = ""  # the Deployment that owns that pod
 
 
+# Triton's clock is a uint64 of nanoseconds: a stamp outside it is not one (both trace readers).
+MAX_STAMP_NS = (1 << 64) - 1
 # A stage longer than this is a broken clock or a forged stamp, never a request: a request with
 # such a stage is rejected whole and counted (`duration_too_long`), by both trace readers.
 MAX_STAGE_SECONDS = 3600
-_MAX_STAGE_NS = MAX_STAGE_SECONDS * 1_000_000_000
+MAX_STAGE_NS = MAX_STAGE_SECONDS * 1_000_000_000
+
+
+def interval_problem(start: int, end: int) -> str | None:
+    """Why *start* to *end* (ns) cannot be a stage of a request, nor a span's own time:
+    "end_before_start" or "duration_too_long"; None when it can. Integers throughout, so a
+    400-digit stamp never meets a float."""
+    if end < start:
+        return "end_before_start"
+    if end - start > MAX_STAGE_NS:
+        return "duration_too_long"
+    return None
 
 
 def measure_stages(stamps: Mapping[str, int]) -> dict[str, float] | str:
     """Stage → seconds for every stage whose two stamps (ns) are present, or why the stamps cannot
-    be measured: "end_before_start" or "duration_too_long" (over MAX_STAGE_SECONDS) for any stage,
-    which rejects the request whole (half a request would skew the stages against each other). One
-    pass serves both the check and the measurement on the ingest path; the difference is taken in
-    integers first, so a 400-digit stamp never meets a float."""
+    be measured (`interval_problem` of any stage), which rejects the request whole (half a request
+    would skew the stages against each other). One pass serves both the check and the measurement
+    on the ingest path."""
     out: dict[str, float] = {}
     for stage, (start, end) in STAGE_STAMPS.items():
         t0 = stamps.get(start)
@@ -165,10 +177,9 @@ def measure_stages(stamps: Mapping[str, int]) -> dict[str, float] | str:
         t1 = stamps.get(end)
         if t1 is None:
             continue
-        if t1 < t0:
-            return "end_before_start"
-        if t1 - t0 > _MAX_STAGE_NS:
-            return "duration_too_long"
+        problem = interval_problem(t0, t1)
+        if problem is not None:
+            return problem
         out[stage] = (t1 - t0) / 1e9
     return out
 

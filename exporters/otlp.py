@@ -11,7 +11,7 @@ time. Ensemble/BLS children carry their own model span, so each is attributed to
 Hostile input is bounded at decode time: names and attribute values are cut to the label cap
 (`cut_label_value`) and only Triton's stamp events are kept, so a parked span is small whatever
 the body held; a timestamp outside uint64 is a 400 naming the field; a span whose end precedes
-its start, or that lasts longer than `MAX_SPAN_SECONDS`, is rejected alone (counted, and reported
+its start, or that lasts longer than `MAX_STAGE_SECONDS`, is rejected alone (counted, and reported
 in the OTLP partial success) so one outlier cannot move the quantile gauges.
 """
 
@@ -39,9 +39,10 @@ from tidescale.contracts import catalog, jsonio
 from tidescale.exporters.cardinality import MAX_LABEL_VALUE_CHARS, cut_label_value
 from tidescale.exporters.errors import BadInput
 from tidescale.exporters.latency import (
-    MAX_STAGE_SECONDS,
+    MAX_STAMP_NS,
     STAMP_NAMES,
     StageSample,
+    interval_problem,
     measure_stages,
     stage_samples,
 )
@@ -58,11 +59,6 @@ ROOT_SPAN = "InferRequest"
 MODEL_STAMPS = ("REQUEST_START", "QUEUE_START", "REQUEST_END")
 PROTOBUF_TYPES = ("application/x-protobuf", "application/protobuf")
 JSON_TYPES = ("application/json",)
-MAX_UINT64 = (1 << 64) - 1
-# A Triton request stage, or a whole span, longer than this is a broken clock or a forged span:
-# rejected so that it cannot move the quantile gauges (a real request waits seconds, not hours).
-MAX_SPAN_SECONDS = MAX_STAGE_SECONDS
-MAX_SPAN_NS = MAX_SPAN_SECONDS * 1_000_000_000
 DEFAULT_JOIN_MAX_BYTES = 32 << 20
 
 
@@ -415,8 +411,8 @@ def _json_stamp(value: Any, where: str) -> int:
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise BadInput(400, f"{where}: timestamp must be an integer or a decimal string, got {_short(value)}")
-    if not 0 <= value <= MAX_UINT64:
-        raise BadInput(400, f"{where}: timestamp must be an unsigned 64-bit integer (0..{MAX_UINT64}), "
+    if not 0 <= value <= MAX_STAMP_NS:
+        raise BadInput(400, f"{where}: timestamp must be an unsigned 64-bit integer (0..{MAX_STAMP_NS}), "
                             f"got {_short(value)}")
     return value
 
@@ -455,20 +451,15 @@ NO_STAGES: Mapping[str, float] = MappingProxyType({})
 
 
 def stamps_problem(stamps: dict[str, int]) -> str | None:
-    """Why a request's stamps cannot be measured (a stage ends before it starts, or lasts longer
-    than MAX_SPAN_SECONDS), or None when every stage present is plausible."""
+    """Why a request's stamps cannot be measured (`interval_problem` of a stage), or None when every
+    stage present is plausible."""
     measured = measure_stages(stamps)
     return measured if isinstance(measured, str) else None
 
 
 def own_time_problem(span: Span) -> str | None:
-    """The checks of `stamps_problem` on the span's own start/end."""
-    if span.start and span.end:
-        if span.end < span.start:
-            return "end_before_start"
-        if span.end - span.start > MAX_SPAN_NS:
-            return "duration_too_long"
-    return None
+    """The checks of `stamps_problem` on the span's own start/end (0: not sent)."""
+    return interval_problem(span.start, span.end) if span.start and span.end else None
 
 
 def span_problem(span: Span) -> str | None:
@@ -585,8 +576,9 @@ class SpanJoiner(Collector):
         stages = compute_stages
         queued, started = model.events.get("QUEUE_START"), compute.events.get("COMPUTE_START")
         if queued is not None and started is not None:
-            if started < queued or started - queued > MAX_SPAN_NS:
-                self.on_drop("end_before_start" if started < queued else "duration_too_long", 1)
+            problem = interval_problem(queued, started)
+            if problem is not None:
+                self.on_drop(problem, 1)
                 return []
             stages = {"queue": (started - queued) / 1e9, **compute_stages}
         return self._samples(model, stages)

@@ -28,7 +28,7 @@ from typing import Any
 
 import msgspec
 
-from tidescale.exporters.latency import STAMP_NAMES, StageSample, measure_stages, stage_samples
+from tidescale.exporters.latency import MAX_STAMP_NS, STAMP_NAMES, StageSample, measure_stages, stage_samples
 
 MAX_ENTRY_CHARS = 64 * 1024
 READ_CHUNK_BYTES = 1 << 20
@@ -45,9 +45,6 @@ class _Request:
     model: str | None = None
     version: str = ""
     stamps: dict[str, int] = field(default_factory=dict)
-
-
-MAX_STAMP_NS = 2**64 - 1  # Triton's clock is a uint64 of nanoseconds
 
 
 class _UsualStamp(msgspec.Struct, gc=False):

@@ -14,7 +14,8 @@ from fastapi.testclient import TestClient
 from tests.hostile import JSON_DOCUMENTS, LABEL_VALUES, TIMESTAMPS
 from tests.unit.exporters.test_service_api import JSON, make_client, model_span, samples, span_body
 from tidescale.exporters.cardinality import MAX_LABEL_VALUE_CHARS, clean_label_value, cut_label_value
-from tidescale.exporters.otlp import MAX_UINT64, STAGES_BYTES, Span, SpanJoiner, decode_json, span_bytes
+from tidescale.exporters.latency import MAX_STAMP_NS
+from tidescale.exporters.otlp import STAGES_BYTES, Span, SpanJoiner, decode_json, span_bytes
 
 FOUR_MB = dict(LABEL_VALUES)["4-MB"]
 
@@ -124,12 +125,12 @@ def test_a_timestamp_beyond_uint64_is_a_400_naming_the_field(client: TestClient)
     r = client.post("/v1/traces", content=span_body([span]), headers=JSON)
     assert r.status_code == 400
     assert "spans[0].events[1].timeUnixNano" in r.json()["detail"] and "unsigned 64-bit" in r.json()["detail"]
-    span["events"][1]["timeUnixNano"] = str(MAX_UINT64 + 1)  # type: ignore[index]
+    span["events"][1]["timeUnixNano"] = str(MAX_STAMP_NS + 1)  # type: ignore[index]
     assert client.post("/v1/traces", content=span_body([span]), headers=JSON).status_code == 400
 
 
 @pytest.mark.parametrize(("events", "start_end", "reason"), [
-    ((1000, MAX_UINT64), None, "duration_too_long"),
+    ((1000, MAX_STAMP_NS), None, "duration_too_long"),
     ((5000, 1000), None, "end_before_start"),
     ((1000, 5_001_000), ("9000", "1000"), "end_before_start"),
 ])

@@ -20,7 +20,7 @@ from tests.paths import FIXTURES
 from tidescale.contracts import jsonio
 from tidescale.exporters import otlp
 from tidescale.exporters.errors import BadInput
-from tidescale.exporters.latency import LatencyAggregator, StageSample, log_buckets
+from tidescale.exporters.latency import MAX_STAGE_NS, LatencyAggregator, StageSample, log_buckets
 from tidescale.exporters.otlp import Span, SpanJoiner, decode_json, measure_stages
 from tidescale.exporters.sample_rate import SampleRateDetector
 
@@ -142,7 +142,7 @@ def test_a_version_beyond_64_bits_reads_as_the_standard_library_reads_it() -> No
 @pytest.mark.parametrize(("stamps", "expected"), [
     ({"REQUEST_START": 10, "REQUEST_END": 30}, {"request": 20e-9}),
     ({"REQUEST_START": 30, "REQUEST_END": 10}, "end_before_start"),
-    ({"COMPUTE_START": 0, "COMPUTE_INPUT_END": otlp.MAX_SPAN_NS + 1}, "duration_too_long"),
+    ({"COMPUTE_START": 0, "COMPUTE_INPUT_END": MAX_STAGE_NS + 1}, "duration_too_long"),
     ({"QUEUE_START": 5}, {}),
 ])
 def test_measure_stages_measures_or_names_the_problem(stamps: dict[str, int], expected: object) -> None:
@@ -158,7 +158,7 @@ def test_joined_stages_equal_the_one_pass_measurement() -> None:
 
 
 stamp_sets = st.dictionaries(st.sampled_from(sorted(otlp.STAMP_NAMES)),
-                             st.integers(min_value=0, max_value=otlp.MAX_SPAN_NS * 2), max_size=7)
+                             st.integers(min_value=0, max_value=MAX_STAGE_NS * 2), max_size=7)
 
 
 @settings(max_examples=400, deadline=None)
