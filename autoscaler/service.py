@@ -43,7 +43,7 @@ from tidescale.contracts import catalog
 from tidescale.contracts import recorded as names
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.http import install_error_boundary
-from tidescale.contracts.kubeapi import EventsApi, ScaleApi, deployment_event
+from tidescale.contracts.kubeapi import EventSeriesApi, ScaleApi, deployment_event, post_event_once
 from tidescale.contracts.prometheus import PrometheusAuth, PrometheusClient, PrometheusUnavailable
 from tidescale.contracts.promql import LABEL_NAME, matcher, regex_escape, selector
 from tidescale.contracts.settings import ComponentSettings
@@ -55,6 +55,10 @@ log = logging.getLogger(__name__)
 QUERY_LABELS = frozenset({"namespace", "deployment", "pod", "model", "reason", "stage", "le", "__name__"})
 FAILSAFE_REASONS = ("prometheus_down", "missing", "nan", "stale")
 EVENT_COMPONENT = "tidescale-recommender"
+# Another replica's Event for the same change, seen within this long (or two intervals), is the
+# same report. A real repeat of a change needs a scale-down in between, which the default
+# scale-down delay (60 s) keeps at least this far away.
+EVENT_TWIN_WINDOW_S = 60.0
 MAX_TARGETS = 200
 _DEFAULTS = RecommenderConfig(capacity_rps=1.0)
 
@@ -346,7 +350,7 @@ class RecommenderService:
 
     def __init__(self, settings: RecommenderSettings, client: PrometheusClient | None = None,
                  replicas_fn: ReplicasFn | None = None, clock: Callable[[], float] = time.time,
-                 events: EventsApi | None = None, reader: PodReader | None = None,
+                 events: EventSeriesApi | None = None, reader: PodReader | None = None,
                  scaler: ScaleApi | None = None) -> None:
         if not settings.targets:
             raise UsageError("the recommender needs at least one target (recommender.targets in the config file)")
@@ -355,7 +359,7 @@ class RecommenderService:
                                                  auth=settings.prometheus_auth)
         self.replicas_fn = replicas_fn
         self.clock = clock
-        self.events: EventsApi | None = events
+        self.events: EventSeriesApi | None = events
         if self.events is None and settings.kube_events:
             from tidescale.contracts.kubeapi import core_v1_api
 
@@ -545,15 +549,23 @@ class RecommenderService:
                   f"{obs.ready_replicas}/{obs.current_replicas} replicas ready")
         self._send_event(st, before, after, detail)
 
+    @property
+    def twin_window_s(self) -> float:
+        return max(EVENT_TWIN_WINDOW_S, 2 * self.settings.interval_s)
+
     def _send_event(self, st: TargetState, before: int, after: int, detail: str) -> None:
         if self.events is None:
             return
         ns, dep = st.settings.namespace, st.settings.deployment
-        body = deployment_event(ns, dep, reason="TidescaleRecommendation", now=datetime.now(UTC),
+        now = datetime.now(UTC)
+        # Named by the change alone: two replicas (HA) see the same change within an interval or
+        # two, perhaps by different paths (one panics on the fast path, one follows the rate).
+        body = deployment_event(ns, dep, reason="TidescaleRecommendation", now=now,
                                 message=event_message(before, after, st.decision, detail),
-                                component=EVENT_COMPONENT, name_prefix="tidescale-recommendation")
+                                component=EVENT_COMPONENT, name_prefix="tidescale-recommendation",
+                                series_key=f"{before}->{after}")
         try:
-            self.events.create_namespaced_event(ns, body)
+            post_event_once(self.events, body, now=now, twin_window_s=self.twin_window_s)
         except Exception as exc:
             log.warning("posting the recommendation Event for %s/%s failed: %s", ns, dep, exc)
 

@@ -349,6 +349,12 @@ def test_keda_mode_scales_up_under_load_holds_while_prometheus_is_down_then_scal
     assert min(seen) >= held, f"scaled down to {min(seen)} while Prometheus was down (from {held})"
     events = scale_down_and_events(cluster)
     assert any("above target" in e for e in events) and any("below target" in e for e in events), events
+    # Two recommenders, one Event per change ("recommends N replicas (was M)", this test's and earlier
+    # tests'): a replica's post of a change that the other already reported met its Event, through the
+    # chart's Role (create, get, patch), and no post failed.
+    changes = [e.split(":")[0] for e in recommendation_events(cluster)]
+    assert changes and len(changes) == len(set(changes)), changes
+    assert "posting the recommendation Event" not in recommender_logs(cluster)
     # KEDA reads the recommenders themselves (keda.source=recommender, the chart's default), not Prometheus.
     [scaled] = cluster.get(f"/apis/keda.sh/v1alpha1/namespaces/{SERVING}/scaledobjects")["items"]
     assert [t["type"] for t in scaled["spec"]["triggers"]] == ["metrics-api"]
@@ -375,6 +381,11 @@ def test_adapter_mode_scales_triton_up_under_load_and_back_down(cluster: Cluster
         scale_down_and_events(cluster)
     finally:
         addons.use_external_metrics_from(cluster.config, cluster.api, "keda")
+
+
+def recommender_logs(cluster: Cluster) -> str:
+    return "".join(cluster.logs_of(NAMESPACE, p, "recommender")
+                   for p in cluster.pods(NAMESPACE, "app.kubernetes.io/component=recommender"))
 
 
 def recommendation_events(cluster: Cluster) -> list[str]:
@@ -405,6 +416,9 @@ def test_direct_mode_scales_triton_through_its_scale_subresource_with_no_hpa(clu
     assert may("patch", "deployments/triton", "--subresource=scale")
     assert not may("patch", "deployments/other", "--subresource=scale")  # the targets only, by name
     assert not may("patch", "deployments/triton") and not may("delete", "deployments/triton")
+    # Events: the one per change that its replicas share is created, read and counted up; nothing else.
+    assert all(may(verb, "events") for verb in ("create", "get", "patch"))
+    assert not may("delete", "events") and not may("list", "events")
     wait_for(lambda: replicas(cluster) == 1, 180, "one Triton replica before the load")  # what the last test left
     with load_on(serving):
         peak = scale_up(cluster)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from ipaddress import IPv4Address
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 
 from tests.e2e.conftest import NODES, Cluster, pod_json
 from tests.waiting import wait_for
+from tidescale.contracts.kubeapi import deployment_event, post_event_once, series_name
 
 pytestmark = pytest.mark.e2e
 
@@ -135,6 +137,28 @@ def test_the_projected_service_account_token_authenticates(cluster: Cluster, nam
     assert finished(cluster, namespace, "whoami") == "Succeeded"
     out = cluster.logs_of(namespace, pod_json(cluster, namespace, "whoami"), "main").split()
     assert out == [f"system:serviceaccount:{namespace}:default", namespace]
+
+
+def test_events_named_by_a_change_are_created_once_and_counted_up(cluster: Cluster, namespace: str) -> None:
+    """`post_event_once` against the real API server and client: a taken name is a 409, the Event
+    read back carries its lastTimestamp, and a dict patch (strategic merge) counts it up."""
+    from kubernetes import client, config
+
+    api = client.CoreV1Api(config.new_client_from_config(config_file=str(cluster.config.admin_kubeconfig)))
+    now = datetime.now(UTC).replace(microsecond=0)
+
+    def post(message: str, at: datetime) -> str:
+        body = deployment_event(namespace, "triton", reason="TidescaleRecommendation", message=message,
+                                component="e2e", now=at, name_prefix="tidescale-recommendation", series_key="1->3")
+        return post_event_once(api, body, now=at, twin_window_s=60)
+
+    assert post("replica a", now) == "created"
+    assert post("replica b", now + timedelta(seconds=10)) == "twin"
+    assert post("again", now + timedelta(minutes=20)) == "repeated"
+    [event] = [e for e in cluster.get(f"/api/v1/namespaces/{namespace}/events")["items"]
+               if e["reason"] == "TidescaleRecommendation"]
+    assert event["metadata"]["name"] == series_name("triton", "tidescale-recommendation", "1->3")
+    assert (event["count"], event["message"]) == (2, "again")
 
 
 def test_env_value_from_and_configmap_volumes(cluster: Cluster, namespace: str) -> None:

@@ -470,9 +470,10 @@ def test_least_privilege_rbac(full_docs: list[dict[str, Any]]) -> None:
     assert {r["metadata"]["namespace"] for r in roles.values()} == {"serving"}
     assert roles["t-tidescale-exporter"]["rules"] == [
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
-    for poster in ("reviews", "recommender"):
+    # Reviews only create; the recommender's replicas share one Event per change (read, then patch).
+    for poster, verbs in (("reviews", ["create"]), ("recommender", ["create", "get", "patch"])):
         assert roles[f"t-tidescale-{poster}-events"]["rules"] == [
-            {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+            {"apiGroups": [""], "resources": ["events"], "verbs": verbs}]
     bound = {b["roleRef"]["name"]: b["subjects"][0]["name"] for b in by_kind["RoleBinding"]}
     assert bound.keys() == roles.keys()
     # Each account with a permission belongs to exactly one component; the rest get no token at all.

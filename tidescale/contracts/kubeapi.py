@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
+
+MAX_NAME_CHARS = 253  # an Event's name is a DNS subdomain
 
 
 def _load_config() -> Any:
@@ -31,20 +34,44 @@ class EventsApi(Protocol):
     def create_namespaced_event(self, namespace: str, body: Any) -> Any: ...
 
 
+class EventSeriesApi(EventsApi, Protocol):
+    """The calls of CoreV1Api that `post_event_once` needs: an Event named by what it reports is
+    created once, read when it exists already, and patched when the same change comes again."""
+
+    def read_namespaced_event(self, name: str, namespace: str) -> Any: ...
+
+    def patch_namespaced_event(self, name: str, namespace: str, body: Any) -> Any: ...
+
+
 class ScaleApi(Protocol):
     """The one call of kubernetes.client.AppsV1Api that direct scaling needs (a fake in tests)."""
 
     def patch_namespaced_deployment_scale(self, name: str, namespace: str, body: Any) -> Any: ...
 
 
+def _stamp(now: datetime) -> str:
+    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def series_name(deployment: str, name_prefix: str, series_key: str) -> str:
+    """The name of the one Event that reports *series_key* (a change, not a moment) on *deployment*:
+    the same for every replica of a component, so a second replica's post of the same change
+    meets the first one's Event instead of adding its own."""
+    suffix = f".{name_prefix}-{hashlib.sha256(series_key.encode()).hexdigest()[:12]}"
+    return deployment[:MAX_NAME_CHARS - len(suffix)] + suffix
+
+
 def deployment_event(namespace: str, deployment: str, *, reason: str, message: str, component: str,
-                     now: datetime, name_prefix: str) -> dict[str, Any]:
-    """A core/v1 Event about a Deployment, as `kubectl describe deployment` lists them."""
-    stamp = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                     now: datetime, name_prefix: str, series_key: str | None = None) -> dict[str, Any]:
+    """A core/v1 Event about a Deployment, as `kubectl describe deployment` lists them: named by
+    `series_name` when *series_key* is given, else a fresh generated name."""
+    metadata = ({"name": series_name(deployment, name_prefix, series_key)} if series_key is not None
+                else {"generateName": f"{deployment}.{name_prefix}-"})
+    stamp = _stamp(now)
     return {
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {"generateName": f"{deployment}.{name_prefix}-", "namespace": namespace},
+        "metadata": {**metadata, "namespace": namespace},
         "involvedObject": {"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment, "namespace": namespace},
         "reason": reason,
         "message": message[:1024],
@@ -55,3 +82,33 @@ def deployment_event(namespace: str, deployment: str, *, reason: str, message: s
         "lastTimestamp": stamp,
         "count": 1,
     }
+
+
+def post_event_once(api: EventSeriesApi, body: dict[str, Any], *, now: datetime,
+                    twin_window_s: float) -> Literal["created", "twin", "repeated"]:
+    """Post *body* (a `deployment_event` with a series key) so that replicas of one component that
+    report the same change leave one Event, as Kubernetes' own event recorder aggregates repeats.
+
+    - "created": no Event of that name existed.
+    - "twin": it existed and was last seen within *twin_window_s*: another replica already reported
+      this change (its message stands).
+    - "repeated": an older one (the same change again, within the Events' one-hour life): its count
+      goes up by one and its lastTimestamp and message are this post's.
+
+    Errors other than the name being taken are raised (the callers log them: best effort).
+    """
+    name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
+    try:
+        api.create_namespaced_event(namespace, body)
+        return "created"
+    except Exception as exc:
+        if getattr(exc, "status", None) != 409:
+            raise
+    existing = api.read_namespaced_event(name, namespace)
+    last = getattr(existing, "last_timestamp", None) or getattr(existing, "first_timestamp", None)
+    if isinstance(last, datetime) and (now - last).total_seconds() <= twin_window_s:
+        return "twin"
+    count = getattr(existing, "count", None) or 1
+    api.patch_namespaced_event(name, namespace, {"count": count + 1, "lastTimestamp": _stamp(now),
+                                                 "message": body["message"]})
+    return "repeated"

@@ -8,35 +8,24 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
+from tests.kube_events import FakeEventApi
 from tests.unit.alerts.reviews_helpers import AUTH, TOKEN, alert, payload
 from tidescale.alerts.reviews.kube_events import KubeEventPoster, deployment_of, event_body
 from tidescale.alerts.reviews.service import create_app
 from tidescale.alerts.reviews.settings import ReviewsSettings
 
 
-class FakeEvents:
-    def __init__(self, fail: bool = False) -> None:
-        self.created: list[tuple[str, dict[str, Any]]] = []
-        self.fail = fail
-
-    def create_namespaced_event(self, namespace: str, body: Any) -> Any:
-        if self.fail:
-            raise RuntimeError("forbidden: events is forbidden")
-        self.created.append((namespace, body))
-        return body
-
-
-def client_with(tmp_path: Path, api: FakeEvents, **settings: Any) -> TestClient:
+def client_with(tmp_path: Path, api: FakeEventApi, **settings: Any) -> TestClient:
     cfg = ReviewsSettings(database=f"sqlite:///{tmp_path / 'r.db'}", token=TOKEN, kube_events=True, **settings)
     return TestClient(create_app(cfg, events=KubeEventPoster(cfg.model_deployments, api)))
 
 
 def test_an_event_is_posted_once_per_opened_review(tmp_path: Path) -> None:
-    api = FakeEvents()
+    api = FakeEventApi()
     with client_with(tmp_path, api, model_deployments={"ctr": "ml/triton-ctr"}) as client:
         client.post("/api/v1/alertmanager", json=payload(alert()), headers=AUTH)
         client.post("/api/v1/alertmanager", json=payload(alert()), headers=AUTH)  # re-send: no second event
-    ((namespace, body),) = api.created
+    ((namespace, body),) = api.posted
     assert namespace == "ml"
     assert body["involvedObject"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "triton-ctr",
                                       "namespace": "ml"}
@@ -45,7 +34,8 @@ def test_an_event_is_posted_once_per_opened_review(tmp_path: Path) -> None:
 
 
 def test_a_failing_api_server_does_not_lose_the_review(tmp_path: Path) -> None:
-    with client_with(tmp_path, FakeEvents(fail=True), model_deployments={"ctr": "ml/triton-ctr"}) as client:
+    forbidden = FakeEventApi(fail_with=RuntimeError("forbidden: events is forbidden"))
+    with client_with(tmp_path, forbidden, model_deployments={"ctr": "ml/triton-ctr"}) as client:
         resp = client.post("/api/v1/alertmanager", json=payload(alert()), headers=AUTH)
         assert resp.status_code == 200 and resp.json()["opened"] == 1
         assert len(client.get("/api/v1/reviews").json()["items"]) == 1

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.kube_events import FakeEventApi
 from tidescale.autoscaler.fastpath import PodCounters
 from tidescale.autoscaler.manifests import DESIRED_FIELD
 from tidescale.autoscaler.service import (
@@ -343,19 +344,8 @@ def decisions(svc: RecommenderService) -> dict[str, float]:
     return {dict(k[1])["reason"]: v for k, v in exported(svc).items() if k[0] == "tidescale_recommender_decision"}
 
 
-class FakeEvents:
-    def __init__(self, fail: bool = False) -> None:
-        self.posted: list[tuple[str, dict]] = []
-        self.fail = fail
-
-    def create_namespaced_event(self, namespace: str, body: dict) -> None:
-        if self.fail:
-            raise OSError("connection refused")
-        self.posted.append((namespace, body))
-
-
 def test_every_evaluation_exports_one_decision_and_a_change_posts_an_event_saying_why() -> None:
-    events = FakeEvents()
+    events = FakeEventApi()
     target = TargetSettings(deployment="triton", namespace="ml", model="resnet", min_replicas=1, max_replicas=50)
     fake = FakeProm()
     svc = RecommenderService(RecommenderSettings(targets=[target], capacity_rps=100.0), fake,  # type: ignore[arg-type]
@@ -380,11 +370,30 @@ def test_every_evaluation_exports_one_decision_and_a_change_posts_an_event_sayin
     assert len(events.posted) == 1  # holding is no change
 
 
+def test_two_replicas_that_see_the_same_change_leave_one_event() -> None:
+    """HA: both recommenders compute the same answer; the second one's post meets the first's Event."""
+    events = FakeEventApi()
+    target = TargetSettings(deployment="triton", namespace="ml", model="resnet", min_replicas=1, max_replicas=50)
+    fakes = [FakeProm(), FakeProm()]
+    replicas = [RecommenderService(RecommenderSettings(targets=[target], capacity_rps=100.0, kube_events=True),
+                                   fake, events=events) for fake in fakes]  # type: ignore[arg-type]
+    for svc in replicas:
+        svc.evaluate(0.0)
+    for fake in fakes:
+        fake.values["rate("] = 900.0
+    for svc in replicas:
+        svc.evaluate(15.0)
+    assert desired(replicas[0]) == desired(replicas[1]) > 5
+    [(_, body)] = events.posted
+    assert body["metadata"]["name"].startswith("triton.tidescale-recommendation-")
+    assert next(iter(events.events.values()))["count"] == 1
+
+
 def test_a_failing_event_post_never_stops_the_recommendation() -> None:
     target = TargetSettings(deployment="triton", namespace="ml", model="resnet")
     fake = FakeProm()
     svc = RecommenderService(RecommenderSettings(targets=[target], capacity_rps=100.0), fake,  # type: ignore[arg-type]
-                             events=FakeEvents(fail=True))
+                             events=FakeEventApi(fail_with=OSError("connection refused")))
     svc.evaluate(0.0)
     fake.values["rate("] = 900.0
     svc.evaluate(15.0)
@@ -409,7 +418,7 @@ class FakeReader:
         self.counters = {p: PodCounters(rps_per_pod * t, 0.0, 0.0) for p in self.counters}
 
 
-def fast_service(events: FakeEvents | None = None) -> tuple[RecommenderService, FakeProm, FakeReader]:
+def fast_service(events: FakeEventApi | None = None) -> tuple[RecommenderService, FakeProm, FakeReader]:
     target = TargetSettings(deployment="triton", namespace="ml", model="resnet", min_replicas=1, max_replicas=50)
     fake, reader = FakeProm(), FakeReader()
     fake.pods = {f"triton-abc-{k}": f"10.0.0.{k}:8002" for k in range(5)}
@@ -420,7 +429,7 @@ def fast_service(events: FakeEvents | None = None) -> tuple[RecommenderService, 
 
 
 def test_the_fast_path_reads_the_pods_prometheus_scrapes_and_panics_between_evaluations() -> None:
-    events = FakeEvents()
+    events = FakeEventApi()
     svc, fake, reader = fast_service(events)
     svc.evaluate_fast(0.0)
     assert reader.rounds == []  # no pods known before the first evaluation's discovery

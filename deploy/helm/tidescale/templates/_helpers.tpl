@@ -494,8 +494,9 @@ spec:
 {{- toYaml (dict "name" $spec.group "interval" $spec.interval "rules" $rules) -}}
 {{- end -}}
 
-{{/* Least privilege for a component that posts Events: create Events in one namespace, nothing else
-     (no read, no update). Takes root, ctx (component labels), name, namespace, account. */}}
+{{/* Least privilege for a component that posts Events: Events in one namespace, nothing else.
+     Takes root, ctx (component labels), name, namespace, account, and verbs (default: create only;
+     the recommender also reads and patches the one Event its replicas share per change). */}}
 {{- define "tidescale.eventsRole" -}}
 apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
@@ -507,7 +508,7 @@ metadata:
 rules:
   - apiGroups: [""]
     resources: [events]
-    verbs: [create]
+    verbs: {{ toJson (.verbs | default (list "create")) }}
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
