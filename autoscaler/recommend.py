@@ -141,6 +141,13 @@ def queue_growth(samples: list[tuple[float, float]], window_s: float) -> float:
     return (v_end - v0) / (t_end - t0) if t_end > t0 else 0.0
 
 
+def asked_replicas(published: int | None, current: int | None) -> int:
+    """What the fleet has asked for, which the panic weighs an overload against: the larger of the
+    last published count and the Deployment's replicas (counting those not yet Ready, so a scale-up
+    already under way is not asked for again)."""
+    return max(published or 0, current or 0)
+
+
 def replicas_for(rate_rps: float, capacity_rps: float, utilisation: float) -> int:
     """Fewest replicas that carry *rate_rps* at *utilisation* of their capacity."""
     if rate_rps <= 0:

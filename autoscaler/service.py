@@ -37,6 +37,7 @@ from tidescale.autoscaler.recommend import (
     Recommendation,
     Recommender,
     RecommenderConfig,
+    asked_replicas,
     reachable_under_tolerance,
 )
 from tidescale.contracts import catalog
@@ -523,8 +524,7 @@ class RecommenderService:
             stamp = self.clock() if now is None else now
             with self._lock:
                 reading = st.fast_reading = st.fast.add(stamp, reads)
-                asked = max(st.published or 0, st.current or 0)
-                rec = st.recommender.panic(stamp, reading.arrival_rps, asked)
+                rec = st.recommender.panic(stamp, reading.arrival_rps, asked_replicas(st.published, st.current))
                 if rec is None or st.published is None or rec.desired <= st.published:
                     continue
                 before, st.published = st.published, rec.desired

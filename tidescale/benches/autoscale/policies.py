@@ -18,7 +18,7 @@ from tidescale.autoscaler import adapter
 from tidescale.autoscaler.fastpath import FastWindow, PodCounters
 from tidescale.autoscaler.hpa import HpaEmulator, HpaSpec, MetricSpec, MetricValue, Pod
 from tidescale.autoscaler.manifests import Target, tidescale_hpa_spec
-from tidescale.autoscaler.recommend import Observation, Recommender
+from tidescale.autoscaler.recommend import Observation, Recommender, asked_replicas
 from tidescale.autoscaler.service import RecommenderSettings, TargetSettings
 from tidescale.contracts.errors import UsageError
 from tidescale.sim import FleetSim, MetricsLag
@@ -310,8 +310,8 @@ class TidescalePolicy:
             r.name: PodCounters(r.requests, r.failures, r.pending)
             for r in sim.counters().replicas if r.ready and not r.draining}
         reading = self.fast.add(now, reads)
-        asked = max(self.current, self.published[-1][1] if self.published else 0)
-        rec = self.recommender.panic(now, reading.arrival_rps, asked)
+        last = self.published[-1][1] if self.published else None
+        rec = self.recommender.panic(now, reading.arrival_rps, asked_replicas(last, self.current))
         if rec is not None:
             self.published.append((now, rec.desired))
 
