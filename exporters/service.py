@@ -85,7 +85,8 @@ def build_state(settings: ExporterSettings) -> ExporterState:
                                 selfmetrics=selfmetrics, rates=rates)
     joiner = SpanJoiner(settings.join_max_pending, settings.join_ttl_s, on_drop=selfmetrics.drop_spans,
                         max_bytes=settings.join_max_bytes)
-    tailers = [TraceFileTailer(p, settings.join_max_pending, on_drop=selfmetrics.drop_spans)
+    tailers = [TraceFileTailer(p, settings.join_max_pending, on_drop=selfmetrics.drop_spans,
+                               keep_rotations=settings.trace_file_keep_rotations)
                for p in settings.trace_files]
     supervisor = TaskSupervisor(backoff_s=settings.task_backoff_s, restart_limit=settings.task_restart_limit)
     state = ExporterState(settings, registry, selfmetrics, latency, joiner, tailers,

@@ -42,6 +42,9 @@ class ExporterSettings(ComponentSettings):
     join_max_pending: int = Field(20_000, ge=1)
     join_max_bytes: int = Field(32 << 20, ge=64 << 10, description="byte budget of the span join buffer")
     trace_files: list[Path] = Field(default_factory=list, description="Triton mode=triton files to tail")
+    # Triton never deletes a rotation (file.0, file.1, …): N deletes each finished one the exporter
+    # has read once N newer ones exist (the exporter needs write access to the directory).
+    trace_file_keep_rotations: int | None = Field(None, ge=1, description="None: keep every rotation")
     # Uploads.
     token: SecretStr | None = Field(None, description="bearer token for write endpoints (TIDESCALE_EXPORTER_TOKEN)")
     traces_require_token: bool = True

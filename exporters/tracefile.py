@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import logging
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -29,6 +30,8 @@ from typing import Any
 import msgspec
 
 from tidescale.exporters.latency import MAX_STAMP_NS, STAMP_NAMES, StageSample, measure_stages, stage_samples
+
+log = logging.getLogger(__name__)
 
 MAX_ENTRY_CHARS = 64 * 1024
 READ_CHUNK_BYTES = 1 << 20
@@ -224,11 +227,17 @@ class TraceFileTailer:
     """Follows `path` and its rotations `path.0`, `path.1`, …; `poll()` returns new samples."""
 
     def __init__(self, path: Path, max_pending: int = 20_000,
-                 on_drop: Callable[[str, int], None] | None = None) -> None:
+                 on_drop: Callable[[str, int], None] | None = None, *, keep_rotations: int | None = None) -> None:
+        """*keep_rotations*: None keeps every rotation, as Triton does; N deletes finished rotations
+        beyond the newest N once they are read (`_prune`)."""
+        if keep_rotations is not None and keep_rotations < 1:
+            raise ValueError(f"keep_rotations must be at least 1, got {keep_rotations}")
         self.path = path
         self.on_drop = on_drop or (lambda reason, n: None)
         self.entries = TraceEntries(max_pending, self.on_drop)
+        self.keep_rotations = keep_rotations
         self._files: dict[str, _FileState] = {}  # by path
+        self._unprunable: set[str] = set()  # rotations whose deletion failed (warned once each)
 
     def files(self) -> list[Path]:
         """The trace file and its rotations, oldest rotation first, the base file last."""
@@ -265,7 +274,28 @@ class TraceFileTailer:
             self.entries.forget(gone)
         for path in present:
             samples.extend(self._read_new(path))
+        if self.keep_rotations is not None:
+            self._prune([p for p in present if p != str(self.path)])
         return samples
+
+    def _prune(self, rotations: list[str]) -> None:
+        """Delete the rotations older than the newest `keep_rotations` that are finished: read to
+        their last byte, and their JSON array closed (a restarted Triton writes `file.0` again
+        while older, higher-numbered rotations remain, so the index alone does not say finished).
+        Nothing unread is ever deleted; a failed deletion is warned about once and left."""
+        assert self.keep_rotations is not None
+        for path in rotations[:-self.keep_rotations]:
+            state = self._files.get(path)
+            if state is None or path in self._unprunable or not _finished(path, state):
+                continue
+            try:
+                os.unlink(path)
+            except OSError as exc:
+                self._unprunable.add(path)
+                log.warning("cannot delete the finished trace rotation %s: %s", path, exc)
+                continue
+            del self._files[path]
+            self.entries.forget(path)
 
     def _read_new(self, path: str) -> list[StageSample]:
         try:
@@ -293,3 +323,16 @@ class TraceFileTailer:
         except OSError:
             self.on_drop("unreadable_file", 1)
         return samples
+
+
+def _finished(path: str, state: _FileState) -> bool:
+    """Read to its last byte, and ending with the `]` that closes Triton's array."""
+    try:
+        with open(path, "rb") as fh:
+            stat = os.fstat(fh.fileno())
+            if stat.st_ino != state.inode or stat.st_size != state.offset:
+                return False
+            fh.seek(max(0, stat.st_size - 64))
+            return fh.read().rstrip().endswith(b"]")
+    except OSError:
+        return False

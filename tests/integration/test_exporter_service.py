@@ -199,6 +199,25 @@ def test_triton_trace_file_is_tailed(tmp_path: Path) -> None:
                  f"{HIST}_count{labels} == {sent}")
 
 
+def test_triton_s_trace_rotations_are_read_then_pruned(tmp_path: Path) -> None:
+    """log-frequency=N: a real replica writes `file.0`, `file.1`, … and never deletes one; with
+    trace_file_keep_rotations the exporter reads each one whole, then keeps only the newest two."""
+    trace_file = tmp_path / "triton-trace.json"
+    with running_exporter(tmp_path, TIDESCALE_EXPORTER_TRACE_FILES=f'["{trace_file}"]',
+                          TIDESCALE_EXPORTER_TRACE_FILE_KEEP_ROTATIONS="2") as url:
+        trace = TraceSettings(mode="triton", rate=1, file=trace_file, log_frequency=4)
+        with running_fleet(tmp_path / "fleet", replicas=1, trace=trace) as one:
+            load = LoadGenerator(scenario("steady", 30.0, 1.0), one.ready_urls, ["ctr_ranker"], seed=3).start()
+            assert load.wait(60)
+            sent = sum(1 for r in load.records() if r.ok)
+        assert sent >= 20  # five rotations or more
+        labels = {"model": "ctr_ranker", **NO_SENDER, "stage": "compute_infer", "version": "1"}
+        wait_for(lambda: sample(httpx.get(f"{url}/metrics").text, f"{HIST}_count", **labels) == sent, 20,
+                 f"{HIST}_count{labels} == {sent}")
+        rotations = lambda: sorted(p.name for p in tmp_path.glob("triton-trace.json.*"))  # noqa: E731
+        wait_for(lambda: len(rotations()) == 2, 10, "the exporter to prune all but the newest two rotations")
+
+
 def test_static_triton_targets_are_polled(fleet: TritonFleet, tmp_path: Path) -> None:
     urls = fleet.ready_urls()
     with running_exporter(tmp_path, TIDESCALE_EXPORTER_TRITON_URLS=json.dumps(urls),

@@ -127,7 +127,8 @@ class Mode:
             return TraceSettings(mode="opentelemetry", rate=self.rate, url=f"{exporter_url}/v1/traces")
         if self.tracing == "tracefile":
             assert self.rate is not None
-            return TraceSettings(mode="triton", rate=self.rate, file=trace_file(workdir))
+            return TraceSettings(mode="triton", rate=self.rate, file=trace_file(workdir),
+                                 log_frequency=TRACE_FILE_FREQUENCY)
         return None
 
 
@@ -491,15 +492,14 @@ def choose_client(kind: str, concurrency: int = CONCURRENCY) -> tuple[Client, st
 # --- one mode ------------------------------------------------------------------------------------
 
 class BenchReplica(TritonReplica):
-    """A replica with what the chart's serving pods add: OTLP resource attributes naming the pod, and
-    (trace-file mode) a trace file written as traces complete, so the exporter can tail it."""
+    """A replica with what the chart's serving pods add: OTLP resource attributes naming the pod."""
 
     def argv(self, install: tools.TritonInstall) -> list[str]:
         argv = super().argv(install)
         if self.trace is not None and self.trace.mode == "opentelemetry":
             argv += ["--trace-config", f"opentelemetry,resource=k8s.namespace.name={self.namespace}",
                      "--trace-config", f"opentelemetry,resource=k8s.pod.name={self.pod}"]
-        return [f"triton,log-frequency={TRACE_FILE_FREQUENCY}" if a == "triton,log-frequency=0" else a for a in argv]
+        return argv
 
 
 def exporter_env(mode: Mode, targets: Path, workdir: Path) -> dict[str, str]:

@@ -281,3 +281,84 @@ def test_corrupted_bytes_give_what_the_general_reader_gives(
         else:
             del data[at:at + len(junk) * how]
     assert _fed(bytes(data), cuts) == _general_only(bytes(data), cuts, monkeypatch)
+
+
+def _rotations(tmp_path: Path, n: int) -> TraceFileTailer:
+    for i in range(n):
+        shutil.copy(ROTATED, tmp_path / f"trace.json.{i}")
+    return TraceFileTailer(tmp_path / "trace.json", keep_rotations=2)
+
+
+def test_finished_rotations_beyond_the_newest_n_are_deleted_once_read(tmp_path: Path) -> None:
+    tailer = _rotations(tmp_path, 5)
+    assert len(tailer.poll()) == 5 * 20 * 5  # every rotation read before any is deleted
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trace.json.3", "trace.json.4"]
+    shutil.copy(ROTATED, tmp_path / "trace.json.5")
+    assert len(tailer.poll()) == 20 * 5
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trace.json.4", "trace.json.5"]
+    assert set(tailer._files) == {str(tmp_path / "trace.json.4"), str(tmp_path / "trace.json.5")}
+
+
+def test_an_unfinished_or_unread_rotation_is_never_deleted(tmp_path: Path) -> None:
+    """A restarted Triton writes file.0 again while older rotations have higher numbers: an open
+    array is not finished, whatever its number; and a rotation that could not be read stays."""
+    tailer = _rotations(tmp_path, 4)
+    (tmp_path / "trace.json.0").write_text(ROTATED.read_text().rstrip().removesuffix("]"))
+    (tmp_path / "trace.json.1").unlink()
+    (tmp_path / "trace.json.1").mkdir()  # cannot be read
+    tailer.poll()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"trace.json.{i}" for i in range(4)]
+    (tmp_path / "trace.json.0").write_text(ROTATED.read_text())  # Triton closes it (rewritten: read again)
+    tailer.poll()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trace.json.1", "trace.json.2", "trace.json.3"]
+
+
+def test_without_a_limit_every_rotation_stays(tmp_path: Path) -> None:
+    for i in range(4):
+        shutil.copy(ROTATED, tmp_path / f"trace.json.{i}")
+    TraceFileTailer(tmp_path / "trace.json").poll()
+    assert len(list(tmp_path.iterdir())) == 4
+
+
+def test_a_failed_deletion_is_warned_once_and_the_tail_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    from tidescale.exporters import tracefile
+
+    def read_only(path: str) -> None:
+        raise PermissionError(30, "Read-only file system", path)
+
+    monkeypatch.setattr(tracefile.os, "unlink", read_only)
+    tailer = _rotations(tmp_path, 3)
+    assert len(tailer.poll()) == 3 * 20 * 5
+    shutil.copy(REAL, tmp_path / "trace.json")
+    assert len(tailer.poll()) == 200 * 5
+    warned = [r for r in caplog.records if "cannot delete the finished trace rotation" in r.getMessage()]
+    assert len(warned) == 1 and "Read-only" in warned[0].getMessage()
+    assert len(list(tmp_path.iterdir())) == 4
+
+
+def test_keeping_no_rotation_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="keep_rotations must be at least 1"):
+        TraceFileTailer(tmp_path / "trace.json", keep_rotations=0)
+
+
+def test_a_rotation_that_grew_since_it_was_read_is_read_again_before_it_goes(tmp_path: Path) -> None:
+    tailer = _rotations(tmp_path, 3)
+    first = tmp_path / "trace.json.0"
+    entries = json.loads(ROTATED.read_text())
+    first.write_text(json.dumps(entries[:26]))
+    read_new, grown = tailer._read_new, []
+
+    def then_grows(path: str) -> list[object]:
+        out = read_new(path)
+        if path == str(first) and not grown:
+            with first.open("a") as fh:  # more bytes after the read (same inode, still a closed array)
+                fh.write(" " * 10 + "]")
+            grown.append(path)
+        return out  # type: ignore[return-value]
+
+    tailer._read_new = then_grows  # type: ignore[method-assign]
+    tailer.poll()
+    assert first.exists()  # not read to its last byte: kept
+    tailer.poll()
+    assert not first.exists()

@@ -27,6 +27,8 @@ class TraceSettings:
     rate: int = 1  # sample 1 request in `rate`
     level: str = "TIMESTAMPS"
     file: Path | None = None  # mode=triton; default <workdir>/trace.json
+    # mode=triton: 0 writes the file at exit; N writes `file.0`, `file.1`, … every N traces.
+    log_frequency: int = 0
     url: str = "http://127.0.0.1:4318/v1/traces"  # mode=opentelemetry
 
     def __post_init__(self) -> None:
@@ -34,6 +36,8 @@ class TraceSettings:
             raise UsageError(f"trace mode must be 'triton' or 'opentelemetry', got {self.mode!r}")
         if self.rate < 1:
             raise UsageError(f"trace rate must be >= 1 (sample 1 in N), got {self.rate}")
+        if self.log_frequency < 0:
+            raise UsageError(f"trace log frequency must be >= 0 (0: at exit), got {self.log_frequency}")
         if self.level not in ("TIMESTAMPS", "TENSORS", "OFF"):
             raise UsageError(f"trace level must be TIMESTAMPS, TENSORS or OFF, got {self.level!r}")
 
@@ -43,7 +47,8 @@ class TraceSettings:
                "--trace-config", f"mode={self.mode}"]
         if self.mode == "triton":
             path = self.file or workdir / "trace.json"
-            out += ["--trace-config", f"triton,file={path}", "--trace-config", "triton,log-frequency=0"]
+            out += ["--trace-config", f"triton,file={path}", "--trace-config",
+                    f"triton,log-frequency={self.log_frequency}"]
         else:
             out += ["--trace-config", f"opentelemetry,url={self.url}"]
         return out
