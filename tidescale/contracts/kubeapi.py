@@ -58,7 +58,8 @@ def series_name(deployment: str, name_prefix: str, series_key: str) -> str:
     the same for every replica of a component, so a second replica's post of the same change
     meets the first one's Event instead of adding its own."""
     suffix = f".{name_prefix}-{hashlib.sha256(series_key.encode()).hexdigest()[:12]}"
-    return deployment[:MAX_NAME_CHARS - len(suffix)] + suffix
+    # A cut name must still end a DNS label with a letter or digit.
+    return deployment[:MAX_NAME_CHARS - len(suffix)].rstrip("-.") + suffix
 
 
 def deployment_event(namespace: str, deployment: str, *, reason: str, message: str, component: str,

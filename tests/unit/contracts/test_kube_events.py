@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 from tests.kube_events import FakeEventApi
 from tidescale.contracts.kubeapi import MAX_NAME_CHARS, deployment_event, post_event_once, series_name
 
+DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 T0 = datetime(2026, 11, 27, 3, 0, 0, tzinfo=UTC)
 
 
@@ -53,6 +55,8 @@ def test_other_errors_reach_the_caller() -> None:
 def test_a_series_name_is_a_valid_event_name_whatever_the_deployment_name() -> None:
     name = series_name("d" * 253, "tidescale-recommendation", "3->5")
     assert len(name) == MAX_NAME_CHARS and name.startswith("d") and name.split(".")[-1].startswith("tidescale-")
+    cut = series_name("d" * 214 + "-x" * 19, "tidescale-recommendation", "3->5")  # the cut ends on a dash
+    assert len(cut) <= MAX_NAME_CHARS and DNS_SUBDOMAIN.fullmatch(cut)
     up, down = series_name("triton", "p", "3->5"), series_name("triton", "p", "5->3")
     assert up == series_name("triton", "p", "3->5") != down
     assert event("x", T0)["metadata"] == {"name": series_name("triton", "tidescale-recommendation", "3->5"),
