@@ -270,8 +270,7 @@ class TraceFileTailer:
         samples: list[StageSample] = []
         present = self._present()
         for gone in set(self._files) - set(present):
-            del self._files[gone]
-            self.entries.forget(gone)
+            self._forget_file(gone)
         for path in present:
             samples.extend(self._read_new(path))
         if self.keep_rotations is not None:
@@ -294,8 +293,12 @@ class TraceFileTailer:
                 self._unprunable.add(path)
                 log.warning("cannot delete the finished trace rotation %s: %s", path, exc)
                 continue
-            del self._files[path]
-            self.entries.forget(path)
+            self._forget_file(path)
+
+    def _forget_file(self, path: str) -> None:
+        """Drop a file that is gone (deleted by anyone, or pruned here) and its unfinished requests."""
+        del self._files[path]
+        self.entries.forget(path)
 
     def _read_new(self, path: str) -> list[StageSample]:
         try:
