@@ -13,6 +13,9 @@ from hypothesis import strategies as st
 
 from tests.hostile import TIMESTAMPS
 from tests.paths import FIXTURES
+from tidescale.contracts.errors import UsageError
+from tidescale.contracts.settings import load_settings
+from tidescale.exporters.settings import ExporterSettings
 from tidescale.exporters.tracefile import JsonArrayStream, TraceEntries, TraceFileTailer
 
 REAL = FIXTURES / "triton" / "real-2.51" / "trace_triton.json"
@@ -340,6 +343,11 @@ def test_a_failed_deletion_is_warned_once_and_the_tail_goes_on(tmp_path: Path, m
 def test_keeping_no_rotation_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="keep_rotations must be at least 1"):
         TraceFileTailer(tmp_path / "trace.json", keep_rotations=0)
+    cfg = tmp_path / "exporter.yaml"
+    for bad in ("0", "-3", "many"):
+        cfg.write_text(f"exporter:\n  trace_file_keep_rotations: {bad}\n")
+        with pytest.raises(UsageError, match="exporter.trace_file_keep_rotations"):
+            load_settings(ExporterSettings, cfg)
 
 
 def test_a_rotation_that_grew_since_it_was_read_is_read_again_before_it_goes(tmp_path: Path) -> None:

@@ -47,7 +47,7 @@ def test_replica_flags_bind_loopback_and_configure_tracing(tmp_path: Path) -> No
     assert "opentelemetry,url=http://127.0.0.1:4318/v1/traces" in otel and "mode=opentelemetry" in otel
 
 
-@pytest.mark.parametrize("kwargs", [{"mode": "jaeger"}, {"rate": 0}, {"level": "ALL"}])
+@pytest.mark.parametrize("kwargs", [{"mode": "jaeger"}, {"rate": 0}, {"level": "ALL"}, {"log_frequency": -1}])
 def test_invalid_trace_settings(kwargs: dict[str, object]) -> None:
     with pytest.raises(UsageError):
         TraceSettings(**kwargs)  # type: ignore[arg-type]
