@@ -6,13 +6,15 @@ import json
 import os
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
+from tests.waiting import wait_for
 from tidescale.devstack.cluster import lifecycle
 from tidescale.devstack.cluster.config import ClusterConfig
 from tidescale.devstack.cluster.kubectl import kubectl
@@ -37,6 +39,11 @@ class Cluster:
 
     def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         return list(self.api.get(f"/api/v1/namespaces/{namespace}/pods", labelSelector=selector).get("items", []))
+
+    def prometheus(self, path: str) -> dict[str, Any]:
+        """An HTTP API answer of the cluster's Prometheus (the operator's `k8s` instance)."""
+        pod = self.get("/api/v1/namespaces/monitoring/pods/prometheus-k8s-0")
+        return dict(httpx.get(f"http://{pod['status']['podIP']}:9090{path}", timeout=10).json())
 
     def logs_of(self, namespace: str, pod: dict[str, Any], container: str) -> str:
         """The node agent keeps container output under the node's state directory (there is no kubelet API)."""
@@ -68,6 +75,32 @@ def namespace(cluster: Cluster) -> Iterator[str]:
     cluster.kubectl("create", "namespace", name)
     yield name
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def wait_for_targets_up(cluster: Cluster, keep: Callable[[dict[str, Any]], bool], what: str,
+                        count: int | None = None) -> list[dict[str, Any]]:
+    """Prometheus' active targets that *keep* selects, once there are *count* of them (or any) and all are up.
+
+    A monitor's target appears only when the operator's config reaches Prometheus, and reads
+    `unknown` until its first scrape, an interval later: on a busy 2-core machine, and first of all
+    on a cluster just started, that took over 180 s (never `down`). A test reading series through
+    such a target waits here first, and a timeout shows each target's health and last error."""
+    def ours() -> list[dict[str, Any]]:
+        try:
+            active = cluster.prometheus("/api/v1/targets?state=active")["data"]["activeTargets"]
+        except (httpx.HTTPError, KeyError, ValueError):
+            return []
+        return [t for t in active if keep(t)]
+
+    def all_up() -> list[dict[str, Any]]:
+        found = ours()
+        enough = len(found) == count if count is not None else bool(found)
+        return found if enough and all(t["health"] == "up" for t in found) else []
+
+    def seen() -> str:
+        return f"{what}: {[(t['scrapePool'], t['scrapeUrl'], t['health'], t['lastError']) for t in ours()]}"
+
+    return wait_for(all_up, 300, seen)
 
 
 def pod_json(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:

@@ -18,7 +18,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.e2e.conftest import Cluster
+from tests.e2e.conftest import Cluster, wait_for_targets_up
 from tests.waiting import wait_for
 from tidescale.contracts.errors import TidescaleError
 from tidescale.contracts.tools import REPO_ROOT, helm
@@ -278,9 +278,16 @@ def check_one_exporter_per_node(cluster: Cluster, serving: str, exporters: dict[
     latency = f'tidescale_request_duration_seconds_count{{namespace="{SERVING}", stage="request"}} > 0'
     first_node = cluster.config.node_names()[0]
     [on_first] = [pod for pod, node in tritons.items() if node == first_node]
+    # Each exporter scraped once, through one Service: on a cluster just started Prometheus gets the
+    # operator's config for the new DaemonSet's pods minutes late, which a wait for series alone
+    # could not tell from an exporter that exports nothing (it once ran out at 120 s that way).
+    addresses = {p["status"]["podIP"] for p in cluster.pods(NAMESPACE, "app.kubernetes.io/component=exporter")}
+    wait_for_targets_up(cluster, lambda t: t["scrapeUrl"].split("//")[1].rsplit(":", 1)[0] in addresses,
+                        "Prometheus scraping each exporter pod", count=len(addresses))
+    last: dict[str, dict[str, dict[str, list[str]]]] = {}
 
-    def of_both(query: str) -> dict[str, set[str]] | None:
-        found = _series_by_exporter(cluster, query)
+    def of_both(query: str) -> dict[str, dict[str, list[str]]] | None:
+        last[query] = found = _series_by_exporter(cluster, query)
         return found if found.keys() == tritons.keys() else None
 
     # A connection per request: kube-proxy programs a pod that just became Ready a moment after the API
@@ -289,15 +296,18 @@ def check_one_exporter_per_node(cluster: Cluster, serving: str, exporters: dict[
     # right after the rollout: 2,170 requests to the node-1 pod, 0 to node 0; once mistaken for an
     # exporter fault after an upgrade from deployment mode).
     with load_on(serving, rps=40, keep_alive=False):
-        stats = wait_for(lambda: of_both(polled), 120, "stats-poller series of both Triton pods")
+        stats = wait_for(lambda: of_both(polled), 120,
+                         lambda: f"stats-poller series of both Triton pods {sorted(tritons)}: {last.get(polled)}")
         traced = wait_for(lambda: (lambda s: s if on_first in s else None)(_series_by_exporter(cluster, latency)),
                           120, f"latency series of {on_first}, the Triton pod on {first_node}")
-    for series in (stats, traced):
-        for triton, sources in series.items():
-            assert len(sources) == 1, f"{triton} exported by {sources}: counted twice"
-            [exporter] = sources
-            assert exporters[exporter] == tritons[triton], \
-                f"{triton} on {tritons[triton]}, exported by {exporter} on {exporters.get(exporter)}"
+    for query, series in ((polled, stats), (latency, traced)):
+        for triton, models in series.items():
+            for model, sources in models.items():
+                assert len(sources) == 1, f"{triton} {model} exported by {sources}: counted twice, " + _differing(
+                    [m for m in prometheus_series(cluster, query) if m.get("pod") == triton])
+                [exporter] = sources
+                assert exporters[exporter] == tritons[triton], \
+                    f"{triton} on {tritons[triton]}, exported by {exporter} on {exporters.get(exporter)}"
 
 
 SCALE_DOWNS = 20
@@ -432,13 +442,23 @@ def test_direct_mode_scales_triton_through_its_scale_subresource_with_no_hpa(clu
     assert {m["deployment"] for m in failures} == {"triton"}  # exported, and no write failed
 
 
-def _series_by_exporter(cluster: Cluster, query: str) -> dict[str, set[str]]:
-    """Triton pod -> the exporter pods (by scrape address) that export *query*'s series for it."""
+def _differing(series: list[dict[str, str]]) -> str:
+    """The labels in which *series* differ, with their values: what split one source into several."""
+    keys = sorted({k for m in series for k in m})
+    return "differing in " + repr({k: sorted({m.get(k, "") for m in series}) for k in keys
+                                   if len({m.get(k, "") for m in series}) > 1})
+
+
+def _series_by_exporter(cluster: Cluster, query: str) -> dict[str, dict[str, list[str]]]:
+    """Triton pod -> model/version -> the exporter pod (by scrape address) of each of *query*'s series
+    for it: a model version exported twice, by two exporters or by one scraped through two Services,
+    lists two."""
     exporters = {p["status"].get("podIP"): p["metadata"]["name"]
                  for p in cluster.pods(NAMESPACE, "app.kubernetes.io/component=exporter")}
-    out: dict[str, set[str]] = {}
+    out: dict[str, dict[str, list[str]]] = {}
     for m in prometheus_series(cluster, query):
-        out.setdefault(m["pod"], set()).add(exporters.get(m["instance"].rsplit(":", 1)[0], m["instance"]))
+        out.setdefault(m["pod"], {}).setdefault(f"{m.get('model')}/{m.get('version')}", []).append(
+            exporters.get(m["instance"].rsplit(":", 1)[0], m["instance"]))
     return out
 
 

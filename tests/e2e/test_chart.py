@@ -12,7 +12,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.e2e.conftest import Cluster
+from tests.e2e.conftest import Cluster, wait_for_targets_up
 from tests.waiting import wait_for
 from tidescale.contracts.tools import REPO_ROOT, helm
 from tidescale.devstack.cluster import addons
@@ -61,11 +61,6 @@ def get_json(url: str) -> Any:
     return resp.json() if resp.status_code == 200 else None
 
 
-def prometheus(cluster: Cluster, path: str) -> dict[str, Any]:
-    pod = cluster.get("/api/v1/namespaces/monitoring/pods/prometheus-k8s-0")
-    return dict(httpx.get(f"http://{pod['status']['podIP']}:9090{path}", timeout=10).json())
-
-
 def test_the_release_becomes_ready(cluster: Cluster, release: str) -> None:
     deployments = cluster.get(f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments")["items"]
     assert {d["metadata"]["name"] for d in deployments} == {f"{release}-tidescale-exporter",
@@ -75,22 +70,9 @@ def test_the_release_becomes_ready(cluster: Cluster, release: str) -> None:
 
 
 def test_every_target_the_operator_made_from_the_chart_is_up(cluster: Cluster, release: str) -> None:
-    def ours() -> list[dict[str, Any]]:
-        active = prometheus(cluster, "/api/v1/targets?state=active")["data"]["activeTargets"]
-        # Scrape pools are named <kind>/<monitor's namespace>/<monitor>/<endpoint>.
-        return [t for t in active if t["scrapePool"].split("/")[1] == NAMESPACE]
-
-    def chart_targets() -> list[dict[str, Any]]:
-        found = ours()
-        return found if found and all(t["health"] == "up" for t in found) else []
-
-    # A target appears when the operator's config reaches Prometheus and reads `unknown` until its
-    # first scrape (up to one interval later); on a busy 2-core CI machine 180 s once ran out with
-    # two targets still `unknown`, never `down`.
-    try:
-        targets = wait_for(chart_targets, 300, "the chart's scrape targets to be up")
-    except AssertionError:
-        raise AssertionError([(t["scrapePool"], t["scrapeUrl"], t["health"], t["lastError"]) for t in ours()]) from None
+    # Scrape pools are named <kind>/<monitor's namespace>/<monitor>/<endpoint>.
+    targets = wait_for_targets_up(cluster, lambda t: t["scrapePool"].split("/")[1] == NAMESPACE,
+                                  "the chart's scrape targets to be up")
     jobs = {t["labels"]["job"] for t in targets}
     assert {"tidescale-exporter", "tidescale-reviews"} <= jobs, jobs  # no targets: no recommender
     # The chart's dcgm-exporter monitor finds the GPU Operator's layout: one target per node.
@@ -100,7 +82,7 @@ def test_every_target_the_operator_made_from_the_chart_is_up(cluster: Cluster, r
 
 def test_the_chart_rules_are_loaded(cluster: Cluster, release: str) -> None:
     def groups() -> list[str]:
-        data = prometheus(cluster, "/api/v1/rules")["data"]["groups"]
+        data = cluster.prometheus("/api/v1/rules")["data"]["groups"]
         return [g["name"] for g in data if NAMESPACE in g.get("file", "")]
 
     assert wait_for(groups, 90, "the chart's PrometheusRules in Prometheus")
