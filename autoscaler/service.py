@@ -57,8 +57,7 @@ QUERY_LABELS = frozenset({"namespace", "deployment", "pod", "model", "reason", "
 FAILSAFE_REASONS = ("prometheus_down", "missing", "nan", "stale")
 EVENT_COMPONENT = "tidescale-recommender"
 # Another replica's Event for the same change, seen within this long (or two intervals), is the
-# same report. A real repeat of a change needs a scale-down in between, which the default
-# scale-down delay (60 s) keeps at least this far away.
+# same report; event_twin_window_s() keeps it shorter than a real repeat can come.
 EVENT_TWIN_WINDOW_S = 60.0
 MAX_TARGETS = 200
 _DEFAULTS = RecommenderConfig(capacity_rps=1.0)
@@ -325,6 +324,16 @@ class TargetQueries:
 ReplicasFn = Callable[[TargetSettings], tuple[int, int]]
 
 
+def event_twin_window_s(interval_s: float, down_delay_s: float) -> float:
+    """How long another replica's Event for the same change counts as the same report.
+
+    Long enough for two replicas' unsynchronised rounds (two intervals, at least a minute), and
+    shorter than a real repeat can come: the same change again needs the opposite change between
+    them, and a scale-down waits `down_delay_s`, then the next round. So a tuning with a short
+    scale-down delay shortens the window too, and a repeat always counts up its Event."""
+    return min(max(EVENT_TWIN_WINDOW_S, 2 * interval_s), down_delay_s + interval_s)
+
+
 @dataclass
 class TargetState:
     """What the service knows and exports about one target."""
@@ -549,10 +558,6 @@ class RecommenderService:
                   f"{obs.ready_replicas}/{obs.current_replicas} replicas ready")
         self._send_event(st, before, after, detail)
 
-    @property
-    def twin_window_s(self) -> float:
-        return max(EVENT_TWIN_WINDOW_S, 2 * self.settings.interval_s)
-
     def _send_event(self, st: TargetState, before: int, after: int, detail: str) -> None:
         if self.events is None:
             return
@@ -565,7 +570,8 @@ class RecommenderService:
                                 component=EVENT_COMPONENT, name_prefix="tidescale-recommendation",
                                 series_key=f"{before}->{after}")
         try:
-            post_event_once(self.events, body, now=now, twin_window_s=self.twin_window_s)
+            post_event_once(self.events, body, now=now, twin_window_s=event_twin_window_s(
+                self.settings.interval_s, st.recommender.config.down_delay_s))
         except Exception as exc:
             log.warning("posting the recommendation Event for %s/%s failed: %s", ns, dep, exc)
 

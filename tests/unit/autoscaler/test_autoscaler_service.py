@@ -15,13 +15,16 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.kube_events import FakeEventApi
+from tidescale.autoscaler import service as service_module
 from tidescale.autoscaler.fastpath import PodCounters
 from tidescale.autoscaler.manifests import DESIRED_FIELD
 from tidescale.autoscaler.service import (
     RecommenderService,
     RecommenderSettings,
+    RecommenderTuning,
     TargetQueries,
     TargetSettings,
+    event_twin_window_s,
     make_app,
 )
 from tidescale.contracts.errors import UsageError
@@ -387,6 +390,34 @@ def test_two_replicas_that_see_the_same_change_leave_one_event() -> None:
     [(_, body)] = events.posted
     assert body["metadata"]["name"].startswith("triton.tidescale-recommendation-")
     assert next(iter(events.events.values()))["count"] == 1
+
+
+@pytest.mark.parametrize(("interval_s", "down_delay_s", "window_s"), [
+    (2.0, 60.0, 60.0),   # the defaults: a minute
+    (2.0, 20.0, 22.0),   # a quicker scale-down: a repeat can come after 20 s and a round
+    (45.0, 120.0, 90.0),  # slow rounds: two of them, to cover the replicas' skew
+    (2.0, 0.0, 2.0),     # no delay at all: one round
+])
+def test_the_event_twin_window_ends_before_a_real_repeat_can_come(
+        interval_s: float, down_delay_s: float, window_s: float) -> None:
+    assert event_twin_window_s(interval_s, down_delay_s) == window_s
+
+
+def test_the_service_posts_with_the_twin_window_of_its_tuning(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under a 10 s scale-down delay the same change can come again 12 s later, a real repeat: the
+    post must not take the minute-long window that would call it another replica's twin."""
+    windows: list[float] = []
+    monkeypatch.setattr(service_module, "post_event_once",
+                        lambda api, body, now, twin_window_s: windows.append(twin_window_s) or "created")
+    target = TargetSettings(deployment="triton", namespace="ml", model="resnet", min_replicas=1, max_replicas=50)
+    fake = FakeProm()
+    settings = RecommenderSettings(targets=[target], capacity_rps=100.0, interval_s=2.0,
+                                   tuning=RecommenderTuning(down_delay_s=10.0))
+    svc = RecommenderService(settings, fake, events=FakeEventApi())  # type: ignore[arg-type]
+    svc.evaluate(0.0)
+    fake.values["rate("] = 900.0
+    svc.evaluate(15.0)
+    assert windows == [12.0]
 
 
 def test_a_failing_event_post_never_stops_the_recommendation() -> None:
