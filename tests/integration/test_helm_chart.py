@@ -765,12 +765,17 @@ def _scrape_paths(docs: list[dict[str, Any]]) -> dict[str, list[str]]:
     return out
 
 
-@pytest.mark.parametrize("mode", ["deployment", "daemonset"])
-def test_every_component_is_scraped_once_in_either_exporter_mode(tmp: Path, mode: str) -> None:
+@pytest.mark.parametrize("values", [
+    {"exporter": {"mode": "deployment"}, "autoscaling": {"targets": TARGETS}},
+    {"exporter": {"mode": "daemonset"}, "autoscaling": {"targets": TARGETS}},
+    {"exporter": {"mode": "daemonset"}, "autoscaling": {"mode": "direct", "targets": TARGETS}},
+    {**KEDA_VALUES, "exporter": {"mode": "daemonset"}},
+], ids=["deployment", "daemonset", "daemonset-direct", "daemonset-keda"])
+def test_every_component_is_scraped_once_in_either_exporter_mode(tmp: Path, values: dict[str, Any]) -> None:
     """In daemonset mode the span-only `-local` Service selects the exporter pods with the same labels as
     the exporter Service: had the shared monitor scraped it too, every exporter series would be stored
     twice (one per `service` label), and every sum over them doubled."""
-    docs = template(tmp, {"exporter": {"mode": mode}, "autoscaling": {"targets": TARGETS}}, *MONITORING_API)
+    docs = template(tmp, values, *MONITORING_API)
     paths = _scrape_paths(docs)
     assert {c for pods in paths for c in json.loads(pods).values()} >= {"exporter", "reviews", "recommender"}
     assert all(len(p) == 1 for p in paths.values()), paths
