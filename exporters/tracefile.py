@@ -221,6 +221,7 @@ class _FileState:
     offset: int = 0
     inode: int = -1
     stream: JsonArrayStream | None = None
+    closed: bool = False  # the last non-blank byte read is the `]` that closes Triton's array
 
 
 class TraceFileTailer:
@@ -314,6 +315,7 @@ class TraceFileTailer:
             if state.stream is not None:
                 self.entries.forget(path)
             state.offset, state.inode, state.stream = 0, stat.st_ino, JsonArrayStream(self.on_drop)
+            state.closed = False
         assert state.stream is not None
         samples: list[StageSample] = []
         try:
@@ -321,6 +323,8 @@ class TraceFileTailer:
                 fh.seek(state.offset)
                 while chunk := fh.read(READ_CHUNK_BYTES):
                     state.offset += len(chunk)
+                    if tail := chunk.rstrip():
+                        state.closed = tail.endswith(b"]")
                     for entry in state.stream.feed(chunk):
                         samples.extend(self.entries.add(entry, path))
         except OSError:
@@ -329,13 +333,11 @@ class TraceFileTailer:
 
 
 def _finished(path: str, state: _FileState) -> bool:
-    """Read to its last byte, and ending with the `]` that closes Triton's array."""
+    """Read to its last byte, and ending with the `]` that closes Triton's array. Judged from what
+    the reads saw and a stat, without opening the file: a rotation that stays open (a restarted
+    Triton's `file.0`, beyond the newest N) is checked every poll."""
     try:
-        with open(path, "rb") as fh:
-            stat = os.fstat(fh.fileno())
-            if stat.st_ino != state.inode or stat.st_size != state.offset:
-                return False
-            fh.seek(max(0, stat.st_size - 64))
-            return fh.read().rstrip().endswith(b"]")
+        stat = os.stat(path)
     except OSError:
         return False
+    return state.closed and stat.st_ino == state.inode and stat.st_size == state.offset

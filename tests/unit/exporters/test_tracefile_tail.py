@@ -316,6 +316,26 @@ def test_an_unfinished_or_unread_rotation_is_never_deleted(tmp_path: Path) -> No
     assert sorted(p.name for p in tmp_path.iterdir()) == ["trace.json.1", "trace.json.2", "trace.json.3"]
 
 
+def test_an_open_rotation_beyond_the_newest_n_is_not_reopened_each_poll(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whether a rotation is finished comes from what was read: polls that find no new bytes open nothing."""
+    from tidescale.exporters import tracefile
+
+    tailer = _rotations(tmp_path, 4)
+    (tmp_path / "trace.json.0").write_text(ROTATED.read_text().rstrip().removesuffix("]") + "\n")
+    tailer.poll()
+    opened: list[str] = []
+    real_open = open
+    monkeypatch.setattr(tracefile, "open", lambda path, *a: opened.append(path) or real_open(path, *a), raising=False)
+    for _ in range(3):
+        assert tailer.poll() == []
+    assert opened == [] and (tmp_path / "trace.json.0").exists()
+    with (tmp_path / "trace.json.0").open("a") as fh:
+        fh.write("]")  # Triton closes it: read once, then deleted
+    tailer.poll()
+    assert opened == [str(tmp_path / "trace.json.0")] and not (tmp_path / "trace.json.0").exists()
+
+
 def test_without_a_limit_every_rotation_stays(tmp_path: Path) -> None:
     for i in range(4):
         shutil.copy(ROTATED, tmp_path / f"trace.json.{i}")
