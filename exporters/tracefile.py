@@ -323,7 +323,7 @@ class TraceFileTailer:
                 fh.seek(state.offset)
                 while chunk := fh.read(READ_CHUNK_BYTES):
                     state.offset += len(chunk)
-                    if tail := chunk.rstrip():
+                    if tail := chunk[-64:].rstrip() or chunk.rstrip():  # (the whole chunk only when blank-ended)
                         state.closed = tail.endswith(b"]")
                     for entry in state.stream.feed(chunk):
                         samples.extend(self.entries.add(entry, path))
