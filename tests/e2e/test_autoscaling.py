@@ -304,7 +304,8 @@ def check_one_exporter_per_node(cluster: Cluster, serving: str, exporters: dict[
         for triton, models in series.items():
             for model, sources in models.items():
                 assert len(sources) == 1, f"{triton} {model} exported by {sources}: counted twice, " + _differing(
-                    [m for m in prometheus_series(cluster, query) if m.get("pod") == triton])
+                    [m for m in prometheus_series(cluster, query)
+                     if m.get("pod") == triton and f"{m.get('model')}/{m.get('version')}" == model])
                 [exporter] = sources
                 assert exporters[exporter] == tritons[triton], \
                     f"{triton} on {tritons[triton]}, exported by {exporter} on {exporters.get(exporter)}"
