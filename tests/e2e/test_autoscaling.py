@@ -305,7 +305,7 @@ def check_one_exporter_per_node(cluster: Cluster, serving: str, exporters: dict[
             for model, sources in models.items():
                 assert len(sources) == 1, f"{triton} {model} exported by {sources}: counted twice, " + _differing(
                     [m for m in prometheus_series(cluster, query)
-                     if m.get("pod") == triton and f"{m.get('model')}/{m.get('version')}" == model])
+                     if m.get("pod") == triton and _model_version(m) == model])
                 [exporter] = sources
                 assert exporters[exporter] == tritons[triton], \
                     f"{triton} on {tritons[triton]}, exported by {exporter} on {exporters.get(exporter)}"
@@ -443,6 +443,10 @@ def test_direct_mode_scales_triton_through_its_scale_subresource_with_no_hpa(clu
     assert {m["deployment"] for m in failures} == {"triton"}  # exported, and no write failed
 
 
+def _model_version(series: dict[str, str]) -> str:
+    return f"{series.get('model')}/{series.get('version')}"
+
+
 def _differing(series: list[dict[str, str]]) -> str:
     """The labels in which *series* differ, with their values: what split one source into several."""
     keys = sorted({k for m in series for k in m})
@@ -458,7 +462,7 @@ def _series_by_exporter(cluster: Cluster, query: str) -> dict[str, dict[str, lis
                  for p in cluster.pods(NAMESPACE, "app.kubernetes.io/component=exporter")}
     out: dict[str, dict[str, list[str]]] = {}
     for m in prometheus_series(cluster, query):
-        out.setdefault(m["pod"], {}).setdefault(f"{m.get('model')}/{m.get('version')}", []).append(
+        out.setdefault(m["pod"], {}).setdefault(_model_version(m), []).append(
             exporters.get(m["instance"].rsplit(":", 1)[0], m["instance"]))
     return out
 
