@@ -733,54 +733,6 @@ def test_the_recommender_is_scraped_by_a_monitor_of_its_own_at_its_own_interval(
                    for d in template(tmp, {}, *MONITORING_API))  # no targets, no recommender, no monitor
 
 
-def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
-    """A Kubernetes label selector, as the API server evaluates it (NotIn matches an absent key)."""
-    if not selector.get("matchLabels", {}).items() <= labels.items():
-        return False
-    for e in selector.get("matchExpressions", []):
-        key, values = e["key"], e.get("values", [])
-        matches = {"In": labels.get(key) in values, "NotIn": labels.get(key) not in values,
-                   "Exists": key in labels, "DoesNotExist": key not in labels}[e["operator"]]
-        if not matches:
-            return False
-    return True
-
-
-def _scrape_paths(docs: list[dict[str, Any]]) -> dict[str, list[str]]:
-    """Each Service's pods (by its selector) -> every ServiceMonitor endpoint that scrapes them and the
-    Service it goes through, as prometheus-operator builds the targets: the monitor's namespaces and
-    selector pick Services, and an endpoint keeps a Service's port of the same name."""
-    services = kinds(docs)["Service"]
-    out: dict[str, list[str]] = {}
-    for monitor in kinds(docs)["ServiceMonitor"]:
-        for service in services:
-            meta = service["metadata"]
-            if meta.get("namespace") not in monitor["spec"]["namespaceSelector"]["matchNames"] \
-                    or not _selects(monitor["spec"]["selector"], meta.get("labels", {})):
-                continue
-            pods = json.dumps(service["spec"]["selector"], sort_keys=True)
-            ports = {p.get("name") for p in service["spec"]["ports"]}
-            out.setdefault(pods, []).extend(f"{monitor['metadata']['name']}:{e['port']} via {meta['name']}"
-                                            for e in monitor["spec"]["endpoints"] if e["port"] in ports)
-    return out
-
-
-@pytest.mark.parametrize("values", [
-    {"exporter": {"mode": "deployment"}, "autoscaling": {"targets": TARGETS}},
-    {"exporter": {"mode": "daemonset"}, "autoscaling": {"targets": TARGETS}},
-    {"exporter": {"mode": "daemonset"}, "autoscaling": {"mode": "direct", "targets": TARGETS}},
-    {**KEDA_VALUES, "exporter": {"mode": "daemonset"}},
-], ids=["deployment", "daemonset", "daemonset-direct", "daemonset-keda"])
-def test_every_component_is_scraped_once_in_either_exporter_mode(tmp: Path, values: dict[str, Any]) -> None:
-    """In daemonset mode the span-only `-local` Service selects the exporter pods with the same labels as
-    the exporter Service: had the shared monitor scraped it too, every exporter series would be stored
-    twice (one per `service` label), and every sum over them doubled."""
-    docs = template(tmp, values, *MONITORING_API)
-    paths = _scrape_paths(docs)
-    assert {c for pods in paths for c in json.loads(pods).values()} >= {"exporter", "reviews", "recommender"}
-    assert all(len(p) == 1 for p in paths.values()), paths
-
-
 def test_default_rules_can_be_disabled_by_name(tmp: Path, default_docs: list[dict[str, Any]]) -> None:
     everything = {r["alert"] for r in _alerts(template(tmp, {}, *MONITORING_API))}
     kept = {r["alert"] for r in _alerts(template(tmp, {"defaultRules": {"disabled": {"TritonQueueBacklog": True}}},

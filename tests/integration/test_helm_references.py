@@ -5,6 +5,7 @@ other than `tidescale`."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -294,13 +295,31 @@ def test_each_service_of_the_chart_is_scraped_by_one_monitor_at_most(docs: list[
 
 
 def test_every_service_monitor_endpoint_port_is_a_service_port(docs: list[dict[str, Any]]) -> None:
+    """A port name no selected Service has would scrape nothing. (A selected Service may lack it on
+    purpose: daemonset mode's span-only `-local` Service, see the test below.)"""
     services = of_kind(docs, "Service")
     for monitor in of_kind(docs, "ServiceMonitor"):
-        selected = [s for s in services
-                    if monitor["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()]
+        selected = [s for s in services if scrapes(monitor, s)]
         for endpoint in monitor["spec"]["endpoints"]:
-            for s in selected:
-                assert endpoint["port"] in {p.get("name") for p in s["spec"]["ports"]}, s["metadata"]["name"]
+            assert not selected or any(endpoint["port"] in {p.get("name") for p in s["spec"]["ports"]}
+                                       for s in selected), (monitor["metadata"]["name"], endpoint["port"])
+
+
+def test_each_workload_is_scraped_once_through_one_service(docs: list[dict[str, Any]]) -> None:
+    """prometheus-operator makes a target per selected Service whose port matches an endpoint's, so two
+    Services in front of the same pods, both matched, scrape each pod twice: every series stored twice
+    (one per `service` label) and every sum over them doubled. Daemonset mode's span-only `-local`
+    Service has the exporter's labels and selector; its port is named so that no endpoint matches."""
+    paths: dict[str, list[str]] = {}
+    for monitor in of_kind(docs, "ServiceMonitor"):
+        for service in (s for s in of_kind(docs, "Service") if scrapes(monitor, s)):
+            ports = {p.get("name") for p in service["spec"]["ports"]}
+            pods = json.dumps(service["spec"]["selector"], sort_keys=True)
+            paths.setdefault(pods, []).extend(f"{monitor['metadata']['name']}:{e['port']} via {key(service)[1]}"
+                                              for e in monitor["spec"]["endpoints"] if e["port"] in ports)
+    assert all(len(p) <= 1 for p in paths.values()), paths
+    if of_kind(docs, "ServiceMonitor"):
+        assert any("-exporter" in p[0] for p in paths.values() if p), paths  # the check saw the exporter
 
 
 def test_every_rolebinding_binds_a_rendered_role_to_a_rendered_account(docs: list[dict[str, Any]]) -> None:
