@@ -254,27 +254,31 @@ def scrapes(monitor: dict[str, Any], service: dict[str, Any]) -> bool:
     return key(service)[0] in namespaces and selects(monitor["spec"]["selector"], service["metadata"]["labels"])
 
 
+def targets(monitor: dict[str, Any], services: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """The (endpoint, Service) pairs prometheus-operator makes scrape targets of: each Service the
+    monitor selects, for each endpoint whose port that Service has by name."""
+    return [(endpoint, service) for service in services if scrapes(monitor, service)
+            for endpoint in monitor["spec"]["endpoints"]
+            if endpoint["port"] in {p.get("name") for p in service["spec"]["ports"]}]
+
+
 def monitor_jobs(docs: list[dict[str, Any]]) -> set[str]:
     """The `job` label of every target the chart's monitors produce (prometheus-operator's rules: the
     Service name or the jobLabel's value, then the endpoint's relabelings)."""
     services = of_kind(docs, "Service")
     jobs: set[str] = set()
     for monitor in of_kind(docs, "ServiceMonitor"):
-        spec = monitor["spec"]
-        selected = [s for s in services if scrapes(monitor, s)]
-        if not selected:
-            continue  # a monitor for Services the chart does not create (dcgm-exporter)
-        for endpoint in spec["endpoints"]:
-            for s in selected:
-                job = s["metadata"]["labels"].get(spec.get("jobLabel", ""), s["metadata"]["name"])
-                for relabel in endpoint.get("relabelings", []):
-                    if relabel.get("targetLabel") == "job":
-                        [source] = relabel["sourceLabels"]
-                        label = source.removeprefix("__meta_kubernetes_service_label_")
-                        value = next(v for k, v in s["metadata"]["labels"].items()
-                                     if re.sub(r"[^a-zA-Z0-9_]", "_", k) == label)
-                        job = relabel.get("replacement", "$1").replace("$1", value)
-                jobs.add(job)
+        # none for a monitor of Services the chart does not create (dcgm-exporter)
+        for endpoint, s in targets(monitor, services):
+            job = s["metadata"]["labels"].get(monitor["spec"].get("jobLabel", ""), s["metadata"]["name"])
+            for relabel in endpoint.get("relabelings", []):
+                if relabel.get("targetLabel") == "job":
+                    [source] = relabel["sourceLabels"]
+                    label = source.removeprefix("__meta_kubernetes_service_label_")
+                    value = next(v for k, v in s["metadata"]["labels"].items()
+                                 if re.sub(r"[^a-zA-Z0-9_]", "_", k) == label)
+                    job = relabel.get("replacement", "$1").replace("$1", value)
+            jobs.add(job)
     return jobs
 
 
@@ -299,10 +303,10 @@ def test_every_service_monitor_endpoint_port_is_a_service_port(docs: list[dict[s
     purpose: daemonset mode's span-only `-local` Service, see the test below.)"""
     services = of_kind(docs, "Service")
     for monitor in of_kind(docs, "ServiceMonitor"):
-        selected = [s for s in services if scrapes(monitor, s)]
+        made = targets(monitor, services)
+        selected = any(scrapes(monitor, s) for s in services)
         for endpoint in monitor["spec"]["endpoints"]:
-            assert not selected or any(endpoint["port"] in {p.get("name") for p in s["spec"]["ports"]}
-                                       for s in selected), (monitor["metadata"]["name"], endpoint["port"])
+            assert not selected or any(e is endpoint for e, _ in made), (monitor["metadata"]["name"], endpoint["port"])
 
 
 def test_each_workload_is_scraped_once_through_one_service(docs: list[dict[str, Any]]) -> None:
@@ -312,11 +316,9 @@ def test_each_workload_is_scraped_once_through_one_service(docs: list[dict[str, 
     Service has the exporter's labels and selector; its port is named so that no endpoint matches."""
     paths: dict[str, list[str]] = {}
     for monitor in of_kind(docs, "ServiceMonitor"):
-        for service in (s for s in of_kind(docs, "Service") if scrapes(monitor, s)):
-            ports = {p.get("name") for p in service["spec"]["ports"]}
+        for endpoint, service in targets(monitor, of_kind(docs, "Service")):
             pods = json.dumps(service["spec"]["selector"], sort_keys=True)
-            paths.setdefault(pods, []).extend(f"{monitor['metadata']['name']}:{e['port']} via {key(service)[1]}"
-                                              for e in monitor["spec"]["endpoints"] if e["port"] in ports)
+            paths.setdefault(pods, []).append(f"{monitor['metadata']['name']}:{endpoint['port']} via {key(service)[1]}")
     assert all(len(p) <= 1 for p in paths.values()), paths
     if of_kind(docs, "ServiceMonitor"):
         assert any("-exporter" in p[0] for p in paths.values() if p), paths  # the check saw the exporter
