@@ -1,5 +1,5 @@
-"""`tidescale bench overhead` on the real tritonserver and exporter, with both clients (the figures
-are recorded by the full run, not asserted; the relations between them are)."""
+"""`tidescale bench overhead` and `overhead-paired` on the real tritonserver and exporter, with both
+clients (the figures are recorded by the full run, not asserted; the relations between them are)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tidescale.benches import overhead as ov
+from tidescale.benches import overhead_paired as op
 from tidescale.contracts.errors import MissingToolError
 
 pytestmark = pytest.mark.integration
@@ -67,3 +68,28 @@ def test_the_load_generator_drives_the_bench_when_perf_analyzer_is_not_used(tmp_
     assert otlp["client_requests"] == requests
     check_traced(otlp, requests, 10)
     assert otlp["triton_added_cpu_us_vs_none"] is None  # no `none` mode in this run
+
+
+def test_paired_rounds_load_a_traced_and_an_untraced_replica_at_once(tmp_path: Path) -> None:
+    try:
+        ov.choose_client("perf_analyzer")
+    except MissingToolError as exc:
+        pytest.skip(f"perf_analyzer cannot run here ({exc})")
+    requests = 2_000
+    result = op.run(["otlp-10"], requests=requests, client="perf_analyzer", rounds=2, workdir=tmp_path)
+    [mode] = result["modes"]
+    if len(mode["rounds"]) < 2:
+        pytest.xfail(f"Triton 2.51 crashed while tracing (triton-inference-server/server#7795): "
+                     f"{mode['crash_errors']}")
+    assert result["triton_version"].startswith("2.51") and mode["mode"] == "otlp-10" and mode["trace_rate"] == 10
+    assert [r["traced_slot"] for r in mode["rounds"]] == [0, 1]  # each slot traced once
+    for r in mode["rounds"]:
+        # read while both clients were still sending: one side at WINDOW_SHARE or more, neither done
+        served = (r["traced_requests_served"], r["untraced_requests_served"])
+        assert max(served) >= op.WINDOW_SHARE * requests and max(served) <= requests
+        assert min(served) > requests / 2, "one replica ran far behind the other: not a paired load"
+        assert r["traced_cpu_us_per_request"] > 0 and r["untraced_cpu_us_per_request"] > 0
+        assert r["added_cpu_us_per_request"] == pytest.approx(
+            r["traced_cpu_us_per_request"] - r["untraced_cpu_us_per_request"], abs=0.02)
+    assert math.isfinite(mode["added_cpu_us_per_request"]) and mode["added_cpu_us_ci95"] >= 0
+    assert "| otlp-10 | 2 | 1 |" in op.markdown(result)

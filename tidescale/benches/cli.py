@@ -134,6 +134,26 @@ def _register_overhead_bench(bench: typer.Typer) -> None:
         run_command(json_only=json_only, quick=quick, modes=tuple(mode) or DEFAULT_MODES, requests=requests,
                     client=client, concurrency=concurrency, rounds=rounds)
 
+    @bench.command("overhead-paired")
+    def overhead_paired_command(
+        json_only: bool = typer.Option(False, "--json", help="Only the JSON result on stdout."),
+        quick: bool = typer.Option(False, "--quick", help="3,000 requests per replica and round instead of 25,000."),
+        mode: list[str] = typer.Option([], "--mode", help="Traced modes, otlp-N or tracefile-N, each run beside "
+                                       "none (repeatable, or comma-separated); default otlp-10."),
+        requests: int | None = typer.Option(None, "--requests", help="Requests per replica and round (overrides "
+                                            "--quick)."),
+        client: str = typer.Option("auto", "--client", help="auto (perf_analyzer, else the load generator), "
+                                   "perf_analyzer or loadgen."),
+        concurrency: int = typer.Option(8, "--concurrency", help="perf_analyzer's concurrency, per replica."),
+        rounds: int = typer.Option(6, "--rounds", help="Rounds on fresh replica pairs (>= 2: their spread gives "
+                                   "the interval)."),
+    ) -> None:
+        """Triton's added CPU per request from tracing: a traced and an untraced replica under load at once."""
+        from tidescale.benches.overhead_paired import run_command
+
+        run_command(json_only=json_only, quick=quick, modes=tuple(mode) or ("otlp-10",), requests=requests,
+                    client=client, concurrency=concurrency, rounds=rounds)
+
     @bench.command("trace-rate")
     def trace_rate_command(
         json_only: bool = typer.Option(False, "--json", help="Only the JSON result on stdout."),
