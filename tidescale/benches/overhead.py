@@ -57,7 +57,7 @@ import numpy as np
 
 from tidescale.benches.common import Progress, bench_main
 from tidescale.benches.histogram import histogram_quantile
-from tidescale.benches.report import BENCH_DIR, markdown_table
+from tidescale.benches.report import BENCH_DIR, json_block, markdown_table
 from tidescale.benches.tracefile import ServerWindows, read_text, server_windows
 from tidescale.contracts import catalog, tools
 from tidescale.contracts.errors import MissingToolError, TidescaleError, UsageError
@@ -1238,10 +1238,7 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         f"![Triton and exporter CPU per request, and P99 error, by mode]({RESULT_PNG.name})",
         "",
-        "```json",
-        json.dumps(result, indent=1, sort_keys=True),
-        "```",
-        "",
+        *json_block(result),
     ])
 
 

@@ -37,7 +37,7 @@ import numpy as np
 
 from tidescale.benches import overhead as ov
 from tidescale.benches.common import Progress, bench_main
-from tidescale.benches.report import BENCH_DIR, markdown_table
+from tidescale.benches.report import BENCH_DIR, json_block, markdown_table, save_figure
 from tidescale.contracts.errors import UsageError
 from tidescale.devstack.exporter import spawn_exporter
 from tidescale.devstack.fleet.model_repo import write_model_repository
@@ -343,10 +343,7 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         f"![Triton CPU per request, traced and untraced, by round]({RESULT_PNG.name})",
         "",
-        "```json",
-        json.dumps(result, indent=1, sort_keys=True),
-        "```",
-        "",
+        *json_block(result),
     ])
 
 
@@ -388,9 +385,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     ax2.legend(fontsize=8)
     for ax in (ax1, ax2):
         ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def run_command(json_only: bool = False, quick: bool = False, modes: Sequence[str] = (DEFAULT_MODE,),

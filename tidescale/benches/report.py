@@ -48,6 +48,11 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
+def json_block(result: dict[str, Any]) -> list[str]:
+    """The run's JSON as a page's closing lines, for pages that write their JSON without a heading."""
+    return ["```json", json.dumps(result, indent=1, sort_keys=True), "```", ""]
+
+
 def write_page(name: str, body: str, result: dict[str, Any], out_dir: Path = BENCH_DIR) -> Path:
     """Write docs/benchmarks/<name>.md: the prose/tables, then the raw JSON of the run."""
     out_dir.mkdir(parents=True, exist_ok=True)
