@@ -169,7 +169,10 @@ def _both(pool: ThreadPoolExecutor, client: ov.Client, replicas: Sequence[Triton
         done, _ = wait(futures, timeout=WATCH_S, return_when=FIRST_COMPLETED)
         for future in done:
             future.result()  # a side that failed first fails the round before anything is read
-        served = [ov.completed_requests(r) - before for r, before in zip(replicas, since.requests, strict=True)]
+        try:
+            served = [ov.completed_requests(r) - before for r, before in zip(replicas, since.requests, strict=True)]
+        except httpx.HTTPError:
+            continue  # a replica that stopped answering: its client's watch says why (TritonDied) shortly
         if done or max(served) >= WINDOW_SHARE * requests:
             reading = _read(replicas)
     for future in futures:

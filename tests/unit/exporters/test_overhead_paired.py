@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import json
 import math
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 
@@ -134,3 +138,65 @@ def test_paired_bad_input_exits_2_before_starting_anything(argv: list[str], mess
         cli.main(["bench", "overhead-paired", *argv])
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
+
+
+
+
+class FakeReplica:
+    """A replica seen through the functions `_both` calls: its client serves *step* requests every 10 ms,
+    and with *dies_after* it stops answering after that many served."""
+
+    def __init__(self, name: str, step: float, dies_after: float | None = None) -> None:
+        self.name, self.step, self.dies_after = name, step, dies_after
+        self.served = 0.0
+        self.process = None
+        self.stop = threading.Event()  # ends its client early (the test is over)
+
+    @property
+    def dead(self) -> bool:
+        return self.dies_after is not None and self.served >= self.dies_after
+
+
+def fake_io(monkeypatch: pytest.MonkeyPatch) -> None:
+    def completed(replica: FakeReplica) -> float:
+        if replica.dead:
+            raise httpx.ConnectError("connection refused")
+        return replica.served
+
+    def play(_client: object, replica: FakeReplica, requests: int, _workdir: Path) -> None:
+        while not replica.stop.wait(0.01) and replica.served < requests:
+            if replica.dead:
+                time.sleep(0.2)  # the client's watch notices a little after the metrics stop answering
+                raise ov.TritonDied(f"tritonserver died (signal 11); {replica.name}")
+            replica.served += replica.step
+
+    monkeypatch.setattr(ov, "completed_requests", completed)
+    monkeypatch.setattr(ov, "play", play)
+    monkeypatch.setattr(ov, "tree_cpu_seconds", lambda pids: [1.0, 2.0])
+    monkeypatch.setattr(op, "WATCH_S", 0.01)
+
+def both(replicas: list[FakeReplica], requests: int, tmp_path: Path) -> op._Reading | None:
+    pool = ThreadPoolExecutor(2)
+    try:
+        return op._both(pool, None, replicas, requests, tmp_path,  # type: ignore[arg-type]
+                        op._Reading(0.0, (0.0, 0.0), (0.0, 0.0)))
+    finally:
+        for replica in replicas:
+            replica.stop.set()
+        pool.shutdown(wait=True)
+
+
+def test_the_window_closes_when_either_replica_has_served_its_share(monkeypatch: pytest.MonkeyPatch,
+                                                                     tmp_path: Path) -> None:
+    fake_io(monkeypatch)
+    reading = both([FakeReplica("a", 20.0), FakeReplica("b", 10.0)], 1_000, tmp_path)
+    assert reading is not None
+    assert reading.requests[0] >= op.WINDOW_SHARE * 1_000 and reading.requests[1] < reading.requests[0]
+    assert reading.cpu_s == (1.0, 2.0)
+
+
+def test_a_replica_that_dies_mid_round_fails_it_as_triton_dying_not_as_a_read_error(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fake_io(monkeypatch)
+    with pytest.raises(ov.TritonDied, match="signal 11"):
+        both([FakeReplica("a", 10.0), FakeReplica("b", 10.0, dies_after=50.0)], 1_000_000, tmp_path)
