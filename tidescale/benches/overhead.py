@@ -621,6 +621,11 @@ class TritonDied(TidescaleError):
     under some tracing loads)."""
 
 
+def died_saying(died: TritonDied, version: str) -> str:
+    """Why a round failed, naming the Triton version that died (the page reports the crashes by version)."""
+    return str(died).replace("tritonserver", f"tritonserver {version}", 1)
+
+
 def crashed(replica: TritonReplica) -> bool:
     """The replica exited, or its log says it caught a fatal signal (2.51 can hang in its handler)."""
     if replica.process is None:
@@ -719,7 +724,7 @@ def measure(mode: Mode, client: Client, requests: int, repo: Path, workdir: Path
                 counted = exporter_view(_get(http, f"{exporter_url}/metrics")).count
                 when = "the warm-up" if before is None else "the run"
                 progress(f"{mode.name}: {died} during {when}")
-                return ModeFailure(f"{str(died).replace('tritonserver', f'tritonserver {version}', 1)} during {when}.",
+                return ModeFailure(f"{died_saying(died, version)} during {when}.",
                                    counted - (0.0 if before is None else before.exporter.count), version)
             at_end = (triton_view(_get(http, replica.metrics_url)),
                       exporter_view(_get(http, f"{exporter_url}/metrics")))

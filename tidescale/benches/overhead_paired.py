@@ -215,8 +215,7 @@ def pair_round(mode: ov.Mode, client: ov.Client, requests: int, repo: Path, work
                 assert after is not None
             except ov.TritonDied as died:
                 progress(f"{mode.name} in slot {slot}: {died}")
-                return ov.ModeFailure(f"{str(died).replace('tritonserver', f'tritonserver {version}', 1)}.", 0.0,
-                                      version)
+                return ov.ModeFailure(f"{ov.died_saying(died, version)}.", 0.0, version)
     finally:
         exporter.stop()  # first: Triton waits for open HTTP connections (the poller's) before it exits
         for replica, held in zip(replicas, regions + [[]] * (len(replicas) - len(regions)), strict=True):

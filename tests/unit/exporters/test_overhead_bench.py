@@ -755,3 +755,9 @@ def test_the_p99_error_splits_into_buckets_frontend_and_client_side() -> None:
     page = ov.markdown(page_of([result], ov.goals([result])))
     assert "## Where the P99 error comes from" in page and "| tracefile-10 | 9.95 |" in page
     assert "## Where the P99 error comes from" not in ov.markdown(page_of([plain], ov.goals([plain])))
+
+
+def test_a_failed_round_names_the_triton_version_that_died() -> None:
+    died = ov.TritonDied("tritonserver died (signal 11); perf_analyzer stopped: the server crashed")
+    assert ov.died_saying(died, "2.51.0") == ("tritonserver 2.51.0 died (signal 11); perf_analyzer stopped: "
+                                              "the server crashed")

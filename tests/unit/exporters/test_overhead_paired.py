@@ -140,8 +140,6 @@ def test_paired_bad_input_exits_2_before_starting_anything(argv: list[str], mess
     assert message in capsys.readouterr().err
 
 
-
-
 class FakeReplica:
     """A replica seen through the functions `_both` calls: its client serves *step* requests every 10 ms,
     and with *dies_after* it stops answering after that many served."""
@@ -174,6 +172,7 @@ def fake_io(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ov, "play", play)
     monkeypatch.setattr(ov, "tree_cpu_seconds", lambda pids: [1.0, 2.0])
     monkeypatch.setattr(op, "WATCH_S", 0.01)
+
 
 def both(replicas: list[FakeReplica], requests: int, tmp_path: Path) -> op._Reading | None:
     pool = ThreadPoolExecutor(2)
