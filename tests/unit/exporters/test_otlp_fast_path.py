@@ -131,6 +131,31 @@ def test_ids_and_fields_the_fast_reading_would_misread_go_to_the_checked_reading
     assert outcome(body) == checked_outcome(body)
 
 
+@pytest.mark.parametrize(("key", "value", "fast"), [
+    ("triton.model_name", {"stringValue": "m"}, True),
+    ("triton.model_version", {"intValue": "7"}, True),
+    ("triton.trace_id", {"boolValue": True}, True),  # a kind Triton may write, on a key not read
+    ("triton.trace_id", {"doubleValue": 1.5}, True),
+    ("triton.trace_id", {"arrayValue": {"values": []}}, False),  # a kind the fast reading does not declare
+    ("triton.model_name", {"stringValue": "m", "intValue": "1"}, False),  # two values for one label
+    ("triton.model_name", {"boolValue": True}, False),  # a label that is not text
+    ("triton.model_name", {}, False),
+    ("triton.model_version", {"intValue": 7}, False),  # a number, not OTLP/JSON's string
+])
+def test_attribute_values_read_alike_whichever_reading_takes_them(
+        key: str, value: dict[str, Any], fast: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    doc = copy.deepcopy(REAL_DOCS[0])
+    span = next(s for s in doc["resourceSpans"][0]["scopeSpans"][0]["spans"] if s.get("attributes"))
+    span["attributes"].append({"key": key, "value": value})
+    body = json.dumps(doc).encode()
+    expected = checked_outcome(body)
+    fell_back: list[bool] = []
+    checked = otlp._checked_spans
+    monkeypatch.setattr(otlp, "_checked_spans", lambda d: fell_back.append(True) or checked(d))
+    assert outcome(body) == expected
+    assert not fell_back if fast else fell_back
+
+
 def test_a_version_beyond_64_bits_reads_as_the_standard_library_reads_it() -> None:
     doc = copy.deepcopy(REAL_DOCS[0])
     span = next(s for s in doc["resourceSpans"][0]["scopeSpans"][0]["spans"] if s.get("attributes"))
