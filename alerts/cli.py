@@ -74,14 +74,13 @@ def serve_command(
     config: Path | None = typer.Option(None, "--config", help="tidescale YAML file; its `reviews:` section."),
 ) -> None:
     """Serve the Alertmanager webhook and the review API; the token comes from TIDESCALE_REVIEWS_TOKEN."""
-    import uvicorn
-
     from tidescale.alerts.reviews.service import create_app
     from tidescale.alerts.reviews.settings import ReviewsSettings
+    from tidescale.contracts.serving import serve
     from tidescale.contracts.settings import load_settings
 
     settings = load_settings(
         ReviewsSettings, config, port=port, host=host, database=database, exporter_url=exporter_url
     )
     app_ = create_app(settings)
-    uvicorn.run(app_, host=settings.host, port=settings.port, log_level="warning", access_log=False)
+    serve(app_, host=settings.host, port=settings.port, log_level="warning", access_log=False)

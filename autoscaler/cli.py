@@ -93,13 +93,13 @@ def recommend_command(
         return
     import threading
 
-    import uvicorn
+    from tidescale.contracts.serving import serve
 
     stop = threading.Event()
     worker = threading.Thread(target=service.run_loop, args=(stop,), daemon=True, name="recommender")
     worker.start()
     try:
-        uvicorn.run(make_app(service), host=settings.host, port=settings.port, log_level="warning")
+        serve(make_app(service), host=settings.host, port=settings.port, log_level="warning")
     finally:
         stop.set()
         worker.join(timeout=5)

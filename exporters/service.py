@@ -379,12 +379,11 @@ def create_app(settings: ExporterSettings) -> FastAPI:
 
 def serve(settings: ExporterSettings) -> None:
     """Run the app with uvicorn until interrupted, with the slow-client bounds of the settings."""
-    import uvicorn
-
+    from tidescale.contracts.serving import serve as serve_app
     from tidescale.exporters.httpserver import protocol_with_header_timeout
 
     started = time.monotonic()
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning",
+    serve_app(create_app(settings), host=settings.host, port=settings.port, log_level="warning",
                 access_log=False, timeout_keep_alive=settings.keep_alive_s,
                 h11_max_incomplete_event_size=settings.max_header_bytes,
                 limit_concurrency=settings.max_connections,
