@@ -384,8 +384,8 @@ def serve(settings: ExporterSettings) -> None:
 
     started = time.monotonic()
     serve_app(create_app(settings), host=settings.host, port=settings.port, log_level="warning",
-                access_log=False, timeout_keep_alive=settings.keep_alive_s,
-                h11_max_incomplete_event_size=settings.max_header_bytes,
-                limit_concurrency=settings.max_connections,
-                http=protocol_with_header_timeout(settings.header_timeout_s))
+              access_log=False, timeout_keep_alive=settings.keep_alive_s,
+              h11_max_incomplete_event_size=settings.max_header_bytes,
+              limit_concurrency=settings.max_connections,
+              http=protocol_with_header_timeout(settings.header_timeout_s))
     log.info("exporter stopped", extra={"fields": {"uptime_s": round(time.monotonic() - started, 1)}})
