@@ -12,7 +12,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tidescale.devstack.ports import LOOPBACK, port_or_free
+from tidescale.devstack.ports import LOOPBACK, ensure_free, free_port
 
 EXPOSITION_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 MAX_BODY_BYTES = 64 * 1024
@@ -39,17 +39,28 @@ def _guarded(call: Callable[[], Response]) -> Response:
 
 
 class LoopbackHttpServer:
-    """Serves GET/POST routes on 127.0.0.1 from a daemon thread; `stop()` closes the socket."""
+    """Serves GET/POST routes on 127.0.0.1 from a daemon thread; `stop()` closes the socket.
+
+    Without a *port*, on loopback, the socket is bound at once to a port the OS picks and held
+    until `stop()`.
+    Picking a free port now and binding it only at `start()` lost a race in CI: between the two, a
+    Triton replica of the same stack took the port for one of its outgoing connections."""
 
     def __init__(self, name: str, port: int | None = None, host: str = LOOPBACK) -> None:
         # *host* other than loopback only inside a pod's own network namespace (the cluster's dcgm-exporter).
         self.name = name
         self.host = host
-        self.port = port_or_free(port, name)
         self.get_routes: dict[str, GetHandler] = {}
         self.post_routes: dict[str, PostHandler] = {}
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        if port:
+            self.port = ensure_free(port, name)
+        elif host == LOOPBACK:
+            self._server = self._bind(0)
+            self.port = int(self._server.server_address[1])
+        else:  # an address of a pod's namespace, which this process may enter only later: bound at start()
+            self.port = free_port()
 
     @property
     def url(self) -> str:
@@ -60,6 +71,14 @@ class LoopbackHttpServer:
         return f"{self.host}:{self.port}"
 
     def start(self) -> LoopbackHttpServer:
+        if self._server is None:
+            self._server = self._bind(self.port)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.1,), name=self.name, daemon=True)
+        self._thread.start()
+        return self
+
+    def _bind(self, port: int) -> ThreadingHTTPServer:
         routes_get, routes_post = self.get_routes, self.post_routes
 
         class Handler(BaseHTTPRequestHandler):
@@ -97,15 +116,12 @@ class LoopbackHttpServer:
             def log_message(self, format: str, *args: Any) -> None:
                 return  # quiet: never log request lines (they may carry tokens in headers)
 
-        self._server = ThreadingHTTPServer((self.host, self.port), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.1,), name=self.name, daemon=True)
-        self._thread.start()
-        return self
+        return ThreadingHTTPServer((self.host, port), Handler)
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
+            if self._thread is not None:  # shutdown() waits for serve_forever, which never ran otherwise
+                self._server.shutdown()
             self._server.server_close()
             self._server = None
         if self._thread is not None:
