@@ -25,6 +25,8 @@ def serve_command(
                                              help="file_sd JSON of Triton HTTP targets, re-read when it changes."),
     trace_file: list[Path] | None = typer.Option(None, "--trace-file",
                                                  help="Triton mode=triton trace file to tail (repeatable)."),
+    trace_dir: Path | None = typer.Option(None, "--trace-dir",
+                                          help="Directory of per-pod trace files, <namespace>_<pod>/trace.json."),
     trace_sample_rate: int | None = typer.Option(None, help="Triton trace rate=N (1 in N requests traced)."),
     config: Path | None = typer.Option(None, "--config", help="YAML file with an `exporter:` section."),
 ) -> None:
@@ -36,10 +38,27 @@ def serve_command(
     settings = load_settings(
         ExporterSettings, config, port=port, host=host, triton_urls=triton or None,
         kube_namespace=kube_namespace, kube_selector=kube_selector, targets_file=targets_file,
-        trace_files=trace_file or None,
+        trace_files=trace_file or None, trace_dir=trace_dir,
         trace_sample_rate=trace_sample_rate,
     )
     serve(settings)
+
+
+@app.command("open-trace-dir")
+def open_trace_dir_command(
+    path: Path = typer.Argument(..., help="The trace directory (the chart's hostPath mount)."),
+) -> None:
+    """Make the trace directory and each pod's subdirectory in it writable by all (0777), so that
+    Triton pods of any user can write their files and the non-root exporter can delete what it has
+    read. Run as the directory's owner: the chart's init container, as root, with no capabilities."""
+    from tidescale.exporters.tracedir import open_for_writers
+
+    try:
+        opened = open_for_writers(path)
+    except OSError as exc:
+        typer.echo(f"error: cannot open {path} to writers: {exc.strerror or exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"{path}: {opened} director{'y' if opened == 1 else 'ies'} made writable by all")
 
 
 @app.command("model-metrics")

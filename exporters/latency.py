@@ -146,6 +146,11 @@ class StageSample(msgspec.Struct, frozen=True, gc=False):
     deployment: str = ""  # the Deployment that owns that pod
 
 
+# (namespace, pod, deployment) of the Triton pod that served a request: who sent its spans, or
+# whose trace file it came from; empty when unknown.
+Sender = tuple[str, str, str]
+NO_SENDER: Sender = ("", "", "")
+
 # Triton's clock is a uint64 of nanoseconds: a stamp outside it is not one (both trace readers).
 MAX_STAMP_NS = (1 << 64) - 1
 # A stage longer than this is a broken clock or a forged stamp, never a request: a request with

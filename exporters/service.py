@@ -20,7 +20,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -29,7 +29,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from tidescale.contracts.http import install_error_boundary
 from tidescale.exporters.errors import BadInput
-from tidescale.exporters.latency import LatencyAggregator, StageSample, log_buckets
+from tidescale.exporters.latency import LatencyAggregator, Sender, StageSample, log_buckets
 from tidescale.exporters.otlp import (
     PROTOBUF_TYPES,
     Span,
@@ -45,11 +45,19 @@ from tidescale.exporters.selfmetrics import SelfMetrics, configure_logging, self
 from tidescale.exporters.settings import ExporterSettings
 from tidescale.exporters.stats_poller import StatsPoller
 from tidescale.exporters.supervisor import TaskSupervisor, job_name
-from tidescale.exporters.targets import Sender, TargetSet
+from tidescale.exporters.targets import TargetSet
+from tidescale.exporters.tracedir import PodTraceDirectory
 from tidescale.exporters.tracefile import TraceFileTailer
 
 log = logging.getLogger("tidescale.exporter")
 TAIL_INTERVAL_S = 1.0
+
+
+class SampleSource(Protocol):
+    """What the tail loop polls every second for the samples read since: a trace file, or the
+    directory of every pod's trace files."""
+
+    def poll(self) -> list[StageSample]: ...
 
 
 @dataclass
@@ -65,7 +73,7 @@ class ExporterState:
     selfmetrics: SelfMetrics
     latency: LatencyAggregator
     joiner: SpanJoiner
-    tailers: list[TraceFileTailer]
+    tailers: list[SampleSource]
     profiles: ProfileStore
     supervisor: TaskSupervisor
     background: list[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
@@ -85,9 +93,10 @@ def build_state(settings: ExporterSettings) -> ExporterState:
                                 selfmetrics=selfmetrics, rates=rates)
     joiner = SpanJoiner(settings.join_max_pending, settings.join_ttl_s, on_drop=selfmetrics.drop_spans,
                         max_bytes=settings.join_max_bytes)
-    tailers = [TraceFileTailer(p, settings.join_max_pending, on_drop=selfmetrics.drop_spans,
-                               keep_rotations=settings.trace_file_keep_rotations)
-               for p in settings.trace_files]
+    tailers: list[SampleSource] = [
+        TraceFileTailer(p, settings.join_max_pending, on_drop=selfmetrics.drop_spans,
+                        keep_rotations=settings.trace_file_keep_rotations)
+        for p in settings.trace_files]
     supervisor = TaskSupervisor(backoff_s=settings.task_backoff_s, restart_limit=settings.task_restart_limit)
     state = ExporterState(settings, registry, selfmetrics, latency, joiner, tailers,
                           ProfileStore(max_bytes=settings.max_profile_bytes, self_metrics=selfmetrics), supervisor)
@@ -99,6 +108,12 @@ def build_state(settings: ExporterSettings) -> ExporterState:
 
     state.background.append(tail_and_expire)
     _add_discovery_and_polling(state)
+    if settings.trace_dir is not None and state.targets is not None:
+        targets = state.targets
+        state.tailers.append(PodTraceDirectory(
+            settings.trace_dir, targets.pod_sender, file_name=settings.trace_file_name,
+            max_pending=settings.join_max_pending, on_drop=selfmetrics.drop_spans,
+            keep_rotations=settings.trace_file_keep_rotations, idle_s=settings.trace_dir_idle_s))
     return state
 
 

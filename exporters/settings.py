@@ -45,6 +45,13 @@ class ExporterSettings(ComponentSettings):
     # Triton never deletes a rotation (file.0, file.1, …): N deletes each finished one the exporter
     # has read once N newer ones exist (the exporter needs write access to the directory).
     trace_file_keep_rotations: int | None = Field(None, ge=1, description="None: keep every rotation")
+    # A directory with a subdirectory per Triton pod, `<namespace>_<pod>`, each holding that pod's
+    # trace file (the chart's exporter.traceFiles: a hostPath that Triton pods mount with subPathExpr).
+    trace_dir: Path | None = Field(None, description="per-pod trace files: <trace_dir>/<namespace>_<pod>/<name>")
+    trace_file_name: str = Field("trace.json", pattern=r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,254}$",
+                                 description="the file name Triton writes in each pod's subdirectory")
+    trace_dir_idle_s: float = Field(600.0, gt=0, le=86400,
+                                    description="a gone pod's read subdirectory is deleted after this long idle")
     # Uploads.
     token: SecretStr | None = Field(None, description="bearer token for write endpoints (TIDESCALE_EXPORTER_TOKEN)")
     traces_require_token: bool = True
@@ -88,4 +95,7 @@ class ExporterSettings(ComponentSettings):
             raise ValueError("kube_namespace and kube_selector go together")
         if self.kube_node_name is not None and self.kube_namespace is None:
             raise ValueError("kube_node_name shards pod discovery by node: it needs kube_namespace and kube_selector")
+        if self.trace_dir is not None and self.kube_selector is None and self.targets_file is None:
+            raise ValueError("trace_dir reads the subdirectories of watched pods only: it needs kube_namespace and "
+                             "kube_selector, or a targets_file whose targets are labelled with namespace and pod")
         return self

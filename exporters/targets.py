@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 from tidescale.contracts import jsonio
 from tidescale.contracts.errors import UsageError
+from tidescale.exporters.latency import Sender
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +45,6 @@ class Target:
 
 ChangeCallback = Callable[[list[Target], list[Target]], None]
 
-
-# (namespace, pod, deployment) of a pod that sends us spans.
-Sender = tuple[str, str, str]
 
 
 def deployment_of(pod: Any) -> str:
@@ -166,6 +164,18 @@ class TargetSet:
             return None
         target, deployment = found
         return target.namespace or "", target.pod or "", deployment
+
+    def pod_sender(self, namespace: str, pod: str) -> Sender | None:
+        """(namespace, pod, deployment) of a watched pod, or of a targets-file target labelled with
+        that namespace and pod; None for any other (a trace directory of a pod we do not watch)."""
+        with self._lock:
+            target = self._pods.get((namespace, pod))
+            if target is not None:
+                found = self._by_ip.get(target_host(target))
+                return namespace, pod, found[1] if found is not None else ""
+            if any(t.namespace == namespace and t.pod == pod for t in self._from_file):
+                return namespace, pod, ""
+        return None
 
     def reload_targets_file(self) -> bool:
         """Re-read the targets file if it changed; a bad file is logged and the old targets kept."""

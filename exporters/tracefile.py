@@ -29,7 +29,15 @@ from typing import Any
 
 import msgspec
 
-from tidescale.exporters.latency import MAX_STAMP_NS, STAMP_NAMES, StageSample, measure_stages, stage_samples
+from tidescale.exporters.latency import (
+    MAX_STAMP_NS,
+    NO_SENDER,
+    STAMP_NAMES,
+    Sender,
+    StageSample,
+    measure_stages,
+    stage_samples,
+)
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +105,12 @@ def entry_stamps(entry: dict[str, Any]) -> dict[str, int]:
 class TraceEntries:
     """Joins header and timestamp entries by trace id; bounded, oldest requests evicted first."""
 
-    def __init__(self, max_pending: int = 20_000, on_drop: Callable[[str, int], None] | None = None) -> None:
+    def __init__(self, max_pending: int = 20_000, on_drop: Callable[[str, int], None] | None = None,
+                 sender: Sender = NO_SENDER) -> None:
+        """*sender*: (namespace, pod, deployment) that every sample is attributed to (a pod's own file)."""
         self.max_pending = max_pending
         self.on_drop = on_drop or (lambda reason, n: None)
+        self.sender = sender
         self._pending: OrderedDict[Any, _Request] = OrderedDict()
         # Ids completed recently: frontend stamps (HTTP_SEND_*) may follow REQUEST_END.
         self._done: OrderedDict[Any, None] = OrderedDict()
@@ -151,7 +162,7 @@ class TraceEntries:
             if isinstance(measured, str):  # as the OTLP path: the request is rejected whole, and counted
                 self.on_drop(measured, 1)
                 return []
-            return stage_samples(request.model, request.version, measured)
+            return stage_samples(request.model, request.version, measured, *self.sender)
         return []
 
 
@@ -228,14 +239,15 @@ class TraceFileTailer:
     """Follows `path` and its rotations `path.0`, `path.1`, …; `poll()` returns new samples."""
 
     def __init__(self, path: Path, max_pending: int = 20_000,
-                 on_drop: Callable[[str, int], None] | None = None, *, keep_rotations: int | None = None) -> None:
+                 on_drop: Callable[[str, int], None] | None = None, *, keep_rotations: int | None = None,
+                 sender: Sender = NO_SENDER) -> None:
         """*keep_rotations*: None keeps every rotation, as Triton does; N deletes finished rotations
-        beyond the newest N once they are read (`_prune`)."""
+        beyond the newest N once they are read (`_prune`). *sender*: the pod the file belongs to."""
         if keep_rotations is not None and keep_rotations < 1:
             raise ValueError(f"keep_rotations must be at least 1, got {keep_rotations}")
         self.path = path
         self.on_drop = on_drop or (lambda reason, n: None)
-        self.entries = TraceEntries(max_pending, self.on_drop)
+        self.entries = TraceEntries(max_pending, self.on_drop, sender)
         self.keep_rotations = keep_rotations
         self._files: dict[str, _FileState] = {}  # by path
         self._unprunable: set[str] = set()  # rotations whose deletion failed (warned once each)
@@ -266,6 +278,18 @@ class TraceFileTailer:
         if has_base:
             out.append(str(self.path))
         return out
+
+    def caught_up(self) -> bool:
+        """Every file there is has been read to its last byte (what a poll just saw)."""
+        for path in self._present():
+            state = self._files.get(path)
+            try:
+                stat = os.stat(path)
+            except OSError:
+                continue
+            if state is None or stat.st_ino != state.inode or stat.st_size != state.offset:
+                return False
+        return True
 
     def poll(self) -> list[StageSample]:
         samples: list[StageSample] = []

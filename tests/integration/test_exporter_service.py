@@ -218,6 +218,34 @@ def test_triton_s_trace_rotations_are_read_then_pruned(tmp_path: Path) -> None:
         wait_for(lambda: len(rotations()) == 2, 10, "the exporter to prune all but the newest two rotations")
 
 
+def test_a_pods_trace_directory_is_attributed_to_that_pod_and_pruned(tmp_path: Path) -> None:
+    """The chart's exporter.traceFiles: a real replica writes `<dir>/<namespace>_<pod>/trace.json.N`
+    (the kubelet's subPathExpr directory); the exporter reads it as that pod's, once it knows the pod
+    (here from a labelled targets file, in a cluster from its pod watch), and prunes read rotations."""
+    traces, targets = tmp_path / "traces", tmp_path / "targets.json"
+    pod_dir = traces / "serving_triton-0"
+    pod_dir.mkdir(parents=True)
+    targets.write_text("[]")
+    with running_exporter(tmp_path, TIDESCALE_EXPORTER_TRACE_DIR=str(traces),
+                          TIDESCALE_EXPORTER_TARGETS_FILE=str(targets),
+                          TIDESCALE_EXPORTER_TRACE_FILE_KEEP_ROTATIONS="2") as url:
+        trace = TraceSettings(mode="triton", rate=1, file=pod_dir / "trace.json", log_frequency=4)
+        with running_fleet(tmp_path / "fleet", replicas=1, trace=trace) as one:
+            [address] = [u.removeprefix("http://") for u in one.ready_urls()]
+            targets.write_text(json.dumps([{"targets": [address], "labels": {"namespace": "serving",
+                                                                             "pod": "triton-0"}}]))
+            load = LoadGenerator(scenario("steady", 30.0, 1.0), one.ready_urls, ["ctr_ranker"], seed=3).start()
+            assert load.wait(60)
+            sent = sum(1 for r in load.records() if r.ok)
+        assert sent >= 20  # five rotations or more
+        labels = {"model": "ctr_ranker", "namespace": "serving", "pod": "triton-0", "deployment": "",
+                  "stage": "compute_infer", "version": "1"}
+        wait_for(lambda: sample(httpx.get(f"{url}/metrics").text, f"{HIST}_count", **labels) == sent, 20,
+                 f"{HIST}_count{labels} == {sent}")
+        wait_for(lambda: len(list(pod_dir.glob("trace.json.*"))) == 2, 10,
+                 "the exporter to prune all but the newest two rotations")
+
+
 def test_static_triton_targets_are_polled(fleet: TritonFleet, tmp_path: Path) -> None:
     urls = fleet.ready_urls()
     with running_exporter(tmp_path, TIDESCALE_EXPORTER_TRITON_URLS=json.dumps(urls),

@@ -1,0 +1,167 @@
+"""The trace files of every Triton pod on a node, from one directory with a subdirectory per pod.
+
+Why a directory per pod: Triton's trace file (`mode=triton`) costs Triton a fraction of what its
+OpenTelemetry exporter does (docs/exporter.md), but the file names no pod. With the chart's
+`exporter.traceFiles`, every node's exporter mounts one hostPath directory, and each Triton pod
+mounts the same directory with `subPathExpr: $(POD_NAMESPACE)_$(POD_NAME)`. The kubelet makes
+the pod's subdirectory, so the name reaches the exporter without Triton knowing it, and samples
+are attributed to the pod (and its Deployment) as OTLP spans are by their sender's address.
+
+Trust follows the OTLP path's rule: a subdirectory is read only once its pod is one this exporter
+watches. Names that are not `<namespace>_<pod>`, other nodes' pods (where the directory is
+shared), and the leftovers of pods gone before the exporter started are never read.
+
+Cleanup: Triton never deletes its files, and the kubelet leaves a hostPath subdirectory behind
+when its pod goes. Where the exporter may delete (`keep_rotations` set), a subdirectory it has
+read, whose pod it no longer watches, and whose files are all read and unchanged for `idle_s`,
+is deleted: nothing unread is lost, and a node that churns pods does not fill up.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tidescale.exporters.latency import Sender, StageSample
+from tidescale.exporters.tracefile import TraceFileTailer
+
+log = logging.getLogger(__name__)
+
+# A namespace is a DNS label, a pod name a DNS subdomain; neither holds `_`, so the split is exact.
+POD_DIR = re.compile(r"([a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?)_([a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?)")
+MAX_PODS = 1000  # pods tailed at once by one exporter (a node runs far fewer Triton pods)
+MAX_NOTED = 1000  # subdirectories named in the log as not read (then no more are named)
+IDLE_S = 600.0
+
+Resolve = Callable[[str, str], Sender | None]
+
+
+@dataclass
+class _PodFiles:
+    tailer: TraceFileTailer
+    alive: float  # monotonic time the pod was last watched or its files last grew
+    undeletable: bool = False
+
+
+class PodTraceDirectory:
+    """Tails `<root>/<namespace>_<pod>/<file_name>` (and rotations) of each watched pod."""
+
+    def __init__(self, root: Path, resolve: Resolve, *, file_name: str = "trace.json", max_pending: int = 20_000,
+                 on_drop: Callable[[str, int], None] | None = None, keep_rotations: int | None = None,
+                 max_pods: int = MAX_PODS, idle_s: float = IDLE_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """*resolve(namespace, pod)*: the watched pod's (namespace, pod, deployment), or None."""
+        if not file_name or "/" in file_name or file_name in (".", ".."):
+            raise ValueError(f"trace file name must be a plain file name, got {file_name!r}")
+        self.root = root
+        self.resolve = resolve
+        self.file_name = file_name
+        self.max_pending = max_pending
+        self.on_drop = on_drop or (lambda reason, n: None)
+        self.keep_rotations = keep_rotations
+        self.max_pods = max_pods
+        self.idle_s = idle_s
+        self.clock = clock
+        self._pods: dict[str, _PodFiles] = {}
+        self._noted: set[str] = set()
+
+    def pods(self) -> list[str]:
+        """The subdirectories being tailed."""
+        return sorted(self._pods)
+
+    def poll(self) -> list[StageSample]:
+        now = self.clock()
+        present = self._listing()
+        for gone in set(self._pods) - present:
+            del self._pods[gone]  # removed by someone else: its unfinished requests go with it
+        samples: list[StageSample] = []
+        for name in sorted(present):
+            pod = self._pods.get(name) or self._start(name, now)
+            if pod is None:
+                continue
+            new = pod.tailer.poll()
+            samples.extend(new)
+            if new or self._watched(name):
+                pod.alive = now
+            elif self.keep_rotations is not None and not pod.undeletable and now - pod.alive >= self.idle_s:
+                self._remove(name, pod)
+        return samples
+
+    def _listing(self) -> set[str]:
+        """The names of the subdirectories that can be pods' (no links: they lead out of the root)."""
+        out: set[str] = set()
+        try:
+            with os.scandir(self.root) as listing:
+                for entry in listing:
+                    if POD_DIR.fullmatch(entry.name) and entry.is_dir(follow_symlinks=False):
+                        out.add(entry.name)
+                    elif entry.name not in self._noted:
+                        self._note(entry.name, "not a <namespace>_<pod> directory")
+        except OSError as exc:
+            if "" not in self._noted:
+                self._noted.add("")
+                log.warning("cannot list the trace directory %s: %s", self.root, exc)
+        return out
+
+    def _watched(self, name: str) -> bool:
+        namespace, pod = name.split("_", 1)
+        return self.resolve(namespace, pod) is not None
+
+    def _start(self, name: str, now: float) -> _PodFiles | None:
+        namespace, pod = name.split("_", 1)
+        sender = self.resolve(namespace, pod)
+        if sender is None:
+            self._note(name, "not a pod this exporter watches")
+            return None
+        if len(self._pods) >= self.max_pods:
+            self._note(name, f"over the limit of {self.max_pods} pods")
+            return None
+        self._noted.discard(name)
+        tailer = TraceFileTailer(self.root / name / self.file_name, self.max_pending, self.on_drop,
+                                 keep_rotations=self.keep_rotations, sender=sender)
+        self._pods[name] = started = _PodFiles(tailer, now)
+        log.info("tailing the trace files of pod %s/%s", namespace, pod)
+        return started
+
+    def _remove(self, name: str, pod: _PodFiles) -> None:
+        """Delete a gone pod's subdirectory once every file in it has been read."""
+        if not pod.tailer.caught_up():
+            return
+        try:
+            shutil.rmtree(self.root / name)
+        except OSError as exc:
+            pod.undeletable = True
+            log.warning("cannot delete the trace directory of a gone pod, %s: %s", self.root / name, exc)
+            return
+        del self._pods[name]
+        log.info("deleted the trace directory of gone pod %s after reading it", name)
+
+    def _note(self, name: str, why: str) -> None:
+        """Say once per name why a subdirectory is not read (bounded: a hostile writer can make many)."""
+        if name in self._noted or len(self._noted) >= MAX_NOTED:
+            return
+        self._noted.add(name)
+        log.info("not reading %s in the trace directory: %s", name, why)
+
+
+def open_for_writers(root: Path) -> int:
+    """chmod 0777 *root* (made if missing) and its pod subdirectories; how many were changed.
+
+    Why: the kubelet makes a hostPath directory root-owned 0755, and a pod's `subPathExpr`
+    subdirectory with its parent's mode. Triton pods running as another user could not write there,
+    and the exporter (non-root) could not delete the rotations it has read. Opened once, every
+    subdirectory the kubelet makes afterwards is open too. Not sticky: the exporter deletes files
+    that Triton owns."""
+    root.mkdir(parents=True, exist_ok=True)
+    changed = 0
+    for path in [root, *(e for e in root.iterdir() if POD_DIR.fullmatch(e.name) and e.is_dir() and not e.is_symlink())]:
+        if path.stat().st_mode & 0o7777 != 0o777:
+            path.chmod(0o777)
+            changed += 1
+    return changed

@@ -1,0 +1,226 @@
+"""Per-pod trace files (`<root>/<namespace>_<pod>/trace.json`): attribution to the watched pod, trust,
+bounds, and the deletion of gone pods' directories once read."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.paths import FIXTURES
+from tidescale.contracts.errors import UsageError
+from tidescale.contracts.settings import load_settings
+from tidescale.exporters.latency import Sender
+from tidescale.exporters.settings import ExporterSettings
+from tidescale.exporters.targets import TargetSet
+from tidescale.exporters.tracedir import POD_DIR, PodTraceDirectory, open_for_writers
+
+REAL = FIXTURES / "triton" / "real-2.51" / "trace_triton.json"  # 200 requests of one model
+ROTATED = FIXTURES / "profiles" / "triton" / "trace_timestamps.json.0"  # 20 requests
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _watch(*pods: tuple[str, str, str]) -> dict[tuple[str, str], Sender]:
+    return {(ns, pod): (ns, pod, deployment) for ns, pod, deployment in pods}
+
+
+def _directory(root: Path, watched: dict[tuple[str, str], Sender], clock: Clock | None = None,
+               **kwargs: object) -> PodTraceDirectory:
+    return PodTraceDirectory(root, lambda ns, pod: watched.get((ns, pod)), clock=clock or Clock(),
+                             **kwargs)  # type: ignore[arg-type]
+
+
+def _pod_file(root: Path, name: str, source: Path = REAL, suffix: str = "") -> Path:
+    (root / name).mkdir(parents=True, exist_ok=True)
+    return Path(shutil.copy(source, root / name / f"trace.json{suffix}"))
+
+
+def test_each_pods_requests_are_attributed_to_that_pod_and_its_deployment(tmp_path: Path) -> None:
+    _pod_file(tmp_path, "prod_triton-7d9f-abcde")
+    _pod_file(tmp_path, "prod_triton-7d9f-fghij", ROTATED, ".0")
+    watched = _watch(("prod", "triton-7d9f-abcde", "triton"), ("prod", "triton-7d9f-fghij", "triton"))
+    directory = _directory(tmp_path, watched)
+    samples = directory.poll()
+    assert Counter((s.namespace, s.pod, s.deployment) for s in samples) == {
+        ("prod", "triton-7d9f-abcde", "triton"): 200 * 5, ("prod", "triton-7d9f-fghij", "triton"): 20 * 5}
+    assert directory.pods() == ["prod_triton-7d9f-abcde", "prod_triton-7d9f-fghij"]
+    assert directory.poll() == []  # nothing new
+
+
+def test_directories_of_pods_not_watched_here_are_not_read_until_they_are(tmp_path: Path,
+                                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """Another node's pod (a shared directory), a pod not yet Ready, or a stale directory: left alone."""
+    _pod_file(tmp_path, "prod_triton-a")
+    watched: dict[tuple[str, str], Sender] = {}
+    directory = _directory(tmp_path, watched)
+    with caplog.at_level(logging.INFO, "tidescale.exporters.tracedir"):
+        assert directory.poll() == [] and directory.poll() == []
+    assert sum("not a pod this exporter watches" in r.message for r in caplog.records) == 1  # said once
+    watched.update(_watch(("prod", "triton-a", "triton")))
+    assert len(directory.poll()) == 200 * 5  # nothing written meanwhile was lost
+
+
+@pytest.mark.parametrize("name", ["triton-a", "prod_", "_triton-a", "Prod_triton-a", "prod_triton_a", "prod_-a",
+                                  "prod_triton-a.", "a" * 64 + "_triton-a", "prod_" + "a" * 254, ".._x", "prod/x"])
+def test_names_that_are_not_a_namespace_and_a_pod_are_never_pods(name: str) -> None:
+    assert POD_DIR.fullmatch(name) is None
+
+
+@settings(max_examples=200)
+@given(st.text(max_size=80))
+def test_a_name_is_read_only_as_the_namespace_and_pod_it_spells(name: str) -> None:
+    match = POD_DIR.fullmatch(name)
+    if match is not None:
+        assert f"{match.group(1)}_{match.group(2)}" == name and "_" not in match.group(1) + match.group(2)
+
+
+def test_links_files_and_bad_names_in_the_root_are_skipped(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    _pod_file(outside, "prod_triton-a")
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "prod_triton-a").symlink_to(outside / "prod_triton-a")  # would lead out of the root
+    (root / "prod_triton-b").write_text("[]")  # a file, not a directory
+    _pod_file(root, "Prod_triton-c")
+    directory = _directory(root, _watch(("prod", "triton-a", "d"), ("prod", "triton-b", "d"),
+                                        ("Prod", "triton-c", "d")))
+    assert directory.poll() == [] and directory.pods() == []
+
+
+def test_pods_beyond_the_limit_wait_for_a_free_place(tmp_path: Path) -> None:
+    for name in ("prod_a", "prod_b", "prod_c"):
+        _pod_file(tmp_path, name, ROTATED, ".0")
+    watched = _watch(("prod", "a", ""), ("prod", "b", ""), ("prod", "c", ""))
+    directory = _directory(tmp_path, watched, max_pods=2)
+    assert len(directory.poll()) == 2 * 20 * 5 and directory.pods() == ["prod_a", "prod_b"]
+    shutil.rmtree(tmp_path / "prod_a")  # a place frees up
+    assert len(directory.poll()) == 20 * 5 and directory.pods() == ["prod_b", "prod_c"]
+
+
+def test_a_gone_pods_directory_is_deleted_once_read_and_idle(tmp_path: Path) -> None:
+    clock = Clock()
+    _pod_file(tmp_path, "prod_triton-a", ROTATED, ".0")
+    watched = _watch(("prod", "triton-a", "triton"))
+    directory = _directory(tmp_path, watched, clock, keep_rotations=2, idle_s=600)
+    assert len(directory.poll()) == 20 * 5
+    del watched[("prod", "triton-a")]  # the pod is gone: its files are still read to the end
+    shutil.copy(ROTATED, tmp_path / "prod_triton-a" / "trace.json.1")
+    clock.now += 599
+    assert len(directory.poll()) == 20 * 5  # growth restarts the idle time
+    clock.now += 599
+    directory.poll()
+    assert (tmp_path / "prod_triton-a").exists()
+    clock.now += 1
+    directory.poll()
+    assert not (tmp_path / "prod_triton-a").exists() and directory.pods() == []
+
+
+def test_nothing_unread_is_deleted(tmp_path: Path) -> None:
+    clock = Clock()
+    _pod_file(tmp_path, "prod_triton-a", ROTATED, ".0")
+    _pod_file(tmp_path, "prod_triton-b", ROTATED, ".0")
+    watched = _watch(("prod", "triton-a", ""), ("prod", "triton-b", ""))
+    directory = _directory(tmp_path, watched, clock, keep_rotations=2, idle_s=60)
+    directory.poll()
+    watched.clear()
+    clock.now += 61
+    # Pod a's file grows after the reader's last read of it: never deleted unread.
+    stalled = directory._pods["prod_triton-a"].tailer
+    stalled.poll = lambda: []  # type: ignore[method-assign]
+    with open(tmp_path / "prod_triton-a" / "trace.json.0", "ab") as fh:
+        fh.write(b" ")
+    directory.poll()
+    assert (tmp_path / "prod_triton-a").exists() and not (tmp_path / "prod_triton-b").exists()
+
+
+def test_without_keep_rotations_nothing_is_ever_deleted(tmp_path: Path) -> None:
+    clock = Clock()
+    _pod_file(tmp_path, "prod_triton-a", ROTATED, ".0")
+    watched = _watch(("prod", "triton-a", ""))
+    directory = _directory(tmp_path, watched, clock, idle_s=60)
+    directory.poll()
+    watched.clear()
+    clock.now += 3600
+    directory.poll()
+    assert (tmp_path / "prod_triton-a" / "trace.json.0").exists() and directory.pods() == ["prod_triton-a"]
+
+
+def test_a_directory_that_cannot_be_deleted_is_warned_about_once_and_still_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    clock = Clock()
+    _pod_file(tmp_path, "prod_triton-a", ROTATED, ".0")
+    watched = _watch(("prod", "triton-a", ""))
+    directory = _directory(tmp_path, watched, clock, keep_rotations=2, idle_s=60)
+    directory.poll()
+    watched.clear()
+
+    def refuse(path: object) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(shutil, "rmtree", refuse)
+    clock.now += 61
+    with caplog.at_level(logging.WARNING, "tidescale.exporters.tracedir"):
+        directory.poll()
+        directory.poll()
+    assert sum("cannot delete" in r.message for r in caplog.records) == 1
+    shutil.copy(ROTATED, tmp_path / "prod_triton-a" / "trace.json.1")
+    assert len(directory.poll()) == 20 * 5
+
+
+def test_a_missing_root_reads_nothing_and_says_so_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    directory = _directory(tmp_path / "absent", {})
+    with caplog.at_level(logging.WARNING, "tidescale.exporters.tracedir"):
+        assert directory.poll() == [] and directory.poll() == []
+    assert sum("cannot list" in r.message for r in caplog.records) == 1
+
+
+@pytest.mark.parametrize("name", ["", "a/b", ".", ".."])
+def test_a_file_name_with_a_path_is_refused(tmp_path: Path, name: str) -> None:
+    with pytest.raises(ValueError, match="plain file name"):
+        _directory(tmp_path, {}, file_name=name)
+
+
+def test_the_target_set_resolves_watched_pods_with_their_deployment_and_labelled_file_targets(
+        tmp_path: Path) -> None:
+    targets = tmp_path / "targets.json"
+    targets.write_text('[{"targets": ["10.0.0.9:8000"], "labels": {"namespace": "bench", "pod": "replica-0"}}]')
+    found = TargetSet(targets_file=targets)
+    found.reload_targets_file()
+    assert found.pod_sender("bench", "replica-0") == ("bench", "replica-0", "")
+    assert found.pod_sender("bench", "replica-1") is None
+
+
+def test_trace_dir_needs_a_way_to_know_the_pods(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="trace_dir reads the subdirectories of watched pods only"):
+        load_settings(ExporterSettings, None, trace_dir=tmp_path)
+    ok = load_settings(ExporterSettings, None, trace_dir=tmp_path, kube_namespace="prod", kube_selector="app=triton")
+    assert ok.trace_dir == tmp_path and ok.trace_file_name == "trace.json"
+    with pytest.raises(UsageError, match="trace_file_name"):
+        load_settings(ExporterSettings, None, trace_dir=tmp_path, kube_namespace="p", kube_selector="a=b",
+                      trace_file_name="../x")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chmod of a root-owned directory needs its owner")
+def test_open_for_writers_opens_the_root_and_the_pod_directories_only(tmp_path: Path) -> None:
+    root = tmp_path / "traces"
+    (root / "prod_triton-a").mkdir(parents=True, mode=0o755)
+    (root / "prod_triton-a").chmod(0o755)
+    (root / "notes").mkdir(mode=0o700)
+    (root / "notes").chmod(0o700)
+    assert open_for_writers(root) == 2
+    assert (root.stat().st_mode & 0o7777, (root / "prod_triton-a").stat().st_mode & 0o7777) == (0o777, 0o777)
+    assert (root / "notes").stat().st_mode & 0o7777 == 0o700
+    assert open_for_writers(root) == 0  # idempotent
