@@ -258,6 +258,41 @@ def test_daemonset_mode_runs_one_exporter_per_node_for_the_pods_on_its_node(tmp:
     assert all("nodeSelector" not in d["spec"]["template"]["spec"] for d in by_kind["Deployment"])
 
 
+def test_trace_files_mount_the_hostpath_opened_by_a_root_init_container_without_capabilities(tmp: Path) -> None:
+    """exporter.traceFiles: the DaemonSet mounts the node directory, an init container (root, the
+    directory's owner, no capabilities) opens it to the Triton pods' and the exporter's users, and
+    the exporter's settings point at it; the exporter itself stays non-root."""
+    from tidescale.contracts.settings import load_settings
+    from tidescale.exporters.settings import ExporterSettings
+
+    docs = template(tmp, {"exporter": {"mode": "daemonset", "traceFiles": {
+        "enabled": True, "hostPath": "/data/triton-traces", "fileName": "t.json", "keepRotations": 3}}})
+    [ds] = kinds(docs)["DaemonSet"]
+    spec = ds["spec"]["template"]["spec"]
+    [volume] = [v for v in spec["volumes"] if v["name"] == "traces"]
+    assert volume["hostPath"] == {"path": "/data/triton-traces", "type": "DirectoryOrCreate"}
+    [init] = spec["initContainers"]
+    [[mount]] = [[m for m in c["volumeMounts"] if m["name"] == "traces"] for c in spec["containers"]]
+    assert init["volumeMounts"] == [{"name": "traces", "mountPath": mount["mountPath"]}]
+    assert init["args"] == ["exporter", "open-trace-dir", mount["mountPath"]]
+    assert init["securityContext"]["runAsUser"] == 0 and init["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert init["securityContext"]["readOnlyRootFilesystem"] and not init["securityContext"]["allowPrivilegeEscalation"]
+    assert "runAsUser" not in spec["containers"][0]["securityContext"] and spec["securityContext"]["runAsUser"] > 0
+    config = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-config"))
+    path = tmp / "trace-files.yaml"
+    path.write_text(config["data"]["config.yaml"])
+    settings = load_settings(ExporterSettings, path)
+    assert (str(settings.trace_dir), settings.trace_file_name, settings.trace_file_keep_rotations) == (
+        mount["mountPath"], "t.json", 3)
+    # Off by default, and refused by name outside daemonset mode.
+    assert "initContainers" not in kinds(template(tmp, {"exporter": {"mode": "daemonset"}}))["DaemonSet"][0][
+        "spec"]["template"]["spec"]
+    path = tmp / "trace-files-deployment.yaml"
+    path.write_text(yaml.safe_dump({"exporter": {"traceFiles": {"enabled": True}}}))
+    refused = helm("template", "t", str(CHART), "-f", str(path))
+    assert refused.returncode != 0 and "exporter.traceFiles.enabled needs exporter.mode: daemonset" in refused.stderr
+
+
 def test_deployment_mode_has_no_node_local_service(default_docs: list[dict[str, Any]]) -> None:
     assert not [s for s in kinds(default_docs)["Service"] if s["metadata"]["name"].endswith("-local")]
     assert "DaemonSet" not in kinds(default_docs)
@@ -605,6 +640,11 @@ def test_network_policies_and_no_pdb(default_docs: list[dict[str, Any]], full_do
      "/slo/models/0/latency/thresholdSeconds"),
     ({"slo": {"models": [{"name": "a"}]}}, "model"),
     ({"recommender": {"sloP99Seconds": 0.5}}, "sloP99Seconds"),
+    ({"exporter": {"traceFiles": {"hostPath": "traces"}}}, "/exporter/traceFiles/hostPath"),
+    ({"exporter": {"traceFiles": {"hostPath": "/"}}}, "/exporter/traceFiles/hostPath"),
+    ({"exporter": {"traceFiles": {"fileName": "../trace.json"}}}, "/exporter/traceFiles/fileName"),
+    ({"exporter": {"traceFiles": {"keepRotations": 0}}}, "/exporter/traceFiles/keepRotations"),
+    ({"exporter": {"traceFiles": {"path": "/x"}}}, "/exporter/traceFiles"),
 ])
 def test_schema_rejects_bad_values(tmp: Path, values: dict[str, Any], message: str) -> None:
     path = tmp / "bad.yaml"

@@ -352,7 +352,7 @@ class PodRunner:
             argv = image.argv(expand_args(spec.get("command") or [], env) or None,
                               expand_args(spec.get("args") or [], env))
             mounts = [Mount(Path(src), dst) for src, dst in image.files]  # a writable image layer
-            mounts += container_mounts(spec, self.volume_paths)
+            mounts += container_mounts(spec, self.volume_paths, env)
         except ImageNotMapped as exc:
             c.waiting_reason, c.waiting_message = "ErrImagePull", str(exc)
             c.next_start = time.monotonic() + BACKOFF_START_S

@@ -338,18 +338,38 @@ class VolumeBuilder:
                 existing.unlink()
 
 
-def container_mounts(container: Json, volume_paths: dict[str, Path],
+def container_mounts(container: Json, volume_paths: dict[str, Path], env: dict[str, str] | None = None,
                      on_missing: Callable[[str], None] | None = None) -> list[Mount]:
     mounts: list[Mount] = []
     for vm in container.get("volumeMounts") or []:
         base = volume_paths.get(vm["name"])
         if base is None:
             raise PodSpecError(f"volumeMount {vm['name']} names no volume of the pod")
-        source = base / vm["subPath"] if vm.get("subPath") else base
-        if vm.get("subPath") and not source.exists():
+        sub = _sub_path(vm, env or {})
+        source = base / sub if sub else base
+        if sub and not source.exists():
+            # As the kubelet: made now, with the volume root's mode (umask would narrow it later).
             source.mkdir(parents=True, exist_ok=True)
+            source.chmod(base.stat().st_mode & 0o7777)
         mounts.append(Mount(source=source, target=vm["mountPath"], read_only=bool(vm.get("readOnly"))))
     return mounts
+
+
+def _sub_path(mount: Json, env: dict[str, str]) -> str:
+    """`subPath`, or `subPathExpr` with the container's `$(VAR)`s expanded; the kubelet refuses one
+    that is absolute or climbs out of the volume, and a variable it cannot expand."""
+    if mount.get("subPath") and mount.get("subPathExpr"):
+        raise PodSpecError(f"volumeMount {mount['name']}: subPath and subPathExpr are mutually exclusive")
+    if not mount.get("subPathExpr"):
+        return str(mount.get("subPath") or "")
+    sub = _expand(mount["subPathExpr"], env)
+    if "$(" in sub:
+        raise PodSpecError(f"volumeMount {mount['name']}: subPathExpr {mount['subPathExpr']!r} names a "
+                           "variable the container does not have")
+    if sub.startswith("/") or ".." in Path(sub).parts:
+        raise PodSpecError(f"volumeMount {mount['name']}: subPathExpr must be a relative path inside the "
+                           f"volume, got {sub!r}")
+    return sub
 
 
 def remove_tree(path: Path) -> None:

@@ -171,6 +171,11 @@ affinity:
     {{- end }}
 {{- end -}}
 
+{{/* Where the exporter mounts exporter.traceFiles.hostPath. */}}
+{{- define "tidescale.traceDir" -}}
+/var/run/tidescale/traces
+{{- end -}}
+
 {{/* serving.selector as a Kubernetes label selector string (k1=v1,k2=v2), sorted. */}}
 {{- define "tidescale.selectorString" -}}
 {{- $parts := list -}}
