@@ -238,7 +238,46 @@ def test_one_exporter_per_node_polls_and_attributes_each_triton_pod_exactly_once
                  for p in cluster.pods(NAMESPACE, "app.kubernetes.io/component=exporter")}
     assert sorted(exporters.values()) == sorted(cluster.config.node_names()), exporters
     local = f"http://{RELEASE}-tidescale-exporter-local.{NAMESPACE}.svc:9105/v1/traces"
-    docs = triton_deployment(SERVING, replicas=2, otlp_url=local)
+    with one_triton_pod_per_node(cluster, triton_deployment(SERVING, replicas=2, otlp_url=local)):
+        check_one_exporter_per_node(cluster, serving, exporters, local)
+
+
+def test_each_nodes_exporter_reads_the_trace_files_of_its_own_triton_pods_from_the_hostpath(
+        cluster: Cluster, serving: str, tmp_path: Any) -> None:
+    """exporter.traceFiles: each Triton pod writes its trace file (`mode=triton`) into its own
+    subdirectory of one hostPath (subPathExpr, as docs/install.md says), and the exporter on its
+    node reads it as that pod's. The nodes of this cluster share one host, so every exporter sees
+    both pods' directories: each must read only its own node's pod's (nothing counted twice). The
+    exporter (uid 10001) deletes the rotations it has read, which Triton (root) wrote: the init
+    container opened the directory. Once the pods are gone, their read directories are deleted."""
+    traces = tmp_path / "triton-traces"
+    path = tmp_path / "values-trace-files.yaml"
+    path.write_text(yaml.safe_dump({**values("none"), "exporter": {
+        "mode": "daemonset", "traceFiles": {"enabled": True, "hostPath": str(traces), "keepRotations": 2},
+        "settings": {"trace_dir_idle_s": 5}}}))
+    run_helm(cluster, "upgrade", "--install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace",
+             "-f", str(path), "--wait", "--timeout", "180s")
+    exporters = {p["metadata"]["name"]: p["spec"]["nodeName"]
+                 for p in cluster.pods(NAMESPACE, "app.kubernetes.io/component=exporter")}
+    assert traces.stat().st_mode & 0o777 == 0o777  # the init container opened it
+    docs = triton_deployment(SERVING, replicas=2, trace_host_path=str(traces), trace_log_frequency=10)
+    with one_triton_pod_per_node(cluster, docs):
+        check_one_exporter_per_node(cluster, serving, exporters, "mode=triton")
+        pods = {p["metadata"]["name"] for p in cluster.pods(SERVING, "app.kubernetes.io/name=triton")}
+        dirs = {f"{SERVING}_{pod}" for pod in pods}
+        assert dirs <= {d.name for d in traces.iterdir()}
+        # Read rotations pruned to the newest two: the exporter deleted files that Triton wrote.
+        rotations = lambda name: sorted(f.name for f in (traces / name).glob("trace.json.*"))  # noqa: E731
+        wait_for(lambda: all(len(rotations(n)) <= 2 for n in dirs), 15,
+                 lambda: f"the read rotations pruned to two: {[rotations(n) for n in sorted(dirs)]}")
+        remove_triton_pods(cluster)
+        wait_for(lambda: not dirs & {d.name for d in traces.iterdir()}, 60,
+                 f"the gone pods' trace directories {sorted(dirs)} deleted once read")
+
+
+@contextlib.contextmanager
+def one_triton_pod_per_node(cluster: Cluster, docs: list[dict[str, Any]]) -> Iterator[None]:
+    """*docs*' Triton Deployment in place of the module's, one pod on each node, then the module's back."""
     for doc in docs:
         if doc["kind"] == "Deployment":
             # Never two Triton pods on one node. The old pods go first (below): with an old pod still on
@@ -251,7 +290,7 @@ def test_one_exporter_per_node_polls_and_attributes_each_triton_pod_exactly_once
     remove_triton_pods(cluster)
     cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(docs))
     try:
-        check_one_exporter_per_node(cluster, serving, exporters, local)
+        yield
     finally:  # the next tests run the module's own Triton Deployment again, once its pod serves
         remove_triton_pods(cluster)
         apply_serving(cluster)
@@ -263,16 +302,17 @@ def remove_triton_pods(cluster: Cluster) -> None:
     wait_for(lambda: not cluster.pods(SERVING, "app.kubernetes.io/name=triton"), 120, "the old Triton pods gone")
 
 
-def check_one_exporter_per_node(cluster: Cluster, serving: str, exporters: dict[str, str], local: str) -> None:
+def check_one_exporter_per_node(cluster: Cluster, serving: str, exporters: dict[str, str], traced_by: str) -> None:
+    """*traced_by*: what the new Triton pods' args hold (the node-local Service's URL, or mode=triton)."""
     def rolled_out() -> dict[str, str]:
         # The old pods gone too, not only terminating: the Service must not send the load to them.
         pods = cluster.pods(SERVING, "app.kubernetes.io/name=triton")
         ready = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods
                  if any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
-                 and local in " ".join(p["spec"]["containers"][0]["args"])}
+                 and traced_by in " ".join(p["spec"]["containers"][0]["args"])}
         return ready if len(ready) == len(pods) == 2 else {}
 
-    tritons = wait_for(rolled_out, 240, "a Triton pod on each node, sending its traces to the node-local Service")
+    tritons = wait_for(rolled_out, 240, f"a Triton pod on each node, tracing with {traced_by}")
     assert sorted(tritons.values()) == sorted(cluster.config.node_names()), tritons
     polled = f'tidescale_batch_size_count{{namespace="{SERVING}"}}'
     latency = f'tidescale_request_duration_seconds_count{{namespace="{SERVING}", stage="request"}} > 0'

@@ -70,6 +70,24 @@ def test_the_load_generator_drives_the_bench_when_perf_analyzer_is_not_used(tmp_
     assert otlp["triton_added_cpu_us_vs_none"] is None  # no `none` mode in this run
 
 
+def test_the_trace_file_mode_reads_the_pods_directory_as_the_chart_deploys_it(tmp_path: Path) -> None:
+    """tracefile-N as exporter.traceFiles runs: the replica writes in its pod's subdirectory, the
+    exporter reads it as that pod's and deletes the rotations it has read beyond the newest two,
+    and the bench still reads the server's windows from the rotations it linked aside."""
+    requests = 3_500
+    result = ov.run(["tracefile-10"], requests=requests, client="loadgen", workdir=tmp_path, rounds=1, idle_s=2.0)
+    [mode] = result["modes"]
+    check_traced(mode, requests, 10)
+    assert mode["trace_request_p99_s"] > 0 and mode["trace_frontend_p99_s"] > 0  # from the kept rotations
+    [pod_dir] = [d for d in tmp_path.glob(f"*-tracefile-10/traces/{ov.NAMESPACE}_{ov.POD}") if d.is_dir()]
+    kept = sorted(p.name for p in pod_dir.parent.parent.glob("kept/trace.json.*"))
+    left = sorted(p.name for p in pod_dir.glob("trace.json.*"))
+    # 400 traced requests with the warm-up's, a rotation every 100: four or more, read and pruned to
+    # the newest two (and the one Triton writes at exit, once the exporter has stopped).
+    assert len(kept) >= 4 and set(left) <= set(kept)
+    assert len(left) <= ov.TRACE_FILE_KEEP_ROTATIONS + 1 < len(kept)
+
+
 def test_paired_rounds_load_a_traced_and_an_untraced_replica_at_once(tmp_path: Path) -> None:
     try:
         ov.choose_client("perf_analyzer")

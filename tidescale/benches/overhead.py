@@ -12,7 +12,10 @@ Each mode gets a fresh real `tritonserver` 2.51 replica serving the local fleet'
   the exporter is given N (`--trace-sample-rate`, as the docs show) and reports the N it detects
   from the stats it polls, read as the client finishes;
 - `tracefile-N`: `mode=triton,rate=N` writing a trace file (`log-frequency` 100, so Triton writes
-  `trace.json.0`, `.1`, ... as traces complete) that the exporter tails.
+  `trace.json.0`, `.1`, ... as traces complete) that the exporter reads as the chart's
+  `exporter.traceFiles` deploys it: from the pod's own subdirectory of a trace directory
+  (`<dir>/<namespace>_<pod>/`), deleting the rotations it has read beyond the newest two. The bench
+  hard-links each rotation aside as it appears, to read the server's own windows after the round.
 
 A warm-up of WARMUP_REQUESTS (not counted, its spans in before the run starts) wakes the model
 and the connections; then a fixed number of requests comes from a real client: perf_analyzer (HTTP,
@@ -46,6 +49,7 @@ import re
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -99,6 +103,8 @@ SETTLE_TIMEOUT_S = 60.0
 # of the round, is how far the live figure can be off: a round at or under it is not judged.
 EXPORTER_POLL_S = 5.0
 TRACE_FILE_FREQUENCY = 100  # Triton writes the trace file every this many traces (0 would mean: at exit)
+# The chart's exporter.traceFiles.keepRotations (a unit test holds the two equal).
+TRACE_FILE_KEEP_ROTATIONS = 2
 STAGE = "request"
 GOAL_RATE = 10
 GOALS = {"p99_error_max": 0.02, "min_requests": 50_000, "triton_added_cpu_us_max": 10.0,
@@ -121,13 +127,16 @@ class Mode:
     def traced(self) -> bool:
         return self.rate is not None
 
-    def trace_settings(self, exporter_url: str, workdir: Path) -> TraceSettings | None:
+    def trace_settings(self, exporter_url: str, workdir: Path, pod: str = POD) -> TraceSettings | None:
+        """The traced replica's flags; a trace file goes in *pod*'s subdirectory (made here, as the
+        kubelet makes it before the container starts)."""
         if self.tracing == "otlp":
             assert self.rate is not None
             return TraceSettings(mode="opentelemetry", rate=self.rate, url=f"{exporter_url}/v1/traces")
         if self.tracing == "tracefile":
             assert self.rate is not None
-            return TraceSettings(mode="triton", rate=self.rate, file=trace_file(workdir),
+            trace_file(workdir, pod).parent.mkdir(parents=True, exist_ok=True)
+            return TraceSettings(mode="triton", rate=self.rate, file=trace_file(workdir, pod),
                                  log_frequency=TRACE_FILE_FREQUENCY)
         return None
 
@@ -163,8 +172,65 @@ def parse_modes(texts: Iterable[str]) -> list[Mode]:
     return list(out.values())
 
 
-def trace_file(workdir: Path) -> Path:
-    return workdir / "trace.json"
+def trace_dir(workdir: Path) -> Path:
+    """The exporter's trace directory: the chart's hostPath, one subdirectory per pod."""
+    return workdir / "traces"
+
+
+def trace_file(workdir: Path, pod: str = POD) -> Path:
+    """The replica's file, in its pod's subdirectory (the kubelet's `subPathExpr` makes it)."""
+    return trace_dir(workdir) / f"{NAMESPACE}_{pod}" / "trace.json"
+
+
+def kept_file(workdir: Path) -> Path:
+    """Where the rotations are linked aside (the exporter deletes them once read)."""
+    return workdir / "kept" / "trace.json"
+
+
+class RotationKeeper:
+    """Hard-links each rotation of *source* into *kept*'s directory as soon as it appears, so the
+    round's trace survives the exporter's pruning (a link costs Triton and the exporter nothing:
+    the exporter's unlink then only drops a name). `missed` counts rotations deleted first."""
+
+    def __init__(self, source: Path, kept: Path, interval_s: float = 0.02) -> None:
+        self.source, self.kept, self.interval_s = source, kept, interval_s
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        self.missed = 0
+        self._linked: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rotation-keeper", daemon=True)
+
+    def start(self) -> RotationKeeper:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """After the replica stopped: Triton writes its last traces on exit."""
+        self._stop.set()
+        self._thread.join()
+        self.sweep()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.sweep()
+
+    def sweep(self) -> None:
+        prefix = self.source.name + "."
+        try:
+            names = [e.name for e in os.scandir(self.source.parent) if e.name.startswith(prefix)]
+        except OSError:
+            return
+        for name in names:
+            if name in self._linked:
+                continue
+            try:
+                os.link(self.source.parent / name, self.kept.parent / name)
+            except FileExistsError:
+                pass
+            except OSError:
+                self.missed += 1
+                continue
+            self._linked.add(name)
 
 
 # --- CPU time from /proc --------------------------------------------------------------------------
@@ -510,7 +576,8 @@ def exporter_env(mode: Mode, targets: Path, workdir: Path) -> dict[str, str]:
     if mode.rate is not None:  # configured as the docs and the local stack do; detection is reported apart
         env["TIDESCALE_EXPORTER_TRACE_SAMPLE_RATE"] = str(mode.rate)
     if mode.tracing == "tracefile":
-        env["TIDESCALE_EXPORTER_TRACE_FILES"] = json.dumps([str(trace_file(workdir))])
+        env["TIDESCALE_EXPORTER_TRACE_DIR"] = str(trace_dir(workdir))
+        env["TIDESCALE_EXPORTER_TRACE_FILE_KEEP_ROTATIONS"] = str(TRACE_FILE_KEEP_ROTATIONS)
     return env
 
 
@@ -700,6 +767,9 @@ def measure(mode: Mode, client: Client, requests: int, repo: Path, workdir: Path
     targets = workdir / "targets.json"
     targets.write_text(json.dumps([{"targets": [f"127.0.0.1:{ports.http}"],
                                     "labels": {"namespace": NAMESPACE, "pod": POD}}]))
+    keeper = None
+    if mode.tracing == "tracefile":
+        keeper = RotationKeeper(trace_file(workdir), kept_file(workdir)).start()
     exporter, exporter_url = spawn_exporter(workdir, token=TOKEN, env=exporter_env(mode, targets, workdir))
     replica: TritonReplica | None = None
     regions: list[str] = []
@@ -736,7 +806,12 @@ def measure(mode: Mode, client: Client, requests: int, repo: Path, workdir: Path
         exporter.stop()  # first: Triton waits for open HTTP connections (the poller's) before it exits
         if replica is not None:
             stop_replica(replica, regions)
-    windows = (read_windows(trace_file(workdir), math.ceil(WARMUP_REQUESTS / mode.rate))
+        if keeper is not None:
+            keeper.stop()
+    if keeper is not None and keeper.missed:
+        progress(f"{mode.name}: {keeper.missed} rotation(s) deleted before they were linked aside: the "
+                 "server's windows miss them")
+    windows = (read_windows(kept_file(workdir), math.ceil(WARMUP_REQUESTS / mode.rate))
                if mode.tracing == "tracefile" and mode.rate else None)
     return ModeRun(before, after, played, at_end, version, idle, reads, read_cpu_s, windows)
 

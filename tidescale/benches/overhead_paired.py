@@ -196,7 +196,7 @@ def pair_round(mode: ov.Mode, client: ov.Client, requests: int, repo: Path, work
     pool = ThreadPoolExecutor(2)
     try:
         for k, (p, pod) in enumerate(zip(ports, PODS, strict=True)):
-            trace = mode.trace_settings(exporter_url, workdir) if k == slot else None
+            trace = mode.trace_settings(exporter_url, workdir, pod) if k == slot else None
             replicas.append(ov.BenchReplica(pod, ov.NAMESPACE, repo, workdir / f"triton-{k}", ports=p,
                                             trace=trace).start())
         for replica in replicas:

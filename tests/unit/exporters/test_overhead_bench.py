@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+import yaml
 
 from tests.paths import FIXTURES
 from tidescale import cli
@@ -21,6 +22,7 @@ from tidescale.benches import overhead as ov
 from tidescale.benches.histogram import histogram_quantile
 from tidescale.contracts import tools
 from tidescale.contracts.errors import MissingToolError, TidescaleError, UsageError
+from tidescale.contracts.tools import REPO_ROOT
 from tidescale.devstack.fleet.model_repo import write_model_repository
 
 
@@ -284,7 +286,7 @@ def test_replica_flags_name_the_pod_in_otlp_and_write_the_trace_file_as_it_fills
     assert f"opentelemetry,resource=k8s.pod.name={ov.POD}" in flags
     assert f"opentelemetry,resource=k8s.namespace.name={ov.NAMESPACE}" in flags
     flags = argv(tracefile)
-    assert f"triton,file={tmp_path / 'tracefile-1' / 'trace.json'}" in flags
+    assert f"triton,file={tmp_path / 'tracefile-1' / 'traces' / f'{ov.NAMESPACE}_{ov.POD}' / 'trace.json'}" in flags
     assert f"triton,log-frequency={ov.TRACE_FILE_FREQUENCY}" in flags and "triton,log-frequency=0" not in flags
     assert not any("trace-config" in f for f in argv(none))
 
@@ -294,10 +296,30 @@ def test_exporter_settings_per_mode(tmp_path: Path) -> None:
     env = ov.exporter_env(none, tmp_path / "targets.json", tmp_path)
     assert env["TIDESCALE_EXPORTER_TARGETS_FILE"] == str(tmp_path / "targets.json")
     assert env["TIDESCALE_EXPORTER_TRACES_REQUIRE_TOKEN"] == "false"
-    assert "TIDESCALE_EXPORTER_TRACE_SAMPLE_RATE" not in env and "TIDESCALE_EXPORTER_TRACE_FILES" not in env
+    assert "TIDESCALE_EXPORTER_TRACE_SAMPLE_RATE" not in env and "TIDESCALE_EXPORTER_TRACE_DIR" not in env
     assert ov.exporter_env(otlp, tmp_path / "t", tmp_path)["TIDESCALE_EXPORTER_TRACE_SAMPLE_RATE"] == "100"
-    assert ov.exporter_env(tracefile, tmp_path / "t", tmp_path)["TIDESCALE_EXPORTER_TRACE_FILES"] == (
-        f'["{tmp_path / "trace.json"}"]')
+    # The trace file as the chart deploys it: the pod's subdirectory of the trace directory, read
+    # rotations pruned as the chart's exporter.traceFiles.keepRotations says.
+    env = ov.exporter_env(tracefile, tmp_path / "t", tmp_path)
+    assert env["TIDESCALE_EXPORTER_TRACE_DIR"] == str(tmp_path / "traces")
+    assert ov.trace_file(tmp_path).parent == tmp_path / "traces" / f"{ov.NAMESPACE}_{ov.POD}"
+    chart = yaml.safe_load((REPO_ROOT / "deploy" / "helm" / "tidescale" / "values.yaml").read_text())
+    assert env["TIDESCALE_EXPORTER_TRACE_FILE_KEEP_ROTATIONS"] == str(chart["exporter"]["traceFiles"]["keepRotations"])
+
+
+def test_the_rotation_keeper_keeps_every_rotation_the_exporter_prunes(tmp_path: Path) -> None:
+    source = tmp_path / "pod" / "trace.json"
+    source.parent.mkdir()
+    keeper = ov.RotationKeeper(source, tmp_path / "kept" / "trace.json", interval_s=0.01)
+    for i in range(3):
+        (source.parent / f"trace.json.{i}").write_text(f"[{i}]")
+    keeper.sweep()
+    for i in range(2):
+        (source.parent / f"trace.json.{i}").unlink()  # pruned by the exporter
+    (source.parent / "trace.json.3").write_text("[3]")  # written at exit
+    keeper.start().stop()
+    assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == [f"trace.json.{i}" for i in range(4)]
+    assert (tmp_path / "kept" / "trace.json.0").read_text() == "[0]" and keeper.missed == 0
 
 
 # --- per-mode arithmetic -----------------------------------------------------------------------------

@@ -4,7 +4,9 @@ simulated dcgm-exporter, written as a user's manifests would be.
 The model repository (the dev fleet's Python-backend models that emulate GPU batch latency) ships
 as a ConfigMap mounted at /models. Each Triton pod traces to the tidescale exporter's Service over
 OTLP/HTTP and names itself in the span resource (``k8s.namespace.name``, ``k8s.pod.name``) from the
-downward API, which is what puts ``namespace`` and ``pod`` on the latency series.
+downward API, which is what puts ``namespace`` and ``pod`` on the latency series. Or, with
+``trace_host_path``, it writes its trace file in its own subdirectory of that node directory, as
+docs/install.md#tracing-to-a-file tells users to (the chart's ``exporter.traceFiles``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ LABELS = {"app.kubernetes.io/name": "triton"}
 # SIGTERM, and Triton waits up to EXIT_TIMEOUT_S for the requests it still holds.
 DRAIN_S = 5
 EXIT_TIMEOUT_S = 30
+# Triton writes its trace file every this many traces (docs/install.md#tracing-to-a-file).
+TRACE_LOG_FREQUENCY = 100
+TRACE_MOUNT = "/var/run/triton/traces"
 
 
 def model_repository_configmap(name: str, namespace: str, specs: tuple[ModelSpec, ...]) -> dict[str, Any]:
@@ -31,9 +36,14 @@ def model_repository_configmap(name: str, namespace: str, specs: tuple[ModelSpec
             "data": data}
 
 
-def triton_deployment(namespace: str, *, replicas: int = 1, otlp_url: str, trace_rate: int = 10,
+def triton_deployment(namespace: str, *, replicas: int = 1, otlp_url: str | None = None,
+                      trace_host_path: str | None = None, trace_rate: int = 10,
+                      trace_log_frequency: int = TRACE_LOG_FREQUENCY,
                       specs: tuple[ModelSpec, ...] = DEFAULT_MODELS, load_seconds: float = 2.0,
                       name: str = "triton") -> list[dict[str, Any]]:
+    """Traces over OTLP to *otlp_url*, or to a file in `<trace_host_path>/<namespace>_<pod>/`."""
+    if (otlp_url is None) == (trace_host_path is None):
+        raise ValueError("trace over OTLP (otlp_url) or to a file (trace_host_path): one of them")
     specs = with_load_seconds(specs, load_seconds)
     repo = f"{name}-models"
     items = [item for s in specs for item in (
@@ -42,11 +52,19 @@ def triton_deployment(namespace: str, *, replicas: int = 1, otlp_url: str, trace
     args = [
         "--model-repository=/models", "--http-port=8000", "--grpc-port=8001", "--metrics-port=8002",
         "--log-verbose=0", "--trace-config=level=TIMESTAMPS", f"--trace-config=rate={trace_rate}",
-        "--trace-config=mode=opentelemetry", f"--trace-config=opentelemetry,url={otlp_url}",
-        "--trace-config=opentelemetry,resource=k8s.namespace.name=$(POD_NAMESPACE)",
-        "--trace-config=opentelemetry,resource=k8s.pod.name=$(POD_NAME)",
         f"--exit-timeout-secs={EXIT_TIMEOUT_S}",
     ]
+    mounts: list[dict[str, Any]] = [{"name": "models", "mountPath": "/models", "readOnly": True}]
+    volumes: list[dict[str, Any]] = [{"name": "models", "configMap": {"name": repo, "items": items}}]
+    if trace_host_path is None:
+        args += ["--trace-config=mode=opentelemetry", f"--trace-config=opentelemetry,url={otlp_url}",
+                 "--trace-config=opentelemetry,resource=k8s.namespace.name=$(POD_NAMESPACE)",
+                 "--trace-config=opentelemetry,resource=k8s.pod.name=$(POD_NAME)"]
+    else:
+        args += ["--trace-config=mode=triton", f"--trace-config=triton,file={TRACE_MOUNT}/trace.json",
+                 f"--trace-config=triton,log-frequency={trace_log_frequency}"]
+        mounts.append({"name": "traces", "mountPath": TRACE_MOUNT, "subPathExpr": "$(POD_NAMESPACE)_$(POD_NAME)"})
+        volumes.append({"name": "traces", "hostPath": {"path": trace_host_path, "type": "DirectoryOrCreate"}})
     container = {
         "name": "triton", "image": TRITON_IMAGE, "command": ["tritonserver"], "args": args,
         "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
@@ -58,7 +76,7 @@ def triton_deployment(namespace: str, *, replicas: int = 1, otlp_url: str, trace
                          "failureThreshold": 120},
         "resources": {"limits": {"nvidia.com/gpu": 1}},
         "lifecycle": {"preStop": {"sleep": {"seconds": DRAIN_S}}},
-        "volumeMounts": [{"name": "models", "mountPath": "/models", "readOnly": True}],
+        "volumeMounts": mounts,
     }
     return [
         model_repository_configmap(repo, namespace, specs),
@@ -67,7 +85,7 @@ def triton_deployment(namespace: str, *, replicas: int = 1, otlp_url: str, trace
          "spec": {"replicas": replicas, "selector": {"matchLabels": LABELS}, "template": {
              "metadata": {"labels": LABELS},
              "spec": {"terminationGracePeriodSeconds": DRAIN_S + EXIT_TIMEOUT_S + 5, "containers": [container],
-                      "volumes": [{"name": "models", "configMap": {"name": repo, "items": items}}]}}}},
+                      "volumes": volumes}}}},
         {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": namespace, "labels": LABELS},
          "spec": {"selector": LABELS, "ports": [{"name": "http", "port": 8000, "targetPort": "http"},
                                                 {"name": "metrics", "port": 8002, "targetPort": "metrics"}]}},
