@@ -109,11 +109,12 @@ def build_state(settings: ExporterSettings) -> ExporterState:
     state.background.append(tail_and_expire)
     _add_discovery_and_polling(state)
     if settings.trace_dir is not None and state.targets is not None:
-        targets = state.targets
-        state.tailers.append(PodTraceDirectory(
-            settings.trace_dir, targets.pod_sender, file_name=settings.trace_file_name,
+        directory = PodTraceDirectory(
+            settings.trace_dir, state.targets.pod_sender, file_name=settings.trace_file_name,
             max_pending=settings.join_max_pending, on_drop=selfmetrics.drop_spans,
-            keep_rotations=settings.trace_file_keep_rotations, idle_s=settings.trace_dir_idle_s))
+            keep_rotations=settings.trace_file_keep_rotations, idle_s=settings.trace_dir_idle_s)
+        state.tailers.append(directory)
+        registry.register(directory)
     return state
 
 

@@ -24,10 +24,13 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from prometheus_client.core import GaugeMetricFamily
+
+from tidescale.contracts import catalog
 from tidescale.exporters.latency import Sender, StageSample
 from tidescale.exporters.tracefile import TraceFileTailer
 
@@ -50,7 +53,9 @@ class _PodFiles:
 
 
 class PodTraceDirectory:
-    """Tails `<root>/<namespace>_<pod>/<file_name>` (and rotations) of each watched pod."""
+    """Tails `<root>/<namespace>_<pod>/<file_name>` (and rotations) of each watched pod. A
+    collector too: how many subdirectories it reads, and how many it leaves waiting or ignores,
+    so that a Triton pod whose files are not read shows (a subPathExpr naming it otherwise)."""
 
     def __init__(self, root: Path, resolve: Resolve, *, file_name: str = "trace.json", max_pending: int = 20_000,
                  on_drop: Callable[[str, int], None] | None = None, keep_rotations: int | None = None,
@@ -70,6 +75,7 @@ class PodTraceDirectory:
         self.clock = clock
         self._pods: dict[str, _PodFiles] = {}
         self._noted: set[str] = set()
+        self._counts = {"read": 0, "waiting": 0, "ignored": 0}
 
     def pods(self) -> list[str]:
         """The subdirectories being tailed."""
@@ -81,9 +87,11 @@ class PodTraceDirectory:
         for gone in set(self._pods) - present:
             del self._pods[gone]  # removed by someone else: its unfinished requests go with it
         samples: list[StageSample] = []
+        waiting = 0
         for name in sorted(present):
             pod = self._pods.get(name) or self._start(name, now)
             if pod is None:
+                waiting += 1
                 continue
             new = pod.tailer.poll()
             samples.extend(new)
@@ -91,22 +99,33 @@ class PodTraceDirectory:
                 pod.alive = now
             elif self.keep_rotations is not None and not pod.undeletable and now - pod.alive >= self.idle_s:
                 self._remove(name, pod)
+        self._counts.update(read=len(self._pods), waiting=waiting)
         return samples
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = catalog.get("tidescale_exporter_trace_dirs")
+        gauge = GaugeMetricFamily(family.name, family.help, labels=["state"])
+        for state, n in self._counts.items():
+            gauge.add_metric([state], n)
+        yield gauge
 
     def _listing(self) -> set[str]:
         """The names of the subdirectories that can be pods' (no links: they lead out of the root)."""
         out: set[str] = set()
+        ignored = 0
         try:
             with os.scandir(self.root) as listing:
                 for entry in listing:
                     if POD_DIR.fullmatch(entry.name) and entry.is_dir(follow_symlinks=False):
                         out.add(entry.name)
-                    elif entry.name not in self._noted:
+                    else:
+                        ignored += 1
                         self._note(entry.name, "not a <namespace>_<pod> directory")
         except OSError as exc:
             if "" not in self._noted:
                 self._noted.add("")
                 log.warning("cannot list the trace directory %s: %s", self.root, exc)
+        self._counts["ignored"] = ignored
         return out
 
     def _watched(self, name: str) -> bool:

@@ -224,3 +224,15 @@ def test_open_for_writers_opens_the_root_and_the_pod_directories_only(tmp_path: 
     assert (root.stat().st_mode & 0o7777, (root / "prod_triton-a").stat().st_mode & 0o7777) == (0o777, 0o777)
     assert (root / "notes").stat().st_mode & 0o7777 == 0o700
     assert open_for_writers(root) == 0  # idempotent
+
+
+def test_it_exports_how_many_pod_directories_it_reads_leaves_waiting_and_ignores(tmp_path: Path) -> None:
+    """What on-call reads when a pod's latency is missing: its directory waiting, or not a pod's name."""
+    _pod_file(tmp_path, "prod_triton-a", ROTATED, ".0")
+    _pod_file(tmp_path, "prod_triton-b", ROTATED, ".0")  # not watched here
+    _pod_file(tmp_path, "triton-c", ROTATED, ".0")  # a subPathExpr that does not name the namespace
+    directory = _directory(tmp_path, _watch(("prod", "triton-a", "")))
+    directory.poll()
+    [family] = list(directory.collect())
+    assert family.name == "tidescale_exporter_trace_dirs"
+    assert {s.labels["state"]: s.value for s in family.samples} == {"read": 1, "waiting": 1, "ignored": 1}

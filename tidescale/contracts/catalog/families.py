@@ -206,6 +206,10 @@ TIDESCALE: list[MetricFamily] = [
          "Series not created because a cardinality cap was reached.", ("family",)),
     _own("tidescale_exporter_task_restarts_total", "counter", "restarts",
          "Background tasks of the exporter that died and were restarted, by task.", ("task",)),
+    _own("tidescale_exporter_trace_dirs", "gauge", "directories",
+         "Subdirectories of the trace directory (trace_dir) at the last look: read (a watched pod's), "
+         "waiting (a pod this exporter does not watch, or over the limit), ignored (not <namespace>_<pod>).",
+         ("state",)),
     _own("tidescale_exporter_join_buffer_bytes", "gauge", "bytes",
          "Bytes held by spans waiting in the join buffer for the rest of their request.", ()),
     _own("tidescale_exporter_profile_store_bytes", "gauge", "bytes",
