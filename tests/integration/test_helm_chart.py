@@ -671,6 +671,10 @@ def test_notes_explain_rules_and_dashboards() -> None:
     # With prometheus-operator the notes say how to check that Prometheus loaded the rules.
     with_operator = (CHART / "templates" / "NOTES.txt").read_text()
     assert "get servicemonitors,podmonitors,prometheusrules" in with_operator and "/rules" in with_operator
+    assert "Trace files" not in notes
+    traced = helm("install", "t", str(CHART), "--dry-run=client", "--namespace", NAMESPACE,
+                  "--set", "exporter.mode=daemonset", "--set", "exporter.traceFiles.enabled=true")
+    assert "mount hostPath /var/lib/tidescale/triton-traces with subPathExpr" in traced.stdout.split("NOTES:", 1)[1]
 
 
 def test_adapter_values_and_alertmanager_secret_carry_the_generated_files(full_docs: list[dict[str, Any]],
