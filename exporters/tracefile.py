@@ -18,6 +18,7 @@ general reader, which skips what it cannot use entry by entry, so the two give t
 from __future__ import annotations
 
 import codecs
+import errno
 import json
 import logging
 import os
@@ -251,6 +252,7 @@ class TraceFileTailer:
         self.keep_rotations = keep_rotations
         self._files: dict[str, _FileState] = {}  # by path
         self._unprunable: set[str] = set()  # rotations whose deletion failed (warned once each)
+        self._prune_refused = False  # the directory refuses deletions: pruning is off
 
     def files(self) -> list[Path]:
         """The trace file and its rotations, oldest rotation first, the base file last."""
@@ -306,8 +308,12 @@ class TraceFileTailer:
         """Delete the rotations older than the newest `keep_rotations` that are finished: read to
         their last byte, and their JSON array closed (a restarted Triton writes `file.0` again
         while older, higher-numbered rotations remain, so the index alone does not say finished).
-        Nothing unread is ever deleted; a failed deletion is warned about once and left."""
+        Nothing unread is ever deleted; a failed deletion is warned about once and left. Where the
+        directory refuses deletions (no write access, a read-only mount), pruning stops at the first
+        refusal: every later rotation would be refused too, and each warned about and remembered."""
         assert self.keep_rotations is not None
+        if self._prune_refused:
+            return
         for path in rotations[:-self.keep_rotations]:
             state = self._files.get(path)
             if state is None or path in self._unprunable or not _finished(path, state):
@@ -315,6 +321,12 @@ class TraceFileTailer:
             try:
                 os.unlink(path)
             except OSError as exc:
+                if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+                    self._prune_refused = True
+                    log.warning("cannot delete the finished trace rotation %s: %s; no rotation of %s is deleted "
+                                "from now on: give the exporter write access to %s", path, exc, self.path,
+                                self.path.parent)
+                    return
                 self._unprunable.add(path)
                 log.warning("cannot delete the finished trace rotation %s: %s", path, exc)
                 continue

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -347,17 +349,40 @@ def test_a_failed_deletion_is_warned_once_and_the_tail_goes_on(tmp_path: Path, m
                                                                 caplog: pytest.LogCaptureFixture) -> None:
     from tidescale.exporters import tracefile
 
+    tried: list[str] = []
+
     def read_only(path: str) -> None:
-        raise PermissionError(30, "Read-only file system", path)
+        tried.append(path)
+        raise OSError(errno.EROFS, "Read-only file system", path)
 
     monkeypatch.setattr(tracefile.os, "unlink", read_only)
     tailer = _rotations(tmp_path, 3)
     assert len(tailer.poll()) == 3 * 20 * 5
     shutil.copy(REAL, tmp_path / "trace.json")
     assert len(tailer.poll()) == 200 * 5
+    for i in (3, 4):  # more rotations: a directory that refuses deletions is not asked again
+        shutil.copy(ROTATED, tmp_path / f"trace.json.{i}")
+    assert len(tailer.poll()) == 2 * 20 * 5
     warned = [r for r in caplog.records if "cannot delete the finished trace rotation" in r.getMessage()]
-    assert len(warned) == 1 and "Read-only" in warned[0].getMessage()
-    assert len(list(tmp_path.iterdir())) == 4
+    assert len(warned) == 1 and "Read-only" in warned[0].getMessage() and "write access" in warned[0].getMessage()
+    assert len(tried) == 1 and len(list(tmp_path.iterdir())) == 6
+
+
+def test_a_rotation_that_cannot_be_deleted_for_its_own_reason_does_not_stop_the_others(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tidescale.exporters import tracefile
+
+    real_unlink = os.unlink
+
+    def busy_first(path: str) -> None:
+        if path.endswith(".0"):
+            raise OSError(errno.EBUSY, "Device or resource busy", path)
+        real_unlink(path)
+
+    monkeypatch.setattr(tracefile.os, "unlink", busy_first)
+    tailer = _rotations(tmp_path, 4)
+    tailer.poll()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trace.json.0", "trace.json.2", "trace.json.3"]
 
 
 def test_keeping_no_rotation_is_refused(tmp_path: Path) -> None:
