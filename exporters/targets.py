@@ -46,7 +46,6 @@ class Target:
 ChangeCallback = Callable[[list[Target], list[Target]], None]
 
 
-
 def deployment_of(pod: Any) -> str:
     """The Deployment that owns *pod*, found as OpenTelemetry's k8sattributes finds it: the owning
     ReplicaSet's name without the pod's `pod-template-hash`; '' for pods no Deployment owns."""
