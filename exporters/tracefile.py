@@ -259,27 +259,7 @@ class TraceFileTailer:
         return [Path(name) for name in self._present()]
 
     def _present(self) -> list[str]:
-        """`files()` as strings, from one directory listing: Triton never deletes a rotation, so
-        there can be thousands, and this runs every second."""
-        base, prefix = self.path.name, self.path.name + "."
-        rotated: list[tuple[int, str]] = []
-        has_base = False
-        try:
-            with os.scandir(self.path.parent) as listing:
-                for entry in listing:
-                    name = entry.name
-                    if name == base:
-                        has_base = True
-                    elif name.startswith(prefix):
-                        index = name[len(prefix):]
-                        if index.isascii() and index.isdigit():
-                            rotated.append((int(index), entry.path))
-        except OSError:
-            return []
-        out = [path for _, path in sorted(rotated)]
-        if has_base:
-            out.append(str(self.path))
-        return out
+        return trace_files(self.path)
 
     def caught_up(self) -> bool:
         """Every file there is has been read to its last byte (what a poll just saw)."""
@@ -366,6 +346,31 @@ class TraceFileTailer:
         except OSError:
             self.on_drop("unreadable_file", 1)
         return samples
+
+
+def trace_files(path: Path) -> list[str]:
+    """*path* and its rotations `path.0`, `path.1`, … that exist, oldest rotation first, the base
+    file last, from one directory listing: Triton never deletes a rotation, so there can be
+    thousands, and a tailer lists them every second."""
+    base, prefix = path.name, path.name + "."
+    rotated: list[tuple[int, str]] = []
+    has_base = False
+    try:
+        with os.scandir(path.parent) as listing:
+            for entry in listing:
+                name = entry.name
+                if name == base:
+                    has_base = True
+                elif name.startswith(prefix):
+                    index = name[len(prefix):]
+                    if index.isascii() and index.isdigit():
+                        rotated.append((int(index), entry.path))
+    except OSError:
+        return []
+    out = [p for _, p in sorted(rotated)]
+    if has_base:
+        out.append(str(path))
+    return out
 
 
 def _finished(path: str, state: _FileState) -> bool:

@@ -69,7 +69,7 @@ from tidescale.devstack.exporter import spawn_exporter
 from tidescale.devstack.fleet.exposition import parse
 from tidescale.devstack.fleet.model_repo import DEFAULT_MODELS, ModelSpec, write_model_repository
 from tidescale.devstack.fleet.triton import ReplicaPorts, TraceSettings, TritonReplica
-from tidescale.exporters.tracefile import TraceFileTailer
+from tidescale.exporters.tracefile import trace_files
 
 RESULT_MD = BENCH_DIR / "overhead.md"
 RESULT_PNG = RESULT_MD.with_suffix(".png")
@@ -215,16 +215,12 @@ class RotationKeeper:
             self.sweep()
 
     def sweep(self) -> None:
-        prefix = self.source.name + "."
-        try:
-            names = [e.name for e in os.scandir(self.source.parent) if e.name.startswith(prefix)]
-        except OSError:
-            return
-        for name in names:
-            if name in self._linked:
+        for path in trace_files(self.source):
+            name = os.path.basename(path)
+            if name in self._linked or name == self.source.name:  # rotations only
                 continue
             try:
-                os.link(self.source.parent / name, self.kept.parent / name)
+                os.link(path, self.kept.parent / name)
             except FileExistsError:
                 pass
             except OSError:
@@ -819,7 +815,7 @@ def measure(mode: Mode, client: Client, requests: int, repo: Path, workdir: Path
 def read_windows(path: Path, skip: int) -> ServerWindows:
     """The round's windows from the trace file and its rotations (read after the replica stopped, as
     Triton writes its last traces on exit), without the warm-up's *skip* traced requests."""
-    return server_windows((read_text(str(f)) for f in TraceFileTailer(path).files()), skip)
+    return server_windows((read_text(f) for f in trace_files(path)), skip)
 
 
 SHM_REGION = re.compile(rb"^triton_python_backend_shm_region_[0-9a-f-]+$")
