@@ -262,16 +262,10 @@ class TraceFileTailer:
         return trace_files(self.path)
 
     def caught_up(self) -> bool:
-        """Every file there is has been read to its last byte (what a poll just saw)."""
-        for path in self._present():
-            state = self._files.get(path)
-            try:
-                stat = os.stat(path)
-            except OSError:
-                continue
-            if state is None or stat.st_ino != state.inode or stat.st_size != state.offset:
-                return False
-        return True
+        """Every file there is has been read to its last byte (what a poll just saw); a file that
+        vanishes meanwhile counts as not read, so the answer errs towards keeping files."""
+        return all((state := self._files.get(path)) is not None and _read_to_end(path, state)
+                   for path in self._present())
 
     def poll(self) -> list[StageSample]:
         samples: list[StageSample] = []
@@ -373,12 +367,17 @@ def trace_files(path: Path) -> list[str]:
     return out
 
 
-def _finished(path: str, state: _FileState) -> bool:
-    """Read to its last byte, and ending with the `]` that closes Triton's array. Judged from what
-    the reads saw and a stat, without opening the file: a rotation that stays open (a restarted
-    Triton's `file.0`, beyond the newest N) is checked every poll."""
+def _read_to_end(path: str, state: _FileState) -> bool:
+    """The file the reads saw (its inode), with no byte beyond them: judged by a stat, without
+    opening it."""
     try:
         stat = os.stat(path)
     except OSError:
         return False
-    return state.closed and stat.st_ino == state.inode and stat.st_size == state.offset
+    return stat.st_ino == state.inode and stat.st_size == state.offset
+
+
+def _finished(path: str, state: _FileState) -> bool:
+    """Read to its last byte, and ending with the `]` that closes Triton's array: a rotation that
+    stays open (a restarted Triton's `file.0`, beyond the newest N) is checked every poll."""
+    return state.closed and _read_to_end(path, state)
