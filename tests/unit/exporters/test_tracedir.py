@@ -236,3 +236,24 @@ def test_it_exports_how_many_pod_directories_it_reads_leaves_waiting_and_ignores
     [family] = list(directory.collect())
     assert family.name == "tidescale_exporter_trace_dirs"
     assert {s.labels["state"]: s.value for s in family.samples} == {"read": 1, "waiting": 1, "ignored": 1}
+
+
+def test_open_trace_dir_on_the_command_line_says_what_failed_without_a_traceback(tmp_path: Path) -> None:
+    """The chart's init container: a path that cannot be a directory fails with its name, exit 1;
+    a missing argument is a usage error, exit 2."""
+    import subprocess
+    import sys
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "tidescale.cli", "exporter", "open-trace-dir", *args],
+                              capture_output=True, text=True, timeout=60)
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    failed = run(str(blocker / "traces"))
+    assert failed.returncode == 1 and f"cannot open {blocker / 'traces'} to writers" in failed.stderr
+    assert "Traceback" not in failed.stderr
+    usage = run()
+    assert usage.returncode == 2 and "Traceback" not in usage.stderr
+    done = run(str(tmp_path / "traces"))
+    assert done.returncode == 0 and (tmp_path / "traces").is_dir(), done.stderr
