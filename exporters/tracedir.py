@@ -143,7 +143,7 @@ class PodTraceDirectory:
             return None
         self._noted.discard(name)
         tailer = TraceFileTailer(self.root / name / self.file_name, self.max_pending, self.on_drop,
-                                 keep_rotations=self.keep_rotations, sender=sender)
+                                 keep_rotations=self.keep_rotations, sender=sender, follow_links=False)
         self._pods[name] = started = _PodFiles(tailer, now)
         log.info("tailing the trace files of pod %s/%s", namespace, pod)
         return started

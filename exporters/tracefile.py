@@ -22,11 +22,12 @@ import errno
 import json
 import logging
 import os
+import stat as stat_mode
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import msgspec
 
@@ -241,9 +242,11 @@ class TraceFileTailer:
 
     def __init__(self, path: Path, max_pending: int = 20_000,
                  on_drop: Callable[[str, int], None] | None = None, *, keep_rotations: int | None = None,
-                 sender: Sender = NO_SENDER) -> None:
+                 sender: Sender = NO_SENDER, follow_links: bool = True) -> None:
         """*keep_rotations*: None keeps every rotation, as Triton does; N deletes finished rotations
-        beyond the newest N once they are read (`_prune`). *sender*: the pod the file belongs to."""
+        beyond the newest N once they are read (`_prune`). *sender*: the pod the file belongs to.
+        *follow_links*: False where the files' writer is not trusted (a pod's own directory), so a
+        link there is refused instead of read from this process' view of the filesystem."""
         if keep_rotations is not None and keep_rotations < 1:
             raise ValueError(f"keep_rotations must be at least 1, got {keep_rotations}")
         self.path = path
@@ -252,6 +255,8 @@ class TraceFileTailer:
         self.keep_rotations = keep_rotations
         self._files: dict[str, _FileState] = {}  # by path
         self._unprunable: set[str] = set()  # rotations whose deletion failed (warned once each)
+        self._follow_links = follow_links
+        self._refused: set[str] = set()  # paths that are not regular files (counted and said once each)
         self._prune_refused = False  # the directory refuses deletions: pruning is off
 
     def files(self) -> list[Path]:
@@ -264,8 +269,8 @@ class TraceFileTailer:
     def caught_up(self) -> bool:
         """Every file there is has been read to its last byte (what a poll just saw); a file that
         vanishes meanwhile counts as not read, so the answer errs towards keeping files."""
-        return all((state := self._files.get(path)) is not None and _read_to_end(path, state)
-                   for path in self._present())
+        return all(path in self._refused or ((state := self._files.get(path)) is not None
+                                             and _read_to_end(path, state)) for path in self._present())
 
     def poll(self) -> list[StageSample]:
         samples: list[StageSample] = []
@@ -313,9 +318,13 @@ class TraceFileTailer:
 
     def _read_new(self, path: str) -> list[StageSample]:
         try:
-            stat = os.stat(path)
+            stat = os.stat(path) if self._follow_links else os.lstat(path)
         except OSError:
             return []
+        if not stat_mode.S_ISREG(stat.st_mode):
+            self._refuse(path, stat.st_mode)
+            return []
+        self._refused.discard(path)
         state = self._files.get(path)
         if state is None:
             state = self._files[path] = _FileState()
@@ -329,17 +338,58 @@ class TraceFileTailer:
         assert state.stream is not None
         samples: list[StageSample] = []
         try:
-            with open(path, "rb") as fh:
+            with _open_regular(path, self._follow_links) as fh:
                 fh.seek(state.offset)
-                while chunk := fh.read(READ_CHUNK_BYTES):
+                # Up to the size seen at open: a file that grows faster than it is read still ends a poll.
+                left = os.fstat(fh.fileno()).st_size - state.offset
+                while left > 0 and (chunk := fh.read(min(READ_CHUNK_BYTES, left))):
+                    left -= len(chunk)
                     state.offset += len(chunk)
                     if tail := chunk[-64:].rstrip() or chunk.rstrip():  # (the whole chunk only when blank-ended)
                         state.closed = tail.endswith(b"]")
                     for entry in state.stream.feed(chunk):
                         samples.extend(self.entries.add(entry, path))
+        except _NotRegular as exc:
+            self._refuse(path, exc.mode)
         except OSError:
             self.on_drop("unreadable_file", 1)
         return samples
+
+    def _refuse(self, path: str, mode: int) -> None:
+        """Never open a FIFO (the open would wait for a writer for ever), a device (`/dev/zero` never
+        ends) or a directory, nor, where links are not followed, a link: counted and said once."""
+        if path in self._refused:
+            return
+        self._refused.add(path)
+        self.on_drop("not_a_regular_file", 1)
+        kind = "a link" if stat_mode.S_ISLNK(mode) else f"not a regular file (mode {stat_mode.filemode(mode)})"
+        log.warning("not reading the trace file %s: it is %s", path, kind)
+
+
+class _NotRegular(OSError):
+    """The path turned into something else than a regular file between its stat and its open."""
+
+    def __init__(self, mode: int) -> None:
+        super().__init__(f"not a regular file (mode {stat_mode.filemode(mode)})")
+        self.mode = mode
+
+
+def _open_regular(path: str, follow_links: bool) -> BinaryIO:
+    """*path* opened for binary reading only if it is a regular file: without blocking (a FIFO
+    swapped in after the stat would wait for a writer for ever) and, unless *follow_links*, without
+    following a link (`_NotRegular` for either)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # the last component is a link, and links are not followed
+            raise _NotRegular(stat_mode.S_IFLNK) from None
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat_mode.S_ISREG(mode):
+        os.close(fd)
+        raise _NotRegular(mode)
+    return os.fdopen(fd, "rb")
 
 
 def trace_files(path: Path) -> list[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 from tests.paths import FIXTURES
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.settings import load_settings
-from tidescale.exporters.latency import Sender
+from tidescale.exporters.latency import Sender, StageSample
 from tidescale.exporters.settings import ExporterSettings
 from tidescale.exporters.targets import TargetSet
 from tidescale.exporters.tracedir import POD_DIR, PodTraceDirectory, open_for_writers
@@ -257,3 +258,36 @@ def test_open_trace_dir_on_the_command_line_says_what_failed_without_a_traceback
     assert usage.returncode == 2 and "Traceback" not in usage.stderr
     done = run(str(tmp_path / "traces"))
     assert done.returncode == 0 and (tmp_path / "traces").is_dir(), done.stderr
+
+
+def test_a_pods_links_fifos_and_devices_are_refused_and_the_other_pods_still_read(tmp_path: Path) -> None:
+    """A pod writes its own directory, so nothing there is trusted: a link would be read from the
+    exporter's view of the filesystem (its token, another pod's file), a FIFO's open would wait for
+    ever and `/dev/zero` never ends, each stopping every pod's tail on the node for good."""
+    clock = Clock()
+    other = _pod_file(tmp_path, "prod_triton-b")
+    (tmp_path / "prod_triton-a").mkdir()
+    (tmp_path / "prod_triton-a" / "trace.json").symlink_to(other)  # a link, even to a real trace file
+    (tmp_path / "prod_triton-a" / "trace.json.0").symlink_to("/dev/zero")
+    os.mkfifo(tmp_path / "prod_triton-a" / "trace.json.1")
+    drops: Counter[str] = Counter()
+    watched = _watch(("prod", "triton-a", "triton"), ("prod", "triton-b", "triton"))
+    directory = _directory(tmp_path, watched, clock, keep_rotations=2, idle_s=600,
+                           on_drop=lambda reason, n: drops.update({reason: n}))
+    samples = _poll_within(directory)
+    assert Counter(s.pod for s in samples) == {"triton-b": 200 * 5}
+    assert drops == {"not_a_regular_file": 3}
+    del watched[("prod", "triton-a")]
+    clock.now += 600
+    _poll_within(directory)  # what can never be read does not keep a gone pod's directory
+    assert not (tmp_path / "prod_triton-a").exists() and other.exists()  # the link went, not its target
+
+
+def _poll_within(directory: PodTraceDirectory, seconds: float = 30.0) -> list[StageSample]:
+    """`directory.poll()` in a thread, failing the test (not hanging the suite) if it never returns."""
+    result: list[list[StageSample]] = []
+    worker = threading.Thread(target=lambda: result.append(directory.poll()), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert result, "poll() did not return"
+    return result[0]

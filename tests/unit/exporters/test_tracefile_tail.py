@@ -6,6 +6,8 @@ import errno
 import json
 import os
 import shutil
+import stat
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -236,8 +238,6 @@ def test_frontend_stamps_alone_hold_nothing() -> None:
 
 def test_files_with_nothing_new_are_not_opened(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Triton never deletes a rotation: a second poll stats each file and opens only those that grew."""
-    import builtins
-
     from tidescale.exporters import tracefile
 
     for i in range(30):
@@ -248,11 +248,13 @@ def test_files_with_nothing_new_are_not_opened(tmp_path: Path, monkeypatch: pyte
     assert len(tailer.poll()) == 30 * 20 * 5
     opened: list[str] = []
 
-    def counting_open(path: str, *args: object, **kwargs: object) -> object:
-        opened.append(str(path))
-        return builtins.open(path, *args, **kwargs)  # type: ignore[call-overload]
+    open_regular = tracefile._open_regular
 
-    monkeypatch.setattr(tracefile, "open", counting_open, raising=False)
+    def counting_open(path: str, follow_links: bool) -> object:
+        opened.append(str(path))
+        return open_regular(path, follow_links)
+
+    monkeypatch.setattr(tracefile, "_open_regular", counting_open)
     assert tailer.poll() == [] and opened == []
     base.write_bytes(REAL.read_bytes())
     assert len(tailer.poll()) == 200 * 5 and opened == [str(base)]
@@ -327,8 +329,8 @@ def test_an_open_rotation_beyond_the_newest_n_is_not_reopened_each_poll(tmp_path
     (tmp_path / "trace.json.0").write_text(ROTATED.read_text().rstrip().removesuffix("]") + "\n")
     tailer.poll()
     opened: list[str] = []
-    real_open = open
-    monkeypatch.setattr(tracefile, "open", lambda path, *a: opened.append(path) or real_open(path, *a), raising=False)
+    real_open = tracefile._open_regular
+    monkeypatch.setattr(tracefile, "_open_regular", lambda path, *a: opened.append(path) or real_open(path, *a))
     for _ in range(3):
         assert tailer.poll() == []
     assert opened == [] and (tmp_path / "trace.json.0").exists()
@@ -415,3 +417,70 @@ def test_a_rotation_that_grew_since_it_was_read_is_read_again_before_it_goes(tmp
     assert first.exists()  # not read to its last byte: kept
     tailer.poll()
     assert not first.exists()
+
+
+def test_a_fifo_or_a_device_is_refused_not_waited_on_for_ever(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A FIFO's open waits for a writer, and /dev/zero never ends: either would stop every trace file's
+    tail for good. Links are followed here (the operator's own path), to a regular file only."""
+    os.mkfifo(tmp_path / "trace.json.0")
+    (tmp_path / "trace.json.1").symlink_to("/dev/zero")
+    (tmp_path / "trace.json.2").mkdir()
+    (tmp_path / "elsewhere.json").write_bytes(ROTATED.read_bytes())
+    (tmp_path / "trace.json.3").symlink_to(tmp_path / "elsewhere.json")
+    shutil.copy(REAL, tmp_path / "trace.json")
+    drops: Counter[str] = Counter()
+    tailer = TraceFileTailer(tmp_path / "trace.json", on_drop=lambda reason, n: drops.update({reason: n}))
+    with caplog.at_level("WARNING", "tidescale.exporters.tracefile"):
+        assert len(_poll_within(tailer)) == (20 + 200) * 5
+        assert _poll_within(tailer) == []
+    assert drops == {"not_a_regular_file": 3}  # once each, not once a poll
+    assert sum("not a regular file" in r.getMessage() for r in caplog.records) == 3
+    assert tailer.caught_up()  # what can never be read does not hold the rest back
+    (tmp_path / "trace.json.0").unlink()
+    shutil.copy(ROTATED, tmp_path / "trace.json.0")  # a regular file now: read
+    assert len(_poll_within(tailer)) == 20 * 5
+
+
+def test_something_swapped_in_between_the_stat_and_the_open_is_refused_too(tmp_path: Path) -> None:
+    from tidescale.exporters.tracefile import _NotRegular, _open_regular
+
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "link").symlink_to(REAL)
+    with pytest.raises(_NotRegular, match="not a regular file"):
+        _open_regular(str(tmp_path / "fifo"), follow_links=True)
+    with pytest.raises(_NotRegular) as refused:
+        _open_regular(str(tmp_path / "link"), follow_links=False)
+    assert refused.value.mode == stat.S_IFLNK
+    with _open_regular(str(tmp_path / "link"), follow_links=True) as fh:
+        assert fh.read(1) == b"["
+
+
+def test_a_poll_reads_no_further_than_the_size_the_file_had_when_opened(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writer faster than the reader cannot keep one poll going for ever."""
+    from tidescale.exporters import tracefile
+
+    path = tmp_path / "trace.json"
+    path.write_bytes(REAL.read_bytes()[:20_000])
+    monkeypatch.setattr(tracefile, "READ_CHUNK_BYTES", 4096)
+    tailer = TraceFileTailer(path)
+    real_feed = tracefile.JsonArrayStream.feed
+
+    def feed_and_grow(self: tracefile.JsonArrayStream, chunk: bytes) -> list[object]:
+        with path.open("ab") as fh:  # the writer appends a chunk for every chunk read
+            fh.write(b" " * len(chunk))
+        return real_feed(self, chunk)
+
+    monkeypatch.setattr(tracefile.JsonArrayStream, "feed", feed_and_grow)
+    _poll_within(tailer)
+    assert tailer._files[str(path)].offset == 20_000  # this poll's share; the rest is the next one's
+
+
+def _poll_within(tailer: TraceFileTailer, seconds: float = 30.0) -> list[object]:
+    """`tailer.poll()` in a thread, failing the test (not hanging the suite) if it never returns."""
+    result: list[list[object]] = []
+    worker = threading.Thread(target=lambda: result.append(list(tailer.poll())), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert result, "poll() did not return"
+    return result[0]
