@@ -476,6 +476,22 @@ def test_a_poll_reads_no_further_than_the_size_the_file_had_when_opened(tmp_path
     assert tailer._files[str(path)].offset == 20_000  # this poll's share; the rest is the next one's
 
 
+def test_a_huge_file_is_read_a_budget_a_poll(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sparse terabyte in a pod's directory slows that pod's reading, not every pod's for hours."""
+    from tidescale.exporters import tracefile
+
+    path = tmp_path / "trace.json"
+    shutil.copy(REAL, path)
+    monkeypatch.setattr(tracefile, "READ_CHUNK_BYTES", 4096)
+    monkeypatch.setattr(tracefile, "READ_BUDGET_BYTES", 50_000)
+    tailer = TraceFileTailer(path)
+    samples = _poll_within(tailer)
+    assert tailer._files[str(path)].offset == 50_000 and not tailer.caught_up()
+    while not tailer.caught_up():
+        samples += _poll_within(tailer)
+    assert len(samples) == 200 * 5  # all of it, over several polls
+
+
 def _poll_within(tailer: TraceFileTailer, seconds: float = 30.0) -> list[object]:
     """`tailer.poll()` in a thread, failing the test (not hanging the suite) if it never returns."""
     result: list[list[object]] = []
