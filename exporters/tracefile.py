@@ -50,6 +50,7 @@ READ_CHUNK_BYTES = 1 << 20
 # rest waits for the next poll, so a huge (or sparse) file in a pod's directory slows its own reading
 # and cannot hold the other pods' for hours.
 READ_BUDGET_BYTES = 16 << 20
+MAX_REFUSALS_SAID = 10  # files refused as not regular that one tailer logs; the rest are counted only
 _SEPARATORS = " \t\r\n,[]"
 _SEPARATOR_BYTES = _SEPARATORS.encode()
 # Triton starts every entry with its id, and nested stamps with their name: a run of complete
@@ -261,7 +262,8 @@ class TraceFileTailer:
         self._files: dict[str, _FileState] = {}  # by path
         self._unprunable: set[str] = set()  # rotations whose deletion failed (warned once each)
         self._follow_links = follow_links
-        self._refused: set[str] = set()  # paths that are not regular files (counted and said once each)
+        self._refused: set[str] = set()  # paths there now that are not regular files (counted once each)
+        self._refusals_said = 0
         self._prune_refused = False  # the directory refuses deletions: pruning is off
 
     def files(self) -> list[Path]:
@@ -282,6 +284,7 @@ class TraceFileTailer:
         present = self._present()
         for gone in set(self._files) - set(present):
             self._forget_file(gone)
+        self._refused.intersection_update(present)  # bounded by what is there now
         for path in present:
             samples.extend(self._read_new(path))
         if self.keep_rotations is not None:
@@ -368,8 +371,13 @@ class TraceFileTailer:
             return
         self._refused.add(path)
         self.on_drop("not_a_regular_file", 1)
+        self._refusals_said += 1
+        if self._refusals_said > MAX_REFUSALS_SAID:
+            return  # a writer that makes a million FIFOs floods no log: they are still counted
         kind = "a link" if stat_mode.S_ISLNK(mode) else f"not a regular file (mode {stat_mode.filemode(mode)})"
-        log.warning("not reading the trace file %s: it is %s", path, kind)
+        more = (f"; further refusals beside {self.path} are only counted (spans_dropped_total)"
+                if self._refusals_said == MAX_REFUSALS_SAID else "")
+        log.warning("not reading the trace file %s: it is %s%s", path, kind, more)
 
 
 class _NotRegular(OSError):

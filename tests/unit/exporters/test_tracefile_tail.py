@@ -441,6 +441,25 @@ def test_a_fifo_or_a_device_is_refused_not_waited_on_for_ever(tmp_path: Path, ca
     assert len(_poll_within(tailer)) == 20 * 5
 
 
+def test_a_million_fifos_flood_no_log_and_are_forgotten_once_gone(tmp_path: Path,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    from tidescale.exporters.tracefile import MAX_REFUSALS_SAID
+
+    for i in range(MAX_REFUSALS_SAID + 5):
+        os.mkfifo(tmp_path / f"trace.json.{i}")
+    drops: Counter[str] = Counter()
+    tailer = TraceFileTailer(tmp_path / "trace.json", on_drop=lambda reason, n: drops.update({reason: n}))
+    with caplog.at_level("WARNING", "tidescale.exporters.tracefile"):
+        _poll_within(tailer)
+    assert drops == {"not_a_regular_file": MAX_REFUSALS_SAID + 5}
+    said = [r.getMessage() for r in caplog.records if "not reading" in r.getMessage()]
+    assert len(said) == MAX_REFUSALS_SAID and "only counted" in said[-1]
+    for i in range(MAX_REFUSALS_SAID + 5):
+        (tmp_path / f"trace.json.{i}").unlink()
+    _poll_within(tailer)
+    assert tailer._refused == set()
+
+
 def test_something_swapped_in_between_the_stat_and_the_open_is_refused_too(tmp_path: Path) -> None:
     from tidescale.exporters.tracefile import _NotRegular, _open_regular
 
