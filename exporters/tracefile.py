@@ -50,7 +50,8 @@ READ_CHUNK_BYTES = 1 << 20
 # rest waits for the next poll, so a huge (or sparse) file in a pod's directory slows its own reading
 # and cannot hold the other pods' for hours.
 READ_BUDGET_BYTES = 16 << 20
-MAX_REFUSALS_SAID = 10  # files refused as not regular that one tailer logs; the rest are counted only
+MAX_PROBLEMS_SAID = 10  # files not read that one tailer logs; the rest are counted only
+NOT_REGULAR = "not_a_regular_file"
 _SEPARATORS = " \t\r\n,[]"
 _SEPARATOR_BYTES = _SEPARATORS.encode()
 # Triton starts every entry with its id, and nested stamps with their name: a run of complete
@@ -262,8 +263,10 @@ class TraceFileTailer:
         self._files: dict[str, _FileState] = {}  # by path
         self._unprunable: set[str] = set()  # rotations whose deletion failed (warned once each)
         self._follow_links = follow_links
-        self._refused: set[str] = set()  # paths there now that are not regular files (counted once each)
-        self._refusals_said = 0
+        # Paths there now that could not be read, and why (`not_a_regular_file`, `unreadable_file`):
+        # each counted once until it is read, and said for the first MAX_PROBLEMS_SAID only.
+        self._problems: dict[str, str] = {}
+        self._problems_said = 0
         self._prune_refused = False  # the directory refuses deletions: pruning is off
 
     def files(self) -> list[Path]:
@@ -276,15 +279,17 @@ class TraceFileTailer:
     def caught_up(self) -> bool:
         """Every file there is has been read to its last byte (what a poll just saw); a file that
         vanishes meanwhile counts as not read, so the answer errs towards keeping files."""
-        return all(path in self._refused or ((state := self._files.get(path)) is not None
-                                             and _read_to_end(path, state)) for path in self._present())
+        return all(self._problems.get(path) == NOT_REGULAR or ((state := self._files.get(path)) is not None
+                                                               and _read_to_end(path, state))
+                   for path in self._present())
 
     def poll(self) -> list[StageSample]:
         samples: list[StageSample] = []
         present = self._present()
         for gone in set(self._files) - set(present):
             self._forget_file(gone)
-        self._refused.intersection_update(present)  # bounded by what is there now
+        for gone in set(self._problems).difference(present):  # bounded by what is there now
+            del self._problems[gone]
         for path in present:
             samples.extend(self._read_new(path))
         if self.keep_rotations is not None:
@@ -330,9 +335,8 @@ class TraceFileTailer:
         except OSError:
             return []
         if not stat_mode.S_ISREG(stat.st_mode):
-            self._refuse(path, stat.st_mode)
+            self._problem(path, NOT_REGULAR, _not_regular_kind(stat.st_mode))
             return []
-        self._refused.discard(path)
         state = self._files.get(path)
         if state is None:
             state = self._files[path] = _FileState()
@@ -359,25 +363,31 @@ class TraceFileTailer:
                     for entry in state.stream.feed(chunk):
                         samples.extend(self.entries.add(entry, path))
         except _NotRegular as exc:
-            self._refuse(path, exc.mode)
-        except OSError:
-            self.on_drop("unreadable_file", 1)
+            self._problem(path, NOT_REGULAR, _not_regular_kind(exc.mode))
+        except OSError as exc:
+            self._problem(path, "unreadable_file", f"it cannot be read ({exc.strerror})")
+        else:
+            self._problems.pop(path, None)
         return samples
 
-    def _refuse(self, path: str, mode: int) -> None:
-        """Never open a FIFO (the open would wait for a writer for ever), a device (`/dev/zero` never
-        ends) or a directory, nor, where links are not followed, a link: counted and said once."""
-        if path in self._refused:
+    def _problem(self, path: str, reason: str, why: str) -> None:
+        """A file not read: counted and said once per path and reason, not once a poll. A FIFO (whose
+        open would wait for a writer for ever), a device (`/dev/zero` never ends), a directory or,
+        where links are not followed, a link is never opened at all."""
+        if self._problems.get(path) == reason:
             return
-        self._refused.add(path)
-        self.on_drop("not_a_regular_file", 1)
-        self._refusals_said += 1
-        if self._refusals_said > MAX_REFUSALS_SAID:
+        self._problems[path] = reason
+        self.on_drop(reason, 1)
+        self._problems_said += 1
+        if self._problems_said > MAX_PROBLEMS_SAID:
             return  # a writer that makes a million FIFOs floods no log: they are still counted
-        kind = "a link" if stat_mode.S_ISLNK(mode) else f"not a regular file (mode {stat_mode.filemode(mode)})"
-        more = (f"; further refusals beside {self.path} are only counted (spans_dropped_total)"
-                if self._refusals_said == MAX_REFUSALS_SAID else "")
-        log.warning("not reading the trace file %s: it is %s%s", path, kind, more)
+        more = (f"; further files beside {self.path} that cannot be read are only counted (spans_dropped_total)"
+                if self._problems_said == MAX_PROBLEMS_SAID else "")
+        log.warning("not reading the trace file %s: %s%s", path, why, more)
+
+
+def _not_regular_kind(mode: int) -> str:
+    return "it is a link" if stat_mode.S_ISLNK(mode) else f"it is not a regular file (mode {stat_mode.filemode(mode)})"
 
 
 class _NotRegular(OSError):

@@ -19,6 +19,7 @@ from tests.hostile import TIMESTAMPS
 from tests.paths import FIXTURES
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.settings import load_settings
+from tidescale.exporters import tracefile
 from tidescale.exporters.settings import ExporterSettings
 from tidescale.exporters.tracefile import JsonArrayStream, TraceEntries, TraceFileTailer
 
@@ -443,21 +444,43 @@ def test_a_fifo_or_a_device_is_refused_not_waited_on_for_ever(tmp_path: Path, ca
 
 def test_a_million_fifos_flood_no_log_and_are_forgotten_once_gone(tmp_path: Path,
                                                                   caplog: pytest.LogCaptureFixture) -> None:
-    from tidescale.exporters.tracefile import MAX_REFUSALS_SAID
+    from tidescale.exporters.tracefile import MAX_PROBLEMS_SAID
 
-    for i in range(MAX_REFUSALS_SAID + 5):
+    for i in range(MAX_PROBLEMS_SAID + 5):
         os.mkfifo(tmp_path / f"trace.json.{i}")
     drops: Counter[str] = Counter()
     tailer = TraceFileTailer(tmp_path / "trace.json", on_drop=lambda reason, n: drops.update({reason: n}))
     with caplog.at_level("WARNING", "tidescale.exporters.tracefile"):
         _poll_within(tailer)
-    assert drops == {"not_a_regular_file": MAX_REFUSALS_SAID + 5}
+    assert drops == {"not_a_regular_file": MAX_PROBLEMS_SAID + 5}
     said = [r.getMessage() for r in caplog.records if "not reading" in r.getMessage()]
-    assert len(said) == MAX_REFUSALS_SAID and "only counted" in said[-1]
-    for i in range(MAX_REFUSALS_SAID + 5):
+    assert len(said) == MAX_PROBLEMS_SAID and "only counted" in said[-1]
+    for i in range(MAX_PROBLEMS_SAID + 5):
         (tmp_path / f"trace.json.{i}").unlink()
     _poll_within(tailer)
-    assert tailer._refused == set()
+    assert tailer._problems == {}
+
+
+def test_an_unreadable_file_is_counted_once_and_read_once_it_can_be(tmp_path: Path,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "trace.json"
+    shutil.copy(REAL, path)
+    drops: Counter[str] = Counter()
+    tailer = TraceFileTailer(path, on_drop=lambda reason, n: drops.update({reason: n}))
+    real_open = tracefile._open_regular
+
+    def refused(*args: object) -> object:
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    with caplog.at_level("WARNING", "tidescale.exporters.tracefile"), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tracefile, "_open_regular", refused)  # (root reads a mode-000 file regardless)
+        assert tailer.poll() == [] and tailer.poll() == []
+    assert drops == {"unreadable_file": 1}  # once, not once a poll
+    assert [r.getMessage() for r in caplog.records] == [
+        f"not reading the trace file {path}: it cannot be read (Permission denied)"]
+    assert not tailer.caught_up()  # unlike a FIFO, it may yet be read: its directory is kept
+    assert tracefile._open_regular is real_open and len(tailer.poll()) == 200 * 5
+    assert tailer.caught_up()
 
 
 def test_something_swapped_in_between_the_stat_and_the_open_is_refused_too(tmp_path: Path) -> None:
