@@ -40,6 +40,15 @@ log = logging.getLogger(__name__)
 POD_DIR = re.compile(r"([a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?)_([a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?)")
 MAX_PODS = 1000  # pods tailed at once by one exporter (a node runs far fewer Triton pods)
 MAX_NOTED = 1000  # subdirectories named in the log as not read (then no more are named)
+# Rotations followed at once per pod. Pruning keeps a pod's directory at a few files; a backlog
+# (at log-frequency 100, Triton rotates once a second at 100 traced requests a second) is read
+# oldest first, 100 at a time, as what was read is deleted. A pod that makes a million files costs
+# one listing a poll, and no more memory than 100 files.
+MAX_POD_FILES = 100
+# Requests awaiting the rest of their entries, per pod. Triton writes each trace's entries together
+# (in its real 2.51 files at most one request is ever open), so this bounds what a pod's writer can
+# make the exporter hold: 1,000 pods x 200, not 1,000 x `join_max_pending`.
+MAX_POD_PENDING = 200
 IDLE_S = 600.0
 
 Resolve = Callable[[str, str], Sender | None]
@@ -142,8 +151,9 @@ class PodTraceDirectory:
             self._note(name, f"over the limit of {self.max_pods} pods")
             return None
         self._noted.discard(name)
-        tailer = TraceFileTailer(self.root / name / self.file_name, self.max_pending, self.on_drop,
-                                 keep_rotations=self.keep_rotations, sender=sender, follow_links=False)
+        tailer = TraceFileTailer(self.root / name / self.file_name, min(self.max_pending, MAX_POD_PENDING),
+                                 self.on_drop, keep_rotations=self.keep_rotations, sender=sender,
+                                 follow_links=False, max_files=MAX_POD_FILES)
         self._pods[name] = started = _PodFiles(tailer, now)
         log.info("tailing the trace files of pod %s/%s", namespace, pod)
         return started

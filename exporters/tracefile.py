@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import codecs
 import errno
+import heapq
 import json
 import logging
 import os
@@ -249,11 +250,14 @@ class TraceFileTailer:
 
     def __init__(self, path: Path, max_pending: int = 20_000,
                  on_drop: Callable[[str, int], None] | None = None, *, keep_rotations: int | None = None,
-                 sender: Sender = NO_SENDER, follow_links: bool = True) -> None:
+                 sender: Sender = NO_SENDER, follow_links: bool = True, max_files: int | None = None) -> None:
         """*keep_rotations*: None keeps every rotation, as Triton does; N deletes finished rotations
         beyond the newest N once they are read (`_prune`). *sender*: the pod the file belongs to.
         *follow_links*: False where the files' writer is not trusted (a pod's own directory), so a
-        link there is refused instead of read from this process' view of the filesystem."""
+        link there is refused instead of read from this process' view of the filesystem.
+        *max_files*: how many rotations to follow at once, where the writer is not trusted: the
+        oldest, so a backlog is read in order as pruning deletes what was read (the newest where
+        nothing is pruned); beyond it, nothing is read or deleted until the rest is."""
         if keep_rotations is not None and keep_rotations < 1:
             raise ValueError(f"keep_rotations must be at least 1, got {keep_rotations}")
         self.path = path
@@ -267,6 +271,8 @@ class TraceFileTailer:
         # each counted once until it is read, and said for the first MAX_PROBLEMS_SAID only.
         self._problems: dict[str, str] = {}
         self._problems_said = 0
+        self.max_files = max_files
+        self._over_files = False  # the last listing held more rotations than max_files (said once)
         self._prune_refused = False  # the directory refuses deletions: pruning is off
 
     def files(self) -> list[Path]:
@@ -274,14 +280,33 @@ class TraceFileTailer:
         return [Path(name) for name in self._present()]
 
     def _present(self) -> list[str]:
-        return trace_files(self.path)
+        if self.max_files is None:
+            return trace_files(self.path)
+        newest = self.keep_rotations is None
+        listed = trace_files(self.path, self.max_files + 1, newest=newest)
+        base = [listed.pop()] if listed and listed[-1] == str(self.path) else []
+        over = len(listed) > self.max_files
+        if over:
+            del listed[0 if newest else -1]
+            if not self._over_files:
+                self.on_drop("too_many_files", 1)
+                log.warning("more than %d rotations of %s: following the %s %d only", self.max_files,
+                            self.path, "newest" if newest else "oldest", self.max_files)
+        self._over_files = over
+        return listed + base
 
     def caught_up(self) -> bool:
         """Every file there is has been read to its last byte (what a poll just saw); a file that
         vanishes meanwhile counts as not read, so the answer errs towards keeping files."""
-        return all(self._problems.get(path) == NOT_REGULAR or ((state := self._files.get(path)) is not None
-                                                               and _read_to_end(path, state))
-                   for path in self._present())
+        present = self._present()  # (also says whether rotations beyond max_files wait unseen)
+        return not self._over_files and all(self._finished_with(path) for path in present)
+
+    def _finished_with(self, path: str) -> bool:
+        """Read to its end, or never to be read: not a regular file."""
+        if self._problems.get(path) == NOT_REGULAR:
+            return True
+        state = self._files.get(path)
+        return state is not None and _read_to_end(path, state)
 
     def poll(self) -> list[StageSample]:
         samples: list[StageSample] = []
@@ -416,12 +441,15 @@ def _open_regular(path: str, follow_links: bool) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
-def trace_files(path: Path) -> list[str]:
+def trace_files(path: Path, limit: int | None = None, *, newest: bool = False) -> list[str]:
     """*path* and its rotations `path.0`, `path.1`, … that exist, oldest rotation first, the base
     file last, from one directory listing: Triton never deletes a rotation, so there can be
-    thousands, and a tailer lists them every second."""
+    thousands, and a tailer lists them every second. With *limit*, only that many rotations, the
+    oldest (or the *newest*): kept in a heap while listing, so a directory of a million names costs
+    one pass and never a list of a million."""
     base, prefix = path.name, path.name + "."
-    rotated: list[tuple[int, str]] = []
+    rotated: list[tuple[int, str]] = []  # with a limit, a heap whose top is the first to give up
+    sign = 1 if newest else -1
     has_base = False
     try:
         with os.scandir(path.parent) as listing:
@@ -432,9 +460,16 @@ def trace_files(path: Path) -> list[str]:
                 elif name.startswith(prefix):
                     index = name[len(prefix):]
                     if index.isascii() and index.isdigit():
-                        rotated.append((int(index), entry.path))
+                        if limit is None:
+                            rotated.append((int(index), entry.path))
+                        elif len(rotated) < limit:
+                            heapq.heappush(rotated, (sign * int(index), entry.path))
+                        else:
+                            heapq.heappushpop(rotated, (sign * int(index), entry.path))
     except OSError:
         return []
+    if limit is not None:
+        rotated = [(sign * index, name) for index, name in rotated]
     out = [p for _, p in sorted(rotated)]
     if has_base:
         out.append(str(path))

@@ -283,6 +283,35 @@ def test_a_pods_links_fifos_and_devices_are_refused_and_the_other_pods_still_rea
     assert not (tmp_path / "prod_triton-a").exists() and other.exists()  # the link went, not its target
 
 
+def test_a_pod_that_makes_a_thousand_files_holds_no_more_than_the_cap(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from tidescale.exporters import tracedir
+
+    monkeypatch.setattr(tracedir, "MAX_POD_FILES", 20)
+    (tmp_path / "prod_triton-a").mkdir()
+    for i in range(1000):
+        (tmp_path / "prod_triton-a" / f"trace.json.{i}").write_bytes(b"[")  # opened, never finished
+    _pod_file(tmp_path, "prod_triton-b")
+    drops: Counter[str] = Counter()
+    directory = _directory(tmp_path, _watch(("prod", "triton-a", "t"), ("prod", "triton-b", "t")),
+                           keep_rotations=2, on_drop=lambda reason, n: drops.update({reason: n}))
+    assert Counter(s.pod for s in _poll_within(directory)) == {"triton-b": 200 * 5}
+    assert len(directory._pods["prod_triton-a"].tailer._files) == 20 and drops == {"too_many_files": 1}
+
+
+def test_a_pods_requests_held_open_are_bounded_per_pod(tmp_path: Path) -> None:
+    """Headers whose stamps never come: each pod holds at most MAX_POD_PENDING, oldest dropped first."""
+    from tidescale.exporters.tracedir import MAX_POD_PENDING
+
+    (tmp_path / "prod_triton-a").mkdir()
+    headers = ",".join(f'{{"id":{i},"model_name":"m","model_version":1}}' for i in range(1, 1001))
+    (tmp_path / "prod_triton-a" / "trace.json").write_text(f"[{headers}]")
+    _pod_file(tmp_path, "prod_triton-b")
+    directory = _directory(tmp_path, _watch(("prod", "triton-a", "t"), ("prod", "triton-b", "t")))
+    assert Counter(s.pod for s in _poll_within(directory)) == {"triton-b": 200 * 5}
+    assert len(directory._pods["prod_triton-a"].tailer.entries) == MAX_POD_PENDING < 1000
+
+
 def _poll_within(directory: PodTraceDirectory, seconds: float = 30.0) -> list[StageSample]:
     """`directory.poll()` in a thread, failing the test (not hanging the suite) if it never returns."""
     result: list[list[StageSample]] = []

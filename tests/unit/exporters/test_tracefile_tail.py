@@ -483,6 +483,46 @@ def test_an_unreadable_file_is_counted_once_and_read_once_it_can_be(tmp_path: Pa
     assert tailer.caught_up()
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.sets(st.integers(min_value=0, max_value=10**20), max_size=30), st.integers(min_value=1, max_value=35),
+       st.booleans(), st.booleans())
+def test_a_limited_listing_is_the_oldest_or_newest_slice_of_the_whole(tmp_path_factory: pytest.TempPathFactory,
+                                                                      indices: set[int], limit: int, newest: bool,
+                                                                      base: bool) -> None:
+    folder = tmp_path_factory.mktemp("rotations")
+    for i in indices:
+        (folder / f"trace.json.{i}").touch()
+    if base:
+        (folder / "trace.json").touch()
+    whole = tracefile.trace_files(folder / "trace.json")
+    rotations, tail = (whole[:-1], whole[-1:]) if base else (whole, [])
+    expected = (rotations[-limit:] if newest else rotations[:limit]) + tail
+    assert tracefile.trace_files(folder / "trace.json", limit, newest=newest) == expected
+
+
+def test_a_backlog_beyond_max_files_is_read_in_order_as_what_was_read_is_deleted(tmp_path: Path) -> None:
+    drops: Counter[str] = Counter()
+    for i in range(25):
+        shutil.copy(ROTATED, tmp_path / f"trace.json.{i}")
+    tailer = TraceFileTailer(tmp_path / "trace.json", keep_rotations=2, max_files=10,
+                             on_drop=lambda reason, n: drops.update({reason: n}))
+    assert len(tailer.poll()) == 10 * 20 * 5  # the oldest ten; eight of them deleted once read
+    assert not tailer.caught_up() and len(tailer._files) <= 10
+    total = 10
+    while len(list(tmp_path.iterdir())) > 2:
+        total += len(tailer.poll()) // (20 * 5)
+    assert total == 25 and sorted(p.name for p in tmp_path.iterdir()) == ["trace.json.23", "trace.json.24"]
+    assert tailer.caught_up() and drops == {"too_many_files": 1}  # said once while over
+
+
+def test_without_pruning_max_files_follows_the_newest(tmp_path: Path) -> None:
+    for i in range(25):
+        shutil.copy(ROTATED, tmp_path / f"trace.json.{i}")
+    tailer = TraceFileTailer(tmp_path / "trace.json", max_files=10)
+    assert len(tailer.poll()) == 10 * 20 * 5
+    assert sorted(tailer._files) == sorted(str(tmp_path / f"trace.json.{i}") for i in range(15, 25))
+
+
 def test_something_swapped_in_between_the_stat_and_the_open_is_refused_too(tmp_path: Path) -> None:
     from tidescale.exporters.tracefile import _NotRegular, _open_regular
 
