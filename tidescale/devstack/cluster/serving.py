@@ -71,7 +71,12 @@ def triton_deployment(namespace: str, *, replicas: int = 1, otlp_url: str | None
                 {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
         "ports": [{"name": "http", "containerPort": 8000}, {"name": "grpc", "containerPort": 8001},
                   {"name": "metrics", "containerPort": 8002}],
-        "readinessProbe": {"httpGet": {"path": "/v2/health/ready", "port": "http"}, "periodSeconds": 1},
+        # 3 s, not the default 1 s: on two cores shared by the whole cluster, a pod starting beside a
+        # loaded Triton (a helm upgrade's new exporters) can starve the probe past a second; three such
+        # probes take the only Triton pod out of its Service under load, the likely cause of one e2e
+        # run's refused connections (2026-11-28: its status flipped as the load began).
+        "readinessProbe": {"httpGet": {"path": "/v2/health/ready", "port": "http"}, "periodSeconds": 1,
+                           "timeoutSeconds": 3},
         "startupProbe": {"httpGet": {"path": "/v2/health/live", "port": "http"}, "periodSeconds": 1,
                          "failureThreshold": 120},
         "resources": {"limits": {"nvidia.com/gpu": 1}},
