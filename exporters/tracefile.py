@@ -311,9 +311,10 @@ class TraceFileTailer:
     def poll(self) -> list[StageSample]:
         samples: list[StageSample] = []
         present = self._present()
-        for gone in set(self._files) - set(present):
+        there = set(present)
+        for gone in set(self._files) - there:
             self._forget_file(gone)
-        for gone in set(self._problems).difference(present):  # bounded by what is there now
+        for gone in set(self._problems) - there:  # bounded by what is there now
             del self._problems[gone]
         for path in present:
             samples.extend(self._read_new(path))

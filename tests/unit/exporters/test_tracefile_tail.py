@@ -239,8 +239,6 @@ def test_frontend_stamps_alone_hold_nothing() -> None:
 
 def test_files_with_nothing_new_are_not_opened(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Triton never deletes a rotation: a second poll stats each file and opens only those that grew."""
-    from tidescale.exporters import tracefile
-
     for i in range(30):
         shutil.copy(ROTATED, tmp_path / f"trace.json.{i}")
     base = tmp_path / "trace.json"
@@ -263,8 +261,6 @@ def test_files_with_nothing_new_are_not_opened(tmp_path: Path, monkeypatch: pyte
 
 def _general_only(data: bytes, cuts: list[int], monkeypatch: pytest.MonkeyPatch) -> list[object]:
     """`_fed` with the run decoder switched off: the entry-by-entry reader alone."""
-    from tidescale.exporters import tracefile
-
     with monkeypatch.context() as patch:
         patch.setattr(tracefile, "_usual_run_end", lambda buf: 0)
         return _fed(data, cuts)
@@ -324,8 +320,6 @@ def test_an_unfinished_or_unread_rotation_is_never_deleted(tmp_path: Path) -> No
 def test_an_open_rotation_beyond_the_newest_n_is_not_reopened_each_poll(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """Whether a rotation is finished comes from what was read: polls that find no new bytes open nothing."""
-    from tidescale.exporters import tracefile
-
     tailer = _rotations(tmp_path, 4)
     (tmp_path / "trace.json.0").write_text(ROTATED.read_text().rstrip().removesuffix("]") + "\n")
     tailer.poll()
@@ -350,8 +344,6 @@ def test_without_a_limit_every_rotation_stays(tmp_path: Path) -> None:
 
 def test_a_failed_deletion_is_warned_once_and_the_tail_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                 caplog: pytest.LogCaptureFixture) -> None:
-    from tidescale.exporters import tracefile
-
     tried: list[str] = []
 
     def read_only(path: str) -> None:
@@ -373,8 +365,6 @@ def test_a_failed_deletion_is_warned_once_and_the_tail_goes_on(tmp_path: Path, m
 
 def test_a_rotation_that_cannot_be_deleted_for_its_own_reason_does_not_stop_the_others(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tidescale.exporters import tracefile
-
     real_unlink = os.unlink
 
     def busy_first(path: str) -> None:
@@ -540,8 +530,6 @@ def test_something_swapped_in_between_the_stat_and_the_open_is_refused_too(tmp_p
 def test_a_poll_reads_no_further_than_the_size_the_file_had_when_opened(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """A writer faster than the reader cannot keep one poll going for ever."""
-    from tidescale.exporters import tracefile
-
     path = tmp_path / "trace.json"
     path.write_bytes(REAL.read_bytes()[:20_000])
     monkeypatch.setattr(tracefile, "READ_CHUNK_BYTES", 4096)
@@ -560,8 +548,6 @@ def test_a_poll_reads_no_further_than_the_size_the_file_had_when_opened(tmp_path
 
 def test_a_huge_file_is_read_a_budget_a_poll(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A sparse terabyte in a pod's directory slows that pod's reading, not every pod's for hours."""
-    from tidescale.exporters import tracefile
-
     path = tmp_path / "trace.json"
     shutil.copy(REAL, path)
     monkeypatch.setattr(tracefile, "READ_CHUNK_BYTES", 4096)
