@@ -14,7 +14,10 @@ shared), and the leftovers of pods gone before the exporter started are never re
 Cleanup: Triton never deletes its files, and the kubelet leaves a hostPath subdirectory behind
 when its pod goes. Where the exporter may delete (`keep_rotations` set), a subdirectory it has
 read, whose pod it no longer watches, and whose files are all read and unchanged for `idle_s`,
-is deleted: nothing unread is lost, and a node that churns pods does not fill up.
+is deleted: nothing unread is lost, and a node that churns pods does not fill up. Once its pod has
+been gone for `idle_s`, no writer will close its rotations, so one read to its end counts as
+finished: a gone pod that left more unclosed rotations than a tailer follows at once is read and
+pruned through to the end instead of holding its directory and its place for ever.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ Resolve = Callable[[str, str], Sender | None]
 class _PodFiles:
     tailer: TraceFileTailer
     alive: float  # monotonic time the pod was last watched or its files last grew
+    watched: float  # monotonic time the pod was last watched
     undeletable: bool = False
 
 
@@ -102,9 +106,13 @@ class PodTraceDirectory:
             if pod is None:
                 waiting += 1
                 continue
+            watched = self._watched(name)
+            if watched:
+                pod.watched = now
+            pod.tailer.writer_gone = now - pod.watched >= self.idle_s
             new = pod.tailer.poll()
             samples.extend(new)
-            if new or self._watched(name):
+            if new or watched:
                 pod.alive = now
             elif self.keep_rotations is not None and not pod.undeletable and now - pod.alive >= self.idle_s:
                 self._remove(name, pod)
@@ -154,7 +162,7 @@ class PodTraceDirectory:
         tailer = TraceFileTailer(self.root / name / self.file_name, min(self.max_pending, MAX_POD_PENDING),
                                  self.on_drop, keep_rotations=self.keep_rotations, sender=sender,
                                  follow_links=False, max_files=MAX_POD_FILES)
-        self._pods[name] = started = _PodFiles(tailer, now)
+        self._pods[name] = started = _PodFiles(tailer, now, now)
         log.info("tailing the trace files of pod %s/%s", namespace, pod)
         return started
 

@@ -274,6 +274,10 @@ class TraceFileTailer:
         self.max_files = max_files
         self._over_files = False  # the last listing held more rotations than max_files (said once)
         self._prune_refused = False  # the directory refuses deletions: pruning is off
+        # No writer will add to these files again (their pod is gone): a rotation read to its end is
+        # finished, closed or not. Otherwise a gone pod's unclosed rotations beyond max_files would
+        # wait unseen for ever, and so would its directory (`PodTraceDirectory`).
+        self.writer_gone = False
 
     def files(self) -> list[Path]:
         """The trace file and its rotations, oldest rotation first, the base file last."""
@@ -325,16 +329,19 @@ class TraceFileTailer:
     def _prune(self, rotations: list[str]) -> None:
         """Delete the rotations older than the newest `keep_rotations` that are finished: read to
         their last byte, and their JSON array closed (a restarted Triton writes `file.0` again
-        while older, higher-numbered rotations remain, so the index alone does not say finished).
-        Nothing unread is ever deleted; a failed deletion is warned about once and left. Where the
-        directory refuses deletions (no write access, a read-only mount), pruning stops at the first
-        refusal: every later rotation would be refused too, and each warned about and remembered."""
+        while older, higher-numbered rotations remain, so the index alone does not say finished);
+        once `writer_gone`, read to their last byte is enough. Nothing unread is ever deleted; a
+        failed deletion is warned about once and left. Where the directory refuses deletions (no
+        write access, a read-only mount), pruning stops at the first refusal: every later rotation
+        would be refused too, and each warned about and remembered."""
         assert self.keep_rotations is not None
         if self._prune_refused:
             return
         for path in rotations[:-self.keep_rotations]:
             state = self._files.get(path)
-            if state is None or path in self._unprunable or not _finished(path, state):
+            if state is None or path in self._unprunable:
+                continue
+            if not (_read_to_end(path, state) if self.writer_gone else _finished(path, state)):
                 continue
             try:
                 os.unlink(path)

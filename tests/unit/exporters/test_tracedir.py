@@ -320,3 +320,35 @@ def _poll_within(directory: PodTraceDirectory, seconds: float = 30.0) -> list[St
     worker.join(seconds)
     assert result, "poll() did not return"
     return result[0]
+
+
+def test_a_gone_pods_unclosed_backlog_is_read_through_and_its_directory_deleted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pod that left more unclosed rotations than a tailer follows at once: while it runs they
+    wait (a writer may still close them); once it has been gone for idle_s they count as finished
+    when read, so the backlog is read in order, pruned, and the directory deleted with nothing
+    unread lost."""
+    from tidescale.exporters import tracedir
+
+    monkeypatch.setattr(tracedir, "MAX_POD_FILES", 10)
+    clock = Clock()
+    pod = tmp_path / "prod_triton-a"
+    pod.mkdir()
+    for i in range(50):
+        (pod / f"trace.json.{i}").write_bytes(b"[")  # opened, never closed: the pod was killed
+    shutil.copy(ROTATED, pod / "trace.json.50")  # the newest holds requests that must be read
+    watched = _watch(("prod", "triton-a", "t"))
+    directory = _directory(tmp_path, watched, clock, keep_rotations=2, idle_s=60)
+    assert _poll_within(directory) == []
+    del watched[("prod", "triton-a")]
+    for _ in range(20):  # gone, but not for idle_s yet: nothing unclosed is deleted
+        clock.now += 1
+        _poll_within(directory)
+    assert len(list(pod.iterdir())) == 51
+    read: list[StageSample] = []
+    for _ in range(30):
+        clock.now += 10
+        read.extend(_poll_within(directory))
+        if not pod.exists():
+            break
+    assert len(read) == 20 * 5 and not pod.exists() and directory.pods() == []
