@@ -112,7 +112,8 @@ def build_state(settings: ExporterSettings) -> ExporterState:
         directory = PodTraceDirectory(
             settings.trace_dir, state.targets.pod_sender, file_name=settings.trace_file_name,
             max_pending=settings.join_max_pending, on_drop=selfmetrics.drop_spans,
-            keep_rotations=settings.trace_file_keep_rotations, idle_s=settings.trace_dir_idle_s)
+            keep_rotations=settings.trace_file_keep_rotations, idle_s=settings.trace_dir_idle_s,
+            gone=state.targets.pod_gone)
         state.tailers.append(directory)
         registry.register(directory)
     return state

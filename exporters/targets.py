@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 DEFAULT_PORT = 8000
 MAX_TARGETS = 5000
 WATCH_TIMEOUT_S = 60
+GET_TIMEOUT_S = 5.0  # one pod's GET (`pod_gone`): it runs on the trace tail's thread
 MAX_TARGETS_FILE_BYTES = 4 << 20
 TARGETS_FILE_POLL_S = 1.0
 
@@ -175,6 +176,23 @@ class TargetSet:
             if any(t.namespace == namespace and t.pod == pod for t in self._from_file):
                 return namespace, pod, ""
         return None
+
+    def pod_gone(self, namespace: str, pod: str) -> bool:
+        """Whether the API server says pod *namespace/pod* does not exist (404). False wherever that
+        is not known for sure: no discovery, a namespace this exporter does not watch (and may not
+        read), any other answer or error. Why a GET and not the watch: the watch holds only this
+        node's pods, and a trace directory may be shared between nodes (the local cluster's are)."""
+        if not self.discovers or (self.kube_namespace and namespace != self.kube_namespace):
+            return False
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self._load_api().read_namespaced_pod(pod, namespace, _request_timeout=GET_TIMEOUT_S)
+        except ApiException as exc:
+            return bool(exc.status == 404)
+        except Exception as exc:  # the API server unreachable: keep what may still be a pod's
+            log.debug("cannot ask whether pod %s/%s exists: %s", namespace, pod, exc)
+        return False
 
     def reload_targets_file(self) -> bool:
         """Re-read the targets file if it changed; a bad file is logged and the old targets kept."""

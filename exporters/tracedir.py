@@ -18,6 +18,12 @@ is deleted: nothing unread is lost, and a node that churns pods does not fill up
 been gone for `idle_s`, no writer will close its rotations, so one read to its end counts as
 finished: a gone pod that left more unclosed rotations than a tailer follows at once is read and
 pruned through to the end instead of holding its directory and its place for ever.
+
+Leftovers: a subdirectory this exporter never read, because its pod came and went while no exporter
+ran on the node (an exporter upgrade) or was never Ready, would stay for ever. With *gone* (the API
+server's word that the pod does not exist) and `keep_rotations` set, one that no watched pod owns
+is deleted unread once it has been seen for `idle_s` and its pod is gone. Unread, because its
+traces read now would count as requests served now, under a pod that no longer exists.
 """
 
 from __future__ import annotations
@@ -43,6 +49,8 @@ log = logging.getLogger(__name__)
 POD_DIR = re.compile(r"([a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?)_([a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?)")
 MAX_PODS = 1000  # pods tailed at once by one exporter (a node runs far fewer Triton pods)
 MAX_NOTED = 1000  # subdirectories named in the log as not read (then no more are named)
+MAX_LEFTOVERS = 1000  # unwatched subdirectories timed at once towards their deletion
+MAX_GONE_CHECKS = 5  # API lookups per poll (each up to a few seconds where the server is slow)
 # Rotations followed at once per pod. Pruning keeps a pod's directory at a few files; a backlog
 # (at log-frequency 100, Triton rotates once a second at 100 traced requests a second) is read
 # oldest first, 100 at a time, as what was read is deleted. A pod that makes a million files costs
@@ -55,6 +63,7 @@ MAX_POD_PENDING = 200
 IDLE_S = 600.0
 
 Resolve = Callable[[str, str], Sender | None]
+Gone = Callable[[str, str], bool]
 
 
 @dataclass
@@ -72,9 +81,10 @@ class PodTraceDirectory:
 
     def __init__(self, root: Path, resolve: Resolve, *, file_name: str = "trace.json", max_pending: int = 20_000,
                  on_drop: Callable[[str, int], None] | None = None, keep_rotations: int | None = None,
-                 max_pods: int = MAX_PODS, idle_s: float = IDLE_S,
+                 max_pods: int = MAX_PODS, idle_s: float = IDLE_S, gone: Gone | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        """*resolve(namespace, pod)*: the watched pod's (namespace, pod, deployment), or None."""
+        """*resolve(namespace, pod)*: the watched pod's (namespace, pod, deployment), or None.
+        *gone(namespace, pod)*: True only where the pod surely no longer exists (None: never)."""
         if not file_name or "/" in file_name or file_name in (".", ".."):
             raise ValueError(f"trace file name must be a plain file name, got {file_name!r}")
         self.root = root
@@ -86,7 +96,11 @@ class PodTraceDirectory:
         self.max_pods = max_pods
         self.idle_s = idle_s
         self.clock = clock
+        self.gone = gone
         self._pods: dict[str, _PodFiles] = {}
+        # Unwatched subdirectories -> when first seen, or last found to be a live pod's.
+        self._leftovers: dict[str, float] = {}
+        self._undeletable: set[str] = set()  # leftovers whose deletion failed (warned once each)
         self._noted: set[str] = set()
         self._counts = {"read": 0, "waiting": 0, "ignored": 0}
 
@@ -99,13 +113,20 @@ class PodTraceDirectory:
         present = self._listing()
         for gone in set(self._pods) - present:
             del self._pods[gone]  # removed by someone else: its unfinished requests go with it
+        for gone in set(self._leftovers) - present:
+            del self._leftovers[gone]
+        self._undeletable &= present
         samples: list[StageSample] = []
         waiting = 0
+        checks = 0
         for name in sorted(present):
             pod = self._pods.get(name) or self._start(name, now)
             if pod is None:
-                waiting += 1
+                asked, deleted = self._leftover(name, now, may_ask=checks < MAX_GONE_CHECKS)
+                checks += asked
+                waiting += not deleted
                 continue
+            self._leftovers.pop(name, None)
             watched = self._watched(name)
             if watched:
                 pod.watched = now
@@ -165,6 +186,34 @@ class PodTraceDirectory:
         self._pods[name] = started = _PodFiles(tailer, now, now)
         log.info("tailing the trace files of pod %s/%s", namespace, pod)
         return started
+
+    def _leftover(self, name: str, now: float, *, may_ask: bool) -> tuple[bool, bool]:
+        """Time an unwatched subdirectory; once seen for `idle_s`, delete it if its pod is gone.
+        (Whether the API was asked, whether it was deleted.)"""
+        if self.gone is None or self.keep_rotations is None or name in self._undeletable or self._watched(name):
+            return False, False
+        since = self._leftovers.get(name)
+        if since is None:
+            if len(self._leftovers) < MAX_LEFTOVERS:
+                self._leftovers[name] = now
+            return False, False
+        if now - since < self.idle_s or not may_ask:
+            return False, False
+        namespace, pod = name.split("_", 1)
+        if not self.gone(namespace, pod):
+            self._leftovers[name] = now  # a live pod's (not Ready, another node's): ask again later
+            return True, False
+        del self._leftovers[name]
+        try:
+            shutil.rmtree(self.root / name)
+        except OSError as exc:
+            self._undeletable.add(name)
+            log.warning("cannot delete the trace directory of gone pod %s/%s, never read: %s", namespace, pod, exc)
+            return True, False
+        self._noted.discard(name)
+        log.info("deleted the trace directory of pod %s/%s unread: the pod is gone and no exporter read it "
+                 "while it ran (read now, its requests would count as served now)", namespace, pod)
+        return True, True
 
     def _remove(self, name: str, pod: _PodFiles) -> None:
         """Delete a gone pod's subdirectory once every file in it has been read."""

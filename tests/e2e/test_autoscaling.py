@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import shutil
 import subprocess
 import threading
 import time
@@ -19,6 +20,7 @@ import pytest
 import yaml
 
 from tests.e2e.conftest import Cluster, wait_for_targets_up
+from tests.paths import FIXTURES
 from tests.waiting import wait_for
 from tidescale.contracts.errors import TidescaleError
 from tidescale.contracts.tools import REPO_ROOT, helm
@@ -249,8 +251,14 @@ def test_each_nodes_exporter_reads_the_trace_files_of_its_own_triton_pods_from_t
     node reads it as that pod's. The nodes of this cluster share one host, so every exporter sees
     both pods' directories: each must read only its own node's pod's (nothing counted twice). The
     exporter (uid 10001) deletes the rotations it has read, which Triton (root) wrote: the init
-    container opened the directory. Once the pods are gone, their read directories are deleted."""
+    container opened the directory. Once the pods are gone, their read directories are deleted. A
+    directory left by a pod that no exporter ever watched (one that came and went while none ran) is
+    deleted unread once the API server says its pod is gone; the live pods' are never, though each
+    exporter sees the other node's pod's directory as one it does not watch."""
     traces = tmp_path / "triton-traces"
+    left_behind = traces / f"{SERVING}_triton-gone-before-any-exporter"
+    left_behind.mkdir(parents=True)
+    shutil.copy(FIXTURES / "triton" / "real-2.51" / "trace_triton.json", left_behind / "trace.json")
     path = tmp_path / "values-trace-files.yaml"
     path.write_text(yaml.safe_dump({**values("none"), "exporter": {
         "mode": "daemonset", "traceFiles": {"enabled": True, "hostPath": str(traces), "keepRotations": 2},
@@ -270,6 +278,9 @@ def test_each_nodes_exporter_reads_the_trace_files_of_its_own_triton_pods_from_t
         rotations = lambda name: sorted(f.name for f in (traces / name).glob("trace.json.*"))  # noqa: E731
         wait_for(lambda: all(len(rotations(n)) <= 2 for n in dirs), 15,
                  lambda: f"the read rotations pruned to two: {[rotations(n) for n in sorted(dirs)]}")
+        wait_for(lambda: not left_behind.exists(), 60, f"{left_behind.name}, whose pod never existed, deleted")
+        time.sleep(12)  # over twice trace_dir_idle_s: each exporter has asked about the other node's pod
+        assert dirs <= {d.name for d in traces.iterdir()}, "a live pod's trace directory was deleted"
         remove_triton_pods(cluster)
         wait_for(lambda: not dirs & {d.name for d in traces.iterdir()}, 60,
                  f"the gone pods' trace directories {sorted(dirs)} deleted once read")

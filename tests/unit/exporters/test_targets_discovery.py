@@ -186,3 +186,38 @@ def test_sender_names_the_discovered_pod_at_an_address_until_it_goes() -> None:
     assert ts.sender("10.0.0.9") is None
     ts.replace_pods([pod("p3", ip="10.0.0.3")])
     assert ts.sender("fd00::2") is None and ts.sender("10.0.0.3") == ("serving", "p3", "")
+
+
+class LookupApi:
+    """read_namespaced_pod answering with *status* (200 or an ApiException's), or raising *error*."""
+
+    def __init__(self, status: int = 200, error: Exception | None = None) -> None:
+        self.status, self.error = status, error
+        self.asked: list[tuple[str, str]] = []
+
+    def read_namespaced_pod(self, name: str, namespace: str, **kwargs: Any) -> Any:
+        from kubernetes.client.exceptions import ApiException
+
+        self.asked.append((namespace, name))
+        if self.error is not None:
+            raise self.error
+        if self.status != 200:
+            raise ApiException(status=self.status, reason="test")
+        return pod(name, ns=namespace)
+
+
+@pytest.mark.parametrize(("status", "error", "gone"), [
+    (404, None, True), (200, None, False), (403, None, False), (500, None, False),
+    (200, ConnectionError("refused"), False)])
+def test_a_pod_is_gone_only_on_the_api_servers_404(status: int, error: Exception | None, gone: bool) -> None:
+    api = LookupApi(status, error)
+    ts = TargetSet(kube_namespace="serving", kube_selector="app=triton", api=api)
+    assert ts.pod_gone("serving", "triton-a") is gone and api.asked == [("serving", "triton-a")]
+
+
+def test_pods_of_namespaces_not_watched_or_without_discovery_are_never_asked_about() -> None:
+    api = LookupApi(404)
+    assert TargetSet(kube_namespace="serving", kube_selector="app=triton", api=api).pod_gone("other", "p") is False
+    assert TargetSet(["http://a:8000"], api=api).pod_gone("serving", "p") is False
+    assert api.asked == []
+    assert TargetSet(kube_selector="app=triton", api=api).pod_gone("other", "p") is True  # all namespaces

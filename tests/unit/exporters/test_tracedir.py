@@ -352,3 +352,70 @@ def test_a_gone_pods_unclosed_backlog_is_read_through_and_its_directory_deleted(
         if not pod.exists():
             break
     assert len(read) == 20 * 5 and not pod.exists() and directory.pods() == []
+
+
+class Lookups:
+    """The API server's word on pods: those in *gone* do not exist; every question is recorded."""
+
+    def __init__(self, *gone: str) -> None:
+        self.gone = set(gone)
+        self.asked: list[str] = []
+
+    def __call__(self, namespace: str, pod: str) -> bool:
+        self.asked.append(f"{namespace}_{pod}")
+        return f"{namespace}_{pod}" in self.gone
+
+
+def test_a_leftover_of_a_gone_pod_is_deleted_unread_after_idle_s_and_a_live_pods_is_kept(tmp_path: Path) -> None:
+    """Pods that came and went while no exporter ran here: their directories go once the API server
+    says so; a pod that exists (not Ready, or on another node sharing the directory) keeps its own."""
+    clock = Clock()
+    _pod_file(tmp_path, "prod_gone-a", ROTATED, ".0")
+    _pod_file(tmp_path, "prod_unready-b", ROTATED, ".0")
+    lookups = Lookups("prod_gone-a")
+    directory = _directory(tmp_path, {}, clock, keep_rotations=2, idle_s=600, gone=lookups)
+    assert directory.poll() == [] and lookups.asked == []  # first seen: timed, nothing asked
+    clock.now += 599
+    directory.poll()
+    assert lookups.asked == [] and (tmp_path / "prod_gone-a").exists()
+    clock.now += 1
+    assert directory.poll() == []  # never read: its requests would count as served now
+    assert not (tmp_path / "prod_gone-a").exists() and (tmp_path / "prod_unready-b").exists()
+    assert sorted(lookups.asked) == ["prod_gone-a", "prod_unready-b"]
+    assert directory._counts["waiting"] == 1
+    clock.now += 599
+    directory.poll()
+    assert len(lookups.asked) == 2  # a live pod's is asked about again only after idle_s
+    clock.now += 1
+    directory.poll()
+    assert lookups.asked[2:] == ["prod_unready-b"] and (tmp_path / "prod_unready-b").exists()
+
+
+@pytest.mark.parametrize("how", ["no lookup", "no pruning"])
+def test_leftovers_stay_without_the_api_servers_word_or_without_leave_to_delete(tmp_path: Path, how: str) -> None:
+    clock = Clock()
+    _pod_file(tmp_path, "prod_gone-a", ROTATED, ".0")
+    lookups = Lookups("prod_gone-a")
+    kwargs: dict[str, object] = {"keep_rotations": 2} if how == "no lookup" else {"gone": lookups}
+    directory = _directory(tmp_path, {}, clock, idle_s=60, **kwargs)
+    for _ in range(3):
+        directory.poll()
+        clock.now += 3600
+    assert (tmp_path / "prod_gone-a").exists() and lookups.asked == []
+
+
+def test_api_lookups_per_poll_are_bounded(tmp_path: Path) -> None:
+    from tidescale.exporters.tracedir import MAX_GONE_CHECKS
+
+    clock = Clock()
+    for i in range(12):
+        (tmp_path / f"prod_gone-{i}").mkdir()
+    lookups = Lookups(*(f"prod_gone-{i}" for i in range(12)))
+    directory = _directory(tmp_path, {}, clock, keep_rotations=2, idle_s=60, gone=lookups)
+    directory.poll()
+    clock.now += 60
+    left = []
+    for _ in range(3):
+        directory.poll()
+        left.append(len(list(tmp_path.iterdir())))
+    assert left == [12 - MAX_GONE_CHECKS, 12 - 2 * MAX_GONE_CHECKS, 0] and len(lookups.asked) == 12
