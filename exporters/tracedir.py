@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from tidescale.contracts import catalog
 from tidescale.exporters.latency import Sender, StageSample
@@ -103,6 +103,7 @@ class PodTraceDirectory:
         self._undeletable: set[str] = set()  # leftovers whose deletion failed (warned once each)
         self._noted: set[str] = set()
         self._counts = {"read": 0, "waiting": 0, "ignored": 0}
+        self._deleted = {"read": 0, "gone_unread": 0}
 
     def pods(self) -> list[str]:
         """The subdirectories being tailed."""
@@ -140,12 +141,17 @@ class PodTraceDirectory:
         self._counts.update(read=len(self._pods), waiting=waiting)
         return samples
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         family = catalog.get("tidescale_exporter_trace_dirs")
         gauge = GaugeMetricFamily(family.name, family.help, labels=["state"])
         for state, n in self._counts.items():
             gauge.add_metric([state], n)
         yield gauge
+        family = catalog.get("tidescale_exporter_trace_dirs_deleted_total")
+        counter = CounterMetricFamily(family.name.removesuffix("_total"), family.help, labels=["reason"])
+        for reason, n in self._deleted.items():
+            counter.add_metric([reason], n)
+        yield counter
 
     def _listing(self) -> set[str]:
         """The names of the subdirectories that can be pods' (no links: they lead out of the root)."""
@@ -211,6 +217,7 @@ class PodTraceDirectory:
             log.warning("cannot delete the trace directory of gone pod %s/%s, never read: %s", namespace, pod, exc)
             return True, False
         self._noted.discard(name)
+        self._deleted["gone_unread"] += 1
         log.info("deleted the trace directory of pod %s/%s unread: the pod is gone and no exporter read it "
                  "while it ran (read now, its requests would count as served now)", namespace, pod)
         return True, True
@@ -226,6 +233,7 @@ class PodTraceDirectory:
             log.warning("cannot delete the trace directory of a gone pod, %s: %s", self.root / name, exc)
             return
         del self._pods[name]
+        self._deleted["read"] += 1
         log.info("deleted the trace directory of gone pod %s after reading it", name)
 
     def _note(self, name: str, why: str) -> None:

@@ -127,6 +127,7 @@ def test_a_gone_pods_directory_is_deleted_once_read_and_idle(tmp_path: Path) -> 
     clock.now += 1
     directory.poll()
     assert not (tmp_path / "prod_triton-a").exists() and directory.pods() == []
+    assert _deleted(directory) == {"read": 1, "gone_unread": 0}
 
 
 def test_nothing_unread_is_deleted(tmp_path: Path) -> None:
@@ -234,9 +235,15 @@ def test_it_exports_how_many_pod_directories_it_reads_leaves_waiting_and_ignores
     _pod_file(tmp_path, "triton-c", ROTATED, ".0")  # a subPathExpr that does not name the namespace
     directory = _directory(tmp_path, _watch(("prod", "triton-a", "")))
     directory.poll()
-    [family] = list(directory.collect())
-    assert family.name == "tidescale_exporter_trace_dirs"
+    family = next(f for f in directory.collect() if f.name == "tidescale_exporter_trace_dirs")
     assert {s.labels["state"]: s.value for s in family.samples} == {"read": 1, "waiting": 1, "ignored": 1}
+    assert _deleted(directory) == {"read": 0, "gone_unread": 0}
+
+
+def _deleted(directory: PodTraceDirectory) -> dict[str, float]:
+    """tidescale_exporter_trace_dirs_deleted_total by reason, as exported."""
+    family = next(f for f in directory.collect() if f.name == "tidescale_exporter_trace_dirs_deleted")
+    return {s.labels["reason"]: s.value for s in family.samples if s.name.endswith("_total")}
 
 
 def test_open_trace_dir_on_the_command_line_says_what_failed_without_a_traceback(tmp_path: Path) -> None:
@@ -382,6 +389,7 @@ def test_a_leftover_of_a_gone_pod_is_deleted_unread_after_idle_s_and_a_live_pods
     assert directory.poll() == []  # never read: its requests would count as served now
     assert not (tmp_path / "prod_gone-a").exists() and (tmp_path / "prod_unready-b").exists()
     assert sorted(lookups.asked) == ["prod_gone-a", "prod_unready-b"]
+    assert _deleted(directory) == {"read": 0, "gone_unread": 1}
     assert directory._counts["waiting"] == 1
     clock.now += 599
     directory.poll()

@@ -210,6 +210,10 @@ TIDESCALE: list[MetricFamily] = [
          "Subdirectories of the trace directory (trace_dir) at the last look: read (a watched pod's), "
          "waiting (a pod this exporter does not watch, or over the limit), ignored (not <namespace>_<pod>).",
          ("state",)),
+    _own("tidescale_exporter_trace_dirs_deleted_total", "counter", "directories",
+         "Pod subdirectories of the trace directory deleted, by reason: read (a gone pod's, once every "
+         "file was read) or gone_unread (a pod that no exporter read, gone by the API server's word).",
+         ("reason",)),
     _own("tidescale_exporter_join_buffer_bytes", "gauge", "bytes",
          "Bytes held by spans waiting in the join buffer for the rest of their request.", ()),
     _own("tidescale_exporter_profile_store_bytes", "gauge", "bytes",
