@@ -33,7 +33,8 @@ def _family(name: str) -> tuple[str, str]:
     return fam.name, fam.help
 
 
-def _labelled_counter(name: str, labels: list[str], values: dict[tuple[str, ...], int]) -> CounterMetricFamily:
+def labelled_counter(name: str, labels: list[str], values: dict[tuple[str, ...], int]) -> CounterMetricFamily:
+    """The catalog family *name* as a counter with one sample per key of *values* (sorted)."""
     fam_name, help_ = _family(name)
     counter = CounterMetricFamily(fam_name.removesuffix("_total"), help_, labels=labels)
     for key, n in sorted(values.items()):
@@ -105,13 +106,13 @@ class SelfMetrics(Collector):
         with self._lock:
             name, help_ = _family("tidescale_exporter_spans_accepted_total")
             yield CounterMetricFamily(name.removesuffix("_total"), help_, value=self.spans_accepted)
-            yield _labelled_counter("tidescale_exporter_spans_dropped_total", ["reason"],
+            yield labelled_counter("tidescale_exporter_spans_dropped_total", ["reason"],
                                     {(r,): n for r, n in self.spans_dropped.items()})
             name, help_ = _family("tidescale_exporter_profile_bytes_total")
             yield CounterMetricFamily(name.removesuffix("_total"), help_, value=self.profile_bytes)
-            yield _labelled_counter("tidescale_exporter_series_dropped_total", ["family"],
+            yield labelled_counter("tidescale_exporter_series_dropped_total", ["family"],
                                     {(f,): n for f, n in self.series_dropped.items()})
-            yield _labelled_counter("tidescale_exporter_poll_errors_total", ["target", "reason"],
+            yield labelled_counter("tidescale_exporter_poll_errors_total", ["target", "reason"],
                                     {key: n for key, n in self.poll_errors.items()})
             name, help_ = _family("tidescale_exporter_poll_duration_seconds")
             polls = HistogramMetricFamily(name, help_, labels=["target"])

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
-from tidescale.contracts import catalog
+from tidescale.exporters.selfmetrics import labelled_counter
 
 log = logging.getLogger("tidescale.exporter")
 
@@ -104,9 +104,6 @@ class TaskSupervisor(Collector):
             return sorted(self._given_up)
 
     def collect(self) -> Iterator[CounterMetricFamily]:
-        fam = catalog.get("tidescale_exporter_task_restarts_total")
-        counter = CounterMetricFamily(fam.name.removesuffix("_total"), fam.help, labels=["task"])
         with self._lock:
-            for task, n in sorted(self.restarts.items()):
-                counter.add_metric([task], n)
-        yield counter
+            restarts: dict[tuple[str, ...], int] = {(task,): n for task, n in self.restarts.items()}
+        yield labelled_counter("tidescale_exporter_task_restarts_total", ["task"], restarts)

@@ -41,6 +41,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from tidescale.contracts import catalog
 from tidescale.exporters.latency import Sender, StageSample
+from tidescale.exporters.selfmetrics import labelled_counter
 from tidescale.exporters.tracefile import TraceFileTailer
 
 log = logging.getLogger(__name__)
@@ -104,6 +105,7 @@ class PodTraceDirectory:
         self._noted: set[str] = set()
         self._counts = {"read": 0, "waiting": 0, "ignored": 0}
         self._deleted = {"read": 0, "gone_unread": 0}
+        self._asks_left = MAX_GONE_CHECKS  # API lookups left in this poll (`_leftover`)
 
     def pods(self) -> list[str]:
         """The subdirectories being tailed."""
@@ -119,16 +121,17 @@ class PodTraceDirectory:
         self._undeletable &= present
         samples: list[StageSample] = []
         waiting = 0
-        checks = 0
+        self._asks_left = MAX_GONE_CHECKS
         for name in sorted(present):
-            pod = self._pods.get(name) or self._start(name, now)
+            namespace, pod_name = name.split("_", 1)
+            sender = self.resolve(namespace, pod_name)  # once a poll: None when the pod is not watched
+            pod = self._pods.get(name) or self._start(name, sender, now)
             if pod is None:
-                asked, deleted = self._leftover(name, now, may_ask=checks < MAX_GONE_CHECKS)
-                checks += asked
+                deleted = sender is None and self._leftover(name, now)
                 waiting += not deleted
                 continue
             self._leftovers.pop(name, None)
-            watched = self._watched(name)
+            watched = sender is not None
             if watched:
                 pod.watched = now
             pod.tailer.writer_gone = now - pod.watched >= self.idle_s
@@ -147,11 +150,8 @@ class PodTraceDirectory:
         for state, n in self._counts.items():
             gauge.add_metric([state], n)
         yield gauge
-        family = catalog.get("tidescale_exporter_trace_dirs_deleted_total")
-        counter = CounterMetricFamily(family.name.removesuffix("_total"), family.help, labels=["reason"])
-        for reason, n in self._deleted.items():
-            counter.add_metric([reason], n)
-        yield counter
+        yield labelled_counter("tidescale_exporter_trace_dirs_deleted_total", ["reason"],
+                               {(reason,): n for reason, n in self._deleted.items()})
 
     def _listing(self) -> set[str]:
         """The names of the subdirectories that can be pods' (no links: they lead out of the root)."""
@@ -172,13 +172,9 @@ class PodTraceDirectory:
         self._counts["ignored"] = ignored
         return out
 
-    def _watched(self, name: str) -> bool:
+    def _start(self, name: str, sender: Sender | None, now: float) -> _PodFiles | None:
+        """Tail a watched pod's subdirectory (*sender*: the pod as `resolve` named it, None if not watched)."""
         namespace, pod = name.split("_", 1)
-        return self.resolve(namespace, pod) is not None
-
-    def _start(self, name: str, now: float) -> _PodFiles | None:
-        namespace, pod = name.split("_", 1)
-        sender = self.resolve(namespace, pod)
         if sender is None:
             self._note(name, "not a pod this exporter watches")
             return None
@@ -193,34 +189,35 @@ class PodTraceDirectory:
         log.info("tailing the trace files of pod %s/%s", namespace, pod)
         return started
 
-    def _leftover(self, name: str, now: float, *, may_ask: bool) -> tuple[bool, bool]:
-        """Time an unwatched subdirectory; once seen for `idle_s`, delete it if its pod is gone.
-        (Whether the API was asked, whether it was deleted.)"""
-        if self.gone is None or self.keep_rotations is None or name in self._undeletable or self._watched(name):
-            return False, False
+    def _leftover(self, name: str, now: float) -> bool:
+        """Time an unwatched subdirectory; once seen for `idle_s`, delete it if its pod is gone
+        (at most `MAX_GONE_CHECKS` API lookups a poll). Whether it was deleted."""
+        if self.gone is None or self.keep_rotations is None or name in self._undeletable:
+            return False
         since = self._leftovers.get(name)
         if since is None:
             if len(self._leftovers) < MAX_LEFTOVERS:
                 self._leftovers[name] = now
-            return False, False
-        if now - since < self.idle_s or not may_ask:
-            return False, False
+            return False
+        if now - since < self.idle_s or self._asks_left <= 0:
+            return False
+        self._asks_left -= 1
         namespace, pod = name.split("_", 1)
         if not self.gone(namespace, pod):
             self._leftovers[name] = now  # a live pod's (not Ready, another node's): ask again later
-            return True, False
+            return False
         del self._leftovers[name]
         try:
             shutil.rmtree(self.root / name)
         except OSError as exc:
             self._undeletable.add(name)
             log.warning("cannot delete the trace directory of gone pod %s/%s, never read: %s", namespace, pod, exc)
-            return True, False
+            return False
         self._noted.discard(name)
         self._deleted["gone_unread"] += 1
         log.info("deleted the trace directory of pod %s/%s unread: the pod is gone and no exporter read it "
                  "while it ran (read now, its requests would count as served now)", namespace, pod)
-        return True, True
+        return True
 
     def _remove(self, name: str, pod: _PodFiles) -> None:
         """Delete a gone pod's subdirectory once every file in it has been read."""
