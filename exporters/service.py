@@ -115,6 +115,7 @@ def build_state(settings: ExporterSettings) -> ExporterState:
             keep_rotations=settings.trace_file_keep_rotations, idle_s=settings.trace_dir_idle_s,
             gone=state.targets.pod_gone)
         state.tailers.append(directory)
+        state.stoppers.append(directory.close)
         registry.register(directory)
     return state
 

@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 DEFAULT_PORT = 8000
 MAX_TARGETS = 5000
 WATCH_TIMEOUT_S = 60
-GET_TIMEOUT_S = 5.0  # one pod's GET (`pod_gone`): it runs on the trace tail's thread
+GET_TIMEOUT_S = 5.0  # one pod's GET (`pod_gone`), on the trace directory's lookup thread
 MAX_TARGETS_FILE_BYTES = 4 << 20
 TARGETS_FILE_POLL_S = 1.0
 

@@ -23,7 +23,9 @@ Leftovers: a subdirectory this exporter never read, because its pod came and wen
 ran on the node (an exporter upgrade) or was never Ready, would stay for ever. With *gone* (the API
 server's word that the pod does not exist) and `keep_rotations` set, one that no watched pod owns
 is deleted unread once it has been seen for `idle_s` and its pod is gone. Unread, because its
-traces read now would count as requests served now, under a pod that no longer exists.
+traces read now would count as requests served now, under a pod that no longer exists. The API
+server is asked on a thread of its own (`GoneLookups`): a slow or unreachable one never holds up
+the reading of the live pods' traces.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import re
 import shutil
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,7 +54,7 @@ POD_DIR = re.compile(r"([a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?)_([a-z0-9](?:[-a-z0
 MAX_PODS = 1000  # pods tailed at once by one exporter (a node runs far fewer Triton pods)
 MAX_NOTED = 1000  # subdirectories named in the log as not read (then no more are named)
 MAX_LEFTOVERS = 1000  # unwatched subdirectories timed at once towards their deletion
-MAX_GONE_CHECKS = 5  # API lookups per poll (each up to a few seconds where the server is slow)
+MAX_GONE_CHECKS = 5  # API lookups asked per poll, and awaiting their answer at once
 # Rotations followed at once per pod. Pruning keeps a pod's directory at a few files; a backlog
 # (at log-frequency 100, Triton rotates once a second at 100 traced requests a second) is read
 # oldest first, 100 at a time, as what was read is deleted. A pod that makes a million files costs
@@ -72,7 +75,69 @@ class _PodFiles:
     tailer: TraceFileTailer
     alive: float  # monotonic time the pod was last watched or its files last grew
     watched: float  # monotonic time the pod was last watched
-    undeletable: bool = False
+
+
+class GoneLookups:
+    """Asks *gone* about pods on one thread of its own, and hands the answers over when they have
+    come. Why not ask in the poll: a lookup may take its whole timeout (an API server slow or away),
+    and the poll that asks is the one that reads every live pod's traces. At most `per_poll` new
+    questions a poll (`new_poll`) and `max_waiting` unanswered at once, so a node full of
+    leftovers cannot flood the API server."""
+
+    def __init__(self, gone: Gone, *, executor: Executor | None = None, per_poll: int = MAX_GONE_CHECKS,
+                 max_waiting: int = MAX_GONE_CHECKS) -> None:
+        """*executor*: where lookups run (None: a thread of its own, started at the first question)."""
+        self._gone = gone
+        self._executor = executor
+        self._owned: ThreadPoolExecutor | None = None
+        self.per_poll = per_poll
+        self.max_waiting = max_waiting
+        self._asked: dict[tuple[str, str], Future[bool]] = {}
+        self._asks_left = per_poll
+
+    def new_poll(self) -> None:
+        self._asks_left = self.per_poll
+
+    def answer(self, namespace: str, pod: str) -> bool | None:
+        """Whether the pod is gone, once the answer has come (the question is then forgotten, so
+        the next call asks again); None while it is awaited, or where no question can go out now."""
+        key = (namespace, pod)
+        asked = self._asked.get(key)
+        if asked is None:
+            if self._asks_left <= 0 or len(self._asked) >= self.max_waiting:
+                return None
+            self._asks_left -= 1
+            asked = self._asked[key] = self._run().submit(self._gone, namespace, pod)
+        if not asked.done():
+            return None
+        del self._asked[key]
+        try:
+            return asked.result()
+        except Exception as exc:  # *gone* should not raise; if it does, the pod is not known to be gone
+            log.warning("cannot ask whether pod %s/%s exists: %s", namespace, pod, exc)
+            return False
+
+    def forget(self, namespace: str, pod: str) -> None:
+        """Drop a question whose answer no longer matters (its directory went, or its pod is watched
+        now); an answer given before a same-name pod appeared must not delete that pod's directory."""
+        self._asked.pop((namespace, pod), None)
+
+    def waiting(self) -> int:
+        return len(self._asked)
+
+    def close(self) -> None:
+        """Stop the lookup thread without waiting for a lookup under way (it ends at its timeout)."""
+        if self._owned is not None:
+            self._owned.shutdown(wait=False, cancel_futures=True)
+            self._owned = None
+            self._asked.clear()
+
+    def _run(self) -> Executor:
+        if self._executor is not None:
+            return self._executor
+        if self._owned is None:
+            self._owned = ThreadPoolExecutor(max_workers=1, thread_name_prefix="trace-dir-pod-lookups")
+        return self._owned
 
 
 class PodTraceDirectory:
@@ -82,10 +147,11 @@ class PodTraceDirectory:
 
     def __init__(self, root: Path, resolve: Resolve, *, file_name: str = "trace.json", max_pending: int = 20_000,
                  on_drop: Callable[[str, int], None] | None = None, keep_rotations: int | None = None,
-                 max_pods: int = MAX_PODS, idle_s: float = IDLE_S, gone: Gone | None = None,
+                 max_pods: int = MAX_PODS, idle_s: float = IDLE_S, gone: Gone | GoneLookups | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         """*resolve(namespace, pod)*: the watched pod's (namespace, pod, deployment), or None.
-        *gone(namespace, pod)*: True only where the pod surely no longer exists (None: never)."""
+        *gone(namespace, pod)*: True only where the pod surely no longer exists (None: never); it may
+        block for seconds, so it is asked through `GoneLookups` (or pass one, to choose its thread)."""
         if not file_name or "/" in file_name or file_name in (".", ".."):
             raise ValueError(f"trace file name must be a plain file name, got {file_name!r}")
         self.root = root
@@ -97,15 +163,14 @@ class PodTraceDirectory:
         self.max_pods = max_pods
         self.idle_s = idle_s
         self.clock = clock
-        self.gone = gone
+        self.gone = gone if gone is None or isinstance(gone, GoneLookups) else GoneLookups(gone)
         self._pods: dict[str, _PodFiles] = {}
         # Unwatched subdirectories -> when first seen, or last found to be a live pod's.
         self._leftovers: dict[str, float] = {}
-        self._undeletable: set[str] = set()  # leftovers whose deletion failed (warned once each)
+        self._undeletable: set[str] = set()  # subdirectories whose deletion failed (warned once each)
         self._noted: set[str] = set()
         self._counts = {"read": 0, "waiting": 0, "ignored": 0}
         self._deleted = {"read": 0, "gone_unread": 0}
-        self._asks_left = MAX_GONE_CHECKS  # API lookups left in this poll (`_leftover`)
 
     def pods(self) -> list[str]:
         """The subdirectories being tailed."""
@@ -117,11 +182,12 @@ class PodTraceDirectory:
         for gone in set(self._pods) - present:
             del self._pods[gone]  # removed by someone else: its unfinished requests go with it
         for gone in set(self._leftovers) - present:
-            del self._leftovers[gone]
+            self._forget_leftover(gone)
         self._undeletable &= present
         samples: list[StageSample] = []
         waiting = 0
-        self._asks_left = MAX_GONE_CHECKS
+        if self.gone is not None:
+            self.gone.new_poll()
         for name in sorted(present):
             namespace, pod_name = name.split("_", 1)
             sender = self.resolve(namespace, pod_name)  # once a poll: None when the pod is not watched
@@ -130,7 +196,7 @@ class PodTraceDirectory:
                 deleted = sender is None and self._leftover(name, now)
                 waiting += not deleted
                 continue
-            self._leftovers.pop(name, None)
+            self._forget_leftover(name)
             watched = sender is not None
             if watched:
                 pod.watched = now
@@ -139,10 +205,15 @@ class PodTraceDirectory:
             samples.extend(new)
             if new or watched:
                 pod.alive = now
-            elif self.keep_rotations is not None and not pod.undeletable and now - pod.alive >= self.idle_s:
+            elif self.keep_rotations is not None and name not in self._undeletable and now - pod.alive >= self.idle_s:
                 self._remove(name, pod)
         self._counts.update(read=len(self._pods), waiting=waiting)
         return samples
+
+    def close(self) -> None:
+        """Stop asking the API server (the exporter's shutdown)."""
+        if self.gone is not None:
+            self.gone.close()
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         family = catalog.get("tidescale_exporter_trace_dirs")
@@ -184,14 +255,14 @@ class PodTraceDirectory:
         self._noted.discard(name)
         tailer = TraceFileTailer(self.root / name / self.file_name, min(self.max_pending, MAX_POD_PENDING),
                                  self.on_drop, keep_rotations=self.keep_rotations, sender=sender,
-                                 follow_links=False, max_files=MAX_POD_FILES)
+                                 follow_links=False, max_files=MAX_POD_FILES, gone_quiet_s=self.idle_s)
         self._pods[name] = started = _PodFiles(tailer, now, now)
         log.info("tailing the trace files of pod %s/%s", namespace, pod)
         return started
 
     def _leftover(self, name: str, now: float) -> bool:
-        """Time an unwatched subdirectory; once seen for `idle_s`, delete it if its pod is gone
-        (at most `MAX_GONE_CHECKS` API lookups a poll). Whether it was deleted."""
+        """Time an unwatched subdirectory; once seen for `idle_s`, delete it once the API server
+        says its pod is gone (`GoneLookups`: the answer may come polls later). Whether it was deleted."""
         if self.gone is None or self.keep_rotations is None or name in self._undeletable:
             return False
         since = self._leftovers.get(name)
@@ -199,11 +270,13 @@ class PodTraceDirectory:
             if len(self._leftovers) < MAX_LEFTOVERS:
                 self._leftovers[name] = now
             return False
-        if now - since < self.idle_s or self._asks_left <= 0:
+        if now - since < self.idle_s:
             return False
-        self._asks_left -= 1
         namespace, pod = name.split("_", 1)
-        if not self.gone(namespace, pod):
+        verdict = self.gone.answer(namespace, pod)
+        if verdict is None:  # asked, not answered yet (or no more questions this poll)
+            return False
+        if not verdict:
             self._leftovers[name] = now  # a live pod's (not Ready, another node's): ask again later
             return False
         del self._leftovers[name]
@@ -226,12 +299,16 @@ class PodTraceDirectory:
         try:
             shutil.rmtree(self.root / name)
         except OSError as exc:
-            pod.undeletable = True
+            self._undeletable.add(name)
             log.warning("cannot delete the trace directory of a gone pod, %s: %s", self.root / name, exc)
             return
         del self._pods[name]
         self._deleted["read"] += 1
         log.info("deleted the trace directory of gone pod %s after reading it", name)
+
+    def _forget_leftover(self, name: str) -> None:
+        if self._leftovers.pop(name, None) is not None and self.gone is not None:
+            self.gone.forget(*name.split("_", 1))
 
     def _note(self, name: str, why: str) -> None:
         """Say once per name why a subdirectory is not read (bounded: a hostile writer can make many)."""

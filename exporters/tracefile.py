@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import stat as stat_mode
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -250,14 +251,17 @@ class TraceFileTailer:
 
     def __init__(self, path: Path, max_pending: int = 20_000,
                  on_drop: Callable[[str, int], None] | None = None, *, keep_rotations: int | None = None,
-                 sender: Sender = NO_SENDER, follow_links: bool = True, max_files: int | None = None) -> None:
+                 sender: Sender = NO_SENDER, follow_links: bool = True, max_files: int | None = None,
+                 gone_quiet_s: float = 0.0) -> None:
         """*keep_rotations*: None keeps every rotation, as Triton does; N deletes finished rotations
         beyond the newest N once they are read (`_prune`). *sender*: the pod the file belongs to.
         *follow_links*: False where the files' writer is not trusted (a pod's own directory), so a
         link there is refused instead of read from this process' view of the filesystem.
         *max_files*: how many rotations to follow at once, where the writer is not trusted: the
         oldest, so a backlog is read in order as pruning deletes what was read (the newest where
-        nothing is pruned); beyond it, nothing is read or deleted until the rest is."""
+        nothing is pruned); beyond it, nothing is read or deleted until the rest is.
+        *gone_quiet_s*: once `writer_gone`, how long a rotation must have gone unmodified to count
+        as finished without its closing `]`."""
         if keep_rotations is not None and keep_rotations < 1:
             raise ValueError(f"keep_rotations must be at least 1, got {keep_rotations}")
         self.path = path
@@ -274,10 +278,13 @@ class TraceFileTailer:
         self.max_files = max_files
         self._over_files = False  # the last listing held more rotations than max_files (said once)
         self._prune_refused = False  # the directory refuses deletions: pruning is off
-        # No writer will add to these files again (their pod is gone): a rotation read to its end is
-        # finished, closed or not. Otherwise a gone pod's unclosed rotations beyond max_files would
-        # wait unseen for ever, and so would its directory (`PodTraceDirectory`).
+        # No writer will add to these files again (their pod is gone): a rotation read to its end and
+        # unmodified for gone_quiet_s is finished, closed or not. Otherwise a gone pod's unclosed
+        # rotations beyond max_files would wait unseen for ever, and so would its directory
+        # (`PodTraceDirectory`). The quiet time guards against a writer the caller does not know of:
+        # a same-name pod (a StatefulSet's) writing before the exporter's watch has seen it.
         self.writer_gone = False
+        self.gone_quiet_s = gone_quiet_s
 
     def files(self) -> list[Path]:
         """The trace file and its rotations, oldest rotation first, the base file last."""
@@ -330,7 +337,8 @@ class TraceFileTailer:
         """Delete the rotations older than the newest `keep_rotations` that are finished: read to
         their last byte, and their JSON array closed (a restarted Triton writes `file.0` again
         while older, higher-numbered rotations remain, so the index alone does not say finished);
-        once `writer_gone`, read to their last byte is enough. Nothing unread is ever deleted; a
+        once `writer_gone`, read to their last byte and quiet for `gone_quiet_s` is enough (an unclosed
+        rotation written to since is some writer's still). Nothing unread is ever deleted; a
         failed deletion is warned about once and left. Where the directory refuses deletions (no
         write access, a read-only mount), pruning stops at the first refusal: every later rotation
         would be refused too, and each warned about and remembered."""
@@ -341,7 +349,7 @@ class TraceFileTailer:
             state = self._files.get(path)
             if state is None or path in self._unprunable:
                 continue
-            if not (_read_to_end(path, state) if self.writer_gone else _finished(path, state)):
+            if not (_read_to_end(path, state, self.gone_quiet_s) if self.writer_gone else _finished(path, state)):
                 continue
             try:
                 os.unlink(path)
@@ -484,14 +492,15 @@ def trace_files(path: Path, limit: int | None = None, *, newest: bool = False) -
     return out
 
 
-def _read_to_end(path: str, state: _FileState) -> bool:
-    """The file the reads saw (its inode), with no byte beyond them: judged by a stat, without
-    opening it."""
+def _read_to_end(path: str, state: _FileState, quiet_s: float | None = None) -> bool:
+    """The file the reads saw (its inode), with no byte beyond them, and (*quiet_s*) not modified
+    for that long: judged by a stat, without opening it."""
     try:
         stat = os.stat(path)
     except OSError:
         return False
-    return stat.st_ino == state.inode and stat.st_size == state.offset
+    return (stat.st_ino == state.inode and stat.st_size == state.offset
+            and (quiet_s is None or time.time() - stat.st_mtime >= quiet_s))
 
 
 def _finished(path: str, state: _FileState) -> bool:

@@ -7,7 +7,10 @@ import logging
 import os
 import shutil
 import threading
+import time
 from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
 from pathlib import Path
 
 import pytest
@@ -20,7 +23,7 @@ from tidescale.contracts.settings import load_settings
 from tidescale.exporters.latency import Sender, StageSample
 from tidescale.exporters.settings import ExporterSettings
 from tidescale.exporters.targets import TargetSet
-from tidescale.exporters.tracedir import POD_DIR, PodTraceDirectory, open_for_writers
+from tidescale.exporters.tracedir import POD_DIR, GoneLookups, PodTraceDirectory, open_for_writers
 
 REAL = FIXTURES / "triton" / "real-2.51" / "trace_triton.json"  # 200 requests of one model
 ROTATED = FIXTURES / "profiles" / "triton" / "trace_timestamps.json.0"  # 20 requests
@@ -344,6 +347,7 @@ def test_a_gone_pods_unclosed_backlog_is_read_through_and_its_directory_deleted(
     for i in range(50):
         (pod / f"trace.json.{i}").write_bytes(b"[")  # opened, never closed: the pod was killed
     shutil.copy(ROTATED, pod / "trace.json.50")  # the newest holds requests that must be read
+    _age(*pod.iterdir())  # written before the pod went (the tailer judges quiet by the files' mtime)
     watched = _watch(("prod", "triton-a", "t"))
     directory = _directory(tmp_path, watched, clock, keep_rotations=2, idle_s=60)
     assert _poll_within(directory) == []
@@ -361,16 +365,61 @@ def test_a_gone_pods_unclosed_backlog_is_read_through_and_its_directory_deleted(
     assert len(read) == 20 * 5 and not pod.exists() and directory.pods() == []
 
 
+def _age(*paths: Path, seconds: float = 3600) -> None:
+    """Set the files' mtime *seconds* back."""
+    then = time.time() - seconds
+    for path in paths:
+        os.utime(path, (then, then))
+
+
+def test_a_gone_pods_unclosed_rotation_written_to_lately_is_kept(tmp_path: Path) -> None:
+    """Once the pod has been gone for idle_s an unclosed rotation read to its end counts as
+    finished, but not one modified within idle_s: a same-name pod (a StatefulSet's) may be writing
+    it before the exporter's watch has seen that pod (a restarted Triton starts at `.0` again)."""
+    clock = Clock()
+    pod = tmp_path / "prod_triton-0"
+    pod.mkdir()
+    for i in (2, 3):
+        (pod / f"trace.json.{i}").write_bytes(b"[")  # the old pod's, never closed: it was killed
+    _age(*pod.iterdir())
+    watched = _watch(("prod", "triton-0", "t"))
+    directory = _directory(tmp_path, watched, clock, keep_rotations=1, idle_s=60)
+    directory.poll()
+    del watched[("prod", "triton-0")]
+    clock.now += 60
+    (pod / "trace.json.0").write_bytes(ROTATED.read_bytes().rstrip()[:-1])  # the new pod's, open
+    (pod / "trace.json.1").write_bytes(b"[")
+    assert len(directory.poll()) == 20 * 5
+    assert sorted(p.name for p in pod.iterdir()) == ["trace.json.0", "trace.json.1", "trace.json.3"]
+    _age(pod / "trace.json.1")
+    directory.poll()
+    assert sorted(p.name for p in pod.iterdir()) == ["trace.json.0", "trace.json.3"]  # .3: the newest is kept
+
+
 class Lookups:
-    """The API server's word on pods: those in *gone* do not exist; every question is recorded."""
+    """The API server's word on pods: those in *gone* do not exist; every question is recorded.
+    `answered`: a GoneLookups that asks it at once, so each answer is there in the poll that asked."""
 
     def __init__(self, *gone: str) -> None:
         self.gone = set(gone)
         self.asked: list[str] = []
+        self.answered = GoneLookups(self, executor=AtOnce())
 
     def __call__(self, namespace: str, pod: str) -> bool:
         self.asked.append(f"{namespace}_{pod}")
         return f"{namespace}_{pod}" in self.gone
+
+
+class AtOnce(Executor):
+    """Runs each call as it is submitted, on the caller's thread."""
+
+    def submit(self, fn: Callable[..., bool], /, *args: object, **kwargs: object) -> Future[bool]:  # type: ignore[override]
+        done: Future[bool] = Future()
+        try:
+            done.set_result(fn(*args, **kwargs))
+        except Exception as exc:
+            done.set_exception(exc)
+        return done
 
 
 def test_a_leftover_of_a_gone_pod_is_deleted_unread_after_idle_s_and_a_live_pods_is_kept(tmp_path: Path) -> None:
@@ -380,7 +429,7 @@ def test_a_leftover_of_a_gone_pod_is_deleted_unread_after_idle_s_and_a_live_pods
     _pod_file(tmp_path, "prod_gone-a", ROTATED, ".0")
     _pod_file(tmp_path, "prod_unready-b", ROTATED, ".0")
     lookups = Lookups("prod_gone-a")
-    directory = _directory(tmp_path, {}, clock, keep_rotations=2, idle_s=600, gone=lookups)
+    directory = _directory(tmp_path, {}, clock, keep_rotations=2, idle_s=600, gone=lookups.answered)
     assert directory.poll() == [] and lookups.asked == []  # first seen: timed, nothing asked
     clock.now += 599
     directory.poll()
@@ -404,7 +453,7 @@ def test_leftovers_stay_without_the_api_servers_word_or_without_leave_to_delete(
     clock = Clock()
     _pod_file(tmp_path, "prod_gone-a", ROTATED, ".0")
     lookups = Lookups("prod_gone-a")
-    kwargs: dict[str, object] = {"keep_rotations": 2} if how == "no lookup" else {"gone": lookups}
+    kwargs: dict[str, object] = {"keep_rotations": 2} if how == "no lookup" else {"gone": lookups.answered}
     directory = _directory(tmp_path, {}, clock, idle_s=60, **kwargs)
     for _ in range(3):
         directory.poll()
@@ -419,7 +468,7 @@ def test_api_lookups_per_poll_are_bounded(tmp_path: Path) -> None:
     for i in range(12):
         (tmp_path / f"prod_gone-{i}").mkdir()
     lookups = Lookups(*(f"prod_gone-{i}" for i in range(12)))
-    directory = _directory(tmp_path, {}, clock, keep_rotations=2, idle_s=60, gone=lookups)
+    directory = _directory(tmp_path, {}, clock, keep_rotations=2, idle_s=60, gone=lookups.answered)
     directory.poll()
     clock.now += 60
     left = []
@@ -427,3 +476,112 @@ def test_api_lookups_per_poll_are_bounded(tmp_path: Path) -> None:
         directory.poll()
         left.append(len(list(tmp_path.iterdir())))
     assert left == [12 - MAX_GONE_CHECKS, 12 - 2 * MAX_GONE_CHECKS, 0] and len(lookups.asked) == 12
+
+
+class HungApiServer:
+    """A lookup that waits until `release` is set, as one does on an API server slow or away;
+    then the pods in *gone* are gone."""
+
+    def __init__(self, *gone: str) -> None:
+        self.gone = set(gone)
+        self.started: list[str] = []
+        self.release = threading.Event()
+
+    def __call__(self, namespace: str, pod: str) -> bool:
+        self.started.append(f"{namespace}_{pod}")
+        self.release.wait(30)
+        return f"{namespace}_{pod}" in self.gone
+
+
+def _poll_until(directory: PodTraceDirectory, done: Callable[[], bool]) -> None:
+    """Poll until *done* (the lookup thread answers within milliseconds once released)."""
+    for _ in range(500):
+        directory.poll()
+        if done():
+            return
+        threading.Event().wait(0.01)
+    raise AssertionError("the lookup thread never answered")
+
+
+def test_a_hung_api_server_never_holds_up_the_live_pods_traces(tmp_path: Path) -> None:
+    """The poll that finds a leftover due asks about it and returns at once with the live pods'
+    samples; the leftover goes at a later poll, once the answer has come."""
+    clock = Clock()
+    (tmp_path / "prod_gone-a").mkdir()
+    api = HungApiServer("prod_gone-a")
+    directory = _directory(tmp_path, _watch(("prod", "triton-a", "triton")), clock, keep_rotations=2,
+                           idle_s=60, gone=api)
+    try:
+        directory.poll()
+        clock.now += 60
+        _pod_file(tmp_path, "prod_triton-a")
+        polled: list[list[StageSample]] = []
+        poll = threading.Thread(target=lambda: polled.append(directory.poll()), daemon=True)
+        poll.start()
+        poll.join(10)  # a poll waiting on the lookup would wait the whole 30 s
+        assert polled and len(polled[0]) == 200 * 5, "the poll waited for the API server"
+        assert (tmp_path / "prod_gone-a").exists() and directory.gone is not None and directory.gone.waiting() == 1
+    finally:
+        api.release.set()
+    _poll_until(directory, lambda: not (tmp_path / "prod_gone-a").exists())
+    assert api.started == ["prod_gone-a"] and _deleted(directory)["gone_unread"] == 1
+    directory.close()
+
+
+def test_unanswered_lookups_are_bounded_and_asked_on_one_thread(tmp_path: Path) -> None:
+    from tidescale.exporters.tracedir import MAX_GONE_CHECKS
+
+    clock = Clock()
+    for i in range(12):
+        (tmp_path / f"prod_gone-{i}").mkdir()
+    api = HungApiServer(*(f"prod_gone-{i}" for i in range(12)))
+    directory = _directory(tmp_path, {}, clock, keep_rotations=2, idle_s=60, gone=api)
+    assert directory.gone is not None
+    try:
+        directory.poll()
+        clock.now += 60
+        for _ in range(3):
+            directory.poll()
+            assert directory.gone.waiting() == MAX_GONE_CHECKS
+        assert len(api.started) <= 1  # one lookup at a time, however many wait
+    finally:
+        api.release.set()
+    _poll_until(directory, lambda: not any(tmp_path.iterdir()))
+    assert sorted(api.started) == sorted(f"prod_gone-{i}" for i in range(12))
+    directory.close()
+
+
+def test_an_answer_about_a_pod_watched_meanwhile_is_dropped(tmp_path: Path) -> None:
+    """A same-name pod (a StatefulSet's) that became watched while the API server was asked about
+    its predecessor: the old 404 must not delete the new pod's directory."""
+    clock = Clock()
+    _pod_file(tmp_path, "prod_triton-0", ROTATED, ".0")
+    api = HungApiServer("prod_triton-0")
+    watched: dict[tuple[str, str], Sender] = {}
+    directory = _directory(tmp_path, watched, clock, keep_rotations=2, idle_s=60, gone=api)
+    assert directory.gone is not None
+    try:
+        directory.poll()
+        clock.now += 60
+        directory.poll()
+        assert directory.gone.waiting() == 1
+        watched.update(_watch(("prod", "triton-0", "triton")))
+        assert len(directory.poll()) == 20 * 5 and directory.gone.waiting() == 0
+    finally:
+        api.release.set()
+    watched.clear()  # unwatched again: a started pod's directory is judged by its files, not the old answer
+    for _ in range(3):
+        clock.now += 1
+        directory.poll()
+    assert (tmp_path / "prod_triton-0").exists() and _deleted(directory)["gone_unread"] == 0
+    directory.close()
+
+
+def test_a_lookup_that_raises_counts_as_not_gone(caplog: pytest.LogCaptureFixture) -> None:
+    def broken(namespace: str, pod: str) -> bool:
+        raise RuntimeError("no client")
+
+    lookups = GoneLookups(broken, executor=AtOnce())
+    with caplog.at_level(logging.WARNING, "tidescale.exporters.tracedir"):
+        assert lookups.answer("prod", "a") is False
+    assert "cannot ask whether pod prod/a exists: no client" in caplog.text and lookups.waiting() == 0
