@@ -7,9 +7,11 @@ clear its backlog within a horizon by diverting new arrivals (`drain_replicas`; 
 per pod). Arrivals are completions plus the queue's change over the same samples, from the 1-minute
 rate or, when it reads a jump, a short one. Scale-up is immediate; scale-down needs the
 lower count to have been enough for `down_delay_s` and to fit at a lower utilisation (asymmetric
-hysteresis). With `headroom` > 1 the fleet never drops below what headroom × the recent floor
-of the load needs (standing replicas for a surge faster than detection + cold start). Capacity
-starts at the load-test value and is refined from observed saturation.
+hysteresis), judged on the lower of the two windows' rates: on the way down the short window reads
+the fall sooner, and the largest need over `down_delay_s` keeps a passing dip from counting.
+With `headroom` > 1 the fleet never drops below what headroom × the recent floor of the load needs
+(standing replicas for a surge faster than detection + cold start). Capacity starts at the
+load-test value and is refined from observed saturation.
 """
 
 from __future__ import annotations
@@ -227,10 +229,14 @@ class Recommender:
         elif obs.p99_s < 0.5 * obs.slo_p99_s:
             self.capacity_rps = min(hi, self.capacity_rps + 0.01 * cfg.capacity_rps)
 
-    def arrival_rate(self, obs: Observation) -> float:
+    def arrival_rates(self, obs: Observation) -> tuple[float, float]:
         """Arrivals = completions + rejections + queue growth: Triton counts a request only when it
         completes, so under overload the completion rate flattens at capacity while the queue absorbs
-        the rest, or, with a queue timeout, the rejection counter does."""
+        the rest, or, with a queue timeout, the rejection counter does. Two readings: the one to
+        scale up on (the long window's, or the short one's when it reads a jump), and the one to
+        scale down on (the lower of the two: on the way down the short window sees the fall sooner,
+        and the largest need over `down_delay_s` keeps a passing dip from counting). Without a short
+        window both are the long one's."""
         cfg = self.config
         self._queue.append((obs.t, obs.queue_depth))
         keep = max(cfg.queue_window_s, cfg.rate_window_s, cfg.fast_window_s)
@@ -238,7 +244,8 @@ class Recommender:
             self._queue.popleft()
         if obs.fast_arrival_rps is None:
             recent = [(t, q) for t, q in self._queue if t >= obs.t - cfg.queue_window_s]
-            return max(0.0, obs.arrival_rps + obs.rejected_rps + trend_slope(recent))
+            only = max(0.0, obs.arrival_rps + obs.rejected_rps + trend_slope(recent))
+            return only, only
         # Arrivals over a window = completions over it + the queue's change over the same window:
         # matched windows, or a draining backlog's completions would read as arrivals.
         # The short window is noisier: it counts only when it reads a jump (a surge under way).
@@ -246,7 +253,7 @@ class Recommender:
         fast_rejected = obs.rejected_rps if obs.fast_rejected_rps is None else obs.fast_rejected_rps
         slow = obs.arrival_rps + obs.rejected_rps + queue_growth(samples, cfg.rate_window_s)
         fast = obs.fast_arrival_rps + fast_rejected + queue_growth(samples, cfg.fast_window_s)
-        return max(0.0, fast if fast > slow * cfg.fast_jump else slow)
+        return max(0.0, fast if fast > slow * cfg.fast_jump else slow), max(0.0, min(fast, slow))
 
     def recent_floor(self, t: float, arrival: float) -> float:
         """The lowest arrival rate over the last `headroom_window_s` (a monotonic-deque sliding minimum):
@@ -302,7 +309,7 @@ class Recommender:
         if not all(math.isfinite(x) and x >= 0 for x in (obs.arrival_rps, obs.queue_depth, obs.rejected_rps)):
             raise ValueError("arrival rate, rejection rate and queue depth must be finite and >= 0")
         self.refine_capacity(obs)
-        arrival = self.arrival_rate(obs)
+        arrival, down_arrival = self.arrival_rates(obs)
         pod_backlog = self.pod_backlog(obs)
         self._rates.append((obs.t, arrival))
         while self._rates and self._rates[0][0] < obs.t - cfg.trend_window_s:
@@ -317,7 +324,8 @@ class Recommender:
         rate_need = max(standing, replicas_for(projected + backlog_rps, self.capacity_rps, cfg.utilisation))
         drain_need = min(drain_need, math.ceil(cfg.max_drain_factor * max(rate_need, 1)))
         up_need = max(rate_need, drain_need)
-        down_need = max(drain_need, standing, replicas_for(max(projected, arrival) + backlog_rps,
+        projected_down = projected_rate(down_arrival, slope, lookahead, cfg.trend_cap)
+        down_need = max(drain_need, standing, replicas_for(max(projected_down, down_arrival) + backlog_rps,
                                                            self.capacity_rps, cfg.down_utilisation))
         queue_driven = arrival - obs.arrival_rps + backlog_rps > 0.1 * max(projected, 1e-9)
         reason = "drain" if drain_need > rate_need and up_need > obs.current_replicas else \

@@ -249,6 +249,35 @@ def test_fast_estimate_matches_the_queue_window() -> None:
     assert out.projected_rps == pytest.approx(500.0)
 
 
+def _falling(fast_lead: bool) -> int:
+    """Seconds until the first scale-down when the load falls from 900 to 300 req/s at t=0: the
+    long window reads the fall over 60 s; the short one (with *fast_lead*) over 30 s."""
+    r = rec(down_delay_s=60.0)
+    r.recommend(Observation(-15, 900.0, 0.0, 10, 10, fast_arrival_rps=900.0 if fast_lead else None))
+    for t in range(0, 300, 5):
+        slow = 900.0 - 600.0 * min(t, 60) / 60
+        fast = 900.0 - 600.0 * min(t, 30) / 30
+        out = r.recommend(Observation(t, slow, 0.0, 10, 10, fast_arrival_rps=fast if fast_lead else None))
+        if out.desired < 10:
+            return t
+    raise AssertionError("never scaled down")
+
+
+def test_scale_down_follows_the_short_windows_reading_of_a_fall() -> None:
+    """The lower of the two windows' rates decides scale-down: the short one reads a fall sooner.
+    Scale-up still takes the long window unless the short one reads a jump."""
+    assert _falling(fast_lead=True) < _falling(fast_lead=False)
+    r = rec(down_delay_s=60.0)
+    assert r.recommend(Observation(0, 900.0, 0.0, 10, 10, fast_arrival_rps=300.0)).desired == 10  # up: 900
+
+
+def test_a_dip_in_the_short_window_within_the_down_delay_does_not_scale_down() -> None:
+    r = rec(down_delay_s=60.0)
+    for t in range(0, 120, 5):
+        fast = 300.0 if 30 <= t < 60 else 900.0  # a 30 s lull, then back
+        assert r.recommend(Observation(t, 900.0, 0.0, 10, 10, fast_arrival_rps=fast)).desired == 10
+
+
 def test_a_backlogged_pod_asks_for_replicas_that_divert_its_arrivals() -> None:
     r = rec(cold_start_s=0.0, lookahead_extra_s=0.0, pod_drain_s=100.0, max_replicas=40)
     out = r.recommend(Observation(0, 300.0, 5000.0, 3, 3, slo_p99_s=0.5, max_pod_queue=5050.0))
