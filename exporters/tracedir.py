@@ -119,8 +119,11 @@ class GoneLookups:
 
     def forget(self, namespace: str, pod: str) -> None:
         """Drop a question whose answer no longer matters (its directory went, or its pod is watched
-        now); an answer given before a same-name pod appeared must not delete that pod's directory."""
-        self._asked.pop((namespace, pod), None)
+        now); an answer given before a same-name pod appeared must not delete that pod's directory.
+        One not yet started is cancelled, so forgotten questions do not queue behind a hung lookup."""
+        asked = self._asked.pop((namespace, pod), None)
+        if asked is not None:
+            asked.cancel()
 
     def waiting(self) -> int:
         return len(self._asked)

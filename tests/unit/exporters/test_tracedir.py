@@ -577,6 +577,20 @@ def test_an_answer_about_a_pod_watched_meanwhile_is_dropped(tmp_path: Path) -> N
     directory.close()
 
 
+def test_a_forgotten_question_not_yet_started_is_cancelled() -> None:
+    api = HungApiServer()
+    lookups = GoneLookups(api)
+    try:
+        assert lookups.answer("prod", "a") is None and lookups.answer("prod", "b") is None
+        waiting_b = lookups._asked[("prod", "b")]
+        lookups.forget("prod", "b")  # queued behind a's hung lookup
+        assert waiting_b.cancelled() and lookups.waiting() == 1
+    finally:
+        api.release.set()
+        lookups.close()
+    assert "prod_b" not in api.started
+
+
 def test_a_lookup_that_raises_counts_as_not_gone(caplog: pytest.LogCaptureFixture) -> None:
     def broken(namespace: str, pod: str) -> bool:
         raise RuntimeError("no client")
