@@ -54,6 +54,7 @@ class FastReading:
     max_pod_queue: float
     pods: int
     missing: tuple[str, ...] = ()  # pods that did not answer: their last good values stand in
+    newest_rps: float | None = None  # the same over each pod's newest interval alone (a surge's front)
 
 
 def pod_counters(text: str, model: str) -> PodCounters:
@@ -106,12 +107,14 @@ class FastWindow:
         self.window_s = window_s
         self._samples: dict[str, deque[tuple[float, PodCounters]]] = {}
         self._rate: dict[str, float] = {}
+        self._newest: dict[str, float] = {}
 
     def add(self, t: float, reads: Mapping[str, PodCounters | None]) -> FastReading:
         """Fold one round of reads (pod -> counters, None when it did not answer) into the window."""
         for gone in set(self._samples) - set(reads):
             del self._samples[gone]
             self._rate.pop(gone, None)
+            self._newest.pop(gone, None)
         missing = []
         for pod, read in reads.items():
             samples = self._samples.setdefault(pod, deque())
@@ -126,9 +129,17 @@ class FastWindow:
                 samples.popleft()
             (t0, first), (t1, last) = samples[0], samples[-1]
             if t1 > t0:
-                done = (last.success - first.success) + (last.rejected - first.rejected)
-                self._rate[pod] = max(0.0, (done + last.pending - first.pending) / (t1 - t0))
+                self._rate[pod] = _arrivals_per_s(first, last, t1 - t0)
+                (tp, previous) = samples[-2]
+                self._newest[pod] = _arrivals_per_s(previous, last, t1 - tp)
         queues = [s[-1][1].pending for s in self._samples.values() if s]
         arrival = sum(self._rate.values()) if self._rate else None
+        newest = sum(self._newest.get(pod, r) for pod, r in self._rate.items()) if self._rate else None
         return FastReading(t, arrival, float(sum(queues)), float(max(queues, default=0.0)), len(reads),
-                           tuple(sorted(missing)))
+                           tuple(sorted(missing)), newest)
+
+
+def _arrivals_per_s(first: PodCounters, last: PodCounters, span_s: float) -> float:
+    """Arrivals between two reads of one pod: completions, rejections and the queue's growth."""
+    done = (last.success - first.success) + (last.rejected - first.rejected)
+    return max(0.0, (done + last.pending - first.pending) / span_s)

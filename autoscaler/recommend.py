@@ -272,7 +272,8 @@ class Recommender:
         slo = obs.slo_p99_s if obs.slo_p99_s is not None else 0.0
         return max(0.0, worst - self.capacity_rps * slo)
 
-    def panic(self, t: float, arrival_rps: float | None, asked: int) -> Recommendation | None:
+    def panic(self, t: float, arrival_rps: float | None, asked: int, newest_rps: float | None = None
+              ) -> Recommendation | None:
         """The fast path's check at *t*, on *arrival_rps* read from the pods over the panic window.
 
         When that rate exceeds `panic_threshold` x what *asked* replicas carry (at the scale-up
@@ -280,6 +281,12 @@ class Recommender:
         projection uses the fast readings' own trend over `panic_trend_window_s`, so a ramp is met where it
         will be when new replicas are Ready, not where it is. That count then stands as a floor for
         `panic_hold_s`. None when there is no overload (the slow path decides).
+
+        The window decides *whether*; the count starts from the higher of the window's rate and
+        *newest_rps*, the pods' newest interval alone. Two seconds into a flash crowd the 6 s window
+        still holds four seconds of calm, and through an HPA the first answer is the one that counts:
+        a larger one waits for the next sync. The newest interval never triggers a panic by itself,
+        so a 2 s burst of a bursty trace does not scale.
         """
         cfg = self.config
         if arrival_rps is None or not math.isfinite(arrival_rps) or arrival_rps < 0:
@@ -289,7 +296,8 @@ class Recommender:
             self._fast_rates.popleft()
         if arrival_rps <= cfg.panic_threshold * asked * self.capacity_rps * cfg.utilisation:
             return None
-        projected = projected_rate(arrival_rps, trend_slope(list(self._fast_rates)),
+        front = newest_rps if newest_rps is not None and math.isfinite(newest_rps) else 0.0
+        projected = projected_rate(max(arrival_rps, front), trend_slope(list(self._fast_rates)),
                                    cfg.cold_start_s + cfg.panic_lookahead_extra_s, cfg.panic_trend_cap)
         need = min(cfg.max_replicas, replicas_for(projected, self.capacity_rps, cfg.utilisation))
         if need <= asked:

@@ -533,18 +533,20 @@ class RecommenderService:
             stamp = self.clock() if now is None else now
             with self._lock:
                 reading = st.fast_reading = st.fast.add(stamp, reads)
-                rec = st.recommender.panic(stamp, reading.arrival_rps, asked_replicas(st.published, st.current))
+                rec = st.recommender.panic(stamp, reading.arrival_rps, asked_replicas(st.published, st.current),
+                                           reading.newest_rps)
                 if rec is None or st.published is None or rec.desired <= st.published:
                     continue
                 before, st.published = st.published, rec.desired
                 st.decision, st.detail = "scale_up_panic", rec.reason
-                self._post_panic_event(st, before, reading.arrival_rps or 0.0, len(reads))
+                self._post_panic_event(st, before, reading, len(reads))
                 self._apply(st)
 
-    def _post_panic_event(self, st: TargetState, before: int, arrival: float, pods: int) -> None:
-        detail = (f"arrival {arrival:.1f} req/s read from {pods} pod(s) over the last "
-                  f"{st.recommender.config.panic_window_s:g} s, capacity {st.recommender.capacity_rps:.1f} "
-                  f"req/s per replica")
+    def _post_panic_event(self, st: TargetState, before: int, reading: FastReading, pods: int) -> None:
+        newest = "" if reading.newest_rps is None else f" ({reading.newest_rps:.1f} req/s over the newest read)"
+        detail = (f"arrival {reading.arrival_rps or 0.0:.1f} req/s read from {pods} pod(s) over the last "
+                  f"{st.recommender.config.panic_window_s:g} s{newest}, capacity "
+                  f"{st.recommender.capacity_rps:.1f} req/s per replica")
         self._send_event(st, before, st.published or 0, detail)
 
     def _post_event(self, st: TargetState, before: int, after: int, obs: Observation) -> None:

@@ -474,12 +474,14 @@ def test_the_fast_path_reads_the_pods_prometheus_scrapes_and_panics_between_eval
     reader.counters = {p: PodCounters(90.0 * 6 + 400.0 * 2, 0.0, 0.0) for p in reader.counters}
     svc.evaluate_fast(8.0)
     up = desired(svc)
-    # 967 req/s over the 6 s window (the flash crowd is 2 s old), projected at most 2x: 22 replicas at
-    # 0.9 x 100 req/s, at once, with no Prometheus query
-    assert up == 22
+    # 967 req/s over the 6 s window (the flash crowd is 2 s old) decides to panic; the newest read
+    # (2,000 req/s, the flash crowd itself) sizes it, projected at most 2x: 45 replicas at 0.9 x
+    # 100 req/s, at once, with no Prometheus query
+    assert up == 45
     assert decisions(svc)["scale_up_panic"] == 1.0 and sum(decisions(svc).values()) == 1.0
     [(_, body)] = events.posted
     assert body["message"].startswith(f"tidescale recommends {up:.0f} replicas (was 5): scale_up_panic")
+    assert "966.7 req/s read from 5 pod(s) over the last 6 s (2000.0 req/s over the newest read)" in body["message"]
     svc.evaluate(15.0)  # the slow path still reads 450 req/s: it keeps the panic's count
     assert desired(svc) == up
 
@@ -560,11 +562,11 @@ def test_direct_mode_writes_the_scale_subresource_at_once_and_retries_a_failed_w
         svc.evaluate_fast(2.0 * k)
     reader.counters = {p: PodCounters(90.0 * 6 + 400.0 * 2, 0.0, 0.0) for p in reader.counters}
     svc.evaluate_fast(8.0)  # the panic is written by the fast path itself, no HPA sync to wait for
-    assert scaler.writes == [("ml", "triton", 22)]
+    assert scaler.writes == [("ml", "triton", 45)]
     scaler.fail = True
     fake.values["rate("] = 5000.0
     svc.evaluate(15.0)
-    assert desired(svc) > 22 and len(scaler.writes) == 1  # the write failed: logged, kept for the retry
+    assert desired(svc) > 45 and len(scaler.writes) == 1  # the write failed: logged, kept for the retry
     assert exported(svc)[failures] == 1.0  # ... and counted, for TidescaleRecommenderCannotScale
     scaler.fail = False
     svc.evaluate(30.0)

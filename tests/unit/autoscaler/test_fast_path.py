@@ -91,6 +91,19 @@ def test_the_window_spans_the_last_window_s_only() -> None:
     assert w.add(20.0, {"a": PodCounters(11000, 0, 0)}).arrival_rps == pytest.approx(1000.0)
 
 
+def test_the_window_also_reads_each_pod_s_newest_interval_alone() -> None:
+    """A surge's front: 6 s at 100/s then 2 s at 1,000/s. The window still reads mostly the calm,
+    the newest interval reads the surge itself; a pod seen once has no interval and is left out."""
+    w = FastWindow(6.0)
+    for t in (0.0, 2.0, 4.0, 6.0):
+        w.add(t, {"a": PodCounters(100 * t, 0, 0)})
+    r = w.add(8.0, {"a": PodCounters(600 + 1600, 300, 100), "new": PodCounters(50, 0, 0)})
+    assert r.arrival_rps == pytest.approx((1600 + 300 + 100 + 400) / 6.0)
+    assert r.newest_rps == pytest.approx((1600 + 300 + 100) / 2.0)
+    r = w.add(10.0, {"a": None, "new": PodCounters(250, 0, 0)})  # a keeps its last rates
+    assert r.newest_rps == pytest.approx(1000.0 + 100.0)
+
+
 def test_a_pod_that_does_not_answer_keeps_its_last_rate_and_is_named() -> None:
     w = FastWindow(6.0)
     w.add(0.0, {"a": PodCounters(0, 0, 0), "b": PodCounters(0, 0, 0)})
@@ -118,7 +131,8 @@ def test_no_sequence_of_reads_gives_a_negative_or_infinite_rate(rounds: list[dic
     w = FastWindow(6.0)
     for k, reads in enumerate(rounds):
         r = w.add(2.0 * k, reads)
-        assert r.arrival_rps is None or (math.isfinite(r.arrival_rps) and r.arrival_rps >= 0)
+        for rate in (r.arrival_rps, r.newest_rps):
+            assert rate is None or (math.isfinite(rate) and rate >= 0)
 
 
 # --- panic ---------------------------------------------------------------------------------------
@@ -133,6 +147,21 @@ def test_panic_scales_at_once_in_proportion_to_the_overload_and_holds_that_floor
     assert rec.recommend(obs).desired == up.desired
     late = Observation(2.0 + 61.0, arrival_rps=250.0, queue_depth=0.0, ready_replicas=3, current_replicas=up.desired)
     assert rec.recommend(late).desired == up.desired  # after the hold, the down delay still applies
+
+
+def test_panic_sizes_on_the_newest_interval_while_a_surge_still_fills_the_window() -> None:
+    """The window decides whether to panic; what it asks for reads the newest interval too. Through
+    an HPA the first answer is the one that counts: the next one waits for the next sync (15 s)."""
+    def first_ask(newest: float | None) -> int | None:
+        rec = Recommender(RecommenderConfig(capacity_rps=100.0, max_replicas=50, cold_start_s=60.0))
+        up = rec.panic(0.0, 400.0, asked=3, newest_rps=newest)
+        return None if up is None else up.desired
+
+    assert first_ask(None) == first_ask(300.0) == math.ceil(400 / 90)  # a calmer newest changes nothing
+    assert first_ask(1000.0) == math.ceil(1000 / 90)
+    assert first_ask(math.nan) == first_ask(-1.0) == first_ask(None)
+    calm = Recommender(RecommenderConfig(capacity_rps=100.0, max_replicas=50, cold_start_s=60.0))
+    assert calm.panic(0.0, 250.0, asked=3, newest_rps=1000.0) is None  # a 2 s burst alone never panics
 
 
 def test_panic_projects_a_ramp_over_the_cold_start() -> None:

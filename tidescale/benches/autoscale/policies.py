@@ -311,7 +311,7 @@ class TidescalePolicy:
             for r in sim.counters().replicas if r.ready and not r.draining}
         reading = self.fast.add(now, reads)
         last = self.published[-1][1] if self.published else None
-        rec = self.recommender.panic(now, reading.arrival_rps, asked_replicas(last, self.current))
+        rec = self.recommender.panic(now, reading.arrival_rps, asked_replicas(last, self.current), reading.newest_rps)
         if rec is not None:
             self.published.append((now, rec.desired))
 
