@@ -94,17 +94,19 @@ class GoneLookups:
         self.max_waiting = max_waiting
         self._asked: dict[tuple[str, str], Future[bool]] = {}
         self._asks_left = per_poll
+        self._closed = False
 
     def new_poll(self) -> None:
         self._asks_left = self.per_poll
 
     def answer(self, namespace: str, pod: str) -> bool | None:
         """Whether the pod is gone, once the answer has come (the question is then forgotten, so
-        the next call asks again); None while it is awaited, or where no question can go out now."""
+        the next call asks again); None while it is awaited, or where no question can go out now
+        (after `close` none ever does: a poll racing the shutdown must not start the thread again)."""
         key = (namespace, pod)
         asked = self._asked.get(key)
         if asked is None:
-            if self._asks_left <= 0 or len(self._asked) >= self.max_waiting:
+            if self._closed or self._asks_left <= 0 or len(self._asked) >= self.max_waiting:
                 return None
             self._asks_left -= 1
             asked = self._asked[key] = self._run().submit(self._gone, namespace, pod)
@@ -130,6 +132,7 @@ class GoneLookups:
 
     def close(self) -> None:
         """Stop the lookup thread without waiting for a lookup under way (it ends at its timeout)."""
+        self._closed = True
         if self._owned is not None:
             self._owned.shutdown(wait=False, cancel_futures=True)
             self._owned = None

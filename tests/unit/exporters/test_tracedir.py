@@ -599,3 +599,13 @@ def test_a_lookup_that_raises_counts_as_not_gone(caplog: pytest.LogCaptureFixtur
     with caplog.at_level(logging.WARNING, "tidescale.exporters.tracedir"):
         assert lookups.answer("prod", "a") is False
     assert "cannot ask whether pod prod/a exists: no client" in caplog.text and lookups.waiting() == 0
+
+
+def test_no_question_goes_out_after_close() -> None:
+    """A poll racing the exporter's shutdown must not start the lookup thread again."""
+    api = HungApiServer()
+    api.release.set()
+    lookups = GoneLookups(api)
+    lookups.close()
+    assert lookups.answer("prod", "a") is None and lookups.waiting() == 0
+    assert lookups._owned is None and api.started == []
