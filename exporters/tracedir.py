@@ -77,6 +77,13 @@ class _PodFiles:
     watched: float  # monotonic time the pod was last watched
 
 
+def pod_of(name: str) -> tuple[str, str]:
+    """The (namespace, pod) a `<namespace>_<pod>` subdirectory names (`POD_DIR`: neither name can
+    hold a `_`, so the pod's `subPathExpr` cannot be read two ways)."""
+    namespace, pod = name.split("_", 1)
+    return namespace, pod
+
+
 class GoneLookups:
     """Asks *gone* about pods on one thread of its own, and hands the answers over when they have
     come. Why not ask in the poll: a lookup may take its whole timeout (an API server slow or away),
@@ -195,7 +202,7 @@ class PodTraceDirectory:
         if self.gone is not None:
             self.gone.new_poll()
         for name in sorted(present):
-            namespace, pod_name = name.split("_", 1)
+            namespace, pod_name = pod_of(name)
             sender = self.resolve(namespace, pod_name)  # once a poll: None when the pod is not watched
             pod = self._pods.get(name) or self._start(name, sender, now)
             if pod is None:
@@ -251,7 +258,7 @@ class PodTraceDirectory:
 
     def _start(self, name: str, sender: Sender | None, now: float) -> _PodFiles | None:
         """Tail a watched pod's subdirectory (*sender*: the pod as `resolve` named it, None if not watched)."""
-        namespace, pod = name.split("_", 1)
+        namespace, pod = pod_of(name)
         if sender is None:
             self._note(name, "not a pod this exporter watches")
             return None
@@ -278,7 +285,7 @@ class PodTraceDirectory:
             return False
         if now - since < self.idle_s:
             return False
-        namespace, pod = name.split("_", 1)
+        namespace, pod = pod_of(name)
         verdict = self.gone.answer(namespace, pod)
         if verdict is None:  # asked, not answered yet (or no more questions this poll)
             return False
@@ -314,7 +321,7 @@ class PodTraceDirectory:
 
     def _forget_leftover(self, name: str) -> None:
         if self._leftovers.pop(name, None) is not None and self.gone is not None:
-            self.gone.forget(*name.split("_", 1))
+            self.gone.forget(*pod_of(name))
 
     def _note(self, name: str, why: str) -> None:
         """Say once per name why a subdirectory is not read (bounded: a hostile writer can make many)."""
