@@ -53,10 +53,10 @@ class HpaCase:
 
 
 CASES = (
-    HpaCase("shipped", "tidescale's behavior: up in one step, down at most half per 30 s after a 30 s window",
+    HpaCase("shipped", "tidescale's behavior: up in one step, down at once but at most half per 30 s",
             1, 10, 1.0, tidescale_behavior(),
             values=(1, 4, 4, 9, 9, 3, 3, 3, 3, 1, 1, 1),
-            expected=(1, 4, 4, 9, 9, 9, 4, 4, 3, 3, 1, 1)),
+            expected=(1, 4, 4, 9, 9, 4, 4, 3, 3, 1, 1, 1)),
     HpaCase("legacy", "no behavior: up by max(2N, 4) per sync, 10 % tolerance, 300 s downscale window",
             1, 20, 10.0, None,
             values=(10, 60, 60, 60, 63, 70, 30, 30, 30),

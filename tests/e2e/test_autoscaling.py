@@ -368,7 +368,7 @@ SCALE_DOWNS = 20
 # The External metric KEDA names for the first trigger, a metrics-api one reading `desired_replicas`.
 KEDA_METRIC = "s0-metric-api-desired_replicas"
 # Longer than a scale-down takes with Prometheus up: the recommender's rate window and down delay (30 s each),
-# KEDA's polling and the HPA's sync (15 s each) and the scale-down stabilization window (30 s).
+# KEDA's polling and the HPA's sync (15 s each) and the scale-down policy's period (30 s).
 OUTAGE_S = 150
 
 

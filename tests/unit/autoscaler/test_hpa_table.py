@@ -18,12 +18,13 @@ def test_the_emulator_makes_the_tables_decisions(case: HpaCase) -> None:
 
 
 def test_a_late_sync_changes_what_a_window_sees() -> None:
-    # The shipped case at t=75 s still sees the 9 recommended at t=60 s within its 30 s window. Were
-    # that sync 20 s late, the 3s alone would be in the window and the policy would halve the fleet.
+    # The shipped case at t=90 s still counts the scale-down of t=75 s (9 -> 4) within its policy's
+    # 30 s period, so it may not go under half of 9. Were that sync 20 s late, the period would start
+    # at 4 replicas and the fleet would fall to the 3 recommended.
     shipped = next(c for c in CASES if c.name == "shipped")
     times = on_the_sync_clock(shipped)
-    late = [t + (20 if k >= 5 else 0) for k, t in enumerate(times)]
-    assert replay(shipped, late)[5] == 4 != shipped.expected[5]
+    late = [t + (20 if k >= 6 else 0) for k, t in enumerate(times)]
+    assert replay(shipped, late)[6] == 3 != shipped.expected[6]
 
 
 def test_the_shipped_case_is_the_hpa_the_chart_renders() -> None:
