@@ -419,6 +419,40 @@ def test_the_cluster_value_scopes_the_recommender_keda_and_the_hpa_to_this_clust
     assert result.returncode != 0 and "cluster" in result.stderr  # the schema refuses what PromQL would need escaped
 
 
+@pytest.mark.parametrize("mode", ["adapter", "keda"])
+def test_autoscaling_behavior_is_merged_over_the_generated_one(tmp: Path, mode: str) -> None:
+    """The escape hatch: a user's scale-down window and policies; lists replace, the rest stays."""
+    from tidescale.autoscaler.manifests import Target, hpa_manifest
+
+    mine = {"stabilizationWindowSeconds": 120, "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}]}
+    values = {**FULL_VALUES, "autoscaling": {**FULL_VALUES["autoscaling"], "mode": mode,
+                                             "behavior": {"scaleDown": mine}}}
+    docs = template(tmp, values)
+    if mode == "adapter":
+        [behavior, _] = [d["spec"]["behavior"] for d in docs if d["kind"] == "HorizontalPodAutoscaler"]
+    else:
+        [behavior, _] = [d["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+                         for d in docs if d["kind"] == "ScaledObject"]
+    generated = hpa_manifest(Target("triton-resnet", "serving", "resnet50", 2, 12))["spec"]["behavior"]
+    assert behavior["scaleUp"] == generated["scaleUp"]
+    assert behavior["scaleDown"] == {**generated["scaleDown"], **mine}
+
+
+@pytest.mark.parametrize(("behavior", "mode", "problem"), [
+    ({"scaleDown": {"stabilizationWindowSeconds": 4000}}, "adapter", "stabilizationWindowSeconds"),
+    ({"scaleDwn": {"stabilizationWindowSeconds": 60}}, "adapter", "scaleDwn"),
+    ({"scaleUp": {"policies": [{"type": "Pods", "value": 0, "periodSeconds": 15}]}}, "keda", "value"),
+    ({"scaleDown": {"stabilizationWindowSeconds": 60}}, "direct", "mode direct has none"),
+])
+def test_a_behavior_that_cannot_apply_is_refused_by_name(tmp: Path, behavior: dict[str, Any], mode: str,
+                                                         problem: str) -> None:
+    values = {**FULL_VALUES, "autoscaling": {**FULL_VALUES["autoscaling"], "mode": mode, "behavior": behavior}}
+    path = tmp / "behavior.yaml"
+    path.write_text(yaml.safe_dump(values))
+    result = helm("template", "t", str(CHART), "-f", str(path))
+    assert result.returncode != 0 and problem in result.stderr
+
+
 def test_prescale_outside_keda_mode_is_refused(tmp: Path) -> None:
     values = {**KEDA_VALUES, "autoscaling": {**KEDA_VALUES["autoscaling"], "mode": "adapter"}}
     path = tmp / "prescale-adapter.yaml"
