@@ -46,6 +46,8 @@ AGREE_TOLERANCE = 0.25
 # requests in the window: the first estimates of a ramp are the most biased.
 SURE_TRACED_FACTOR = 4
 MAX_KEYS = 20_000
+# Triton keeps its trace rate in a uint32: a slope that reads a larger N is broken counters, not a rate.
+MAX_RATE = 2**32 - 1
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,8 @@ def estimate(points: Sequence[tuple[float, float]], min_traced: float) -> tuple[
     if not math.isfinite(slope) or slope <= 0:
         return None
     raw = 1.0 / slope
+    if not raw <= MAX_RATE:  # also a slope so small that its inverse is infinite
+        return None
     # At rate 1 the ratio scatters around 1 from both sides (spans lag their requests), so a slope
     # a little over 1 is rate 1 like any other, judged by its fit below; only clearly more traces
     # than requests means the windows do not line up (or spans are counted twice).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -125,6 +126,16 @@ def test_a_sliver_of_a_request_is_no_window() -> None:
     """Found by hypothesis: a window whose served count grew by 3e-190 scaled a later point to 3e189,
     and its square overflowed (OverflowError on the ingest path)."""
     assert estimate([(0.0, 0.0), (1.0, 0.0), (3.444990984642538e-190, 1.0)], 1) is None
+
+
+@pytest.mark.parametrize("points", [
+    [(0.0, 0.0), (1.0, 1.0), (1.7e308, 1.0)],  # found by hypothesis: a slope whose inverse is infinite
+    [(0.0, 0.0), (1.7e308, 2.0), (1.7e308, 1.0)],  # a finite N of 1e308 would weigh each span as much
+])
+def test_a_rate_triton_cannot_have_is_no_estimate(points: list[tuple[float, float]]) -> None:
+    """Triton keeps its trace rate in a uint32; counters that read more are broken, and weighing a
+    histogram count by such an N would inflate it."""
+    assert estimate(points, 1) is None
 
 
 def test_a_burst_after_idle_confirms_the_configured_rate_instead_of_reading_it_high() -> None:
