@@ -106,15 +106,13 @@ class FastWindow:
             raise ValueError(f"the fast path's window must be > 0 s, got {window_s}")
         self.window_s = window_s
         self._samples: dict[str, deque[tuple[float, PodCounters]]] = {}
-        self._rate: dict[str, float] = {}
-        self._newest: dict[str, float] = {}
+        self._rates: dict[str, tuple[float, float]] = {}  # pod -> (over the window, over its newest interval)
 
     def add(self, t: float, reads: Mapping[str, PodCounters | None]) -> FastReading:
         """Fold one round of reads (pod -> counters, None when it did not answer) into the window."""
         for gone in set(self._samples) - set(reads):
             del self._samples[gone]
-            self._rate.pop(gone, None)
-            self._newest.pop(gone, None)
+            self._rates.pop(gone, None)
         missing = []
         for pod, read in reads.items():
             samples = self._samples.setdefault(pod, deque())
@@ -129,12 +127,11 @@ class FastWindow:
                 samples.popleft()
             (t0, first), (t1, last) = samples[0], samples[-1]
             if t1 > t0:
-                self._rate[pod] = _arrivals_per_s(first, last, t1 - t0)
                 (tp, previous) = samples[-2]
-                self._newest[pod] = _arrivals_per_s(previous, last, t1 - tp)
+                self._rates[pod] = (_arrivals_per_s(first, last, t1 - t0), _arrivals_per_s(previous, last, t1 - tp))
         queues = [s[-1][1].pending for s in self._samples.values() if s]
-        arrival = sum(self._rate.values()) if self._rate else None
-        newest = sum(self._newest.get(pod, r) for pod, r in self._rate.items()) if self._rate else None
+        arrival = sum(w for w, _ in self._rates.values()) if self._rates else None
+        newest = sum(n for _, n in self._rates.values()) if self._rates else None
         return FastReading(t, arrival, float(sum(queues)), float(max(queues, default=0.0)), len(reads),
                            tuple(sorted(missing)), newest)
 

@@ -539,12 +539,12 @@ class RecommenderService:
                     continue
                 before, st.published = st.published, rec.desired
                 st.decision, st.detail = "scale_up_panic", rec.reason
-                self._post_panic_event(st, before, reading, len(reads))
+                self._post_panic_event(st, before, reading)
                 self._apply(st)
 
-    def _post_panic_event(self, st: TargetState, before: int, reading: FastReading, pods: int) -> None:
+    def _post_panic_event(self, st: TargetState, before: int, reading: FastReading) -> None:
         newest = "" if reading.newest_rps is None else f" ({reading.newest_rps:.1f} req/s over the newest read)"
-        detail = (f"arrival {reading.arrival_rps or 0.0:.1f} req/s read from {pods} pod(s) over the last "
+        detail = (f"arrival {reading.arrival_rps or 0.0:.1f} req/s read from {reading.pods} pod(s) over the last "
                   f"{st.recommender.config.panic_window_s:g} s{newest}, capacity "
                   f"{st.recommender.capacity_rps:.1f} req/s per replica")
         self._send_event(st, before, st.published or 0, detail)
