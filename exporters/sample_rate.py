@@ -14,8 +14,9 @@ their requests. A model reloads and its counters restart. A proxy drops spans. S
   it is more than 10 % more;
 - with too few traced requests the last estimate is kept, else the configured rate;
 - an estimate within 25 % of the configured rate confirms it, and one farther away replaces it
-  only from 120 traced requests in the window (spans lag their requests, which reads high while
-  traffic ramps up: a 100 read as 107 to 119 in the overhead bench).
+  only once the window holds 120 traced requests over at least a minute (spans lag their requests,
+  which reads high while traffic ramps up: a 100 read as 107 to 119 in the overhead bench; and
+  Triton posts its spans in lumps up to 5 s apart, which read a 10 as 20 over the first 10 s).
 Weights apply only to requests observed from then on, so a rate changed at run time never turns
 counts already exported into negative or inflated ones.
 """
@@ -43,8 +44,13 @@ SNAP_TOLERANCE = 0.1
 # Triton was given is the better answer then.
 AGREE_TOLERANCE = 0.25
 # A rate far from the configured one replaces it only from this many times `min_traced` traced
-# requests in the window: the first estimates of a ramp are the most biased.
+# requests in the window, and only over a window of at least SURE_WINDOW_S: the first estimates of
+# a ramp are the most biased. Triton posts its spans when its batch span processor fills or every
+# 5 s, so the traced count moves in steps up to 5 s (plus a poll) behind the served count; over the
+# first few polls such a step reads a rate of 10 as 14 to 20 (at 1,000 requests a second, 120 traced
+# requests are in within 2 s), over a minute it is a few percent.
 SURE_TRACED_FACTOR = 4
+SURE_WINDOW_S = 60.0
 MAX_KEYS = 20_000
 # Triton keeps its trace rate in a uint32: a slope that reads a larger N is broken counters, not a rate.
 MAX_RATE = 2**32 - 1
@@ -169,17 +175,20 @@ class SampleRateDetector(Collector):
                 snaps.popleft()
             found = estimate([(r, t) for _, r, t in snaps], self.min_traced)
             if found is not None:
-                history.last = self._decide(found, snaps[-1][2] - snaps[0][2], history.last)
+                history.last = self._decide(found, snaps[-1][2] - snaps[0][2], snaps[-1][0] - snaps[0][0],
+                                            history.last)
 
-    def _decide(self, found: tuple[float, float], traced: float, last: DetectedRate | None) -> DetectedRate | None:
+    def _decide(self, found: tuple[float, float], traced: float, span_s: float,
+                last: DetectedRate | None) -> DetectedRate | None:
         """What a fresh estimate changes: near the configured rate it confirms it (the estimate is
         biased high while traffic ramps up, as spans lag their requests); far from it, it replaces it
-        only once the window holds enough traced requests to say (until then the last answer stands)."""
+        only once the window holds enough traced requests over a long enough time to say (until
+        then the last answer stands)."""
         rate, confidence = found
         configured = self.configured.rate
         if abs(rate - configured) <= AGREE_TOLERANCE * configured:
             return DetectedRate(configured, confidence, "confirmed")
-        if traced >= SURE_TRACED_FACTOR * self.min_traced:
+        if traced >= SURE_TRACED_FACTOR * self.min_traced and span_s >= SURE_WINDOW_S:
             return DetectedRate(rate, confidence, "detected")
         return last
 

@@ -246,7 +246,7 @@ def test_weigh_batch_counts_traced_requests_and_answers_the_detected_rate() -> N
     key, other = ("ns", "pod", "m", "1"), ("ns", "pod", "m", "2")
     for t, served in enumerate((0, 100, 200, 300)):
         detector.weigh_batch({key: 10}, [key, other])
-        detector.requests(key, served + 100, now=float(t))
+        detector.requests(key, served + 100, now=30.0 * t)  # polls over 90 s: a far rate needs a minute
     weights = detector.weigh_batch({}, [key, other])
     assert weights == {key: 10.0, other: 1.0}
     assert other not in detector._keys  # a key never traced is not remembered

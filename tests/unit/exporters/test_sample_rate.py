@@ -16,10 +16,13 @@ KEY = ("serving", "triton-a", "ranker", "1")
 
 class Triton:
     """One Triton pod serving steadily and tracing every *rate*-th request; its spans reach the
-    exporter *lag_s* late, and the stats poller reads its counters every 5 s."""
+    exporter *lag_s* late, posted every *post_every_s* seconds (at second *post_phase_s* of each
+    period: Triton's batch span processor), and the stats poller reads its counters every 5 s."""
 
-    def __init__(self, detector: SampleRateDetector, agg: LatencyAggregator, lag_s: float = 3.0) -> None:
+    def __init__(self, detector: SampleRateDetector, agg: LatencyAggregator, lag_s: float = 3.0,
+                 post_every_s: int = 1, post_phase_s: int = 0) -> None:
         self.detector, self.agg, self.lag_s = detector, agg, lag_s
+        self.post_every_s, self.post_phase_s = post_every_s, post_phase_s
         self.t, self.served = 0, 0.0
         self.in_flight: list[float] = []
 
@@ -28,7 +31,8 @@ class Triton:
             before, self.served = self.served, self.served + rps
             traced = int(self.served // rate) - int(before // rate)  # every rate-th request
             self.in_flight += [self.t + self.lag_s] * traced
-            while self.in_flight and self.in_flight[0] <= self.t:
+            posting = self.t % self.post_every_s == self.post_phase_s
+            while posting and self.in_flight and self.in_flight[0] <= self.t:
                 self.in_flight.pop(0)
                 self.agg.observe(StageSample("ranker", "1", "request", 0.05, "serving", "triton-a"))
             if self.t % 5 == 0:
@@ -73,12 +77,12 @@ def test_counter_resets_more_traces_than_requests_and_no_data() -> None:
     assert detector.rate(KEY).source == "configured" and detector.rate(KEY).rate == 4.0
     detector.requests(KEY, 1000.0, 0.0)
     detector.traced(KEY, 100)
-    detector.requests(KEY, 2000.0, 10.0)
+    detector.requests(KEY, 2000.0, 60.0)  # a far rate replaces the configured one over a minute or more
     assert detector.rate(KEY).rate == 10.0
-    detector.requests(KEY, 5.0, 20.0)  # a restarted pod: the window starts over, no negative count
+    detector.requests(KEY, 5.0, 70.0)  # a restarted pod: the window starts over, no negative count
     assert detector.rate(KEY).rate == 10.0  # kept until there is data again
     detector.traced(KEY, 50)
-    detector.requests(KEY, 25.0, 30.0)  # 50 traces for 20 requests: the windows do not line up
+    detector.requests(KEY, 25.0, 130.0)  # 50 traces for 20 requests: the windows do not line up
     found = detector.rate(KEY)
     assert found.rate == 1.0 and found.confidence == 0.0
 
@@ -158,3 +162,19 @@ def test_a_burst_after_idle_confirms_the_configured_rate_instead_of_reading_it_h
         unconfigured.traced(KEY, 10)
         unconfigured.requests(KEY, 1000.0 * t, 5.0 * t)
         assert (unconfigured.rate(KEY).source == "detected") == (t >= 12)
+
+
+@pytest.mark.parametrize("post_phase_s", range(5))
+def test_spans_posted_in_lumps_never_replace_the_configured_rate_on_a_fresh_window(post_phase_s: int) -> None:
+    """Triton posts its spans every 5 s when its batch span processor does not fill first. A fresh
+    exporter at 1,000 req/s traced 1 in 10 then sees the traced count move in 500-request steps
+    against the served count: its first polls read N as 14 to 20, and 120 traced requests are in
+    within 2 s. Replacing the configured 10 then weighed a round's traced requests up to 45 % too
+    heavily in the overhead bench; the window must also cover a minute."""
+    detector = SampleRateDetector(configured=10)
+    agg = LatencyAggregator((0.1,), rates=detector)
+    triton = Triton(detector, agg, lag_s=0.0, post_every_s=5, post_phase_s=post_phase_s)
+    triton.serve(rps=1000, rate=10, seconds=25)
+    triton.serve(rps=0, rate=10, seconds=10)  # the last post arrives
+    assert detector.rate(KEY).rate == 10.0
+    assert abs(exported_count(agg) / triton.served - 1) < 0.01
