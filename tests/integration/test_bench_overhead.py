@@ -54,7 +54,11 @@ def test_perf_analyzer_measures_no_tracing_and_otlp_rate_10(tmp_path: Path) -> N
     assert none["triton_cpu_us_per_request"] > 0 and none["triton_added_cpu_us_vs_none"] == 0
     assert none["traced_requests"] is None and none["p99_error"] is None and none["exporter_counted_requests"] == 0
     check_traced(otlp, requests, 10)
-    assert otlp["detected_rate"] == pytest.approx(10, abs=1)  # from a few polls of a short run: 9 to 11
+    # Every traced request weighs the configured 10, and the round waited for all their spans (Triton
+    # posts up to 2048 every 5 s): a short run's few polls read N too roughly to replace the 10 (the
+    # detector waits a minute for that), so the detected rate is the 10 confirmed, or not yet exported.
+    assert otlp["exporter_counted_requests"] == pytest.approx(requests, rel=0.02)
+    assert otlp["detected_rate"] is None or otlp["detected_rate"] == 10
     assert otlp["triton_added_cpu_us_vs_none"] is not None
     assert "otlp-10" in result["goals"] and "| otlp-10 | 8,000 |" in ov.markdown(result)
 

@@ -20,10 +20,11 @@ Each mode gets a fresh real `tritonserver` 2.51 replica serving the local fleet'
 A warm-up of WARMUP_REQUESTS (not counted, its spans in before the run starts) wakes the model
 and the connections; then a fixed number of requests comes from a real client: perf_analyzer (HTTP,
 fixed concurrency, `--request-count`, per-request stamps from `--profile-export-file`) where it
-runs, else the project's open-loop load generator at a fixed rate. The run ends SETTLE_S after the
-last answer (Triton's OTLP batch processor exports every 5 s), once the exporter's count stands
-still. Each mode runs in ROUNDS rounds of its requests, in ABBA order (every other round backwards),
-so a machine whose speed drifts during the run weighs on every mode alike; the rounds' spread is
+runs, else the project's open-loop load generator at a fixed rate. The run ends once the exporter
+has counted every request sent; failing that, SETTLE_S after the last answer at the earliest, once
+its count has stood still for longer than Triton's OTLP batch processor waits between posts (5 s).
+Each mode runs in ROUNDS rounds of its requests, in ABBA order (every other round backwards), so a
+machine whose speed drifts during the run weighs on every mode alike; the rounds' spread is
 reported. Triton 2.51 crashes while tracing under load (most at rate 1, in both modes): a round
 whose replica dies is tried once more, and the crashes are reported with the mode.
 
@@ -68,7 +69,7 @@ from tidescale.contracts.errors import MissingToolError, TidescaleError, UsageEr
 from tidescale.devstack.exporter import spawn_exporter
 from tidescale.devstack.fleet.exposition import parse
 from tidescale.devstack.fleet.model_repo import DEFAULT_MODELS, ModelSpec, write_model_repository
-from tidescale.devstack.fleet.triton import ReplicaPorts, TraceSettings, TritonReplica
+from tidescale.devstack.fleet.triton import OTLP_SCHEDULE_DELAY_S, ReplicaPorts, TraceSettings, TritonReplica
 from tidescale.exporters.tracefile import trace_files
 
 RESULT_MD = BENCH_DIR / "overhead.md"
@@ -85,8 +86,11 @@ ATTEMPTS = 2  # a round whose replica crashed (2.51 does, tracing) is tried once
 CONCURRENCY = 8  # perf_analyzer's concurrency, as in the hand measurement of issue 15
 LOADGEN_RPS = 300.0  # the fallback client's fixed open-loop rate (a Python client on a small machine)
 WARMUP_REQUESTS = 500
-SETTLE_S = 5.5  # after the last request: Triton's OTLP batch processor exports what it holds every 5 s
+SETTLE_S = OTLP_SCHEDULE_DELAY_S + 0.5  # after the last request: Triton's OTLP posts what it holds every 5 s
 QUIET_S = 2.0  # ... and no new exporter sample for this long (the trace-file tailer reads every second)
+# ... or, over OTLP, for longer than a whole schedule delay: a post of up to 2048 spans comes only every
+# 5 s at these loads, so a count that stood still for 2 s may still have a post on its way.
+OTLP_QUIET_S = OTLP_SCHEDULE_DELAY_S + 1.0
 # How often `settle` reads the exporter's /metrics. Each read renders every latency series (about 1 ms of
 # the exporter's CPU), which Prometheus does every 15-30 s: reading 4 times a second would bill the
 # exporter for scrapes that no deployment makes.
@@ -126,6 +130,11 @@ class Mode:
     @property
     def traced(self) -> bool:
         return self.rate is not None
+
+    @property
+    def quiet_s(self) -> float:
+        """How long the exporter's count must stand still before settle takes every span as in."""
+        return OTLP_QUIET_S if self.tracing == "otlp" else QUIET_S
 
     def trace_settings(self, exporter_url: str, workdir: Path, pod: str = POD) -> TraceSettings | None:
         """The traced replica's flags; a trace file goes in *pod*'s subdirectory (made here, as the
@@ -583,22 +592,30 @@ def _get(client: httpx.Client, url: str) -> str:
     return resp.text
 
 
-def settle(http: httpx.Client, exporter_url: str, timeout: float = SETTLE_TIMEOUT_S) -> int:
-    """Until SETTLE_S after the client finished (now) and the exporter's request-stage count has not
-    moved for QUIET_S, or *timeout*: every span of the requests sent has arrived. The /metrics reads
-    it made (each costs the exporter CPU that the live path does not spend)."""
-    start = time.monotonic()
+def settle(http: httpx.Client, exporter_url: str, *, target: float | None = None, quiet_s: float | None = None,
+           timeout: float = SETTLE_TIMEOUT_S, clock: Callable[[], float] = time.monotonic,
+           sleep: Callable[[float], None] = time.sleep) -> int:
+    """Wait until every span of the requests sent has arrived: the client finished (now), and the
+    exporter's request-stage count reached *target* (the requests it should have counted by then), or,
+    as the count may never reach it (a trace file holds its last traces until Triton exits; a detected
+    rate weighs differently), until SETTLE_S has passed and the count stood still for *quiet_s*
+    (QUIET_S by default), or *timeout*. The /metrics reads it made (each costs the exporter CPU that
+    the live path does not spend)."""
+    quiet = QUIET_S if quiet_s is None else quiet_s
+    start = clock()
     last, since = -1.0, start
     reads = 0
-    while time.monotonic() - start < timeout:
+    while clock() - start < timeout:
         count = exporter_view(_get(http, f"{exporter_url}/metrics")).count
         reads += 1
-        now = time.monotonic()
+        now = clock()
         if count != last:
             last, since = count, now
-        if now - start >= SETTLE_S and now - since >= QUIET_S:
+        if target is not None and count >= target:
             break
-        time.sleep(SETTLE_POLL_S)
+        if now - start >= SETTLE_S and now - since >= quiet:
+            break
+        sleep(SETTLE_POLL_S)
     return reads
 
 
@@ -781,8 +798,8 @@ def measure(mode: Mode, client: Client, requests: int, repo: Path, workdir: Path
             try:
                 progress(f"{mode.name}: warm-up, {WARMUP_REQUESTS} requests")
                 play(client, replica, WARMUP_REQUESTS, workdir)
-                if mode.traced:
-                    settle(http, exporter_url)
+                if mode.traced:  # a fresh exporter: the warm-up's requests are all it will have counted
+                    settle(http, exporter_url, target=WARMUP_REQUESTS, quiet_s=mode.quiet_s)
                 before = snapshot(http, replica, exporter.pid, exporter_url)  # reads /metrics after its CPU
                 progress(f"{mode.name}: {requests} requests from {client.name}")
                 played = play(client, replica, requests, workdir)
@@ -794,7 +811,8 @@ def measure(mode: Mode, client: Client, requests: int, repo: Path, workdir: Path
                                    counted - (0.0 if before is None else before.exporter.count), version)
             at_end = (triton_view(_get(http, replica.metrics_url)),
                       exporter_view(_get(http, f"{exporter_url}/metrics")))
-            reads = 2 + settle(http, exporter_url)  # with the first snapshot's and at_end's
+            # with the first snapshot's and at_end's reads
+            reads = 2 + settle(http, exporter_url, target=before.exporter.count + requests, quiet_s=mode.quiet_s)
             after = snapshot(http, replica, exporter.pid, exporter_url)
             idle = idle_cost(exporter.pid, idle_s)
             read_cpu_s = read_cost(http, exporter_url, exporter.pid, idle)
@@ -1295,11 +1313,13 @@ def markdown(result: dict[str, Any]) -> str:
         "round: the live path (HTTP, decode, join, histograms) and the bench's own /metrics reads. \"Net of "
         "none's idle\" takes off the `none` mode's rate instead, as earlier pages did (another process, "
         "minutes apart). `settle` reads the exporter's /metrics once a second while it waits for the last "
-        f"spans; then the exporter's CPU over {READ_COST_READS} reads in a row, net of its idle, gives the cost "
-        "of one read, and \"live path\" takes the round's reads off too: what the goal judges. Traced "
-        "requests = requests / N. The exporter's P99 is `histogram_quantile(0.99, …)` over the delta of its "
-        "request-stage buckets (REQUEST_START to REQUEST_END inside Triton); the client's P99 is over exactly "
-        "the requests it sent, HTTP included, so the error includes what the server cannot see.",
+        f"spans (until it has counted every request sent, or its count stood still for {OTLP_QUIET_S:g} s over "
+        f"OTLP, {QUIET_S:g} s from a trace file); then the exporter's CPU over {READ_COST_READS} reads in a row, "
+        "net of its idle, gives the cost of one read, and \"live path\" takes the round's reads off too: what "
+        "the goal judges. Traced requests = requests / N. The exporter's P99 is `histogram_quantile(0.99, …)` "
+        "over the delta of its request-stage buckets (REQUEST_START to REQUEST_END inside Triton); the "
+        "client's P99 is over exactly the requests it sent, HTTP included, so the error includes what the "
+        "server cannot see.",
         "",
         markdown_table(header, rows),
         "",

@@ -471,6 +471,51 @@ def test_settle_counts_its_reads_and_read_cost_is_net_of_idle(monkeypatch: pytes
     assert 0.0 <= ov.read_cost(None, "http://e", 1, (15.0, 15.0), reads=8) < 0.05 / 8  # type: ignore[arg-type]
 
 
+
+class _Clock:
+    """settle's clock and sleep: time passes only when it sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def settle_on(monkeypatch: pytest.MonkeyPatch, counts_at: dict[float, float], **kwargs: Any) -> tuple[float, float]:
+    """settle against an exporter whose count becomes counts_at[t] at second t: (when it stopped, the count)."""
+    clock = _Clock()
+    seen: list[float] = []
+
+    def view(text: str) -> ov.ExporterView:
+        seen.append(max((c for t, c in counts_at.items() if t <= clock.now), default=0.0))
+        return ov.ExporterView({}, seen[-1], None, None)
+
+    monkeypatch.setattr(ov, "_get", lambda http, url: "")
+    monkeypatch.setattr(ov, "exporter_view", view)
+    ov.settle(None, "http://exporter", clock=clock, sleep=clock.sleep, **kwargs)  # type: ignore[arg-type]
+    return clock.now, seen[-1]
+
+
+def test_settle_waits_for_a_post_that_comes_a_schedule_delay_after_the_last(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Triton posts at most one batch of up to 2048 spans per schedule delay (5 s) once no new span
+    ends: spans the client's last requests left behind can come in two posts 5 s apart, and a round
+    that ended in between (its count still for 2 s) would miss the second."""
+    posts = {0.0: 480.0, 4.0: 6_000.0, 9.0: 8_500.0}  # the client ended at 0; every request counted at 9 s
+    assert settle_on(monkeypatch, posts) == (6.0, 6_000.0)  # a count standing still 2 s is not enough
+    assert settle_on(monkeypatch, posts, quiet_s=ov.OTLP_QUIET_S) == (15.0, 8_500.0)
+    assert settle_on(monkeypatch, posts, target=8_500.0, quiet_s=ov.OTLP_QUIET_S) == (9.0, 8_500.0)
+    # every request counted: no need to wait SETTLE_S; a count that never gets there still ends
+    assert settle_on(monkeypatch, {0.0: 500.0}, target=500.0, quiet_s=ov.OTLP_QUIET_S) == (0.0, 500.0)
+    assert settle_on(monkeypatch, {0.0: 400.0}, target=500.0, quiet_s=ov.OTLP_QUIET_S) == (6.0, 400.0)
+    assert settle_on(monkeypatch, {float(t): float(t) for t in range(100)}, target=1e9) == (ov.SETTLE_TIMEOUT_S, 59.0)
+    assert ov.parse_mode("otlp-10").quiet_s == ov.OTLP_QUIET_S > ov.SETTLE_S > ov.OTLP_SCHEDULE_DELAY_S
+    assert ov.parse_mode("tracefile-10").quiet_s == ov.QUIET_S
+
+
 def page_of(results: list[dict[str, object]], goals: dict[str, object]) -> dict[str, object]:
     return {"modes": results, "goals": goals, "goal_thresholds": ov.GOALS, "client": "perf_analyzer",
             "client_settings": {"version": "2.51.0", "concurrency": 8}, "requests_per_mode": 50_000,

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from tidescale.contracts.errors import UsageError
-from tidescale.contracts.tools import TritonInstall
+from tidescale.contracts.tools import REPO_ROOT, TritonInstall
+from tidescale.devstack.cluster.serving import triton_deployment
 from tidescale.devstack.fleet.fleet import SUFFIX_ALPHABET, PodNamer, TritonFleet, crash_from, template_hash
 from tidescale.devstack.fleet.model_repo import DEFAULT_MODELS, with_load_seconds, write_model_repository
-from tidescale.devstack.fleet.triton import ReplicaPorts, TraceSettings, TritonReplica
+from tidescale.devstack.fleet.triton import ReplicaPorts, TraceSettings, TritonReplica, otlp_batch_flags
 from tidescale.devstack.procs import ManagedProcess
 
 
@@ -45,6 +46,25 @@ def test_replica_flags_bind_loopback_and_configure_tracing(tmp_path: Path) -> No
     assert not replica.ready
     otel = TraceSettings(mode="opentelemetry", url="http://127.0.0.1:4318/v1/traces").flags(tmp_path)
     assert "opentelemetry,url=http://127.0.0.1:4318/v1/traces" in otel and "mode=opentelemetry" in otel
+
+
+def test_every_otlp_triton_the_project_runs_posts_the_batches_install_md_advises(tmp_path: Path) -> None:
+    """One batch setting for Triton's OTLP posts: the local fleet's replicas (and so the benchmarks),
+    the local cluster's Deployment and the flags docs/install.md tells users to add."""
+    advised = otlp_batch_flags()
+    assert advised == ["--trace-config=opentelemetry,bsp_max_export_batch_size=2048",
+                       "--trace-config=opentelemetry,bsp_max_queue_size=8192"]
+    fleet = TraceSettings(mode="opentelemetry").flags(tmp_path)
+    assert all(flag in fleet for flag in advised)
+    assert not any("bsp_" in flag for flag in TraceSettings(mode="triton").flags(tmp_path))
+    [deployment] = [d for d in triton_deployment("serving", otlp_url="http://x:9105/v1/traces")
+                    if d["kind"] == "Deployment"]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert all(flag in args for flag in advised)
+    [file_mode] = [d for d in triton_deployment("serving", trace_host_path="/var/traces") if d["kind"] == "Deployment"]
+    assert not any("bsp_" in a for a in file_mode["spec"]["template"]["spec"]["containers"][0]["args"])
+    install = (REPO_ROOT / "docs" / "install.md").read_text()
+    assert all(f"  - {flag}" in install for flag in advised)
 
 
 @pytest.mark.parametrize("kwargs", [{"mode": "jaeger"}, {"rate": 0}, {"level": "ALL"}, {"log_frequency": -1}])

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from tidescale.devstack.fleet.model_repo import DEFAULT_MODELS, MODEL_PY, ModelSpec, render_config, with_load_seconds
+from tidescale.devstack.fleet.triton import otlp_batch_flags
 
 TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:24.10-py3"
 LABELS = {"app.kubernetes.io/name": "triton"}
@@ -59,7 +60,7 @@ def triton_deployment(namespace: str, *, replicas: int = 1, otlp_url: str | None
     if trace_host_path is None:
         args += ["--trace-config=mode=opentelemetry", f"--trace-config=opentelemetry,url={otlp_url}",
                  "--trace-config=opentelemetry,resource=k8s.namespace.name=$(POD_NAMESPACE)",
-                 "--trace-config=opentelemetry,resource=k8s.pod.name=$(POD_NAME)"]
+                 "--trace-config=opentelemetry,resource=k8s.pod.name=$(POD_NAME)", *otlp_batch_flags()]
     else:
         args += ["--trace-config=mode=triton", f"--trace-config=triton,file={TRACE_MOUNT}/trace.json",
                  f"--trace-config=triton,log-frequency={trace_log_frequency}"]
