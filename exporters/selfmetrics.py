@@ -13,7 +13,7 @@ import logging
 import os
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from opentelemetry import trace
@@ -33,7 +33,7 @@ def _family(name: str) -> tuple[str, str]:
     return fam.name, fam.help
 
 
-def labelled_counter(name: str, labels: list[str], values: dict[tuple[str, ...], int]) -> CounterMetricFamily:
+def labelled_counter(name: str, labels: list[str], values: Mapping[tuple[str, ...], float]) -> CounterMetricFamily:
     """The catalog family *name* as a counter with one sample per key of *values* (sorted)."""
     fam_name, help_ = _family(name)
     counter = CounterMetricFamily(fam_name.removesuffix("_total"), help_, labels=labels)
@@ -49,6 +49,7 @@ class SelfMetrics(Collector):
         self._lock = threading.Lock()
         self.spans_accepted = 0
         self.spans_dropped: Counter[str] = Counter()
+        self.ingest_cpu_s: dict[str, float] = {}
         self.profile_bytes = 0
         self.series_dropped: Counter[str] = Counter()
         self.poll_errors: Counter[tuple[str, str]] = Counter()
@@ -58,6 +59,12 @@ class SelfMetrics(Collector):
     def accept_spans(self, n: int) -> None:
         with self._lock:
             self.spans_accepted += n
+
+    def add_ingest_cpu(self, source: str, seconds: float) -> None:
+        """CPU seconds one thread spent ingesting traces from *source* (`otlp`, `trace_file`): the
+        exporter's cost per traced request without its idle work, which a process's CPU clock mixes in."""
+        with self._lock:
+            self.ingest_cpu_s[source] = self.ingest_cpu_s.get(source, 0.0) + seconds
 
     def drop_spans(self, reason: str, n: int = 1) -> None:
         with self._lock:
@@ -108,6 +115,8 @@ class SelfMetrics(Collector):
             yield CounterMetricFamily(name.removesuffix("_total"), help_, value=self.spans_accepted)
             yield labelled_counter("tidescale_exporter_spans_dropped_total", ["reason"],
                                     {(r,): n for r, n in self.spans_dropped.items()})
+            yield labelled_counter("tidescale_exporter_ingest_cpu_seconds_total", ["source"],
+                                    {(s,): cpu for s, cpu in self.ingest_cpu_s.items()})
             name, help_ = _family("tidescale_exporter_profile_bytes_total")
             yield CounterMetricFamily(name.removesuffix("_total"), help_, value=self.profile_bytes)
             yield labelled_counter("tidescale_exporter_series_dropped_total", ["family"],

@@ -18,7 +18,7 @@ import hmac
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -177,11 +177,28 @@ def _add_discovery_and_polling(state: ExporterState) -> None:
     state.stoppers += [targets.stop, poller.stop]
 
 
+@contextlib.contextmanager
+def ingest_cpu(selfmetrics: SelfMetrics, source: str) -> Iterator[None]:
+    """Count this thread's CPU time in the block as ingest work from *source* (the block must not
+    await: another task's CPU would be counted too)."""
+    start = time.thread_time()
+    try:
+        yield
+    finally:
+        selfmetrics.add_ingest_cpu(source, time.thread_time() - start)
+
+
+def _poll_tailer(tailer: SampleSource, selfmetrics: SelfMetrics) -> list[StageSample]:
+    with ingest_cpu(selfmetrics, "trace_file"):
+        return tailer.poll()
+
+
 async def _tail_and_expire(state: ExporterState) -> None:
     while True:
         for tailer in state.tailers:
-            samples = await asyncio.to_thread(tailer.poll)
-            state.latency.observe_all(samples)
+            samples = await asyncio.to_thread(_poll_tailer, tailer, state.selfmetrics)
+            with ingest_cpu(state.selfmetrics, "trace_file"):
+                state.latency.observe_all(samples)
         state.joiner.flush_expired()
         await asyncio.sleep(TAIL_INTERVAL_S)
 
@@ -337,7 +354,7 @@ def create_app(settings: ExporterSettings) -> FastAPI:
             raw = await read_capped(request, settings.max_body_bytes)
             # No cyclic GC from decode to histograms (nothing here awaits): otherwise each young
             # collection walks the body's thousands of live spans again, ~10 % of the live path.
-            with gc_paused():
+            with gc_paused(), ingest_cpu(state.selfmetrics, "otlp"):
                 try:
                     body = decompress(raw, request.headers.get("content-encoding"), settings.max_body_bytes)
                     spans = decode_traces(body, content_type)

@@ -197,6 +197,9 @@ def test_triton_trace_file_is_tailed(tmp_path: Path) -> None:
         labels = {"model": "ctr_ranker", **NO_SENDER, "stage": "compute_infer", "version": "1"}
         wait_for(lambda: sample(httpx.get(f"{url}/metrics").text, f"{HIST}_count", **labels) == sent, 20,
                  f"{HIST}_count{labels} == {sent}")
+        ingest = sample(httpx.get(f"{url}/metrics").text, "tidescale_exporter_ingest_cpu_seconds_total",
+                        source="trace_file")
+        assert ingest is not None and ingest > 0  # the tailer's thread counted its own CPU
 
 
 def test_triton_s_trace_rotations_are_read_then_pruned(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -325,21 +326,23 @@ def test_the_rotation_keeper_keeps_every_rotation_the_exporter_prunes(tmp_path: 
 # --- per-mode arithmetic -----------------------------------------------------------------------------
 
 def snap(triton_cpu: float, exporter_cpu: float, requests: float, buckets: dict[float, float], t: float,
-         summary_p99: float | None = None, detected: float | None = None) -> ov.Snapshot:
+         summary_p99: float | None = None, detected: float | None = None, ingest_cpu: float = 0.0) -> ov.Snapshot:
     count = buckets.get(math.inf, 0.0)
     return ov.Snapshot(triton_cpu, exporter_cpu, ov.TritonView(requests, summary_p99),
-                       ov.ExporterView(buckets, count, detected, 0.9 if detected else None), t)
+                       ov.ExporterView(buckets, count, detected, 0.9 if detected else None, 0.0, ingest_cpu), t)
 
 
 def mode_run(triton_cpu_s: float, exporter_cpu_s: float, seconds: float, buckets: dict[float, float],
              summary_p99: float | None = None, detected: float | None = None,
-             idle: tuple[float, float] = (0.15, 15.0), reads: int = 10, read_cpu_s: float = 0.002) -> ov.ModeRun:
+             idle: tuple[float, float] = (0.15, 15.0), reads: int = 10, read_cpu_s: float = 0.002,
+             ingest_cpu_s: float = 0.0) -> ov.ModeRun:
     """50,000 requests (500 of warm-up before), the client's latencies uniform over 5-10 ms; the exporter
     left alone afterwards spends *idle* (CPU s, wall s), 10 ms per second by default; the bench read its
-    /metrics *reads* times during the round, at *read_cpu_s* each."""
-    before = snap(10.0, 2.0, 500, {0.005: 400.0, 0.01: 500.0, math.inf: 500.0}, 100.0)
+    /metrics *reads* times during the round, at *read_cpu_s* each; its ingest threads counted *ingest_cpu_s*."""
+    before = snap(10.0, 2.0, 500, {0.005: 400.0, 0.01: 500.0, math.inf: 500.0}, 100.0, ingest_cpu=0.5)
     after = snap(10.0 + triton_cpu_s, 2.0 + exporter_cpu_s, 50_500,
-                 {le: before.exporter.buckets[le] + n for le, n in buckets.items()}, 100.0 + seconds)
+                 {le: before.exporter.buckets[le] + n for le, n in buckets.items()}, 100.0 + seconds,
+                 ingest_cpu=0.5 + ingest_cpu_s)
     client = ov.ClientRun(np.linspace(0.005, 0.010, 50_000), 0, seconds - 7.0)
     end = (ov.TritonView(50_500, summary_p99), ov.ExporterView({}, 0.0, detected, 0.9 if detected else None))
     return ov.ModeRun(before, after, client, end, idle=idle, reads=reads, read_cpu_s=read_cpu_s)
@@ -357,7 +360,7 @@ def test_mode_results_divide_cpu_time_by_requests_and_compare_p99s() -> None:
         one(none, mode_run(15.0, 0.5, 50.0, {0.005: 0.0, 0.01: 0.0, math.inf: 0.0})),
         one(summaries, mode_run(15.25, 0.5, 50.0, {0.005: 0.0, 0.01: 0.0, math.inf: 0.0},
                                            summary_p99=0.0098)),
-        one(otlp, mode_run(15.4, 0.7, 60.0, traced_buckets, detected=10.0)),
+        one(otlp, mode_run(15.4, 0.7, 60.0, traced_buckets, detected=10.0, ingest_cpu_s=0.06)),
     ]
     ov.against_none(results)
     base, summ, traced = results
@@ -376,6 +379,10 @@ def test_mode_results_divide_cpu_time_by_requests_and_compare_p99s() -> None:
     # the live path: without the bench's own 10 reads at 2 ms, 0.02 s of that 0.1 s
     assert traced["exporter_bench_reads"] == 10 and traced["exporter_ms_per_read"] == 2.0
     assert traced["exporter_live_cpu_us_per_traced_request"] == pytest.approx(16.0)
+    # the exporter's own count of its ingest threads' CPU: 0.06 s over 5,000 traced requests
+    assert traced["exporter_ingest_cpu_us_per_traced_request"] == pytest.approx(12.0)
+    assert traced["exporter_ingest_cpu_us_per_traced_request_by_round"] == [pytest.approx(12.0)]
+    assert base["exporter_ingest_cpu_us_per_traced_request"] is None
     # the same from the none mode's 0.5 s per 50 s
     assert traced["exporter_net_cpu_us_per_traced_request_vs_none"] == pytest.approx(20.0)
     assert traced["exporter_counted_requests"] == 50_000 and traced["detected_rate"] == 10.0
@@ -394,10 +401,11 @@ def test_mode_results_divide_cpu_time_by_requests_and_compare_p99s() -> None:
     assert goals["exporter_cpu_per_traced_request"] == {"otlp-10": {
         "us": 140.0, "net_us": 20.0, "live_us": 16.0, "live_us_by_round": [16.0],
         # one 5 s stats poll at 10 ms/s of idle, over 5,000 traced requests: how far the round can be off
-        "noise_us_by_round": [10.0], "within_noise": False, "met": True}}
+        "noise_us_by_round": [10.0], "within_noise": False, "met": True, "ingest_us": 12.0}}
     page = ov.markdown(page_of(results, goals))
     assert "| otlp-10 | 50,000 |" in page and "Triton's own summary P99 (its last round) 9.80 ms" in page
     assert "Triton's added CPU ≤ 10 µs per request: 8.0 µs — met" in page
+    assert "its ingest threads, by its own count, 12.0 µs) — met" in page
     assert "request on the live path: 16.0 µs (rounds: 16.0 ± 10.0; 20.0 µs net of its own idle cost" in page
 
 

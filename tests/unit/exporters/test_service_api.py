@@ -67,6 +67,9 @@ def test_real_triton_bodies_reach_the_histogram(client: TestClient) -> None:
     assert {labels["le"] for labels, _ in buckets} >= {"0.1", "0.25", "0.5", "1.0", "+Inf"}  # the SLO bounds
     [(_, accepted)] = samples(client, "tidescale_exporter_spans_accepted_total")
     assert accepted == 96
+    # what ingesting them cost, counted by the thread that did it (no trace file here)
+    [(labels, cpu_s)] = samples(client, "tidescale_exporter_ingest_cpu_seconds_total")
+    assert labels == {"source": "otlp"} and 0 < cpu_s < 10
 
 
 def test_metrics_serve_no_quantile_gauges(client: TestClient) -> None:

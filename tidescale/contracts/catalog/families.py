@@ -201,6 +201,10 @@ TIDESCALE: list[MetricFamily] = [
     _own("tidescale_exporter_spans_accepted_total", "counter", "spans", "OTLP spans accepted.", ()),
     _own("tidescale_exporter_spans_dropped_total", "counter", "spans",
          "OTLP spans dropped, by reason.", ("reason",)),
+    _own("tidescale_exporter_ingest_cpu_seconds_total", "counter", "seconds",
+         "CPU time spent turning traces into latency samples, by source: otlp (an OTLP body from its "
+         "decompression to the histograms; not the HTTP server's own work) or trace_file (reading, "
+         "decoding and joining the trace files, and the histograms).", ("source",)),
     _own("tidescale_exporter_profile_bytes_total", "counter", "bytes", "Profile bytes ingested.", ()),
     _own("tidescale_exporter_series_dropped_total", "counter", "series",
          "Series not created because a cardinality cap was reached.", ("family",)),
