@@ -4,8 +4,13 @@ uvicorn bounds an idle keep-alive connection (`timeout_keep_alive`) and the size
 incomplete request head (`h11_max_incomplete_event_size`), but not the *time* a client may take
 to send its headers: 50 connections sending a byte now and then stayed open for as long as they
 liked. `HeaderTimeoutH11Protocol` closes a connection whose request head is not complete
-`header_timeout_s` after the connection opened or after its previous response; the body is not
-covered (the OTLP route reads it with a size cap; a slow body holds one task, not the loop).
+`header_timeout_s` after the connection opened, or after the first bytes of a later request on it
+arrived; the body is not covered (the OTLP route reads it with a size cap; a slow body holds one
+task, not the loop). Between requests, an idle keep-alive connection is uvicorn's to close, after
+`timeout_keep_alive`: a deadline counted from the previous response instead would close every
+connection idle that long, and a client posting on a timer of about that period (Triton's OTLP
+exporter posts every 5 s) would now and then send on a connection the server is closing, and lose
+that post.
 """
 
 from __future__ import annotations
@@ -34,15 +39,17 @@ class HeaderTimeoutH11Protocol(H11Protocol):
         self._cancel_head_deadline()
         super().connection_lost(exc)
 
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        # Bytes of a request whose head is not complete yet, on a connection that was idle (kept
+        # alive): the head gets its deadline from now.
+        if self.conn.their_state is h11.IDLE and self._head_deadline is None and not self.transport.is_closing():
+            self._arm_head_deadline()
+
     def handle_events(self) -> None:
         super().handle_events()
         if self.conn.their_state is not h11.IDLE:  # the head arrived: the deadline is met
             self._cancel_head_deadline()
-
-    def on_response_complete(self) -> None:
-        super().on_response_complete()
-        if not self.transport.is_closing():
-            self._arm_head_deadline()  # the next request on this keep-alive connection gets its own
 
     def _arm_head_deadline(self) -> None:
         self._cancel_head_deadline()

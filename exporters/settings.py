@@ -59,7 +59,9 @@ class ExporterSettings(ComponentSettings):
     max_profile_bytes: int = Field(256 << 20, ge=1024)
     log_format: Literal["json", "text"] = "json"
     # Slow and idle clients (uvicorn), and background-task supervision.
-    keep_alive_s: int = Field(5, ge=1, le=300, description="idle keep-alive connections close after this")
+    # Well above the 5 s that Triton's OTLP exporter waits between posts: a server that closes an idle
+    # connection just as the client sends on it loses that post (Triton does not retry).
+    keep_alive_s: int = Field(75, ge=1, le=300, description="idle keep-alive connections close after this")
     header_timeout_s: float = Field(10.0, gt=0, le=300, description="a request head must arrive within this")
     max_header_bytes: int = Field(64 << 10, ge=4096, le=1 << 20, description="cap on an incomplete request head")
     max_connections: int = Field(1000, ge=1, description="concurrent connections+requests before 503s")

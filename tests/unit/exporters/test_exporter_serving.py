@@ -6,6 +6,7 @@ import asyncio
 import logging
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -165,6 +166,38 @@ def test_a_prompt_client_is_served_and_kept_alive(slow_header_server: int) -> No
                 assert chunk, "closed before the answer"
                 answer += chunk
             assert answer.startswith(b"HTTP/1.1 200")
+
+
+def _get_ok(sock: socket.socket) -> None:
+    sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    answer = b""
+    while not answer.endswith(b"ok"):
+        chunk = sock.recv(1024)
+        assert chunk, "closed before the answer"
+        answer += chunk
+    assert answer.startswith(b"HTTP/1.1 200")
+
+
+def test_an_idle_keep_alive_connection_outlives_the_header_deadline(slow_header_server: int) -> None:
+    """Idle between requests, a connection is kept for timeout_keep_alive (1 s here), not closed at the
+    head deadline (0.2 s): a client posting on a timer (Triton's OTLP exporter, every 5 s) must not
+    send on a connection the server closes at about that period."""
+    with socket.create_connection(("127.0.0.1", slow_header_server), timeout=10) as sock:
+        _get_ok(sock)
+        time.sleep(0.5)
+        _get_ok(sock)
+
+
+def test_a_request_head_started_on_a_kept_alive_connection_still_has_a_deadline(slow_header_server: int) -> None:
+    with socket.create_connection(("127.0.0.1", slow_header_server), timeout=10) as sock:
+        _get_ok(sock)
+        sock.sendall(b"GET / HTTP/1.1\r\n")  # then nothing: keep-alive no longer applies, the deadline does
+        assert sock.recv(1024) == b""
+
+
+def test_a_connection_that_never_sends_is_disconnected(slow_header_server: int) -> None:
+    with socket.create_connection(("127.0.0.1", slow_header_server), timeout=10) as sock:
+        assert sock.recv(1024) == b""
 
 
 def test_the_token_is_still_required_on_ingest() -> None:
