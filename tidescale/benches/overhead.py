@@ -983,9 +983,9 @@ def mode_result(mode: Mode, runs: Sequence[ModeRun]) -> dict[str, Any]:
         "exporter_live_noise_us_by_round": noise_rounds if traced else [],
         "exporter_counted_requests": _round(total(lambda r: r.after.exporter.count - r.before.exporter.count), 1),
         "exporter_spans_accepted": int(total(lambda r: r.after.exporter.spans - r.before.exporter.spans)),
-        # The exporter's own count of the CPU its ingest threads spent (decode, join, histograms): no
-        # idle work in it, so the host's noise does not swamp it; a floor under the live path, which
-        # also holds the HTTP server's work per post.
+        # The exporter's own count of the CPU its ingest threads spent (decode, join, histograms), which
+        # the host's idle noise does not swamp. Over OTLP a floor under the live path (which also holds
+        # the HTTP server's work per post); from a trace file it includes the tailer's idle polls.
         "exporter_ingest_cpu_us_per_traced_request": (
             _per_request(total(ingest_cpu_s), traced) if traced else None),
         "exporter_ingest_cpu_us_per_traced_request_by_round": traced_per_round(ingest_cpu_s) if traced else [],
@@ -1333,9 +1333,10 @@ def markdown(result: dict[str, Any]) -> str:
         f"OTLP, {QUIET_S:g} s from a trace file); then the exporter's CPU over {READ_COST_READS} reads in a row, "
         "net of its idle, gives the cost of one read, and \"live path\" takes the round's reads off too: what "
         "the goal judges. \"Ingest (its own count)\" is the exporter's `tidescale_exporter_ingest_cpu_seconds_total` "
-        "delta: the CPU time of the threads that decoded, joined and counted the traces (from an OTLP body's "
-        "decompression to the histograms; the trace files' reading too), without the HTTP server's own work "
-        "or anything idle, so a floor under the live path that the host's noise does not move. Traced "
+        "delta: the CPU time of the threads that decoded, joined and counted the traces, with none of the "
+        "exporter's idle work in it. Over OTLP it runs from a body's decompression to the histograms, without the "
+        "HTTP server's own work, so it is a floor under the live path; from a trace file it holds every "
+        "poll of the tailer (once a second, reading, decoding and joining), the idle ones too. Traced "
         "requests = requests / N. The exporter's P99 is `histogram_quantile(0.99, …)` "
         "over the delta of its request-stage buckets (REQUEST_START to REQUEST_END inside Triton); the "
         "client's P99 is over exactly the requests it sent, HTTP included, so the error includes what the "
