@@ -203,8 +203,8 @@ TIDESCALE: list[MetricFamily] = [
          "OTLP spans dropped, by reason.", ("reason",)),
     _own("tidescale_exporter_ingest_cpu_seconds_total", "counter", "seconds",
          "CPU time spent turning traces into latency samples, by source: otlp (an OTLP body from its "
-         "decompression to the histograms; not the HTTP server's own work) or trace_file (reading, "
-         "decoding and joining the trace files, and the histograms).", ("source",)),
+         "decompression to the histograms; not the HTTP server's own work) or trace_file (every poll of "
+         "the trace files, idle ones too: reading, decoding and joining, and the histograms).", ("source",)),
     _own("tidescale_exporter_profile_bytes_total", "counter", "bytes", "Profile bytes ingested.", ()),
     _own("tidescale_exporter_series_dropped_total", "counter", "series",
          "Series not created because a cardinality cap was reached.", ("family",)),
