@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import yaml
 
+from tests.clocks import ManualClock
 from tests.paths import FIXTURES
 from tidescale import cli
 from tidescale.benches import overhead as ov
@@ -480,22 +481,9 @@ def test_settle_counts_its_reads_and_read_cost_is_net_of_idle(monkeypatch: pytes
 
 
 
-class _Clock:
-    """settle's clock and sleep: time passes only when it sleeps."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-
 def settle_on(monkeypatch: pytest.MonkeyPatch, counts_at: dict[float, float], **kwargs: Any) -> tuple[float, float]:
     """settle against an exporter whose count becomes counts_at[t] at second t: (when it stopped, the count)."""
-    clock = _Clock()
+    clock = ManualClock()
     seen: list[float] = []
 
     def view(text: str) -> ov.ExporterView:

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.clocks import ManualClock
 from tests.paths import FIXTURES
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.settings import load_settings
@@ -29,21 +30,13 @@ REAL = FIXTURES / "triton" / "real-2.51" / "trace_triton.json"  # 200 requests o
 ROTATED = FIXTURES / "profiles" / "triton" / "trace_timestamps.json.0"  # 20 requests
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def _watch(*pods: tuple[str, str, str]) -> dict[tuple[str, str], Sender]:
     return {(ns, pod): (ns, pod, deployment) for ns, pod, deployment in pods}
 
 
-def _directory(root: Path, watched: dict[tuple[str, str], Sender], clock: Clock | None = None,
+def _directory(root: Path, watched: dict[tuple[str, str], Sender], clock: ManualClock | None = None,
                **kwargs: object) -> PodTraceDirectory:
-    return PodTraceDirectory(root, lambda ns, pod: watched.get((ns, pod)), clock=clock or Clock(),
+    return PodTraceDirectory(root, lambda ns, pod: watched.get((ns, pod)), clock=clock or ManualClock(1000.0),
                              **kwargs)  # type: ignore[arg-type]
 
 
@@ -115,7 +108,7 @@ def test_pods_beyond_the_limit_wait_for_a_free_place(tmp_path: Path) -> None:
 
 
 def test_a_gone_pods_directory_is_deleted_once_read_and_idle(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = ManualClock(1000.0)
     _pod_file(tmp_path, "prod_triton-a", ROTATED, ".0")
     watched = _watch(("prod", "triton-a", "triton"))
     directory = _directory(tmp_path, watched, clock, keep_rotations=2, idle_s=600)
@@ -134,7 +127,7 @@ def test_a_gone_pods_directory_is_deleted_once_read_and_idle(tmp_path: Path) -> 
 
 
 def test_nothing_unread_is_deleted(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = ManualClock(1000.0)
     _pod_file(tmp_path, "prod_triton-a", ROTATED, ".0")
     _pod_file(tmp_path, "prod_triton-b", ROTATED, ".0")
     watched = _watch(("prod", "triton-a", ""), ("prod", "triton-b", ""))
@@ -152,7 +145,7 @@ def test_nothing_unread_is_deleted(tmp_path: Path) -> None:
 
 
 def test_without_keep_rotations_nothing_is_ever_deleted(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = ManualClock(1000.0)
     _pod_file(tmp_path, "prod_triton-a", ROTATED, ".0")
     watched = _watch(("prod", "triton-a", ""))
     directory = _directory(tmp_path, watched, clock, idle_s=60)
@@ -165,7 +158,7 @@ def test_without_keep_rotations_nothing_is_ever_deleted(tmp_path: Path) -> None:
 
 def test_a_directory_that_cannot_be_deleted_is_warned_about_once_and_still_read(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    clock = Clock()
+    clock = ManualClock(1000.0)
     _pod_file(tmp_path, "prod_triton-a", ROTATED, ".0")
     watched = _watch(("prod", "triton-a", ""))
     directory = _directory(tmp_path, watched, clock, keep_rotations=2, idle_s=60)
@@ -274,7 +267,7 @@ def test_a_pods_links_fifos_and_devices_are_refused_and_the_other_pods_still_rea
     """A pod writes its own directory, so nothing there is trusted: a link would be read from the
     exporter's view of the filesystem (its token, another pod's file), a FIFO's open would wait for
     ever and `/dev/zero` never ends, each stopping every pod's tail on the node for good."""
-    clock = Clock()
+    clock = ManualClock(1000.0)
     other = _pod_file(tmp_path, "prod_triton-b")
     (tmp_path / "prod_triton-a").mkdir()
     (tmp_path / "prod_triton-a" / "trace.json").symlink_to(other)  # a link, even to a real trace file
@@ -341,7 +334,7 @@ def test_a_gone_pods_unclosed_backlog_is_read_through_and_its_directory_deleted(
     from tidescale.exporters import tracedir
 
     monkeypatch.setattr(tracedir, "MAX_POD_FILES", 10)
-    clock = Clock()
+    clock = ManualClock(1000.0)
     pod = tmp_path / "prod_triton-a"
     pod.mkdir()
     for i in range(50):
@@ -376,7 +369,7 @@ def test_a_gone_pods_unclosed_rotation_written_to_lately_is_kept(tmp_path: Path)
     """Once the pod has been gone for idle_s an unclosed rotation read to its end counts as
     finished, but not one modified within idle_s: a same-name pod (a StatefulSet's) may be writing
     it before the exporter's watch has seen that pod (a restarted Triton starts at `.0` again)."""
-    clock = Clock()
+    clock = ManualClock(1000.0)
     pod = tmp_path / "prod_triton-0"
     pod.mkdir()
     for i in (2, 3):
@@ -425,7 +418,7 @@ class AtOnce(Executor):
 def test_a_leftover_of_a_gone_pod_is_deleted_unread_after_idle_s_and_a_live_pods_is_kept(tmp_path: Path) -> None:
     """Pods that came and went while no exporter ran here: their directories go once the API server
     says so; a pod that exists (not Ready, or on another node sharing the directory) keeps its own."""
-    clock = Clock()
+    clock = ManualClock(1000.0)
     _pod_file(tmp_path, "prod_gone-a", ROTATED, ".0")
     _pod_file(tmp_path, "prod_unready-b", ROTATED, ".0")
     lookups = Lookups("prod_gone-a")
@@ -450,7 +443,7 @@ def test_a_leftover_of_a_gone_pod_is_deleted_unread_after_idle_s_and_a_live_pods
 
 @pytest.mark.parametrize("how", ["no lookup", "no pruning"])
 def test_leftovers_stay_without_the_api_servers_word_or_without_leave_to_delete(tmp_path: Path, how: str) -> None:
-    clock = Clock()
+    clock = ManualClock(1000.0)
     _pod_file(tmp_path, "prod_gone-a", ROTATED, ".0")
     lookups = Lookups("prod_gone-a")
     kwargs: dict[str, object] = {"keep_rotations": 2} if how == "no lookup" else {"gone": lookups.answered}
@@ -464,7 +457,7 @@ def test_leftovers_stay_without_the_api_servers_word_or_without_leave_to_delete(
 def test_api_lookups_per_poll_are_bounded(tmp_path: Path) -> None:
     from tidescale.exporters.tracedir import MAX_GONE_CHECKS
 
-    clock = Clock()
+    clock = ManualClock(1000.0)
     for i in range(12):
         (tmp_path / f"prod_gone-{i}").mkdir()
     lookups = Lookups(*(f"prod_gone-{i}" for i in range(12)))
@@ -506,7 +499,7 @@ def _poll_until(directory: PodTraceDirectory, done: Callable[[], bool]) -> None:
 def test_a_hung_api_server_never_holds_up_the_live_pods_traces(tmp_path: Path) -> None:
     """The poll that finds a leftover due asks about it and returns at once with the live pods'
     samples; the leftover goes at a later poll, once the answer has come."""
-    clock = Clock()
+    clock = ManualClock(1000.0)
     (tmp_path / "prod_gone-a").mkdir()
     api = HungApiServer("prod_gone-a")
     directory = _directory(tmp_path, _watch(("prod", "triton-a", "triton")), clock, keep_rotations=2,
@@ -531,7 +524,7 @@ def test_a_hung_api_server_never_holds_up_the_live_pods_traces(tmp_path: Path) -
 def test_unanswered_lookups_are_bounded_and_asked_on_one_thread(tmp_path: Path) -> None:
     from tidescale.exporters.tracedir import MAX_GONE_CHECKS
 
-    clock = Clock()
+    clock = ManualClock(1000.0)
     for i in range(12):
         (tmp_path / f"prod_gone-{i}").mkdir()
     api = HungApiServer(*(f"prod_gone-{i}" for i in range(12)))
@@ -554,7 +547,7 @@ def test_unanswered_lookups_are_bounded_and_asked_on_one_thread(tmp_path: Path) 
 def test_an_answer_about_a_pod_watched_meanwhile_is_dropped(tmp_path: Path) -> None:
     """A same-name pod (a StatefulSet's) that became watched while the API server was asked about
     its predecessor: the old 404 must not delete the new pod's directory."""
-    clock = Clock()
+    clock = ManualClock(1000.0)
     _pod_file(tmp_path, "prod_triton-0", ROTATED, ".0")
     api = HungApiServer("prod_triton-0")
     watched: dict[tuple[str, str], Sender] = {}

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.clocks import ManualClock
 from tests.paths import FIXTURES
 from tidescale.contracts import catalog
 from tidescale.contracts.errors import UsageError
@@ -47,21 +48,13 @@ class FakeReplica:
         self.slowdowns.append(factor)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def make_node(busy: list[float], clock: Clock, **kwargs: object) -> SimulatedGpuNode:
+def make_node(busy: list[float], clock: ManualClock, **kwargs: object) -> SimulatedGpuNode:
     return SimulatedGpuNode("node-a", [GpuAssignment(FakeReplica(), model_memory_mib=4096), GpuAssignment()],
                             busy_reader=lambda _: busy[0], clock=clock, **kwargs)  # type: ignore[arg-type]
 
 
 def test_families_types_and_label_keys_match_real_dcgm_exporter() -> None:
-    ours = parse(make_node([0.0], Clock()).render())
+    ours = parse(make_node([0.0], ManualClock()).render())
     real = parse(A100.read_text())
     assert set(ours) == set(FIELDS)
     shared = set(ours) & set(real)
@@ -77,13 +70,13 @@ def test_families_types_and_label_keys_match_real_dcgm_exporter() -> None:
 
 def test_pod_mapped_gpu_has_the_label_order_of_the_real_pod_mapped_exporter() -> None:
     real = parse(H100.read_text())["DCGM_FI_DEV_GPU_TEMP"].samples[1]
-    ours = parse(make_node([0.0], Clock()).render())["DCGM_FI_DEV_GPU_TEMP"].samples[0]
+    ours = parse(make_node([0.0], ManualClock()).render())["DCGM_FI_DEV_GPU_TEMP"].samples[0]
     assert ours.label_keys == real.label_keys
     assert ours.label_dict["pod"] == "triton-abcde-x7k2q" and ours.label_dict["namespace"] == "tidescale-demo"
 
 
 def test_value_formatting_follows_dcgm_exporter() -> None:
-    text = make_node([0.0], Clock()).render()
+    text = make_node([0.0], ManualClock()).render()
     power = next(line for line in text.splitlines() if line.startswith("DCGM_FI_DEV_POWER_USAGE{"))
     util = next(line for line in text.splitlines() if line.startswith("DCGM_FI_DEV_GPU_UTIL{"))
     assert power.rsplit(" ", 1)[1] == "58.000000"  # %f like the H100 fixture's 67.692000
@@ -96,10 +89,10 @@ def gpu0(node: SimulatedGpuNode) -> dict[str, float]:
 
 
 def test_utilisation_is_the_duty_cycle_of_busy_time() -> None:
-    busy, clock = [10.0], Clock()
+    busy, clock = [10.0], ManualClock()
     node = make_node(busy, clock)
     node.sample()
-    clock.t, busy[0] = 2.0, 11.5  # 1.5 s busy in 2 s
+    clock.now, busy[0] = 2.0, 11.5  # 1.5 s busy in 2 s
     node.sample()
     values = gpu0(node)
     assert values["DCGM_FI_DEV_GPU_UTIL"] == 75
@@ -109,13 +102,13 @@ def test_utilisation_is_the_duty_cycle_of_busy_time() -> None:
     assert values["DCGM_FI_DEV_FB_USED"] == GpuModel().fb_base_used_mib + 4096
     total = GpuModel().fb_total_mib
     assert values["DCGM_FI_DEV_FB_USED"] + values["DCGM_FI_DEV_FB_FREE"] + values["DCGM_FI_DEV_FB_RESERVED"] == total
-    clock.t, busy[0] = 3.0, 0.0  # counters reset (model reload): no negative utilisation
+    clock.now, busy[0] = 3.0, 0.0  # counters reset (model reload): no negative utilisation
     node.sample()
     assert gpu0(node)["DCGM_FI_DEV_GPU_UTIL"] == 0
 
 
 def test_idle_gpu_reports_idle_clock_reason_and_no_model_memory_when_pod_is_gone() -> None:
-    clock = Clock()
+    clock = ManualClock()
     node = make_node([0.0], clock)
     node.assign(0, None)
     node.sample()
@@ -126,13 +119,13 @@ def test_idle_gpu_reports_idle_clock_reason_and_no_model_memory_when_pod_is_gone
 
 
 def test_faults_leak_xid_throttle_and_clear() -> None:
-    busy, clock = [0.0], Clock()
+    busy, clock = [0.0], ManualClock()
     node = make_node(busy, clock)
     node.sample()
     node.inject_fb_leak(100.0, gpu=0)
     node.inject_xid(79, gpu=0)
     node.inject_throttle(CLOCKS_HW_SLOWDOWN, gpu=0)
-    clock.t, busy[0] = 10.0, 5.0
+    clock.now, busy[0] = 10.0, 5.0
     node.sample()
     values = gpu0(node)
     assert values["DCGM_FI_DEV_FB_USED"] == GpuModel().fb_base_used_mib + 4096 + 1000
@@ -177,7 +170,7 @@ def test_fault_requests_are_validated(body: bytes, what: str) -> None:
 
 
 def test_http_endpoint_serves_metrics_and_guards_faults_with_a_token() -> None:
-    node = make_node([0.0], Clock(), token="s3cret").start(sample=False)
+    node = make_node([0.0], ManualClock(), token="s3cret").start(sample=False)
     try:
         resp = httpx.get(node.metrics_url)
         assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/plain; version=0.0.4")
@@ -206,7 +199,7 @@ def test_placement_keeps_slots_and_reuses_freed_ones() -> None:
 
 
 def test_throttling_slows_the_assigned_pod_and_clearing_restores_it() -> None:
-    node = make_node([0.0], Clock())
+    node = make_node([0.0], ManualClock())
     pod = node.gpus[0].replica
     assert isinstance(pod, FakeReplica)
     node.inject_throttle(CLOCKS_HW_SLOWDOWN, gpu=0)
@@ -235,6 +228,6 @@ def test_fault_request_parser_fuzz(body: bytes) -> None:
         req = parse_fault_request(body, gpu_count=2)
     except UsageError:
         return
-    node = make_node([0.0], Clock())
+    node = make_node([0.0], ManualClock())
     status, _, _ = node._post_faults({"authorization": f"Bearer {node.fault_token}"}, body)
     assert status == 200, req
