@@ -300,6 +300,7 @@ def meta_alerts(cfg: AlertsConfig) -> list[AlertSpec]:
             f"Prometheus cannot scrape job {job} ({{{{ $labels.instance }}}}): latency percentiles, "
             "op-time shares and model-review alerts are blind.",
         ),
+        *exporter_data_alerts(cfg),
         AlertSpec(
             "TidescaleProfileStale",
             f"time() - {ts} > {cfg.profile_max_age_s:g}",
@@ -322,6 +323,44 @@ def meta_alerts(cfg: AlertsConfig) -> list[AlertSpec]:
             WATCHDOG_ALERT, "vector(1)", "0s", "none",
             "Alerting pipeline heartbeat.",
             "Always firing. If the Watchdog receiver stops getting it, Prometheus or Alertmanager is broken.",
+        ),
+    ]
+
+
+def exporter_data_alerts(cfg: AlertsConfig) -> list[AlertSpec]:
+    """The exporter up but losing data: what it refuses never reaches a histogram, so the percentiles,
+    the SLO burn and the reviews read less than was served, and nothing else says so."""
+    job = matcher("job", cfg.exporter_job)
+    capped = f"{metric('tidescale_exporter_series_dropped_total')}{{{job}}}"
+    dropped = f"{metric('tidescale_exporter_spans_dropped_total')}{{{job}}}"
+    accepted = f"{metric('tidescale_exporter_spans_accepted_total')}{{{job}}}"
+    window = "15m"  # the description's "15 minutes"
+
+    def per_exporter(fn: str, series: str) -> str:
+        return f"sum by (job, instance) ({fn}({series}[{window}]))"
+
+    # Trace-file exporters count no accepted spans, so there any steady drop is the whole share.
+    share = (f"  {per_exporter('rate', dropped)}\n  / (\n    {per_exporter('rate', accepted)}\n"
+             f"    + {per_exporter('rate', dropped)}\n  )")
+    return [
+        AlertSpec(
+            "TidescaleSeriesCapped",
+            f"increase({capped}[10m]) > 0",
+            cfg.for_.series_capped, "warning",
+            "The tidescale exporter refuses new {{ $labels.family }} series.",
+            "The exporter {{ $labels.instance }} refused {{ $value | printf \"%.0f\" }} samples of new "
+            "{{ $labels.family }} series in 10 minutes: its cardinality cap is full, so the model versions "
+            "or pods behind them have none, and their percentiles and alerts are blind.",
+        ),
+        AlertSpec(
+            "TidescaleSpansDropped",
+            f"{per_exporter('increase', dropped)} >= {cfg.spans_dropped_min}\nand\n(\n{share}\n)\n"
+            f"> {cfg.spans_dropped_max_ratio:g}",
+            cfg.for_.spans_dropped, "warning",
+            "The tidescale exporter drops trace data.",
+            "The exporter {{ $labels.instance }} dropped {{ $value | printf \"%.0f\" }} spans or trace entries "
+            f"in 15 minutes, over {cfg.spans_dropped_max_ratio:.0%} of what it received: the latency histograms "
+            "count fewer requests than were served. tidescale_exporter_spans_dropped_total says why, by reason.",
         ),
     ]
 

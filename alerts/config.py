@@ -72,6 +72,8 @@ class ForDurations(BaseModel):
     gpu_idle_while_queueing: Duration = "10m"
     model_review: Duration = "15m"
     exporter_down: Duration = "5m"
+    series_capped: Duration = "5m"
+    spans_dropped: Duration = "15m"
     profile_stale: Duration = "10m"
     metrics_absent: Duration = "10m"
     recommender_down: Duration = "5m"
@@ -149,6 +151,11 @@ class AlertsConfig(ComponentSettings):
     gpu_memory_lookback: Duration = "6h"
     gpu_idle_utilization: float = Field(0.05, ge=0, lt=1)
     profile_max_age_s: float = Field(86400.0, gt=0)
+    # Spans (OTLP) or trace entries (trace files) the exporter drops: a share of what it received
+    # above the ratio, and at least the count, over 15 minutes. Below either, a rollout's few cut
+    # requests or one stray client's bad body; above both, the histograms undercount.
+    spans_dropped_max_ratio: float = Field(0.01, gt=0, lt=1)
+    spans_dropped_min: int = Field(10, ge=1)
     exporter_job: str = "tidescale-exporter"
     recommender_job: str = "tidescale-recommender"
     # The recommender evaluates every 15-30 s; this long without a good evaluation means it holds its

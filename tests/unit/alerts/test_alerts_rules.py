@@ -196,11 +196,22 @@ def test_a_threshold_that_is_not_a_bucket_boundary_is_refused() -> None:
     "bad",
     [{"op_class_limits": {"String Ops": 0.1}}, {"op_class_limits": {"string": 1.5}},
      {"for": {"model_review": "15 minutes"}}, {"extra_labels": {"severity": "x"}},
-     {"triton_container_regex": "(unclosed"}, {"exporter_job": "x{{ $value }}"}],
+     {"triton_container_regex": "(unclosed"}, {"exporter_job": "x{{ $value }}"},
+     {"spans_dropped_max_ratio": 1.5}, {"spans_dropped_max_ratio": 0}, {"spans_dropped_min": 0}],
 )
 def test_bad_config_values_are_refused_with_the_field_named(bad: dict) -> None:
     with pytest.raises(ValueError):
         AlertsConfig.model_validate(bad)
+
+
+def test_the_span_drop_alert_takes_its_share_and_count_from_the_config() -> None:
+    cfg = AlertsConfig.model_validate({"spans_dropped_max_ratio": 0.05, "spans_dropped_min": 100,
+                                       "exporter_job": "edge-exporter"})
+    groups = yaml.safe_load(rendered(cfg)["tidescale-alerts.yaml"])["groups"]
+    rule = next(r for g in groups for r in g["rules"] if r["alert"] == "TidescaleSpansDropped")
+    assert ">= 100\nand" in rule["expr"] and rule["expr"].endswith("> 0.05")
+    assert rule["expr"].count('{job="edge-exporter"}') == 4
+    assert "over 5% of what it received" in rule["annotations"]["description"]
 
 
 def test_short_for_durations_render_for_fast_end_to_end_runs() -> None:
