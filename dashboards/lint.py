@@ -47,6 +47,11 @@ RAW_SERIES: dict[str, str] = {
     "tidescale_batching_efficiency_ratio": "exporter gauge already per model and pod, only averaged over pods",
     "tidescale_op_top_share": "exporter gauge per op of the latest profile; topk runs at query time",
     "tidescale_profile_age_seconds": "exporter gauge per model version, shown as is",
+    # The exporter's own health row: per exporter pod, read by no rule (its alerts read them at evaluation).
+    "tidescale_exporter_spans_accepted_total": "the exporter's own counter; its share dropped is per exporter pod",
+    "tidescale_exporter_spans_dropped_total": "the exporter's own counter; its share dropped is per exporter pod",
+    "tidescale_exporter_series_dropped_total": "the exporter's own counter of samples refused at a series cap",
+    "tidescale_exporter_ingest_cpu_seconds_total": "the exporter's own CPU counter, per exporter pod and source",
 }
 UID = re.compile(r"^tidescale-[a-z]+$")
 

@@ -9,9 +9,12 @@ from tidescale.contracts import recorded as rules
 from tidescale.dashboards.base import FLEET, new_dashboard
 from tidescale.dashboards.boards.autoscaling import replica_queries
 from tidescale.dashboards.panels import Query, Threshold, graph, row, single_stat, table_of
-from tidescale.dashboards.queries import CLUSTER, NS, QUANTILES, STAGE_REQUEST, agg, sel, stage_quantile
+from tidescale.dashboards.queries import CLUSTER, NS, QUANTILES, STAGE_REQUEST, agg, ratio, sel, stage_quantile
 
 FIRING = sel("ALERTS", f'{CLUSTER}, alertstate="firing"')
+# The exporter's own series, by the job name the chart gives it whatever the release is called.
+EXPORTER = f'{CLUSTER}, job="{default_config().exporter_job}"'
+
 OPEN_REVIEWS = sel("tidescale_model_reviews", f'{CLUSTER}, state="open"')
 
 
@@ -25,6 +28,16 @@ def burn(window: str) -> str:
     """Slow ratio over the model's own latency budget (1 - its objective), worst namespace per model."""
     return (f"max by (model) ({own_slow_ratio(window)} / on (cluster, namespace, model) "
             f"(1 - {sel(rules.SLO_LATENCY_OBJECTIVE)}))")
+
+
+def per_exporter(name: str, by: str = "instance") -> str:
+    return f"sum by ({by}) (rate({sel(name, EXPORTER)}[$__rate_interval]))"
+
+
+def or_zero(expr: str) -> str:
+    """*expr*, or 0 for every exporter where it has no series (a counter with no label set yet):
+    a flat line at zero says "nothing lost", where no data would say nothing."""
+    return f"({expr} or {per_exporter('tidescale_exporter_spans_accepted_total')} * 0)"
 
 
 def build() -> dash_b.Dashboard:
@@ -94,4 +107,32 @@ def build() -> dash_b.Dashboard:
             "share or a version regression needs an owner's look).",
             "short", [Query(f"sum({OPEN_REVIEWS})")], span=8,
             thresholds=[Threshold(1, "orange")]))
+        .with_row(row("Exporter: is the latency data whole?"))
+        .with_panel(graph(
+            "Trace data dropped",
+            "Share of the spans (OTLP) or trace entries (trace files) each exporter received that it dropped: "
+            "requests missing from the latency histograms. TidescaleSpansDropped fires above the dashed line "
+            "for 15m; tidescale_exporter_spans_dropped_total{reason} says why. A trace-file exporter counts "
+            "no accepted spans, so there any drop reads 100 %.",
+            "percentunit",
+            [Query(ratio(or_zero(per_exporter("tidescale_exporter_spans_dropped_total")),
+                         f"{per_exporter('tidescale_exporter_spans_accepted_total')} + "
+                         f"{or_zero(per_exporter('tidescale_exporter_spans_dropped_total'))}"), "{{instance}}")],
+            span=8, min_value=0, thresholds=[Threshold(default_config().spans_dropped_max_ratio)]))
+        .with_panel(graph(
+            "Samples refused at a series cap",
+            "Samples per second each exporter refused because a cardinality cap was full: the model "
+            "versions or pods behind them have no series (TidescaleSeriesCapped; "
+            "tidescale_exporter_series_dropped_total{family} names the family). Zero is healthy.",
+            "short", [Query(or_zero(per_exporter("tidescale_exporter_series_dropped_total")), "{{instance}}")],
+            span=8, min_value=0))
+        .with_panel(graph(
+            "Exporter ingest CPU",
+            "CPU each exporter spends turning traces into latency samples, as a share of one core, by source: "
+            "otlp from a body's decompression to the histograms (not the HTTP server's work), trace_file "
+            "every poll of the trace files. Divided by the traced request rate, it is the cost per traced "
+            "request (docs/exporter.md, the price of P99).",
+            "percentunit", [Query(per_exporter("tidescale_exporter_ingest_cpu_seconds_total", "instance, source"),
+                                  "{{instance}} {{source}}")],
+            span=8, min_value=0))
     )
