@@ -47,6 +47,7 @@ RAW_SERIES: dict[str, str] = {
     "tidescale_batching_efficiency_ratio": "exporter gauge already per model and pod, only averaged over pods",
     "tidescale_op_top_share": "exporter gauge per op of the latest profile; topk runs at query time",
     "tidescale_profile_age_seconds": "exporter gauge per model version, shown as is",
+    "tidescale_trace_sample_rate": "exporter gauge of the trace rate in use per model version, shown as 1/x",
     # The exporter's own health row: per exporter pod, read by no rule (its alerts read them at evaluation).
     "tidescale_exporter_spans_accepted_total": "the exporter's own counter; its share dropped is per exporter pod",
     "tidescale_exporter_spans_dropped_total": "the exporter's own counter; its share dropped is per exporter pod",

@@ -52,7 +52,15 @@ def build() -> dash_b.Dashboard:
             "before dividing: available even without tracing, but averages only.",
             "s", [Query(_stage_mean(STAGE_QUEUE), "{{model}} queue"),
                   Query(_stage_mean(STAGE_COMPUTE), "{{model}} compute")],
-            span=24, min_value=0))
+            span=12, min_value=0))
+        .with_panel(graph(
+            "Trace sample rate: 1 request in N traced",
+            "The N each traced request counts for in the latency histograms (1 / tidescale_trace_sample_rate): "
+            "the rate the exporter detected from Triton's request counters where known, else the "
+            "configured one. Higher N, cheaper tracing and noisier tails (docs/exporter.md, choosing the "
+            "trace rate).",
+            "short", [Query(f"max by (model) (1 / {sel('tidescale_trace_sample_rate')})", "{{model}}")],
+            span=12, min_value=0))
         .with_row(row("Queue and batching"))
         .with_panel(graph(
             "Queue depth per replica",
