@@ -12,10 +12,9 @@ from tidescale.dashboards.panels import Query, Threshold, graph, row, single_sta
 from tidescale.dashboards.queries import CLUSTER, NS, QUANTILES, STAGE_REQUEST, agg, ratio, sel, stage_quantile
 
 FIRING = sel("ALERTS", f'{CLUSTER}, alertstate="firing"')
+OPEN_REVIEWS = sel("tidescale_model_reviews", f'{CLUSTER}, state="open"')
 # The exporter's own series, by the job name the chart gives it whatever the release is called.
 EXPORTER = f'{CLUSTER}, job="{default_config().exporter_job}"'
-
-OPEN_REVIEWS = sel("tidescale_model_reviews", f'{CLUSTER}, state="open"')
 
 
 def own_slow_ratio(window: str) -> str:
