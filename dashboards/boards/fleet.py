@@ -34,8 +34,8 @@ def per_exporter(name: str, by: str = "instance") -> str:
 
 
 def or_zero(expr: str) -> str:
-    """*expr*, or 0 for every exporter where it has no series (a counter with no label set yet):
-    a flat line at zero says "nothing lost", where no data would say nothing."""
+    """*expr*, or 0 for every exporter where it has no sample (a counter with no label set yet, or a
+    share of nothing): a flat line at zero says "nothing lost", where no data would say nothing."""
     return f"({expr} or {per_exporter('tidescale_exporter_spans_accepted_total')} * 0)"
 
 
@@ -114,9 +114,10 @@ def build() -> dash_b.Dashboard:
             "for 15m; tidescale_exporter_spans_dropped_total{reason} says why. A trace-file exporter counts "
             "no accepted spans, so there any drop reads 100 %.",
             "percentunit",
-            [Query(ratio(or_zero(per_exporter("tidescale_exporter_spans_dropped_total")),
-                         f"{per_exporter('tidescale_exporter_spans_accepted_total')} + "
-                         f"{or_zero(per_exporter('tidescale_exporter_spans_dropped_total'))}"), "{{instance}}")],
+            [Query(or_zero(ratio(or_zero(per_exporter("tidescale_exporter_spans_dropped_total")),
+                                 f"{per_exporter('tidescale_exporter_spans_accepted_total')} + "
+                                 f"{or_zero(per_exporter('tidescale_exporter_spans_dropped_total'))}")),
+                   "{{instance}}")],
             span=8, min_value=0, thresholds=[Threshold(default_config().spans_dropped_max_ratio)]))
         .with_panel(graph(
             "Samples refused at a series cap",
