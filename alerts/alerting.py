@@ -12,7 +12,7 @@ from typing import Any
 from tidescale.alerts.config import AlertsConfig
 from tidescale.alerts.recording import Group, Rule
 from tidescale.contracts import recorded as n
-from tidescale.contracts.promql import matcher, metric
+from tidescale.contracts.promql import matcher, metric, sum_rate
 
 # (long window, short window, burn-rate factor): Google SRE workbook, multiwindow multi-burn-rate.
 PAGE_WINDOWS: tuple[tuple[str, str, float], ...] = (("1h", "5m", 14.4), ("6h", "30m", 6.0))
@@ -336,12 +336,10 @@ def exporter_data_alerts(cfg: AlertsConfig) -> list[AlertSpec]:
     accepted = f"{metric('tidescale_exporter_spans_accepted_total')}{{{job}}}"
     window = "15m"  # the description's "15 minutes"
 
-    def per_exporter(fn: str, series: str) -> str:
-        return f"sum by (job, instance) ({fn}({series}[{window}]))"
-
+    by = "job, instance"
+    dropped_rate = sum_rate(dropped, by, window)
     # Trace-file exporters count no accepted spans, so there any steady drop is the whole share.
-    share = (f"  {per_exporter('rate', dropped)}\n  / (\n    {per_exporter('rate', accepted)}\n"
-             f"    + {per_exporter('rate', dropped)}\n  )")
+    share = f"  {dropped_rate}\n  / (\n    {sum_rate(accepted, by, window)}\n    + {dropped_rate}\n  )"
     return [
         AlertSpec(
             "TidescaleSeriesCapped",
@@ -354,7 +352,7 @@ def exporter_data_alerts(cfg: AlertsConfig) -> list[AlertSpec]:
         ),
         AlertSpec(
             "TidescaleSpansDropped",
-            f"{per_exporter('increase', dropped)} >= {cfg.spans_dropped_min}\nand\n(\n{share}\n)\n"
+            f"sum by ({by}) (increase({dropped}[{window}])) >= {cfg.spans_dropped_min}\nand\n(\n{share}\n)\n"
             f"> {cfg.spans_dropped_max_ratio:g}",
             cfg.for_.spans_dropped, "warning",
             "The tidescale exporter drops trace data.",

@@ -6,10 +6,21 @@ from grafana_foundation_sdk.builders import dashboard as dash_b
 
 from tidescale.alerts.config import default_config
 from tidescale.contracts import recorded as rules
+from tidescale.contracts.promql import sum_rate
 from tidescale.dashboards.base import FLEET, new_dashboard
 from tidescale.dashboards.boards.autoscaling import replica_queries
 from tidescale.dashboards.panels import Query, Threshold, graph, row, single_stat, table_of
-from tidescale.dashboards.queries import CLUSTER, NS, QUANTILES, STAGE_REQUEST, agg, ratio, sel, stage_quantile
+from tidescale.dashboards.queries import (
+    CLUSTER,
+    NS,
+    QUANTILES,
+    RATE_INTERVAL,
+    STAGE_REQUEST,
+    agg,
+    ratio,
+    sel,
+    stage_quantile,
+)
 
 FIRING = sel("ALERTS", f'{CLUSTER}, alertstate="firing"')
 OPEN_REVIEWS = sel("tidescale_model_reviews", f'{CLUSTER}, state="open"')
@@ -30,7 +41,7 @@ def burn(window: str) -> str:
 
 
 def per_exporter(name: str, by: str = "instance") -> str:
-    return f"sum by ({by}) (rate({sel(name, EXPORTER)}[$__rate_interval]))"
+    return sum_rate(sel(name, EXPORTER), by, RATE_INTERVAL)
 
 
 def or_zero(expr: str) -> str:
@@ -114,9 +125,9 @@ def build() -> dash_b.Dashboard:
             "for 15m; tidescale_exporter_spans_dropped_total{reason} says why. A trace-file exporter counts "
             "no accepted spans, so there any drop reads 100 %.",
             "percentunit",
-            [Query(or_zero(ratio(or_zero(per_exporter("tidescale_exporter_spans_dropped_total")),
+            [Query(or_zero(ratio(per_exporter("tidescale_exporter_spans_dropped_total"),
                                  f"{per_exporter('tidescale_exporter_spans_accepted_total')} + "
-                                 f"{or_zero(per_exporter('tidescale_exporter_spans_dropped_total'))}")),
+                                 f"{per_exporter('tidescale_exporter_spans_dropped_total')}")),
                    "{{instance}}")],
             span=8, min_value=0, thresholds=[Threshold(default_config().spans_dropped_max_ratio)]))
         .with_panel(graph(
