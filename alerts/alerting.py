@@ -12,7 +12,7 @@ from typing import Any
 from tidescale.alerts.config import AlertsConfig
 from tidescale.alerts.recording import Group, Rule
 from tidescale.contracts import recorded as n
-from tidescale.contracts.promql import matcher, metric, sum_rate
+from tidescale.contracts.promql import matcher, metric, sum_rate, triton_sum_rate
 
 # (long window, short window, burn-rate factor): Google SRE workbook, multiwindow multi-burn-rate.
 PAGE_WINDOWS: tuple[tuple[str, str, float], ...] = (("1h", "5m", 14.4), ("6h", "30m", 6.0))
@@ -249,7 +249,7 @@ def review_alerts(cfg: AlertsConfig) -> list[AlertSpec]:
     op_share = f'label_replace({over}, "reason", "op_share_$1", "op_class", "(.+)")'
     p99 = n.VERSION_P99
     ok = metric("nv_inference_request_success")
-    traffic = f"sum by (namespace, model, version) (rate({ok}[5m])) > {cfg.regression_min_rps:g}"
+    traffic = f"{triton_sum_rate(ok, 'namespace, model, version', '5m')} > {cfg.regression_min_rps:g}"
     # A version that did not exist an hour ago, slower than every version that did.
     regression = (
         f"(\n  ({p99} and on (namespace, model, version) ({traffic}))\n"

@@ -16,6 +16,8 @@ from tidescale.contracts.promql import (
     metric,
     per_model,
     sum_rate,
+    triton_sum,
+    triton_sum_rate,
     with_label,
 )
 from tidescale.contracts.slo import QUANTILE_WINDOW
@@ -47,34 +49,36 @@ def record(name: str, expr: str, **labels: str) -> Rule:
 
 def failure_rate(by: str, window: str) -> str:
     """Failures per second, 0 (not absent) for models that never failed."""
-    fail = sum_rate(metric("nv_inference_request_failure"), by, window)
-    ok = sum_rate(metric("nv_inference_request_success"), by, window)
+    fail = triton_sum_rate(metric("nv_inference_request_failure"), by, window)
+    ok = triton_sum_rate(metric("nv_inference_request_success"), by, window)
     return f"({fail} or 0 * {ok})"
 
 
 def error_ratio(window: str) -> str:
-    ok = sum_rate(metric("nv_inference_request_success"), NM, window)
+    ok = triton_sum_rate(metric("nv_inference_request_success"), NM, window)
     fail = failure_rate(NM, window)
     return f"{fail}\n/\n({ok} + {fail})"
 
 
 def request_rate(window: str) -> str:
-    return f"{sum_rate(metric('nv_inference_request_success'), NM, window)} + {failure_rate(NM, window)}"
+    return f"{triton_sum_rate(metric('nv_inference_request_success'), NM, window)} + {failure_rate(NM, window)}"
 
 
 def requests_group(cfg: AlertsConfig) -> Group:
     ok, fail = metric("nv_inference_request_success"), metric("nv_inference_request_failure")
     inf, execs = metric("nv_inference_count"), metric("nv_inference_exec_count")
     rules = [
-        record(n.REQUEST_SUCCESS_RATE5M, sum_rate(ok, NM, "5m")),
-        record(n.REQUEST_FAILURE_RATE5M, sum_rate(fail, NM, "5m")),
-        record(n.POD_REQUEST_SUCCESS_RATE5M, sum_rate(ok, NMP, "5m")),
-        record(n.POD_REQUEST_FAILURE_RATE5M, sum_rate(fail, NMP, "5m")),
-        record(n.VERSION_REQUEST_SUCCESS_RATE5M, sum_rate(ok, f"{NM}, version", "5m")),
+        record(n.REQUEST_SUCCESS_RATE5M, triton_sum_rate(ok, NM, "5m")),
+        record(n.REQUEST_FAILURE_RATE5M, triton_sum_rate(fail, NM, "5m")),
+        record(n.POD_REQUEST_SUCCESS_RATE5M, triton_sum_rate(ok, NMP, "5m")),
+        record(n.POD_REQUEST_FAILURE_RATE5M, triton_sum_rate(fail, NMP, "5m")),
+        record(n.VERSION_REQUEST_SUCCESS_RATE5M, triton_sum_rate(ok, f"{NM}, version", "5m")),
         *(record(n.ERROR_RATIO[w], error_ratio(w)) for w in n.WINDOWS),
         *(record(name, request_rate(w)) for w, name in n.REQUEST_RATE.items()),
-        record(n.INFERENCES_PER_EXEC_RATE5M, f"{sum_rate(inf, NM, '5m')}\n/\n{sum_rate(execs, NM, '5m')}"),
-        record(n.POD_INFERENCES_PER_EXEC_RATE5M, f"{sum_rate(inf, NMP, '5m')}\n/\n{sum_rate(execs, NMP, '5m')}"),
+        record(n.INFERENCES_PER_EXEC_RATE5M,
+               f"{triton_sum_rate(inf, NM, '5m')}\n/\n{triton_sum_rate(execs, NM, '5m')}"),
+        record(n.POD_INFERENCES_PER_EXEC_RATE5M,
+               f"{triton_sum_rate(inf, NMP, '5m')}\n/\n{triton_sum_rate(execs, NMP, '5m')}"),
         record(n.MODEL_POD_SERVING, f"group by ({NMP}) ({ok})"),
     ]
     return {"name": "tidescale.rules.requests", "interval": cfg.evaluation_interval, "rules": rules}
@@ -82,10 +86,10 @@ def requests_group(cfg: AlertsConfig) -> Group:
 
 def stage_latency_rules() -> list[Rule]:
     """Sum each µs counter over instances and pods, then divide by the summed request count."""
-    ok = sum_rate(metric("nv_inference_request_success"), NM, "5m")
+    ok = triton_sum_rate(metric("nv_inference_request_success"), NM, "5m")
     rules = []
     for stage, counter in STAGE_COUNTERS:
-        avg = f"{sum_rate(metric(counter), NM, '5m')}\n/\n{ok}\n/ 1e6"
+        avg = f"{triton_sum_rate(metric(counter), NM, '5m')}\n/\n{ok}\n/ 1e6"
         rules.append(record(n.STAGE_AVG_SECONDS_RATE5M, f"({avg})", stage=stage))
     # Same denominator for every stage, so the ratio of averages is the ratio of time spent.
     stages = n.STAGE_AVG_SECONDS_RATE5M
@@ -115,7 +119,7 @@ def latency_group(cfg: AlertsConfig) -> Group:
     rules.append(record(n.DEPLOYMENT_P99, f"histogram_quantile(0.99, {by_deployment})"))
     first = bucket("nv_inference_first_response_histogram_ms")
     rules.append(record(n.FIRST_RESPONSE_P99,
-                        f"histogram_quantile(0.99, {sum_rate(first, f'{NM}, le', QUANTILE_WINDOW)}) / 1000"))
+                        f"histogram_quantile(0.99, {triton_sum_rate(first, f'{NM}, le', QUANTILE_WINDOW)}) / 1000"))
     version_buckets = f'sum by ({NM}, version, le) (rate({hist}{{stage="request"}}[{QUANTILE_WINDOW}]))'
     rules.append(record(n.VERSION_P99, f"histogram_quantile(0.99, {version_buckets})"))
     rules.extend(record(n.SLOW_RATIO[w], slow_ratio(cfg, w)) for w in n.WINDOWS)
@@ -138,14 +142,15 @@ def queue_group(cfg: AlertsConfig) -> Group:
     req_us, queue_us = metric("nv_inference_request_duration_us"), metric("nv_inference_queue_duration_us")
     ok = metric("nv_inference_request_success")
     rules = [
-        record(n.POD_QUEUE_DEPTH, f"sum by ({NP}) ({pending})"),
-        record(n.MODEL_POD_QUEUE_DEPTH, f"sum by ({NMP}) ({pending})"),
+        record(n.POD_QUEUE_DEPTH, triton_sum(pending, NP)),
+        record(n.MODEL_POD_QUEUE_DEPTH, triton_sum(pending, NMP)),
         record(n.MODEL_QUEUE_DEPTH_PER_REPLICA, f"avg by ({NM}) ({n.MODEL_POD_QUEUE_DEPTH})"),
         record(n.DEPLOYMENT_QUEUE_DEPTH_PER_REPLICA, by_deployment(n.POD_QUEUE_DEPTH, cfg)),
         # Little's law: request-µs accumulated per second = average requests in flight.
-        record(n.POD_INFLIGHT, f"{sum_rate(req_us, NP, '5m')} / 1e6"),
+        record(n.POD_INFLIGHT, f"{triton_sum_rate(req_us, NP, '5m')} / 1e6"),
         record(n.DEPLOYMENT_INFLIGHT_PER_REPLICA, by_deployment(n.POD_INFLIGHT, cfg)),
-        record(n.POD_QUEUE_SECONDS_RATE5M, f"{sum_rate(queue_us, NP, '5m')}\n/\n{sum_rate(ok, NP, '5m')}\n/ 1e6"),
+        record(n.POD_QUEUE_SECONDS_RATE5M,
+               f"{triton_sum_rate(queue_us, NP, '5m')}\n/\n{triton_sum_rate(ok, NP, '5m')}\n/ 1e6"),
     ]
     return {"name": "tidescale.rules.queue", "interval": cfg.evaluation_interval, "rules": rules}
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from tidescale.contracts import recorded as names
-from tidescale.contracts.promql import metric, sum_rate
+from tidescale.contracts.promql import metric, triton_sum, triton_sum_rate
 from tidescale.contracts.yamlout import dump
 
 RATE_WINDOW = "1m"
@@ -34,7 +34,8 @@ def _series(metric: str) -> str:
 
 
 def _sum_rate(metric: str) -> str:
-    return sum_rate(f"{metric}{{<<.LabelMatchers>>}}", "<<.GroupBy>>", RATE_WINDOW)
+    """Triton's counter summed over the selected pods, each series once however often it is scraped."""
+    return triton_sum_rate(f"{metric}{{<<.LabelMatchers>>}}", "<<.GroupBy>>", RATE_WINDOW)
 
 
 def custom_rules() -> list[dict[str, Any]]:
@@ -48,7 +49,7 @@ def custom_rules() -> list[dict[str, Any]]:
             "seriesQuery": _series(pending),
             "resources": _POD_RESOURCES,
             "name": {"matches": f"^{pending}$", "as": QUEUE_DEPTH},
-            "metricsQuery": f"sum by (<<.GroupBy>>) ({pending}{{<<.LabelMatchers>>}})",
+            "metricsQuery": triton_sum(f"{pending}{{<<.LabelMatchers>>}}", "<<.GroupBy>>"),
         },
         {   # Little's law: request-seconds completed per second = average requests in flight.
             "seriesQuery": _series(request_us),

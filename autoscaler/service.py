@@ -46,7 +46,7 @@ from tidescale.contracts.errors import UsageError
 from tidescale.contracts.http import install_error_boundary
 from tidescale.contracts.kubeapi import EventSeriesApi, ScaleApi, deployment_event, post_event_once
 from tidescale.contracts.prometheus import PrometheusAuth, PrometheusClient, PrometheusUnavailable
-from tidescale.contracts.promql import LABEL_NAME, matcher, regex_escape, selector
+from tidescale.contracts.promql import LABEL_NAME, matcher, regex_escape, selector, triton_sum, triton_sum_rate
 from tidescale.contracts.settings import ComponentSettings
 from tidescale.contracts.slo import QUANTILE_WINDOW_S, SLO_P99_S
 
@@ -304,13 +304,15 @@ class TargetQueries:
         # Queue-policy timeouts (REJECTED; the reason label exists since Triton 24.08): demand that
         # never completes. Absent on older servers, and then read as 0.
         rejected = cls._triton("nv_inference_request_failure", t, scope, reason="REJECTED")
+        # Each Triton series once, however many jobs scrape the pods (the chart's PodMonitor and the
+        # platform team's own monitor): a sum over both copies would ask for twice the replicas.
         return cls(
-            completions=f"sum(rate({success}[{slow}]))",
-            fast_completions=f"sum(rate({success}[{fast}]))",
-            rejections=f"sum(rate({rejected}[{slow}]))",
-            fast_rejections=f"sum(rate({rejected}[{fast}]))",
-            queue=f"sum({pending})",
-            max_pod_queue=f"max(sum by (pod) ({pending}))",
+            completions=triton_sum_rate(success, None, slow),
+            fast_completions=triton_sum_rate(success, None, fast),
+            rejections=triton_sum_rate(rejected, None, slow),
+            fast_rejections=triton_sum_rate(rejected, None, fast),
+            queue=triton_sum(pending),
+            max_pod_queue=f"max({triton_sum(pending, 'pod')})",
             queue_age=f"time() - max(timestamp({pending}))",
             p99=cls._p99(t, scope),
             spec_replicas=f"max({selector(catalog.get('kube_deployment_spec_replicas').name, **dep)})",

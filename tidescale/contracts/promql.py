@@ -69,6 +69,61 @@ def sum_rate(series: str, by: str, window: str) -> str:
     return f"sum by ({by}) (rate({series}[{window}]))"
 
 
+# --- Triton series scraped more than once --------------------------------------------------------
+# A cluster that already scrapes Triton (the platform team's own ServiceMonitor, kube-prometheus-stack's
+# additional scrape configs) beside the chart's PodMonitor holds two copies of every series, equal but
+# for job/instance/endpoint/service/container and whatever target labels that monitor adds. A sum over
+# them counts every request twice, so every read of a Triton series first keeps one copy per series
+# identity: the pod it came from and the family's own labels, and nothing a scrape adds.
+_SERIES_SUFFIXES = ("_bucket", "_sum", "_count")
+
+
+def _triton_family(series: str) -> str:
+    """The catalog family of a Triton series name (histograms and summaries add suffixes)."""
+    base = series.split("{", 1)[0]
+    for name in (base, *(base[: -len(s)] for s in _SERIES_SUFFIXES if base.endswith(s))):
+        try:
+            fam = catalog.get(name)
+        except KeyError:
+            continue
+        if fam.source == "triton":
+            return fam.name
+    raise ValueError(f"{base} is not a Triton series in the catalog")
+
+
+def triton_identity(series: str) -> tuple[str, ...]:
+    """The labels that tell one Triton series from another, however many jobs scrape its pod: the
+    namespace and pod (every prometheus-operator monitor sets them on the target), the family's labels
+    (model, version, reason, gpu_uuid) and, for a histogram bucket or summary, le / quantile. The
+    rules' cluster label joins them where rules are rendered (`keep_labels`)."""
+    fam = catalog.get(_triton_family(series))
+    base = series.split("{", 1)[0]
+    own = [label for label in (*fam.labels, *fam.optional_labels) if label not in ("namespace", "pod")]
+    extra = ["le"] if base.endswith("_bucket") else ["quantile"] if fam.type == "summary" and base == fam.name else []
+    return ("namespace", "pod", *own, *extra)
+
+
+def scraped_once(expr: str, series: str) -> str:
+    """*expr* (a selector of the Triton *series*, or a function of one, such as its rate) with one
+    copy per series identity, whichever jobs scraped it (the max of equal copies is the value)."""
+    return f"max by ({', '.join(triton_identity(series))}) ({expr})"
+
+
+def _sum(by: str | None, expr: str) -> str:
+    return f"sum by ({by}) ({expr})" if by is not None else f"sum({expr})"
+
+
+def triton_sum_rate(series: str, by: str | None, window: str) -> str:
+    """`sum by (by) (rate(series[window]))` over a Triton series scraped once or several times alike
+    (a plain `sum` when *by* is None). *series* may carry matchers: `nv_inference_request_success{model="x"}`."""
+    return _sum(by, scraped_once(f"rate({series}[{window}])", series))
+
+
+def triton_sum(series: str, by: str | None = None) -> str:
+    """`sum by (by) (series)` of a Triton gauge, scraped once or several times alike."""
+    return _sum(by, scraped_once(series, series))
+
+
 _GROUPING = re.compile(r"\b(by|on)\s*\(([^)]*)\)")
 
 
@@ -157,3 +212,42 @@ def metric_names(expr: str) -> set[str]:
     walk(promql_parser.parse(substitute_templates(expr)))
     names.discard("__series__")
     return names
+
+
+# Aggregations under which two equal copies of a series count once.
+_DEDUP_SAFE = frozenset({"max", "min", "group"})
+
+
+def triton_reads_counted_twice(expr: str) -> list[str]:
+    """The Triton series in *expr* that a second scrape of the pods would count twice: read outside
+    any `max`/`min`/`group` (or `absent`), or under a `sum`/`avg`/`count`/... nearer to it than one.
+    Empty for queries built with `triton_sum_rate`, `triton_sum` and `scraped_once`."""
+    import promql_parser
+
+    found: list[str] = []
+
+    def is_triton(name: str | None) -> bool:
+        try:
+            return bool(name) and bool(_triton_family(name or ""))
+        except ValueError:
+            return False
+
+    def walk(node: object, safe: bool) -> None:
+        kind = type(node).__name__
+        if kind == "VectorSelector":
+            name = getattr(node, "name", None)
+            if is_triton(name) and not safe:
+                found.append(str(name))
+            return
+        if kind == "AggregateExpr":
+            safe = str(getattr(node, "op", "")) in _DEDUP_SAFE
+        elif kind == "Call" and getattr(getattr(node, "func", None), "name", "") in ("absent", "absent_over_time"):
+            safe = True
+        for attr in _CHILD_ATTRS:
+            child = getattr(node, attr, None)
+            for c in child if isinstance(child, list) else [child]:
+                if c is not None and not isinstance(c, str | int | float):
+                    walk(c, safe)
+
+    walk(promql_parser.parse(substitute_templates(expr)), False)
+    return found

@@ -38,7 +38,8 @@ class FakeProm:
     def __init__(self) -> None:
         self.values: dict[str, float | None] = {"kube_pod_status_ready_time": None, "histogram_quantile": None,
                                                 "nv_inference_request_failure": None, "rate(": 450.0,  # first match
-                                                 "sum(nv_inference_pending": 0.0, "sum by (pod)": 0.0, "time()": 5.0,
+                                                "version) (nv_inference_pending": 0.0, "sum by (pod)": 0.0,
+                                                "time()": 5.0,
                                                 "spec_replicas": 5.0, "replicas_ready": 5.0,
                                                 "nv_model_load_duration_secs": None}
         self.down = False
@@ -94,8 +95,11 @@ def failsafe(svc: RecommenderService) -> dict[str, float]:
 def test_queries_escape_labels_and_sum_before_dividing() -> None:
     q = TargetQueries.for_target(TargetSettings(deployment="d", namespace="n", model='a"b\\c'))
     assert 'model="a\\"b\\\\c"' in q.completions
-    assert q.completions.startswith("sum(rate(")
-    assert q.rejections.startswith("sum(rate(nv_inference_request_failure{") and 'reason="REJECTED"' in q.rejections
+    # Each Triton series once per pod and label set (a second scrape job adds a copy), then summed.
+    once = "sum(max by (namespace, pod, model, version, gpu_uuid) (rate("
+    assert q.completions.startswith(once)
+    assert q.rejections.startswith(once.replace("gpu_uuid", "reason, gpu_uuid") + "nv_inference_request_failure{")
+    assert 'reason="REJECTED"' in q.rejections
 
 
 def test_queries_read_only_the_target_deployments_pods() -> None:

@@ -54,15 +54,18 @@ def recorded_names() -> set[str]:
 LABEL_VALUES = re.compile(r"^\s*label_values\((.*),\s*\w+\s*\)\s*$", re.S)
 
 
-def promql_in_repo() -> list[tuple[Path, str]]:
-    """PromQL in rules, adapter config, manifests and dashboards (Grafana templating queries too)."""
+def promql_in_repo(values_only: bool = False) -> list[tuple[Path, str]]:
+    """PromQL in rules, adapter config, manifests and dashboards (Grafana templating queries too).
+    *values_only*: the queries whose values are read, not those that only list series or label values
+    (an adapter rule's seriesQuery, a dashboard variable's label_values)."""
     out = []
+    keys = PROMQL_KEYS - {"seriesQuery"} if values_only else PROMQL_KEYS
     for path, doc in _documents():
         templating = doc.get("templating", {}) if isinstance(doc, dict) else {}
         for key, value in _walk({k: v for k, v in doc.items() if k != "templating"} if templating else doc):
-            if key in PROMQL_KEYS and isinstance(value, str) and value.strip():
+            if key in keys and isinstance(value, str) and value.strip():
                 out.append((path, value))
-        for var in templating.get("list", []) if isinstance(templating, dict) else []:
+        for var in [] if values_only else templating.get("list", []) if isinstance(templating, dict) else []:
             if var.get("type") != "query":
                 continue
             query = var.get("query")
@@ -110,3 +113,47 @@ def test_every_promql_names_only_catalog_or_recorded_metrics() -> None:
 def test_the_check_catches_an_unknown_metric() -> None:
     known = catalog.all_series_names()
     assert metric_names("rate(nv_not_a_real_family[5m])") - known == {"nv_not_a_real_family"}
+
+
+# --- Triton scraped twice ---------------------------------------------------------------------------
+# A user's own monitor on Triton beside the chart's PodMonitor makes a second copy of every Triton
+# series (another job, instance, endpoint, service): a query summing raw series would read twice the
+# requests, and the recommender would ask for twice the replicas.
+
+def recommender_queries() -> list[tuple[str, str]]:
+    from dataclasses import asdict
+
+    from tidescale.autoscaler.service import TargetQueries, TargetSettings
+
+    queries = TargetQueries.for_target(TargetSettings(deployment="triton", namespace="ml", model="resnet"),
+                                       None, {"cluster": "east"})
+    return [(f"recommender {field}", expr) for field, expr in asdict(queries).items()
+            if field != "pending"]  # the bare selector the fast path discovers pods with (a `group by`)
+
+
+def test_no_query_counts_a_triton_series_scraped_twice_twice() -> None:
+    """Rules, dashboards, adapter rules, the KEDA trigger and the recommender read every Triton series
+    through a `max`/`group` over its identity (pod, model, version, ...) before any sum."""
+    from tidescale.contracts.promql import triton_reads_counted_twice
+
+    problems = [f"{where}: {names} in {expr[:120]!r}"
+                for where, expr in [*((str(p.relative_to(REPO)), e) for p, e in promql_in_repo(values_only=True)),
+                                    *recommender_queries()]
+                if (names := triton_reads_counted_twice(expr))]
+    assert not problems, "Triton series a second scrape would count twice:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize(("expr", "twice"), [
+    ("sum(rate(nv_inference_request_success[5m]))", ["nv_inference_request_success"]),
+    ("sum by (pod) (nv_inference_pending_request_count) > 8", ["nv_inference_pending_request_count"]),
+    ("nv_inference_pending_request_count > 8", ["nv_inference_pending_request_count"]),
+    ("avg(max by (pod) (sum by (pod, job) (nv_inference_count)))", ["nv_inference_count"]),
+    ("sum(max by (namespace, pod, model, version) (rate(nv_inference_request_success[5m])))", []),
+    ("group by (namespace, model, pod) (nv_inference_request_success)", []),
+    ("absent(nv_inference_request_success)", []),
+    ("sum(rate(tidescale_request_duration_seconds_count[5m]))", []),  # the exporter's own series
+])
+def test_the_check_sees_a_raw_triton_sum(expr: str, twice: list[str]) -> None:
+    from tidescale.contracts.promql import triton_reads_counted_twice
+
+    assert triton_reads_counted_twice(expr) == twice

@@ -36,6 +36,7 @@ import yaml
 from rich.console import Console
 from rich.live import Live
 
+from tidescale.contracts.promql import selector, triton_sum
 from tidescale.contracts.tools import REPO_ROOT, helm
 from tidescale.devstack.cluster import addons, lifecycle
 from tidescale.devstack.cluster.config import ClusterConfig
@@ -264,7 +265,7 @@ class ClusterSampler:
 
     def _prometheus(self) -> None:
         with contextlib.suppress(Exception):
-            found = self.stack.query(f'sum(nv_inference_pending_request_count{{namespace="{SERVING}"}})')
+            found = self.stack.query(triton_sum(selector("nv_inference_pending_request_count", namespace=SERVING)))
             self._queue = float(found[0]["value"][1]) if found else None
         with contextlib.suppress(Exception):
             found = self.stack.query('ALERTS{alertstate="firing", alertname!="Watchdog"}')

@@ -15,7 +15,7 @@ from rich.live import Live
 from rich.table import Table
 
 from tidescale.contracts import recorded
-from tidescale.contracts.promql import selector
+from tidescale.contracts.promql import selector, triton_sum
 from tidescale.devstack.demo.faults import string_heavy_trace_viewer
 from tidescale.devstack.demo.plots import write_plots
 from tidescale.devstack.demo.settings import DemoSettings
@@ -89,7 +89,7 @@ class Sampler:
         prom = self.stack.prometheus
         assert prom is not None
         with contextlib.suppress(Exception):
-            self._queue = prom.query_value("sum(nv_inference_pending_request_count)")
+            self._queue = prom.query_value(triton_sum("nv_inference_pending_request_count"))
         with contextlib.suppress(Exception):
             res = prom.query('ALERTS{alertstate="firing", alertname!="Watchdog"}')
             self._firing = tuple(sorted({r["metric"]["alertname"] for r in res}))
