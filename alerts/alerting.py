@@ -185,8 +185,9 @@ def triton_alerts(cfg: AlertsConfig) -> list[AlertSpec]:
 
 
 def gpu_alerts(cfg: AlertsConfig) -> list[AlertSpec]:
-    xid = metric("DCGM_FI_DEV_XID_ERRORS")
-    reasons = metric("DCGM_FI_DEV_CLOCKS_EVENT_REASONS")
+    # The recorded per-GPU series (dcgm-exporter 4.x or 4.9, one series per GPU however often scraped).
+    xid = n.GPU_XID_ERRORS
+    reasons = n.GPU_CLOCKS_EVENT_REASONS
     horizon = int(cfg.gpu_memory_predict_hours * 3600)
     # Clock event reason bits: SW_POWER_CAP 0x4, HW_POWER_BRAKE 0x80; SW_THERMAL 0x20, HW_THERMAL 0x40.
     power_bits = f"{reasons} and (floor({reasons} / 4) % 2 == 1 or floor({reasons} / 128) % 2 == 1)"
@@ -209,7 +210,7 @@ def gpu_alerts(cfg: AlertsConfig) -> list[AlertSpec]:
             cfg.for_.gpu_xid, "critical",
             "GPU {{ $labels.gpu }} reported Xid error {{ $value }}.",
             "GPU {{ $labels.gpu }} ({{ $labels.UUID }}) reported Xid {{ $value | printf \"%.0f\" }} in "
-            "the last 10 minutes (host {{ $labels.Hostname }}{{ $labels.hostname }}).",
+            "the last 10 minutes (host {{ $labels.hostname }}).",
         ),
         AlertSpec(
             "GPUThrottling",

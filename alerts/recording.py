@@ -156,14 +156,16 @@ def queue_group(cfg: AlertsConfig) -> Group:
 
 
 def gpu_group(cfg: AlertsConfig) -> Group:
+    """Every dcgm-exporter read goes through `dcgm_normalized`: 4.x and 4.9 names, the 4.9 units (a
+    utilisation ratio, bytes), one series per GPU however many jobs scrape the exporter."""
     serving = n.MODEL_POD_SERVING
-    mib = 1048576
     rules = [
-        record(n.GPU_UTILIZATION, f"{dcgm_normalized('DCGM_FI_DEV_GPU_UTIL')} / 100"),
-        record(n.GPU_FB_USED_BYTES, f"{dcgm_normalized('DCGM_FI_DEV_FB_USED')} * {mib}"),
-        record(n.GPU_FB_FREE_BYTES, f"{dcgm_normalized('DCGM_FI_DEV_FB_FREE')} * {mib}"),
+        record(n.GPU_UTILIZATION, dcgm_normalized("DCGM_FI_DEV_GPU_UTIL")),
+        record(n.GPU_FB_USED_BYTES, dcgm_normalized("DCGM_FI_DEV_FB_USED")),
+        record(n.GPU_FB_FREE_BYTES, dcgm_normalized("DCGM_FI_DEV_FB_FREE")),
         record(n.GPU_TEMP_CELSIUS, dcgm_normalized("DCGM_FI_DEV_GPU_TEMP")),
         record(n.GPU_XID_ERRORS, dcgm_normalized("DCGM_FI_DEV_XID_ERRORS")),
+        record(n.GPU_CLOCKS_EVENT_REASONS, dcgm_normalized("DCGM_FI_DEV_CLOCKS_EVENT_REASONS")),
         record(n.POD_GPU_UTILIZATION, join_serving_pods(f"avg by ({NP}) ({n.GPU_UTILIZATION})", serving)),
         record(n.POD_GPU_SM_ACTIVE, join_serving_pods(
             f"avg by ({NP}) ({dcgm_normalized('DCGM_FI_PROF_SM_ACTIVE')})", serving)),

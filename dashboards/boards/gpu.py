@@ -1,9 +1,11 @@
 """GPU: dcgm-exporter series of the pods that serve the selected models, read from the recording rules.
 
 The rules fold dcgm-exporter's label variants (`exported_pod`/`exported_namespace` behind a
-ServiceMonitor with `honorLabels: false`, `Hostname`/`hostname`) into `namespace`/`pod`, so the
-panels only keep the pods serving `$model`. Per-GPU series where the rules keep the GPU
-(utilisation, memory, temperature, XID); per pod (averaged or summed over its GPUs) otherwise.
+ServiceMonitor with `honorLabels: false`, `Hostname`/`hostname`) into `namespace`/`pod`, read the 4.x
+and the 4.9 field names in 4.9's units and count a GPU scraped by two jobs once, so the panels only
+keep the pods serving `$model`. Descriptions name the 4.x field (4.9's in parentheses where renamed).
+Per-GPU series where the rules keep the GPU (utilisation, memory, temperature, XID); per pod
+(averaged or summed over its GPUs) otherwise.
 """
 
 from __future__ import annotations
@@ -31,32 +33,35 @@ def build() -> dash_b.Dashboard:
         new_dashboard(GPU)
         .with_row(row("Activity"))
         .with_panel(_gpu_graph(
-            "GPU utilisation", "DCGM_FI_DEV_GPU_UTIL per GPU: share of time a kernel ran (a duty cycle: reads "
-            "high with a single request in flight, so a poor scaling signal; compare with SM activity).",
+            "GPU utilisation", "DCGM_FI_DEV_GPU_UTIL (DCGM_FI_DEV_GPU_UTIL_RATIO) per GPU: share of time a "
+            "kernel ran (a duty cycle: reads high with a single request in flight, so a poor scaling signal; "
+            "compare with SM activity).",
             "percentunit", rules.GPU_UTILIZATION, PER_GPU, span=8))
         .with_panel(_gpu_graph(
-            "SM activity", "DCGM_FI_PROF_SM_ACTIVE averaged over a pod's GPUs: ratio of cycles an SM has at "
-            "least one warp, how much of the GPU the model actually uses.", "percentunit",
-            rules.POD_GPU_SM_ACTIVE, PER_POD, span=8))
+            "SM activity", "DCGM_FI_PROF_SM_ACTIVE (DCGM_FI_PROF_SM_UTIL_RATIO) averaged over a pod's GPUs: "
+            "ratio of cycles an SM has at least one warp, how much of the GPU the model actually uses.",
+            "percentunit", rules.POD_GPU_SM_ACTIVE, PER_POD, span=8))
         .with_panel(_gpu_graph(
-            "Tensor core activity", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE averaged over a pod's GPUs: ratio of cycles "
-            "the tensor pipe is active; near zero for a model that should use tensor cores means FP32 or an "
-            "unfused op.", "percentunit", rules.POD_GPU_TENSOR_ACTIVE, PER_POD, span=8))
+            "Tensor core activity", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE (DCGM_FI_PROF_TENSOR_UTIL_RATIO) averaged "
+            "over a pod's GPUs: ratio of cycles the tensor pipe is active; near zero for a model that should use "
+            "tensor cores means FP32 or an unfused op.", "percentunit", rules.POD_GPU_TENSOR_ACTIVE, PER_POD,
+            span=8))
         .with_row(row("Memory, power, health"))
         .with_panel(_gpu_graph(
-            "Framebuffer used", "DCGM_FI_DEV_FB_USED per GPU: memory in use (model weights, activations, "
-            "instance groups).", "bytes", rules.GPU_FB_USED_BYTES, PER_GPU))
+            "Framebuffer used", "DCGM_FI_DEV_FB_USED (DCGM_FI_DEV_FB_USED_BYTES) per GPU: memory in use (model "
+            "weights, activations, instance groups).", "bytes", rules.GPU_FB_USED_BYTES, PER_GPU))
         .with_panel(_gpu_graph(
-            "Framebuffer free", "DCGM_FI_DEV_FB_FREE per GPU: memory left for more model instances or bigger "
-            "batches.", "bytes", rules.GPU_FB_FREE_BYTES, PER_GPU))
+            "Framebuffer free", "DCGM_FI_DEV_FB_FREE (DCGM_FI_DEV_FB_FREE_BYTES) per GPU: memory left for more "
+            "model instances or bigger batches.", "bytes", rules.GPU_FB_FREE_BYTES, PER_GPU))
         .with_panel(_gpu_graph(
-            "Power draw", "DCGM_FI_DEV_POWER_USAGE summed over a pod's GPUs.", "watt", rules.POD_GPU_POWER_WATTS,
-            PER_POD, span=8))
+            "Power draw", "DCGM_FI_DEV_POWER_USAGE (DCGM_FI_DEV_BOARD_POWER_WATTS) summed over a pod's GPUs.",
+            "watt", rules.POD_GPU_POWER_WATTS, PER_POD, span=8))
         .with_panel(_gpu_graph(
-            "Temperature", "DCGM_FI_DEV_GPU_TEMP per GPU; clocks throttle above ~85 °C on most data-centre GPUs.",
+            "Temperature", "DCGM_FI_DEV_GPU_TEMP (DCGM_FI_DEV_GPU_TEMP_CELSIUS) per GPU; clocks throttle above "
+            "~85 °C on most data-centre GPUs.",
             "celsius", rules.GPU_TEMP_CELSIUS, PER_GPU, thresholds=(Threshold(85),), span=8))
         .with_panel(_gpu_graph(
-            "XID errors", "DCGM_FI_DEV_XID_ERRORS per GPU: the last XID error code (0 = none). Any non-zero value "
-            "is a driver/hardware event worth a look (e.g. 79 = GPU fell off the bus).", "none",
-            rules.GPU_XID_ERRORS, PER_GPU, thresholds=(Threshold(1),), span=8))
+            "XID errors", "DCGM_FI_DEV_XID_ERRORS (DCGM_FI_DEV_XID_ERROR) per GPU: the last XID error code (0 = "
+            "none). Any non-zero value is a driver/hardware event worth a look (e.g. 79 = GPU fell off the bus).",
+            "none", rules.GPU_XID_ERRORS, PER_GPU, thresholds=(Threshold(1),), span=8))
     )

@@ -42,7 +42,8 @@ def regex_escape(value: str) -> str:
 
 
 # --- building expressions (rules, dashboards, adapter and KEDA queries, the recommender) -----------
-# Labels kept by per-GPU series after normalisation (dcgm-exporter label variants folded).
+# Labels kept by per-GPU series after normalisation (dcgm-exporter label variants folded): the GPU
+# (hostname, gpu, UUID; `keep_labels` adds the cluster) and the pod it is mapped to (empty for none).
 GPU_KEYS = "namespace, pod, hostname, gpu, UUID"
 
 
@@ -143,16 +144,54 @@ def with_label(expr: str, label: str, value: str) -> str:
     return f'label_replace({expr}, "{label}", "{value}", "", "")'
 
 
+def _scaled(series: str, factor: float) -> str:
+    """*series* times *factor*; a division where the factor is 1/n, so 4.x's 80 % reads 0.8 exactly."""
+    if factor == 1:
+        return series
+    if factor < 1 and (1 / factor).is_integer():
+        return f"{series} / {1 / factor:.12g}"
+    return f"{series} * {factor:.12g}"
+
+
+def dcgm_series(dcgm_metric: str, matchers: str = "", *, scaled: bool = True) -> str:
+    """Both spellings of a dcgm-exporter field (4.x and 4.9, linked in the catalog), in the 4.9 unit:
+    the 4.x series scaled (utilisation % -> ratio, MiB -> bytes, MHz -> Hz, mJ -> J), or the 4.9 one."""
+    metric(dcgm_metric)
+    braces = f"{{{matchers}}}" if matchers else ""
+    rename = catalog.dcgm_rename(dcgm_metric)
+    if rename is None:
+        return f"{dcgm_metric}{braces}"
+    legacy = _scaled(f"{rename.legacy}{braces}", rename.factor if scaled else 1)
+    return f"({legacy} or {rename.current}{braces})"
+
+
+def dcgm_exporter_pods(dcgm_metric: str) -> str:
+    """(namespace, pod) of every dcgm-exporter pod that serves *dcgm_metric*: the target labels of `up`
+    for the scrape targets (job, instance) the field comes from, whatever the job is called."""
+    targets = f"group by (job, instance) ({dcgm_series(dcgm_metric, scaled=False)})"
+    return f"group by (namespace, pod) ({metric('up')} and on (job, instance) {targets})"
+
+
 def dcgm_normalized(dcgm_metric: str) -> str:
-    """A dcgm-exporter metric with pod/namespace from exported_* when present and `hostname`
-    from either `Hostname` or `hostname`, one series per GPU."""
-    m = metric(dcgm_metric)
+    """A dcgm-exporter field (either name, in the 4.9 unit), one series per GPU and the pod it is mapped to.
+
+    A GPU is (cluster, hostname from `Hostname` or `hostname`, gpu, UUID). Its pod is the pod-mapped one:
+    `exported_pod`/`exported_namespace` behind a ServiceMonitor with honorLabels: false, else `pod`/
+    `namespace` unless those are the dcgm-exporter pod's own target labels (a GPU no pod holds), which
+    leave the GPU with no pod. Taking the max over whatever else differs (job, instance, service,
+    endpoint, container, the driver-version label) counts a GPU scraped by two jobs once."""
+    exporters = dcgm_exporter_pods(dcgm_metric)
+    with_exported = dcgm_series(dcgm_metric, 'exported_pod!=""')
     exported = (
-        f'label_replace(label_replace({m}{{exported_pod!=""}}, "pod", "$1", "exported_pod", "(.+)"), '
+        f'label_replace(label_replace({with_exported}, "pod", "$1", "exported_pod", "(.+)"), '
         f'"namespace", "$1", "exported_namespace", "(.+)")'
     )
-    direct = f'{m}{{exported_pod="", pod!=""}}'
-    hostname = f'label_replace({exported} or {direct}, "hostname", "$1", "Hostname", "(.+)")'
+    mapped = dcgm_series(dcgm_metric, 'exported_pod="", pod!=""')
+    direct = f"({mapped} unless on (namespace, pod) {exporters})"
+    podless = dcgm_series(dcgm_metric, 'exported_pod="", pod=""')
+    unmapped = f"({podless} or ({mapped} and on (namespace, pod) {exporters}))"
+    no_pod = f'label_replace(label_replace({unmapped}, "pod", "", "", ""), "namespace", "", "", "")'
+    hostname = f'label_replace({exported} or {direct} or {no_pod}, "hostname", "$1", "Hostname", "(.+)")'
     return f"max by ({GPU_KEYS}) ({hostname})"
 
 

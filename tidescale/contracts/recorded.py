@@ -88,14 +88,18 @@ POD_QUEUE_SECONDS_RATE5M: Final = "namespace_pod:nv_inference_queue_duration_sec
 MODEL_POD_SERVING: Final = "namespace_model_pod:triton_serving:info"
 
 # --- GPU (dcgm-exporter), joined to Triton pods on namespace/pod ------------------------------------
-"""Per GPU with normalized labels (pod/namespace from exported_* when present, hostname from
-Hostname or hostname), then per serving pod and per model. Utilisation and activities 0-1."""
+"""Per GPU with normalized labels (pod/namespace from exported_* when present, none for a GPU no pod
+holds, hostname from Hostname or hostname), from dcgm-exporter 4.x or 4.9 names in 4.9's units, one
+series per GPU however many jobs scrape the exporter; then per serving pod and per model.
+Utilisation and activities 0-1, memory in bytes."""
 GPU_UTILIZATION: Final = "namespace_pod_gpu:dcgm_gpu_utilization:ratio"
 GPU_FB_USED_BYTES: Final = "namespace_pod_gpu:dcgm_fb_used_bytes:sum"
 GPU_FB_FREE_BYTES: Final = "namespace_pod_gpu:dcgm_fb_free_bytes:sum"
 GPU_TEMP_CELSIUS: Final = "namespace_pod_gpu:dcgm_gpu_temp_celsius:max"
 # The last XID error code per GPU (0 = none), labels normalized like the series above.
 GPU_XID_ERRORS: Final = "namespace_pod_gpu:dcgm_xid_errors:max"
+# The clock event reasons bitmask per GPU (DCGM_CLOCKS_EVENT_REASON_* bits), labels normalized likewise.
+GPU_CLOCKS_EVENT_REASONS: Final = "namespace_pod_gpu:dcgm_clocks_event_reasons:max"
 POD_GPU_UTILIZATION: Final = "namespace_pod:dcgm_gpu_utilization:avg"
 POD_GPU_SM_ACTIVE: Final = "namespace_pod:dcgm_sm_active:avg"
 POD_GPU_TENSOR_ACTIVE: Final = "namespace_pod:dcgm_tensor_active:avg"

@@ -47,3 +47,26 @@ def test_series_carry_the_pod_that_holds_each_gpu_and_follow_it_as_pods_come_and
     write(path, [])  # the pod is gone: its GPU loses the labels
     node.sample()
     assert all("pod" not in s.label_dict for s in parse(node.render())["DCGM_FI_DEV_GPU_UTIL"].samples)
+
+
+def test_the_pod_serves_dcgm_exporter_4_9_names_when_its_manifest_asks(tmp_path: Path) -> None:
+    import string
+
+    import yaml
+
+    from tests.paths import REPO
+
+    text = (REPO / "deploy/cluster/manifests/dcgm-exporter.yaml").read_text()
+    docs = list(yaml.safe_load_all(string.Template(text).safe_substitute(NAMESPACE="gpu-operator")))
+    container = next(d for d in docs if d["kind"] == "DaemonSet")["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["TIDESCALE_DCGM_EXPORTER_VERSION"] == "4.x"  # the default; the CLI reads this variable
+    path = tmp_path / "pod-resources.json"
+    write(path, [{"namespace": "inference", "pod": "triton-a", "container": "triton", "ip": "10.244.0.7",
+                  "gpus": [0]}])
+    node = PodMappedGpuNode(path, "tsc-node-0", 1, host="127.0.0.1", busy_reader=lambda _: 0.0, dcgm_version="4.9")
+    node.sample()
+    fams = parse(node.render())
+    assert "DCGM_FI_DEV_GPU_UTIL" not in fams
+    held = fams["DCGM_FI_DEV_GPU_UTIL_RATIO"].samples[0].label_dict
+    assert (held["pod"], held["hostname"]) == ("triton-a", "tsc-node-0") and "Hostname" not in held

@@ -8,10 +8,11 @@ in the catalog nor produced by a recording rule.
 
 from __future__ import annotations
 
-from tidescale.contracts.catalog.families import ALL_FAMILIES
-from tidescale.contracts.catalog.model import MetricFamily, MetricType, Source
+from tidescale.contracts.catalog.families import ALL_FAMILIES, DCGM_RENAMES
+from tidescale.contracts.catalog.model import DcgmRename, MetricFamily, MetricType, Source
 
 _BY_NAME: dict[str, MetricFamily] = {f.name: f for f in ALL_FAMILIES}
+_DCGM_RENAME: dict[str, DcgmRename] = {n: r for r in DCGM_RENAMES for n in (r.legacy, r.current)}
 
 
 def get(name: str) -> MetricFamily:
@@ -20,6 +21,12 @@ def get(name: str) -> MetricFamily:
         return _BY_NAME[name]
     except KeyError:
         raise KeyError(f"metric {name!r} is not in the tidescale catalog") from None
+
+
+def dcgm_rename(name: str) -> DcgmRename | None:
+    """The 4.x/4.9 pair a dcgm-exporter field belongs to (by either name), None when 4.9 kept the name."""
+    get(name)
+    return _DCGM_RENAME.get(name)
 
 
 def names() -> frozenset[str]:
@@ -50,10 +57,13 @@ def all_series_names() -> frozenset[str]:
 
 __all__ = [
     "ALL_FAMILIES",
+    "DCGM_RENAMES",
+    "DcgmRename",
     "MetricFamily",
     "MetricType",
     "Source",
     "all_series_names",
+    "dcgm_rename",
     "families",
     "get",
     "names",

@@ -7,13 +7,14 @@ families are the ones the HPA/pod views need. `tidescale_*` families are ours.
 
 from __future__ import annotations
 
-from tidescale.contracts.catalog.model import MetricFamily, MetricType
+from tidescale.contracts.catalog.model import DcgmRename, MetricFamily, MetricType
 
 # dcgm-exporter labels; with pod mapping it adds pod/namespace/container (exported_* behind
-# a ServiceMonitor with honorLabels: false), and older releases use Hostname, newer hostname.
+# a ServiceMonitor with honorLabels: false), and older releases use Hostname, newer hostname
+# (4.8.3); 4.9 renames the driver-version label DCGM_FI_DRIVER_VERSION to DCGM_FI_SYSTEM_DRIVER_VERSION.
 DCGM_LABELS = ("gpu", "UUID", "device", "modelName")
 DCGM_OPTIONAL_LABELS = (
-    "Hostname", "hostname", "pci_bus_id", "DCGM_FI_DRIVER_VERSION",
+    "Hostname", "hostname", "pci_bus_id", "DCGM_FI_DRIVER_VERSION", "DCGM_FI_SYSTEM_DRIVER_VERSION",
     "pod", "namespace", "container", "exported_pod", "exported_namespace", "exported_container",
 )
 
@@ -108,6 +109,64 @@ DCGM: list[MetricFamily] = [
           "Current clock event reasons (bitmask of DCGM_CLOCKS_EVENT_REASON_*), formerly CLOCK_THROTTLE_REASONS."),
     _dcgm("DCGM_FI_DEV_POWER_MGMT_LIMIT", "gauge", "watts", "Power management limit (in W)."),
 ]
+
+# dcgm-exporter 4.9.0 (DCGM 4.7) renames the default and profiling fields that DCGM 4.7 deprecates, and
+# eleven of them change unit: clocks MHz -> Hz, energy mJ -> J, utilisation % -> 0-1 ratio, memory MiB ->
+# bytes, NVLink throughput MB/s -> bytes/s. One row per field of the DCGM list above that has a 4.9 name:
+# (4.x name, 4.9 name, type, 4.9 unit, factor from the 4.x unit to the 4.9 one, help). The names and units
+# are listed with their sources in tests/fixtures/dcgm/dcgm-exporter-4.9-renames.csv; the help texts are
+# ours (no verbatim 4.9 output was available).
+_DCGM_49_ROWS: tuple[tuple[str, str, MetricType, str, float, str], ...] = (
+    ("DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_SM_CLOCK_HERTZ", "gauge", "hertz", 1e6, "SM clock frequency (in Hz)."),
+    ("DCGM_FI_DEV_MEM_CLOCK", "DCGM_FI_DEV_MEMORY_CLOCK_HERTZ", "gauge", "hertz", 1e6,
+     "Memory clock frequency (in Hz)."),
+    ("DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_MEMORY_TEMP_CELSIUS", "gauge", "celsius", 1.0,
+     "Memory temperature (in C)."),
+    ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_GPU_TEMP_CELSIUS", "gauge", "celsius", 1.0, "GPU temperature (in C)."),
+    ("DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_BOARD_POWER_WATTS", "gauge", "watts", 1.0, "Board power draw (in W)."),
+    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL", "counter", "joules", 1e-3,
+     "Total energy consumption since the driver was loaded (in J)."),
+    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_PCIE_REPLAY_TOTAL", "counter", "count", 1.0,
+     "Total number of PCIe retries."),
+    ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_UTIL_RATIO", "gauge", "ratio", 0.01, "GPU utilization (ratio 0-1)."),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_MEMORY_UTIL_RATIO", "gauge", "ratio", 0.01,
+     "Memory utilization (ratio 0-1)."),
+    ("DCGM_FI_DEV_ENC_UTIL", "DCGM_FI_DEV_ENC_UTIL_RATIO", "gauge", "ratio", 0.01, "Encoder utilization (ratio 0-1)."),
+    ("DCGM_FI_DEV_DEC_UTIL", "DCGM_FI_DEV_DEC_UTIL_RATIO", "gauge", "ratio", 0.01, "Decoder utilization (ratio 0-1)."),
+    ("DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_XID_ERROR", "gauge", "count", 1.0,
+     "Value of the last XID error encountered."),
+    ("DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_FREE_BYTES", "gauge", "bytes", 1048576.0,
+     "Framebuffer memory free (in bytes)."),
+    ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_USED_BYTES", "gauge", "bytes", 1048576.0,
+     "Framebuffer memory used (in bytes)."),
+    ("DCGM_FI_DEV_FB_RESERVED", "DCGM_FI_DEV_FB_RESERVED_BYTES", "gauge", "bytes", 1048576.0,
+     "Framebuffer memory reserved (in bytes)."),
+    # The legacy field is the KiB/s sample divided by 1000, the byte field the same sample times 1024.
+    ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "DCGM_FI_DEV_NVLINK_THROUGHPUT_BYTES_PER_SECOND", "gauge",
+     "bytes_per_second", 1024000.0, "NVLink throughput over all links (in bytes per second)."),
+    ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_ROW_REMAP_UNCORRECTABLE_TOTAL", "counter", "count", 1.0,
+     "Number of remapped rows for uncorrectable errors."),
+    ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_ROW_REMAP_CORRECTABLE_TOTAL", "counter", "count", 1.0,
+     "Number of remapped rows for correctable errors."),
+    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DEV_ROW_REMAP_FAILED", "gauge", "count", 1.0,
+     "Whether remapping of rows has failed."),
+    ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO", "gauge", "ratio", 1.0,
+     "Ratio of time the graphics engine is active."),
+    ("DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_SM_UTIL_RATIO", "gauge", "ratio", 1.0,
+     "The ratio of cycles an SM has at least 1 warp assigned."),
+    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_TENSOR_UTIL_RATIO", "gauge", "ratio", 1.0,
+     "Ratio of cycles the tensor (HMMA) pipe is active."),
+    ("DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_PROF_DRAM_UTIL_RATIO", "gauge", "ratio", 1.0,
+     "Ratio of cycles the device memory interface is active sending or receiving data."),
+    # Opt-in, not one of the 23 default/profiling renames; DCGM 4.7 deprecates the 4.x name.
+    ("DCGM_FI_DEV_POWER_MGMT_LIMIT", "DCGM_FI_DEV_BOARD_POWER_LIMIT_REQUESTED_WATTS", "gauge", "watts", 1.0,
+     "Power management limit (in W)."),
+)
+
+DCGM_RENAMES: tuple[DcgmRename, ...] = tuple(DcgmRename(old, new, factor) for old, new, _, _, factor, _ in _DCGM_49_ROWS)
+
+# The 4.9 families, beside their 4.x twins in DCGM (catalog.dcgm_rename links the two).
+DCGM_49: list[MetricFamily] = [_dcgm(new, type_, unit, help_) for _, new, type_, unit, _, help_ in _DCGM_49_ROWS]
 
 KUBE_STATE_METRICS: list[MetricFamily] = [
     _ksm("kube_horizontalpodautoscaler_spec_max_replicas", "gauge", "replicas",
@@ -260,4 +319,4 @@ TIDESCALE: list[MetricFamily] = [
          "away); each is retried at the next evaluation.", ("namespace", "deployment")),
 ]
 
-ALL_FAMILIES: list[MetricFamily] = [*TRITON, *DCGM, *KUBE_STATE_METRICS, *PROMETHEUS, *TIDESCALE]
+ALL_FAMILIES: list[MetricFamily] = [*TRITON, *DCGM, *DCGM_49, *KUBE_STATE_METRICS, *PROMETHEUS, *TIDESCALE]

@@ -75,8 +75,13 @@ def dcgm_exporter(
         hostname: str = typer.Option(..., envvar="NODE_NAME", help="The node's name (the Hostname label)."),
         gpus: int = typer.Option(4, min=1, max=16), port: int = typer.Option(9400, min=1, max=65535),
         fault_token: str = typer.Option(..., envvar="TIDESCALE_DCGM_FAULT_TOKEN", show_default=False,
-                                        help="Bearer token for POST /faults.")) -> None:
+                                        help="Bearer token for POST /faults."),
+        dcgm_version: str = typer.Option("4.x", "--dcgm-version", envvar="TIDESCALE_DCGM_EXPORTER_VERSION",
+                                         help="Names and units of dcgm-exporter 4.x or 4.9.")) -> None:
     """The simulated dcgm-exporter's container process (image dcgm-exporter on the local cluster)."""
     from tidescale.devstack.cluster.dcgm import serve
+    from tidescale.devstack.fleet.gpus import DCGM_VERSIONS
 
-    serve(pod_resources, hostname, gpus, port, fault_token)
+    if dcgm_version not in DCGM_VERSIONS:
+        raise typer.BadParameter(f"must be one of {', '.join(DCGM_VERSIONS)}", param_hint="--dcgm-version")
+    serve(pod_resources, hostname, gpus, port, fault_token, dcgm_version)

@@ -79,9 +79,11 @@ class PodMappedGpuNode(SimulatedGpuNode):
         super().sample()
 
 
-def serve(pod_resources: Path, hostname: str, gpus: int, port: int, fault_token: str) -> None:
-    """Serve /metrics (and POST /faults with *fault_token*) until SIGTERM, as the container's main process."""
-    node = PodMappedGpuNode(pod_resources, hostname, gpus, port, token=fault_token).start()
+def serve(pod_resources: Path, hostname: str, gpus: int, port: int, fault_token: str,
+          dcgm_version: str = "4.x") -> None:
+    """Serve /metrics (and POST /faults with *fault_token*) until SIGTERM, as the container's main process,
+    with dcgm-exporter *dcgm_version*'s names and units (4.x or 4.9)."""
+    node = PodMappedGpuNode(pod_resources, hostname, gpus, port, token=fault_token, dcgm_version=dcgm_version).start()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

@@ -59,7 +59,37 @@ FIELDS = (
     "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE",
 )
 FLOAT_FIELDS = frozenset({"DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_SM_ACTIVE",
-                          "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE"})
+                          "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE",
+                          # dcgm-exporter 4.9: the utilisation ratios are doubles too
+                          "DCGM_FI_DEV_BOARD_POWER_WATTS", "DCGM_FI_DEV_GPU_UTIL_RATIO",
+                          "DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO", "DCGM_FI_PROF_SM_UTIL_RATIO",
+                          "DCGM_FI_PROF_TENSOR_UTIL_RATIO", "DCGM_FI_PROF_DRAM_UTIL_RATIO"})
+XID_FIELDS = frozenset({"DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_XID_ERROR"})
+
+# The shapes of dcgm-exporter the simulation writes: 4.x (the default) or 4.9, which renames the fields
+# to their DCGM 4.7 names with other units (catalog.DCGM_RENAMES), renames the driver-version label and,
+# since 4.8.3, writes `hostname` where 4.x wrote `Hostname`.
+DCGM_VERSIONS = ("4.x", "4.9")
+
+
+def field_name(name: str, dcgm_version: str) -> str:
+    """What *dcgm_version* calls the 4.x field *name*."""
+    rename = catalog.dcgm_rename(name)
+    return rename.current if dcgm_version == "4.9" and rename is not None else name
+
+
+def fields(dcgm_version: str = "4.x") -> tuple[str, ...]:
+    """The families a simulated node serves, in order, as *dcgm_version* names them."""
+    return tuple(field_name(name, dcgm_version) for name in FIELDS)
+
+
+def in_version_unit(name: str, value: float | int, dcgm_version: str) -> float | int:
+    """A 4.x reading of field *name* in *dcgm_version*'s unit (4.9: ratio, bytes, Hz, J)."""
+    rename = catalog.dcgm_rename(name)
+    if dcgm_version != "4.9" or rename is None or rename.factor == 1:
+        return value
+    scaled = value / (1 / rename.factor) if rename.factor < 1 else value * rename.factor
+    return scaled if field_name(name, dcgm_version) in FLOAT_FIELDS else int(scaled)
 
 
 class Workload(Protocol):
@@ -227,15 +257,18 @@ class SimulatedGpuNode(ServesHttp):
                  model_name: str = "NVIDIA A100-SXM4-80GB", *, driver_version: str = "550.90.07",
                  poll_interval: float = 1.0, busy_reader: BusyReader = read_busy_seconds,
                  token: str | None = None, clock: Callable[[], float] = time.monotonic,
-                 host: str = LOOPBACK) -> None:
+                 host: str = LOOPBACK, dcgm_version: str = "4.x") -> None:
         if not gpus:
             raise UsageError(f"node {hostname}: needs at least one GPU")
+        if dcgm_version not in DCGM_VERSIONS:
+            raise UsageError(f"dcgm-exporter version must be one of {', '.join(DCGM_VERSIONS)}, got {dcgm_version!r}")
         if poll_interval <= 0:
             raise UsageError("poll interval must be > 0 s")
         self.hostname = hostname
         self.gpus = list(gpus)
         self.board = GpuModel(name=model_name)
         self.driver_version = driver_version
+        self.dcgm_version = dcgm_version
         self.poll_interval = poll_interval
         self.busy_reader = busy_reader
         self.fault_token = token or secrets.token_urlsafe(24)
@@ -302,15 +335,17 @@ class SimulatedGpuNode(ServesHttp):
         return derive_readings(state.util, state.energy_mj, fb_used, state.faults, self.board)
 
     # --- exposition ------------------------------------------------------------------------------
-    def _labels(self, index: int, field_name: str, xid: int) -> list[tuple[str, str]]:
+    def _labels(self, index: int, name: str, xid: int) -> list[tuple[str, str]]:
         gpu = self.gpus[index]
+        v49 = self.dcgm_version == "4.9"
         labels = [
             ("gpu", str(index)), ("UUID", self.gpu_uuid(index)),
             ("pci_bus_id", f"00000000:{0x07 + 0x10 * index:02X}:00.0"),
-            ("device", f"nvidia{index}"), ("modelName", self.board.name), ("Hostname", self.hostname),
-            ("DCGM_FI_DRIVER_VERSION", self.driver_version),
+            ("device", f"nvidia{index}"), ("modelName", self.board.name),
+            ("hostname" if v49 else "Hostname", self.hostname),
+            ("DCGM_FI_SYSTEM_DRIVER_VERSION" if v49 else "DCGM_FI_DRIVER_VERSION", self.driver_version),
         ]
-        if field_name == "DCGM_FI_DEV_XID_ERRORS":
+        if name in XID_FIELDS:
             labels += [("err_code", str(xid)), ("err_msg", XID_MESSAGES.get(xid, "Unknown Error"))]
         if gpu.replica is not None:
             labels += [("container", gpu.container), ("namespace", gpu.replica.namespace),
@@ -318,15 +353,18 @@ class SimulatedGpuNode(ServesHttp):
         return labels
 
     def render(self) -> str:
-        """The node's `/metrics` page in dcgm-exporter's text format."""
+        """The node's `/metrics` page in dcgm-exporter's text format (4.x or 4.9 names and units)."""
+        version = self.dcgm_version
         with self._lock:
             readings = [self.readings(i) for i in range(len(self.gpus))]
             parts = []
             for name in FIELDS:
-                fam = catalog.get(name)
-                samples = [(self._labels(i, name, r.xid), format_dcgm_value(name, r.values[name]))
+                out = field_name(name, version)
+                fam = catalog.get(out)
+                samples = [(self._labels(i, out, r.xid),
+                            format_dcgm_value(out, in_version_unit(name, r.values[name], version)))
                            for i, r in enumerate(readings)]
-                parts.append(render_family(name, fam.type, fam.help, samples))
+                parts.append(render_family(out, fam.type, fam.help, samples))
         return "".join(parts)
 
     # --- faults ----------------------------------------------------------------------------------

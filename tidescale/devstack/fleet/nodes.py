@@ -36,7 +36,7 @@ class FleetGpus:
 
     def __init__(self, fleet: TritonFleet, nodes: int = 1, gpus_per_node: int = 4,
                  model_name: str = "NVIDIA A100-SXM4-80GB", poll_interval: float = 1.0,
-                 hostname_prefix: str = "gpu-node") -> None:
+                 hostname_prefix: str = "gpu-node", dcgm_version: str = "4.x") -> None:
         if nodes < 1 or gpus_per_node < 1:
             raise UsageError("need at least one node with at least one GPU")
         self.fleet = fleet
@@ -44,7 +44,7 @@ class FleetGpus:
         self.memory_mib = replica_memory_mib(fleet.models)
         self.nodes = [
             SimulatedGpuNode(f"{hostname_prefix}-{i}", [GpuAssignment() for _ in range(gpus_per_node)],
-                             model_name=model_name, poll_interval=poll_interval)
+                             model_name=model_name, poll_interval=poll_interval, dcgm_version=dcgm_version)
             for i in range(nodes)
         ]
         self._slots: list[str | None] = [None] * (nodes * gpus_per_node)
