@@ -4,11 +4,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export PATH="$PWD/.venv/bin:$PWD/.tools/bin:$PATH"
-fixtures="$(python -c 'from tidescale.contracts.tools import FIXTURES; print(FIXTURES)')"
-if [ ! -d "$fixtures" ]; then
-  echo "test.sh: the shared fixtures are not at $fixtures; clone beside ../shared or set TIDESCALE_FIXTURES" >&2
-  exit 2
-fi
 echo "== ruff"; ruff check --quiet .
 echo "== mypy"
 # mypy cannot follow setuptools' package-dir mapping, so it checks a tree of links laid out as installed.

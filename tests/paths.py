@@ -1,4 +1,4 @@
-"""Paths the tests share: the repository and the read-only fixtures beside it."""
+"""Paths the tests share: the repository and its fixtures (tests/fixtures, read-only)."""
 
 from pathlib import Path
 

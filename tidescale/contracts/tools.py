@@ -10,7 +10,6 @@ import os
 import shutil
 import sys
 import sysconfig
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,19 +22,9 @@ TOOLS_LIB = REPO_ROOT / ".tools" / "lib"  # shared libraries of the tools in TOO
 # here, where the chart reads it; the tools, the dev stack and the tests read the same files.
 CHART_FILES = REPO_ROOT / "deploy" / "helm" / "tidescale" / "files"
 SETUP_HINT = "run `bash scripts/setup.sh` from the repository root"
-
-
-def find_fixtures(env: Mapping[str, str] | None = None) -> Path:
-    """The shared fixtures (real Triton/dcgm output, traces, CRDs): `$TIDESCALE_FIXTURES`, else
-    `shared/fixtures` inside or beside the checkout, else the machines' /work/shared/fixtures."""
-    given = (os.environ if env is None else env).get("TIDESCALE_FIXTURES")
-    candidates = [Path(given)] if given else []
-    candidates += [REPO_ROOT / "shared" / "fixtures", REPO_ROOT.parent / "shared" / "fixtures",
-                   Path("/work/shared/fixtures")]  # where this project's CI and dev machines keep them
-    return next((c for c in candidates if c.is_dir()), candidates[-1])
-
-
-FIXTURES = find_fixtures()
+# Real output of the systems tidescale plugs into (Triton, dcgm-exporter, the profilers), committed with
+# the tests; the tests and the benchmarks that run from a checkout read it. Provenance: its README.md.
+FIXTURES = REPO_ROOT / "tests" / "fixtures"
 
 
 def find_binary(*names: str) -> Path:

@@ -13,7 +13,8 @@ import yaml
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tests.paths import FIXTURES, REPO
+from tests.crds import openapi_schema
+from tests.paths import REPO
 from tidescale import cli
 from tidescale.autoscaler import adapter, generate
 from tidescale.autoscaler.manifests import (
@@ -35,9 +36,7 @@ TARGET = Target("triton-resnet", "ml-serving", "resnet50", 2, 30, 0.25)
 
 
 def keda_schema() -> dict[str, Any]:
-    crd = yaml.safe_load((FIXTURES / "crds" / "crd-keda-scaledobjects.yaml").read_text())
-    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1")
-    return version["schema"]["openAPIV3Schema"]
+    return openapi_schema("ScaledObject", "v1alpha1")
 
 
 def test_hpa_takes_a_flash_crowd_in_one_sync() -> None:

@@ -10,12 +10,10 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tests.paths import FIXTURES
 from tidescale.autoscaler.servicecurve import ServiceCurve
+from tidescale.benches.autoscale.scenarios import AZURE_TRACE as AZURE
 from tidescale.contracts.errors import UsageError
 from tidescale.sim.traffic import load_trace_timestamps, replay, scenario
-
-AZURE = FIXTURES / "traffic" / "azure_llm_conv_2023.csv"
 
 
 def test_v100_curve_reproduces_the_published_throughput() -> None:

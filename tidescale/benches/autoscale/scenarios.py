@@ -22,7 +22,6 @@ from tidescale.benches.autoscale import policies as pol
 from tidescale.benches.autoscale.closedloop import RunResult, SimParams, run_policy, score
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.slo import SLO_P99_S
-from tidescale.contracts.tools import FIXTURES
 from tidescale.sim import BatcherConfig, FleetSim
 from tidescale.sim.traffic import Scenario, flash_crowd, replay, scenario, surge
 
@@ -32,7 +31,9 @@ MIN_REPLICAS, MAX_REPLICAS = 1, 40
 DEFAULT_COLD_START_S = 60.0
 ORACLE_SLOT_S = 1.0
 WARMUP_S = 120.0
-AZURE_TRACE = FIXTURES / "traffic" / "azure_llm_conv_2023.csv"
+# Azure's public LLM inference trace (conversation service, 2023; one hour, 19,366 requests), shipped as
+# package data so that an installed `tidescale bench autoscale` replays it too.
+AZURE_TRACE = Path(__file__).resolve().parent / "data" / "azure_llm_conv_2023.csv"
 
 
 @dataclass(frozen=True)

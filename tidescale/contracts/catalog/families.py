@@ -1,6 +1,6 @@
 """Every metric family, grouped by who produces it.
 
-Triton families follow `shared/fixtures/triton/triton_metrics_catalog.csv`; dcgm-exporter
+Triton families follow `tests/fixtures/triton/triton_metrics_catalog.csv`; dcgm-exporter
 families follow its `default-counters.csv` / `dcp-metrics-included.csv`; kube-state-metrics
 families are the ones the HPA/pod views need. `tidescale_*` families are ours.
 """

@@ -10,30 +10,49 @@ from __future__ import annotations
 
 import base64
 import secrets
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from tidescale.contracts.errors import TidescaleError
+from tidescale.contracts.errors import MissingToolError, TidescaleError
 from tidescale.contracts.tools import REPO_ROOT, SETUP_HINT
 from tidescale.devstack.cluster.config import ClusterConfig
 from tidescale.devstack.cluster.kubectl import deployment_available, kubectl, render_manifest, wait_for
 from tidescale.devstack.node.kubeapi import ApiError, KubeApi
 
 GO_MODULES = REPO_ROOT / "deploy" / "cluster" / "go"
+# (component folder under GO_MODULES, upstream module) of the add-ons whose manifests are read here
+PROMETHEUS_OPERATOR = ("prometheus-operator", "github.com/prometheus-operator/prometheus-operator")
+KEDA = ("keda", "github.com/kedacore/keda/v2")
+OPERATOR_CRDS = Path("example", "prometheus-operator-crd")  # in the prometheus-operator module
 MONITORING_NS = "monitoring"
 
 
 def module_dir(component: str, module: str) -> Path:
-    """Where Go's module cache holds *module* at the version deploy/cluster/go/<component> pins."""
-    proc = subprocess.run(["go", "list", "-m", "-f", "{{.Dir}}", module], cwd=GO_MODULES / component,
-                          capture_output=True, text=True)
-    path = Path(proc.stdout.strip())
-    if proc.returncode != 0 or not path.is_dir():
-        raise TidescaleError(f"the {module} module is not in Go's module cache: {SETUP_HINT}")
-    return path
+    """Where Go's module cache holds *module* at the version deploy/cluster/go/<component> pins.
+
+    A module the cache lacks is downloaded first (that module alone, checked against the go.sum);
+    the cluster build downloads it anyway.
+    """
+    if shutil.which("go") is None:
+        raise MissingToolError(f"go is not on PATH: {SETUP_HINT}")
+    cwd = GO_MODULES / component
+
+    def cached() -> str:  # `go list` prints an empty Dir, and succeeds, for a module not downloaded
+        proc = subprocess.run(["go", "list", "-m", "-f", "{{.Dir}}", module], cwd=cwd, capture_output=True, text=True)
+        return proc.stdout.strip() if proc.returncode == 0 else ""
+
+    found, why = cached(), ""
+    if not found:
+        download = subprocess.run(["go", "mod", "download", module], cwd=cwd, capture_output=True, text=True)
+        found, why = cached(), download.stderr.strip()[-300:]
+    if not found or not Path(found).is_dir():
+        raise TidescaleError(f"the {module} module is not in Go's module cache and `go mod download` did not "
+                             f"fetch it ({why or 'no error printed'}): {SETUP_HINT}")
+    return Path(found)
 
 
 def _renamespace(docs: list[dict[str, Any]], namespace: str) -> list[dict[str, Any]]:
@@ -59,11 +78,11 @@ def apply(config: ClusterConfig, docs: list[dict[str, Any]], server_side: bool =
 
 
 def install_prometheus_operator(config: ClusterConfig, api: KubeApi) -> None:
-    root = module_dir("prometheus-operator", "github.com/prometheus-operator/prometheus-operator")
+    root = module_dir(*PROMETHEUS_OPERATOR)
     kubectl(config, "create", "namespace", MONITORING_NS, check=False)
     # kubectl reads the CRDs itself: PyYAML cannot load their `=` scalars, and they are too big for
     # client-side apply's last-applied annotation.
-    crds = root / "example" / "prometheus-operator-crd"
+    crds = root / OPERATOR_CRDS
     kubectl(config, "apply", "--server-side", "--force-conflicts", "-f", str(crds))
     kubectl(config, "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
     rbac = root / "example" / "rbac" / "prometheus-operator"
@@ -123,7 +142,7 @@ EXTERNAL_METRICS = "v1beta1.external.metrics.k8s.io"
 
 def install_keda(config: ClusterConfig, api: KubeApi) -> None:
     """KEDA's own kustomization (config/default) from the pinned module, rendered by kubectl."""
-    root = module_dir("keda", "github.com/kedacore/keda/v2")
+    root = module_dir(*KEDA)
     rendered = kubectl(config, "kustomize", str(root / "config" / "default"))
     kubectl(config, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=rendered)
     for name in ("keda-operator", "keda-metrics-apiserver", "keda-admission"):
