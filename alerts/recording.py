@@ -186,7 +186,7 @@ def gpu_group(cfg: AlertsConfig) -> Group:
 
 def profiles_group(cfg: AlertsConfig) -> Group:
     share = metric("tidescale_op_time_share")
-    rules = [record(n.OP_TIME_SHARE, f"max by (model, version, op_class) ({share})")]
+    rules = [record(n.OP_TIME_SHARE, f"max by (namespace, model, version, op_class) ({share})")]
     return {"name": "tidescale.rules.profiles", "interval": cfg.evaluation_interval, "rules": rules}
 
 

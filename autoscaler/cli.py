@@ -33,6 +33,9 @@ def render_command(
     prescale: list[str] = typer.Option(
         [], "--prescale", help="A known peak, 'TIMEZONE;START CRON;END CRON;REPLICAS' (KEDA cron trigger; "
         "repeatable; needs --keda)."),
+    hpa_name: str | None = typer.Option(
+        None, "--hpa-name", help="The HPA that scales the Deployment (default: its name). An HPA of yours "
+        "of that name is taken over in place (KEDA adopts it; Helm once it carries the release's annotations)."),
     max_batch_exec_ms: float | None = typer.Option(
         None, "--max-batch-exec-ms", help="P99 execution time of the model's largest batch (ms; e.g. "
         "perf_analyzer's P99 at the max batch size, concurrency 1): prints the recommended queue policy, "
@@ -42,7 +45,7 @@ def render_command(
     from tidescale.autoscaler.manifests import PreScale, Target, render
 
     target = Target(deployment, namespace, model, min_replicas, max_replicas, slo_p99,
-                    tuple(PreScale.parse(p) for p in prescale))
+                    tuple(PreScale.parse(p) for p in prescale), hpa_name=hpa_name)
     typer.echo(render(target, keda=keda, prometheus_url=prometheus_url, legacy=legacy_tolerance,
                       adapter_namespace=adapter_namespace, recommender_url=recommender_url,
                       max_batch_exec_s=None if max_batch_exec_ms is None else max_batch_exec_ms / 1e3), nl=False)

@@ -99,9 +99,16 @@ class Target:
     max_replicas: int = 20
     slo_p99_s: float | None = None
     prescale: tuple[PreScale, ...] = ()  # known peaks (KEDA cron triggers)
+    # The HPA that scales the Deployment (KEDA's too); default the Deployment's name. One that exists
+    # already (the user's own) is taken over in place: KEDA adopts it, Helm does once annotated.
+    hpa_name: str | None = None
+
+    @property
+    def hpa(self) -> str:
+        return self.hpa_name or self.deployment
 
     def __post_init__(self) -> None:
-        for what, value in (("deployment", self.deployment), ("namespace", self.namespace)):
+        for what, value in (("deployment", self.deployment), ("namespace", self.namespace), ("hpa name", self.hpa)):
             if len(value) > 63 or not DNS_LABEL.match(value):
                 raise UsageError(f"{what} {value!r} is not a valid Kubernetes name (RFC 1123 label)")
         if not self.model or len(self.model) > 253:
@@ -147,7 +154,7 @@ def hpa_manifest(target: Target, legacy: bool = False) -> dict[str, Any]:
     spec = {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target.deployment},
             **spec_to_dict(tidescale_hpa_spec(target, legacy))}
     return {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
-            "metadata": {"name": target.deployment, "namespace": target.namespace,
+            "metadata": {"name": target.hpa, "namespace": target.namespace,
                          "labels": {"app.kubernetes.io/managed-by": "tidescale"}},
             "spec": spec}
 
@@ -198,13 +205,15 @@ def keda_manifest(target: Target, prometheus_url: str, legacy: bool = False,
     return {
         "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
         "metadata": {"name": target.deployment, "namespace": target.namespace,
-                     "labels": {"app.kubernetes.io/managed-by": "tidescale"}},
+                     "labels": {"app.kubernetes.io/managed-by": "tidescale"},
+                     # KEDA takes over an HPA of that name already on the Deployment (the user's, or the
+                     # adapter mode's on an upgrade to keda) in place, instead of refusing the object.
+                     "annotations": {"scaledobject.keda.sh/transfer-hpa-ownership": "true"}},
         "spec": {
             "scaleTargetRef": {"name": target.deployment},
             "minReplicaCount": target.min_replicas, "maxReplicaCount": target.max_replicas,
             "pollingInterval": KEDA_POLLING_S,
-            "advanced": {"horizontalPodAutoscalerConfig": {"name": f"keda-hpa-{target.deployment}",
-                                                           "behavior": behavior}},
+            "advanced": {"horizontalPodAutoscalerConfig": {"name": target.hpa, "behavior": behavior}},
             "triggers": [first, *(p.trigger() for p in target.prescale)],
         },
     }

@@ -703,6 +703,17 @@ def make_app(service: RecommenderService) -> Any:
         held = {f"{ns}/{dep}": st.failsafe for (ns, dep), st in service.states.items() if st.failsafe}
         return {"status": "ok", "targets": len(service.states), "failsafe": held}
 
+    @app.get("/readyz")
+    def readyz() -> Response:
+        """Ready once every target has an answer: KEDA asks only Ready recommenders, so a restarted
+        replica with no good data yet is left out of the max instead of making it an error. Read
+        without the evaluation's lock (one attribute per target), so a slow round cannot stall it."""
+        waiting = sorted(f"{ns}/{dep}" for (ns, dep), st in service.states.items() if st.published is None)
+        if waiting:
+            return Response(json.dumps({"status": "not ready", "detail": "no good evaluation yet for "
+                                        + ", ".join(waiting)}), status_code=503, media_type="application/json")
+        return Response(json.dumps({"status": "ready"}), media_type="application/json")
+
     def name() -> Any:  # what a target's namespace and Deployment are (manifests.Target)
         return Path(min_length=1, max_length=63, pattern=DNS_LABEL.pattern)
 

@@ -99,7 +99,8 @@ def build_state(settings: ExporterSettings) -> ExporterState:
         for p in settings.trace_files]
     supervisor = TaskSupervisor(backoff_s=settings.task_backoff_s, restart_limit=settings.task_restart_limit)
     state = ExporterState(settings, registry, selfmetrics, latency, joiner, tailers,
-                          ProfileStore(max_bytes=settings.max_profile_bytes, self_metrics=selfmetrics), supervisor)
+                          ProfileStore(max_bytes=settings.max_profile_bytes, self_metrics=selfmetrics,
+                                       namespace=settings.kube_namespace), supervisor)
     for collector in (selfmetrics, joiner, supervisor, state.profiles, rates):
         registry.register(collector)
 

@@ -316,6 +316,18 @@ def create_app(
     def healthz() -> dict[str, Any]:
         return {"status": "ok", "reviews": service.store.total()}
 
+    @app.get("/readyz")
+    def readyz() -> JSONResponse:
+        """Ready while the review store answers: Alertmanager's webhook goes only to a replica that
+        can record what it is sent (the database itself, for PostgreSQL)."""
+        try:
+            service.store.total()
+        except Exception as exc:
+            log.warning("review store not answering: %s", type(exc).__name__)
+            return JSONResponse({"status": "not ready", "detail": "the review store does not answer"},
+                                status_code=503)
+        return JSONResponse({"status": "ready"})
+
     @app.get("/metrics")
     def metrics() -> Response:
         return Response(generate_latest(service.registry), media_type=CONTENT_TYPE_LATEST)

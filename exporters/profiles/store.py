@@ -52,8 +52,12 @@ class ProfileStore(Collector):
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, max_models: int = DEFAULT_MAX_MODELS, *,
                  max_inflated_bytes: int | None = None, max_store_bytes: int = DEFAULT_MAX_STORE_BYTES,
-                 self_metrics: SelfMetrics | None = None, clock: Callable[[], float] = time.time) -> None:
+                 self_metrics: SelfMetrics | None = None, clock: Callable[[], float] = time.time,
+                 namespace: str | None = None) -> None:
         self.max_bytes = max_bytes
+        # The serving namespace the profiled models run in (the exporter's kube_namespace): every
+        # profile series carries it, so a review alert names the namespace its route is scoped to.
+        self.namespace = namespace
         self.max_models = max_models
         self.max_store_bytes = max_store_bytes
         self.max_inflated_bytes = max_inflated_bytes or max(max_bytes, DEFAULT_MAX_INFLATED_BYTES)
@@ -124,18 +128,20 @@ class ProfileStore(Collector):
         with self._lock:
             entries = sorted(self._reports.items())
         now = self._clock()
-        share = _gauge("tidescale_op_time_share", ["model", "version", "op_class"])
-        top = _gauge("tidescale_op_top_share", ["model", "version", "op", "op_class"])
-        stamp = _gauge("tidescale_profile_timestamp_seconds", ["model", "version"])
-        age = _gauge("tidescale_profile_age_seconds", ["model", "version"])
+        scope = ["namespace"] if self.namespace else []
+        ns = [self.namespace] if self.namespace else []
+        share = _gauge("tidescale_op_time_share", [*scope, "model", "version", "op_class"])
+        top = _gauge("tidescale_op_top_share", [*scope, "model", "version", "op", "op_class"])
+        stamp = _gauge("tidescale_profile_timestamp_seconds", [*scope, "model", "version"])
+        age = _gauge("tidescale_profile_age_seconds", [*scope, "model", "version"])
         for (model, version), (report, ingested_at, _) in entries:
             for op_class, value in report.op_class_share.items():
-                share.add_metric([model, version, op_class], value)
+                share.add_metric([*ns, model, version, op_class], value)
             for op in report.top_ops:
-                top.add_metric([model, version, clean_label_value(op.op), op.op_class], op.share)
-            stamp.add_metric([model, version], ingested_at)
+                top.add_metric([*ns, model, version, clean_label_value(op.op), op.op_class], op.share)
+            stamp.add_metric([*ns, model, version], ingested_at)
             captured = report.captured_at if report.captured_at is not None else ingested_at
-            age.add_metric([model, version], max(0.0, now - captured))
+            age.add_metric([*ns, model, version], max(0.0, now - captured))
         held = catalog.get("tidescale_exporter_profile_store_bytes")
         yield from (share, top, stamp, age, GaugeMetricFamily(held.name, held.help, value=self._bytes))
 

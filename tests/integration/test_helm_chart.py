@@ -22,7 +22,10 @@ pytestmark = pytest.mark.integration
 CHART = REPO / "deploy" / "helm" / "tidescale"
 K8S_VERSION = "1.35.0"
 NAMESPACE = "tidescale"
-MONITORING_API = ("--api-versions", "monitoring.coreos.com/v1")
+# A cluster with prometheus-operator and KEDA, as helm sees it (discovery lists group/version/Kind too).
+MONITORING_API = ("--api-versions", "monitoring.coreos.com/v1",
+                  "--api-versions", "monitoring.coreos.com/v1alpha1/AlertmanagerConfig",
+                  "--api-versions", "keda.sh/v1alpha1/ScaledObject")
 SLO_GROUP = "tidescale.rules.slo"
 FULL_VALUES: dict[str, Any] = {
     "serving": {"namespace": "serving", "selector": {"app.kubernetes.io/name": "triton-server"}, "metricsPort": 8002},
@@ -37,7 +40,7 @@ FULL_VALUES: dict[str, Any] = {
     "dashboards": {"namespace": "monitoring", "annotations": {"grafana_folder": "tidescale"}},
     "alertmanager": {"configSecret": {"enabled": True, "pagerUrl": "https://pager.example/hook",
                                       "ticketsUrl": "http://tickets.example/hook"},
-                     "alertmanagerConfig": {"enabled": True, "additionalLabels": {"alertmanager": "main"}}},
+                     "alertmanagerConfig": {"additionalLabels": {"alertmanager": "main"}}},
     "profileCapture": {"enabled": True, "target": "triton-ctr:6009", "model": "ctr", "version": "2"},
 }
 PEAK = {"timezone": "Europe/Berlin", "start": "50 8 * * 1-5", "end": "0 11 * * 1-5", "replicas": 6}
@@ -155,8 +158,10 @@ def test_monitors_and_rules_only_with_prometheus_operator(default_docs: list[dic
         assert doc["metadata"]["labels"]["release"] == "kps"
     for rule in by_kind["PrometheusRule"]:
         assert rule["metadata"]["labels"]["team"] == "ml"
+    # Next to the pods it scrapes (a hardened Prometheus ignores namespaceSelector): no selector needed.
+    assert by_kind["PodMonitor"][0]["metadata"]["namespace"] == "serving"
     triton = by_kind["PodMonitor"][0]["spec"]
-    assert triton["namespaceSelector"]["matchNames"] == ["serving"]
+    assert "namespaceSelector" not in triton
     assert triton["podMetricsEndpoints"][0]["portNumber"] == 8002  # a number when the port has no name
     default_port = helm("template", "t", str(CHART), *MONITORING_API, "--show-only", "templates/monitors.yaml")
     assert "- port: \"metrics\"" in default_port.stdout
@@ -171,9 +176,11 @@ def test_rendered_rules_equal_the_generated_rules(full_docs: list[dict[str, Any]
     expected = [yaml.safe_load(text)["groups"] for name, text in generated(default_config()).items()
                 if name != "alertmanager.yaml"]
     assert len(expected) == 2
-    for groups in expected:  # FULL_VALUES scale through the HPA: no direct-mode alert
+    # FULL_VALUES scale through the HPA: no direct-mode alert; and the Watchdog is kube-prometheus-stack's.
+    left_out = {"TidescaleRecommenderCannotScale", "Watchdog"}
+    for groups in expected:
         for group in groups:
-            group["rules"] = [r for r in group["rules"] if r.get("alert") != "TidescaleRecommenderCannotScale"]
+            group["rules"] = [r for r in group["rules"] if r.get("alert") not in left_out]
     def canonical(groups: Any) -> str:
         return json.dumps(groups, sort_keys=True)
 
@@ -398,7 +405,7 @@ def test_the_cluster_value_scopes_the_recommender_keda_and_the_hpa_to_this_clust
     values = {**FULL_VALUES, "clusterLabel": "k8s_cluster",  # KEDA's cluster matcher: on its Prometheus query
               "autoscaling": {**FULL_VALUES["autoscaling"], "mode": mode, "cluster": "prod-eu",
                               "keda": {"source": "prometheus"}}}
-    by_kind = kinds(template(tmp, values))
+    by_kind = kinds(template(tmp, values, *MONITORING_API))
     config = next(d for d in by_kind["ConfigMap"] if d["metadata"]["name"].endswith("-config"))
     path = tmp / f"cluster-{mode}.yaml"
     path.write_text(config["data"]["config.yaml"])
@@ -426,7 +433,7 @@ def test_autoscaling_behavior_is_merged_over_the_generated_one(tmp: Path, mode: 
     mine = {"stabilizationWindowSeconds": 120, "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}]}
     values = {**FULL_VALUES, "autoscaling": {**FULL_VALUES["autoscaling"], "mode": mode,
                                              "behavior": {"scaleDown": mine}}}
-    docs = template(tmp, values)
+    docs = template(tmp, values, *MONITORING_API)
     if mode == "adapter":
         [behavior, _] = [d["spec"]["behavior"] for d in docs if d["kind"] == "HorizontalPodAutoscaler"]
     else:
@@ -527,7 +534,7 @@ def test_production_defaults_on_every_pod(full_docs: list[dict[str, Any]]) -> No
     for spec in services:
         [c] = spec["containers"]
         # Only the exporter has a separate readiness endpoint (its background tasks running).
-        assert c["readinessProbe"]["httpGet"]["path"] == ("/readyz" if c["name"] == "exporter" else "/healthz")
+        assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"  # every service answers it (not only the exporter)
         assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
 
 
@@ -824,8 +831,7 @@ def test_the_cluster_demos_values_render_its_story(tmp: Path, mode: str) -> None
     from tidescale.devstack.demo.settings import DemoSettings
 
     docs = template(tmp, chart_values(DemoSettings(on="cluster"), mode, 30.0),
-                    "--api-versions", "monitoring.coreos.com/v1", "--api-versions", "monitoring.coreos.com/v1alpha1",
-                    "--api-versions", "keda.sh/v1alpha1")
+                    *MONITORING_API)
     shortened = {r["alert"] for r in _alerts(docs) if r.get("for") == "30s"}
     assert shortened == set(SHORT_WINDOWS)
     assert any(d["kind"] == "AlertmanagerConfig" for d in docs)
@@ -865,20 +871,58 @@ def test_default_rule_overrides_are_validated(tmp: Path) -> None:
 
 
 def test_alertmanager_config_routes_reviews_to_this_release(tmp: Path) -> None:
-    """The operator route: this release's review Service and port, this chart's Secret, the generated matcher."""
-    values = {"alertmanager": {"alertmanagerConfig": {"enabled": True}}, "reviews": {"port": 9200}}
-    result = helm("template", "obs", str(CHART), "--namespace", "mon", "-f", str(_write(tmp, values)))
+    """The operator route: in the serving namespace (every review alert carries it, so the operator's
+    default OnNamespace strategy lets it through), this release's review Service and port, the generated
+    matcher, and the reviews token copied where the operator reads it, equal to the chart's own."""
+    values = {"alertmanager": {"alertmanagerConfig": {"enabled": True}}, "reviews": {"port": 9200},
+              "serving": {"namespace": "serving"}}
+    result = helm("template", "obs", str(CHART), "--namespace", "mon", *MONITORING_API, "-f", str(_write(tmp, values)))
     assert result.returncode == 0, result.stderr
-    [amc] = [d for d in yaml.safe_load_all(result.stdout) if d and d["kind"] == "AlertmanagerConfig"]
-    assert amc["metadata"]["namespace"] == "mon"
+    docs = [d for d in yaml.safe_load_all(result.stdout) if d]
+    [amc] = [d for d in docs if d["kind"] == "AlertmanagerConfig"]
+    assert amc["metadata"]["namespace"] == "serving"
     route = amc["spec"]["route"]
     assert route["matchers"] == [{"name": "alertname", "matchType": "=", "value": "TritonModelReviewRequired"}]
     [hook] = amc["spec"]["receivers"][0]["webhookConfigs"]
     assert hook["url"] == "http://obs-tidescale-reviews.mon.svc:9200/api/v1/alertmanager"
-    assert hook["httpConfig"]["authorization"]["credentials"] == {"name": "obs-tidescale-auth", "key": "reviews-token"}
-    services = [d for d in yaml.safe_load_all(result.stdout) if d and d["kind"] == "Service"
-                and d["metadata"]["name"] == "obs-tidescale-reviews"]
+    token = hook["httpConfig"]["authorization"]["credentials"]
+    assert token == {"name": "obs-tidescale-reviews-webhook", "key": "reviews-token"}
+    secrets = {(d["metadata"]["namespace"], d["metadata"]["name"]): d["data"] for d in docs if d["kind"] == "Secret"}
+    copied, own = secrets[("serving", token["name"])], secrets[("mon", "obs-tidescale-auth")]
+    assert copied["reviews-token"] == own["reviews-token"]
+    services = [d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == "obs-tidescale-reviews"]
     assert services and services[0]["spec"]["ports"][0]["port"] == 9200
+
+
+@pytest.mark.parametrize(("values", "secret"), [
+    ({}, ("mon", "obs-tidescale-auth", "reviews-token")),  # serving in the release namespace: the chart's own
+    ({"auth": {"existingSecret": "tokens"}, "serving": {"namespace": "serving"}},
+     ("serving", "tokens", "reviews-token")),
+    ({"serving": {"namespace": "serving"},
+      "alertmanager": {"alertmanagerConfig": {"tokenSecret": {"name": "am-token", "key": "t"}}}},
+     ("serving", "am-token", "t")),
+])
+def test_the_alertmanager_config_token_is_read_in_its_own_namespace(
+        tmp: Path, values: dict[str, Any], secret: tuple[str, str, str]) -> None:
+    result = helm("template", "obs", str(CHART), "--namespace", "mon", *MONITORING_API, "-f", str(_write(tmp, values)))
+    assert result.returncode == 0, result.stderr
+    docs = [d for d in yaml.safe_load_all(result.stdout) if d]
+    [amc] = [d for d in docs if d["kind"] == "AlertmanagerConfig"]
+    credentials = amc["spec"]["receivers"][0]["webhookConfigs"][0]["httpConfig"]["authorization"]["credentials"]
+    assert (amc["metadata"]["namespace"], credentials["name"], credentials["key"]) == secret
+    # No copy of the token where the operator reads the chart's own, the user's, or a named one.
+    assert not [d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"].endswith("-reviews-webhook")]
+
+
+def test_the_alertmanager_config_follows_the_api_the_cluster_serves(tmp: Path) -> None:
+    """auto (the default): rendered where the operator's AlertmanagerConfig API is served, left out
+    elsewhere; true where it is not served: a clear error instead of a route that never exists."""
+    with_api = helm("template", "t", str(CHART), *MONITORING_API)
+    assert "kind: AlertmanagerConfig" in with_api.stdout
+    without = helm("template", "t", str(CHART))
+    assert without.returncode == 0 and "kind: AlertmanagerConfig" not in without.stdout
+    required = helm("template", "t", str(CHART), "--set", "alertmanager.alertmanagerConfig.enabled=true")
+    assert required.returncode != 0 and "AlertmanagerConfig API" in required.stderr
 
 
 def test_config_secret_needs_its_receivers(tmp: Path) -> None:
@@ -900,7 +944,8 @@ def _write(tmp: Path, values: dict[str, Any]) -> Path:
     ("https://thanos.example:10902/api/prom/", ("https://thanos.example", 10902, "/api/prom")),
 ])
 def test_adapter_prometheus_url_port_and_path(tmp: Path, url: str, expected: tuple[str, int, str]) -> None:
-    docs = template(tmp, {"recommender": {"prometheusUrl": url}})
+    docs = template(tmp, {"recommender": {"prometheusUrl": url, "capacityRps": 50.0},
+                          "autoscaling": FULL_VALUES["autoscaling"]})
     [values_cm] = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-adapter-values")]
     prom = yaml.safe_load(values_cm["data"]["values.yaml"])["prometheus"]
     assert (prom["url"], prom["port"], prom["path"]) == expected
@@ -950,6 +995,7 @@ HATCH_VALUES: dict[str, Any] = {
 }
 # Objects that live in a namespace of their own on purpose (FULL_VALUES sets them), not namespaceOverride.
 ELSEWHERE = {("HorizontalPodAutoscaler", "serving"), ("Role", "serving"), ("RoleBinding", "serving"),
+             ("PodMonitor", "serving"), ("AlertmanagerConfig", "serving"), ("Secret", "serving"),
              ("Secret", "monitoring"), ("ConfigMap", "monitoring")}
 
 
@@ -999,7 +1045,8 @@ def test_namespace_override_moves_the_release_objects_only(hatch_docs: list[dict
         if namespace != "observability" and not (doc["kind"] == "ConfigMap" and namespace is None):
             elsewhere.append((doc["kind"], namespace))
     # The dashboards stay in dashboards.namespace, the adapter's config and the Alertmanager Secret in theirs,
-    # the HPAs and the exporter's Role in the serving namespace.
+    # the HPAs, the exporter's Role, the Triton PodMonitor and the review route (with its token) in the
+    # serving namespace.
     assert set(elsewhere) == ELSEWHERE and "mon" not in {ns for _, ns in elsewhere}
     by_kind = kinds(hatch_docs)
     own = [m for m in by_kind["ServiceMonitor"] if "dcgm" not in m["metadata"]["name"]]  # exporter's, recommender's
@@ -1022,7 +1069,8 @@ def test_name_overrides(tmp: Path, hatch_docs: list[dict[str, Any]]) -> None:
     full = render(tmp, {"fullnameOverride": "gpu-obs"})
     assert {d["metadata"]["name"] for d in full if d["kind"] == "Deployment"} == \
         {"gpu-obs-exporter", "gpu-obs-reviews"}  # no targets: no recommender
-    assert {d["metadata"]["namespace"] for d in full if "namespace" in d["metadata"]} == {"mon", "monitoring"}
+    # No autoscaling target: nothing in a namespace the values do not name (no adapter ConfigMap in monitoring).
+    assert {d["metadata"]["namespace"] for d in full if "namespace" in d["metadata"]} == {"mon"}
 
 
 def test_pod_labels_and_annotations_merge_with_the_component_winning(hatch_docs: list[dict[str, Any]]) -> None:
@@ -1215,7 +1263,7 @@ def test_the_triton_http_port_reaches_the_exporters_pod_discovery(tmp: Path) -> 
 RULE_VALUES: dict[str, Any] = {"defaultRules": {
     "runbookUrl": "https://wiki.example/sre/runbooks/",
     "additionalRuleLabels": {"team": "ml-platform", "severity": "ignored"},
-    "disabled": {"GPUThrottling": True},
+    "disabled": {"GPUThrottling": True, "Watchdog": False},  # the chart leaves the Watchdog out by default
     "overrides": {"TritonQueueBacklog": {"severity": "critical"}},
     # An SLO group for models the suite does not serve: the rest keep the default SLO the suite expects.
 }, "slo": {"latency": {"thresholdSeconds": 0.5, "objective": 0.99}, "availability": {"objective": 0.999},

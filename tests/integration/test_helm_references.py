@@ -24,7 +24,7 @@ from tests.integration.test_helm_chart import (
 )
 
 RELEASE, NAMESPACE = "obs", "mon"
-APIS = (*MONITORING_API, "--api-versions", "monitoring.coreos.com/v1alpha1", "--api-versions", "keda.sh/v1alpha1")
+APIS = MONITORING_API
 AUTH_VALUES: dict[str, Any] = {**KEDA_VALUES, "autoscaling": {**KEDA_VALUES["autoscaling"], "keda": {
     "source": "prometheus"}}, "recommender": {
     **FULL_VALUES["recommender"], "replicas": 2, "prometheusUrl": "https://mimir-gateway.mimir.svc/prometheus",

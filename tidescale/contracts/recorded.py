@@ -115,7 +115,7 @@ MODEL_GPU_POWER_WATTS: Final = "namespace_model:dcgm_power_usage_watts:sum"
 # --- Profiles ---------------------------------------------------------------------------------------
 """Op-time share per model version and op class from the latest profile (no namespace: the
 exporter's own namespace would be wrong for the model)."""
-OP_TIME_SHARE: Final = "model_version_op_class:tidescale_op_time_share:max"
+OP_TIME_SHARE: Final = "namespace_model_version_op_class:tidescale_op_time_share:max"
 
 
 def all_names() -> list[str]:

@@ -19,6 +19,7 @@ PROVIDERS = (
     "tidescale.alerts.generate",
     "tidescale.dashboards.generate",
     "tidescale.autoscaler.generate",
+    "tidescale.devstack.chart",
 )
 
 

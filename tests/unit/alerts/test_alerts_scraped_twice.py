@@ -16,18 +16,22 @@ from tidescale.contracts import catalog
 
 TRITON = {name for fam in catalog.families("triton") for name in catalog.series_names(fam)}
 # What a ServiceMonitor of the user's adds to each target, beside the namespace and pod both set.
-SECOND_SCRAPE = 'job="serving/triton", instance="10.244.1.7:8002", endpoint="metrics", service="triton", ' \
-                'container="triton", team="ml-platform"'
+SECOND_SCRAPE = {"instance": "10.244.1.7:8002", "endpoint": "metrics", "service": "triton", "container": "triton",
+                 "team": "ml-platform"}
 SERIES = re.compile(r"^\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(\{(.*)\})?\s*$", re.S)
+LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
 
 
 def scraped_twice(series: str) -> str | None:
-    """The second scrape's copy of an input series, or None when it is not Triton's."""
+    """The second scrape's copy of an input series, or None when it is not Triton's: the labels that
+    monitor sets replace the first's, and its job is another (distinct per first job, so that a suite
+    that already scrapes twice gets a third copy of each, never two equal ones)."""
     match = SERIES.match(series)
     if not match or match.group(1) not in TRITON:
         return None
-    labels = (match.group(3) or "").strip().rstrip(",")
-    return f"{match.group(1)}{{{labels + ', ' if labels else ''}{SECOND_SCRAPE}}}"
+    labels = dict(LABEL.findall(match.group(3) or ""))
+    labels = {**labels, **SECOND_SCRAPE, "job": f"second-scrape/{labels.get('job', '')}"}
+    return match.group(1) + "{" + ", ".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
 
 
 def duplicated(doc: dict[str, Any], source: Path) -> tuple[dict[str, Any], int]:

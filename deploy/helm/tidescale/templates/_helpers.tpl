@@ -27,13 +27,13 @@
 {{- printf "%s-%s" (include "tidescale.fullname" .root) .component | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/* The labels of every object: commonLabels first, the chart's own winning (a selector label must not move). */}}
 {{- define "tidescale.labels" -}}
-helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
-app.kubernetes.io/name: {{ include "tidescale.appName" . }}
-app.kubernetes.io/instance: {{ .Release.Name }}
-app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
-app.kubernetes.io/managed-by: {{ .Release.Service }}
-app.kubernetes.io/part-of: tidescale
+{{- $own := dict "helm.sh/chart" (printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_")
+      "app.kubernetes.io/name" (include "tidescale.appName" .) "app.kubernetes.io/instance" .Release.Name
+      "app.kubernetes.io/version" .Chart.AppVersion "app.kubernetes.io/managed-by" .Release.Service
+      "app.kubernetes.io/part-of" "tidescale" -}}
+{{- toYaml (merge $own (deepCopy (.Values.commonLabels | default dict))) -}}
 {{- end -}}
 
 {{- define "tidescale.selectorLabels" -}}
@@ -51,17 +51,51 @@ app.kubernetes.io/component: {{ .component }}
 {{- default (include "tidescale.namespace" .) .Values.serving.namespace -}}
 {{- end -}}
 
-{{/* repository@digest when image.digest is set (immutable), else repository:tag (tag defaults to appVersion). */}}
+{{/* [registry/]repository@digest when image.digest is set (immutable), else [registry/]repository:tag (tag
+     defaults to appVersion). global.imageRegistry (an umbrella chart's) replaces image.registry. */}}
 {{- define "tidescale.image" -}}
+{{- $registry := (.Values.global | default dict).imageRegistry | default .Values.image.registry -}}
+{{- $repository := ternary (printf "%s/%s" (trimSuffix "/" $registry) .Values.image.repository) .Values.image.repository (ne $registry "") -}}
 {{- if .Values.image.digest -}}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- printf "%s@%s" $repository .Values.image.digest -}}
 {{- else -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- printf "%s:%s" $repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
+{{- end -}}
+
+{{/* imagePullSecrets and global.imagePullSecrets (names or {name: ...}), as a list of {name: ...}. */}}
+{{- define "tidescale.imagePullSecrets" -}}
+{{- $out := list -}}
+{{- range concat .Values.imagePullSecrets ((.Values.global | default dict).imagePullSecrets | default list) -}}
+{{- $entry := ternary (dict "name" .) . (kindIs "string" .) -}}
+{{- if not (has $entry $out) }}{{ $out = append $out $entry }}{{ end -}}
+{{- end -}}
+{{- toYaml $out -}}
+{{- end -}}
+
+{{/* "true" when the chart may read the cluster with `lookup` (clusterLookups); `auto` values are settled
+     without it otherwise. */}}
+{{- define "tidescale.lookups" -}}
+{{- if .Values.clusterLookups }}true{{ end -}}
 {{- end -}}
 
 {{- define "tidescale.authSecret" -}}
 {{- default (printf "%s-auth" (include "tidescale.fullname" .)) .Values.auth.existingSecret -}}
+{{- end -}}
+
+{{/* One random bearer token of the chart's auth Secret (base64; .key: exporter-token or reviews-token):
+     the live Secret's, kept across upgrades (`lookup` in the release namespace), else a new one drawn
+     once per render, so every copy of it in this render (the AlertmanagerConfig's) is the same. */}}
+{{- define "tidescale.authToken" -}}
+{{- $root := .root -}}
+{{- if not (hasKey $root.Values "_tokens") -}}
+{{- $live := lookup "v1" "Secret" (include "tidescale.namespace" $root) (include "tidescale.authSecret" $root) -}}
+{{- $data := dict -}}
+{{- if $live }}{{ $data = $live.data }}{{ end -}}
+{{- $_ := set $root.Values "_tokens" (dict "exporter-token" (get $data "exporter-token" | default (randAlphaNum 40 | b64enc))
+      "reviews-token" (get $data "reviews-token" | default (randAlphaNum 40 | b64enc))) -}}
+{{- end -}}
+{{- get $root.Values._tokens .key -}}
 {{- end -}}
 
 {{/* The account of the pods without API access: serviceAccount.name (created, or an existing one with
@@ -100,8 +134,15 @@ annotations:
 {{- define "tidescale.podCommon" -}}
 {{- $v := .root.Values -}}
 {{- $c := .values | default dict -}}
-{{- with $v.imagePullSecrets }}
+{{- with include "tidescale.imagePullSecrets" .root | fromYamlArray }}
 imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $v.dnsPolicy }}
+dnsPolicy: {{ . }}
+{{- end }}
+{{- with $v.dnsConfig }}
+dnsConfig:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 securityContext:
@@ -153,22 +194,49 @@ affinity:
     {{- toYaml $v.securityContext | nindent 4 }}
   resources:
     {{- toYaml $c.resources | nindent 4 }}
+  {{- /* The component's readinessProbe / livenessProbe are merged over these (a key set to null drops one). */}}
+  {{- $ready := dict "httpGet" (dict "path" "/readyz" "port" "http") "periodSeconds" 10 "timeoutSeconds" 3 }}
+  {{- $live := dict "httpGet" (dict "path" "/healthz" "port" "http") "initialDelaySeconds" 10 "periodSeconds" 20
+        "timeoutSeconds" 3 "failureThreshold" 3 }}
   readinessProbe:
-    httpGet: {path: {{ .readyPath | default "/healthz" }}, port: http}
-    periodSeconds: 10
-    timeoutSeconds: 3
+    {{- toYaml (mergeOverwrite $ready (deepCopy ($c.readinessProbe | default dict))) | nindent 4 }}
   livenessProbe:
-    httpGet: {path: /healthz, port: http}
-    initialDelaySeconds: 10
-    periodSeconds: 20
-    timeoutSeconds: 3
-    failureThreshold: 3
+    {{- toYaml (mergeOverwrite $live (deepCopy ($c.livenessProbe | default dict))) | nindent 4 }}
   volumeMounts:
     - name: tmp
       mountPath: /tmp
     {{- with concat .mounts $c.extraVolumeMounts }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
+{{- with $c.extraContainers }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* A component's Service on its port `http` (.root, .ctx, .port, .values: the component's, for service.annotations). */}}
+{{- define "tidescale.service" -}}
+apiVersion: v1
+kind: Service
+metadata:
+  name: {{ include "tidescale.name" .ctx }}{{ .suffix }}
+  namespace: {{ include "tidescale.namespace" .root }}
+  labels:
+    {{- include "tidescale.componentLabels" .ctx | nindent 4 }}
+  {{- with .values.service.annotations }}
+  annotations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+spec:
+  {{- with .spec }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+  selector:
+    {{- include "tidescale.selectorLabels" .ctx | nindent 4 }}
+  ports:
+    - name: {{ .portName | default "http" }}
+      port: {{ .port }}
+      targetPort: http
+      protocol: TCP
 {{- end -}}
 
 {{/* Where the exporter mounts exporter.traceFiles.hostPath. */}}
@@ -218,10 +286,11 @@ affinity:
 {{- end -}}
 
 {{/* Whether an installed CRD's schema has a field, read with `lookup`: "true", "false", or "" when the CRD
-     cannot be looked up (not installed, or `helm template`, which cannot look). .crd: the CRD's name;
+     cannot be looked up (not installed, clusterLookups false, or `helm template`, which cannot look). .crd: the CRD's name;
      .path: the keys from a served version down to the properties that should hold .field. */}}
 {{- define "tidescale.crdHasField" -}}
-{{- $crd := lookup "apiextensions.k8s.io/v1" "CustomResourceDefinition" "" .crd -}}
+{{- $crd := dict -}}
+{{- if include "tidescale.lookups" .root }}{{ $crd = lookup "apiextensions.k8s.io/v1" "CustomResourceDefinition" "" .crd }}{{ end -}}
 {{- if $crd -}}
 {{- $found := false -}}
 {{- range $v := $crd.spec.versions -}}
@@ -240,42 +309,104 @@ affinity:
 {{- $choice := toString .Values.monitoring.triton.portNumber -}}
 {{- if eq $choice "auto" -}}
 {{- $path := list "schema" "openAPIV3Schema" "properties" "spec" "properties" "podMetricsEndpoints" "items" "properties" -}}
-{{- if ne (include "tidescale.crdHasField" (dict "crd" "podmonitors.monitoring.coreos.com" "path" $path "field" "portNumber")) "false" -}}true{{- end -}}
+{{- if ne (include "tidescale.crdHasField" (dict "root" . "crd" "podmonitors.monitoring.coreos.com" "path" $path "field" "portNumber")) "false" -}}true{{- end -}}
 {{- else if eq $choice "true" -}}true
 {{- end -}}
 {{- end -}}
 
-{{/* "true" when every label of .want is in .have (an empty .want selects everything). */}}
+{{/* "true" when the Kubernetes label selector .selector (matchLabels and matchExpressions) selects
+     .labels; an empty selector selects everything, an unknown operator nothing. */}}
 {{- define "tidescale.selects" -}}
+{{- $labels := .labels | default dict -}}
+{{- $selector := .selector | default dict -}}
 {{- $ok := true -}}
-{{- range $k, $v := .want -}}{{- if ne (toString (get $.have $k)) (toString $v) -}}{{- $ok = false -}}{{- end -}}{{- end -}}
-{{- if $ok -}}true{{- end -}}
+{{- range $k, $v := $selector.matchLabels | default dict -}}
+{{- if or (not (hasKey $labels $k)) (ne (toString (get $labels $k)) (toString $v)) }}{{ $ok = false }}{{ end -}}
+{{- end -}}
+{{- range $e := $selector.matchExpressions | default list -}}
+{{- $has := hasKey $labels $e.key -}}
+{{- $in := false -}}
+{{- range $e.values | default list }}{{ if and $has (eq (toString .) (toString (get $labels $e.key))) }}{{ $in = true }}{{ end }}{{ end -}}
+{{- if eq $e.operator "In" }}{{ if not $in }}{{ $ok = false }}{{ end -}}
+{{- else if eq $e.operator "NotIn" }}{{ if $in }}{{ $ok = false }}{{ end -}}
+{{- else if eq $e.operator "Exists" }}{{ if not $has }}{{ $ok = false }}{{ end -}}
+{{- else if eq $e.operator "DoesNotExist" }}{{ if $has }}{{ $ok = false }}{{ end -}}
+{{- else }}{{ $ok = false }}{{ end -}}
+{{- end -}}
+{{- if $ok }}true{{ end -}}
 {{- end -}}
 
-{{/* namespace/name of a ServiceMonitor outside this release that already scrapes the dcgm-exporter
-     Service (the standalone chart's, or the GPU Operator's), found with `lookup`; empty when there is
-     none, or under `helm template`, which cannot look. The chart then adds no second one. */}}
+{{/* "true" when a Prometheus resource of the operator (.prometheus) loads the ServiceMonitor .monitor:
+     its serviceMonitorSelector (absent: none) selects the monitor's labels, and its
+     serviceMonitorNamespaceSelector (absent: its own namespace) the monitor's namespace (.namespaces:
+     namespace -> labels, filled by the caller). */}}
+{{- define "tidescale.prometheusLoads" -}}
+{{- $spec := .prometheus.spec | default dict -}}
+{{- $ns := .monitor.metadata.namespace -}}
+{{- if hasKey $spec "serviceMonitorSelector" -}}
+{{- $inNamespace := eq $ns .prometheus.metadata.namespace -}}
+{{- if hasKey $spec "serviceMonitorNamespaceSelector" -}}
+{{- $inNamespace = include "tidescale.selects" (dict "selector" $spec.serviceMonitorNamespaceSelector "labels" (get .namespaces $ns)) -}}
+{{- end -}}
+{{- if and $inNamespace (include "tidescale.selects" (dict "selector" $spec.serviceMonitorSelector "labels" .monitor.metadata.labels)) -}}true{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* namespace/name of the ServiceMonitors outside this release that already scrape dcgm-exporter's metrics
+     port for a Prometheus: a Prometheus resource loads the monitor (tidescale.prometheusLoads), the
+     monitor reaches the Service's namespace (namespaceSelector any / matchNames / its own, only its own
+     under that Prometheus' ignoreNamespaceSelectors), its selector (matchLabels and matchExpressions)
+     selects the Service, and an endpoint names the port (or its targetPort). Found with `lookup`: empty
+     with clusterLookups false, under `helm template` (no cluster), or when nothing qualifies. */}}
 {{- define "tidescale.dcgmScrapedBy" -}}
+{{- if include "tidescale.lookups" . -}}
 {{- $m := .Values.monitoring.dcgmExporter -}}
-{{- $services := list -}}
+{{- $ports := list -}}
 {{- range $s := (lookup "v1" "Service" $m.namespace "").items | default list -}}
-{{- if include "tidescale.selects" (dict "want" $m.selector "have" ($s.metadata.labels | default dict)) -}}
-{{- $services = append $services $s -}}
+{{- if include "tidescale.selects" (dict "selector" (dict "matchLabels" $m.selector) "labels" $s.metadata.labels) -}}
+{{- range $p := $s.spec.ports | default list -}}
+{{- if or (eq (toString $p.name) (toString $m.port)) (eq (toString $p.port) (toString $m.port)) -}}
+{{- $ports = append $ports (dict "service" $s "port" $p) -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $prometheuses := (lookup "monitoring.coreos.com/v1" "Prometheus" "" "").items | default list -}}
+{{- $namespaces := dict -}}
 {{- $found := list -}}
 {{- range $sm := (lookup "monitoring.coreos.com/v1" "ServiceMonitor" "" "").items | default list -}}
+{{- $ours := and (eq (dig "metadata" "labels" "app.kubernetes.io/instance" "" $sm) $.Release.Name) (eq (dig "metadata" "labels" "app.kubernetes.io/part-of" "" $sm) "tidescale") -}}
+{{- if and $ports (not $ours) -}}
+{{- $smNs := $sm.metadata.namespace -}}
+{{- if not (hasKey $namespaces $smNs) -}}
+{{- $_ := set $namespaces $smNs ((lookup "v1" "Namespace" "" $smNs).metadata | default dict).labels -}}
+{{- end -}}
+{{- range $prom := $prometheuses -}}
+{{- if include "tidescale.prometheusLoads" (dict "prometheus" $prom "monitor" $sm "namespaces" $namespaces) -}}
 {{- $nsSel := $sm.spec.namespaceSelector | default dict -}}
-{{- $covers := or $nsSel.any (has $m.namespace ($nsSel.matchNames | default list)) (and (not $nsSel.matchNames) (eq $sm.metadata.namespace $m.namespace)) -}}
-{{- if and $covers (ne (dig "metadata" "labels" "app.kubernetes.io/instance" "" $sm) $.Release.Name) -}}
-{{- range $s := $services -}}
-{{- if include "tidescale.selects" (dict "want" (dig "spec" "selector" "matchLabels" (dict) $sm) "have" ($s.metadata.labels | default dict)) -}}
-{{- $found = append $found (printf "%s/%s" $sm.metadata.namespace $sm.metadata.name) -}}
+{{- $ignore := dig "spec" "ignoreNamespaceSelectors" false $prom -}}
+{{- range $target := $ports -}}
+{{- $svc := $target.service -}}
+{{- $reaches := eq $svc.metadata.namespace $smNs -}}
+{{- if and (not $ignore) (or $nsSel.any $nsSel.matchNames) -}}
+{{- $reaches = or $nsSel.any (has $svc.metadata.namespace ($nsSel.matchNames | default list)) -}}
+{{- end -}}
+{{- $named := false -}}
+{{- range $ep := $sm.spec.endpoints | default list -}}
+{{- if or (and $ep.port (eq (toString $ep.port) (toString $target.port.name))) (and $ep.targetPort (or (eq (toString $ep.targetPort) (toString $target.port.targetPort)) (eq (toString $ep.targetPort) (toString $target.port.port)))) -}}
+{{- $named = true -}}
+{{- end -}}
+{{- end -}}
+{{- if and $reaches $named (include "tidescale.selects" (dict "selector" $sm.spec.selector "labels" $svc.metadata.labels)) -}}
+{{- $found = append $found (printf "%s/%s" $smNs $sm.metadata.name) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
 {{- $found | uniq | join ", " -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The recommender's prometheus_auth settings (YAML): files under /etc/tidescale-prometheus, where the
@@ -417,7 +548,7 @@ spec:
 {{- define "tidescale.kedaLacksTolerance" -}}
 {{- $path := list "schema" "openAPIV3Schema" "properties" "spec" "properties" "advanced" "properties"
       "horizontalPodAutoscalerConfig" "properties" "behavior" "properties" "scaleUp" "properties" -}}
-{{- if eq (include "tidescale.crdHasField" (dict "crd" "scaledobjects.keda.sh" "path" $path "field" "tolerance")) "false" -}}true{{- end -}}
+{{- if eq (include "tidescale.crdHasField" (dict "root" . "crd" "scaledobjects.keda.sh" "path" $path "field" "tolerance")) "false" -}}true{{- end -}}
 {{- end -}}
 
 {{/* A number as Prometheus writes a bucket boundary (client_python's floatToGoString): 1 → 1.0. */}}
