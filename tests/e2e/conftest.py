@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -15,12 +18,27 @@ import pytest
 import yaml
 
 from tests.waiting import wait_for
-from tidescale.devstack.cluster import lifecycle
+from tidescale.contracts.tools import REPO_ROOT, helm
+from tidescale.devstack.cluster import addons, lifecycle
 from tidescale.devstack.cluster.config import ClusterConfig
 from tidescale.devstack.cluster.kubectl import kubectl
 from tidescale.devstack.node.kubeapi import KubeApi
 
 NODES = 2
+# What a user's values need for kube-prometheus-stack at its defaults (release `kps`) to load the chart's
+# monitors and rules.
+KPS_VALUES: dict[str, Any] = {"monitoring": {"additionalLabels": addons.MONITORING_LABELS}}
+
+
+@functools.cache
+def chart() -> Path:
+    """The chart as users install it: `helm package`d (versioned like the project), once per session."""
+    out = Path(tempfile.mkdtemp(prefix="tidescale-chart-"))
+    proc = subprocess.run([str(helm()), "package", str(REPO_ROOT / "deploy" / "helm" / "tidescale"),
+                           "--destination", str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    [packaged] = out.glob("tidescale-*.tgz")
+    return packaged
 
 
 @dataclass
@@ -40,10 +58,23 @@ class Cluster:
     def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         return list(self.api.get(f"/api/v1/namespaces/{namespace}/pods", labelSelector=selector).get("items", []))
 
+    def pod_ip(self, namespace: str, name: str) -> str:
+        return str(self.get(f"/api/v1/namespaces/{namespace}/pods/{name}")["status"]["podIP"])
+
     def prometheus(self, path: str) -> dict[str, Any]:
-        """An HTTP API answer of the cluster's Prometheus (the operator's `k8s` instance)."""
-        pod = self.get("/api/v1/namespaces/monitoring/pods/prometheus-k8s-0")
-        return dict(httpx.get(f"http://{pod['status']['podIP']}:9090{path}", timeout=10).json())
+        """An HTTP API answer of the cluster's Prometheus (kube-prometheus-stack's, release `kps`)."""
+        ip = self.pod_ip(addons.MONITORING_NS, addons.PROMETHEUS_POD)
+        return dict(httpx.get(f"http://{ip}:9090{path}", timeout=10).json())
+
+    def alertmanager_url(self) -> str:
+        return f"http://{self.pod_ip(addons.MONITORING_NS, addons.ALERTMANAGER_POD)}:9093"
+
+    def helm(self, *args: str) -> str:
+        """helm as the cluster's admin; a failure fails the test with helm's message."""
+        proc = subprocess.run([str(helm()), f"--kubeconfig={self.config.admin_kubeconfig}", *args],
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
 
     def logs_of(self, namespace: str, pod: dict[str, Any], container: str) -> str:
         """The node agent keeps container output under the node's state directory (there is no kubelet API)."""

@@ -8,30 +8,27 @@ import contextlib
 import json
 import re
 import shutil
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 import pytest
 import yaml
 
-from tests.e2e.conftest import Cluster, wait_for_targets_up
+from tests.e2e.conftest import KPS_VALUES, Cluster, chart, wait_for_targets_up
+from tests.e2e.load import Load
 from tests.paths import FIXTURES
 from tests.waiting import wait_for
 from tidescale.contracts.errors import TidescaleError
-from tidescale.contracts.tools import REPO_ROOT, helm
 from tidescale.devstack.cluster import addons
 from tidescale.devstack.cluster.serving import triton_deployment
-from tidescale.devstack.fleet.loadgen import infer_body
 
 pytestmark = pytest.mark.e2e
 
 RELEASE, NAMESPACE, SERVING = "scale", "autoscaling", "inference"
-CHART = REPO_ROOT / "deploy" / "helm" / "tidescale"
 MAX_REPLICAS = 3
 
 
@@ -46,69 +43,16 @@ def values(mode: str) -> dict[str, Any]:
                         "tuning": {"down_delay_s": 30, "rate_window_s": 30, "fast_window_s": 15}},
         "autoscaling": {"mode": mode, "targets": [{"deployment": "triton", "model": "resnet50", "minReplicas": 1,
                                                    "maxReplicas": MAX_REPLICAS, "capacityRps": 40}]},
+        **KPS_VALUES,
     }
-
-
-def run_helm(cluster: Cluster, *args: str) -> None:
-    proc = subprocess.run([str(helm()), f"--kubeconfig={cluster.config.admin_kubeconfig}", *args],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
 
 
 def install(cluster: Cluster, mode: str, tmp: Any) -> None:
     path = tmp / f"values-{mode}.yaml"
     path.write_text(yaml.safe_dump(values(mode)))
-    run_helm(cluster, "upgrade", "--install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace",
+    cluster.helm("upgrade", "--install", RELEASE, str(chart()), "--namespace", NAMESPACE, "--create-namespace",
              "-f", str(path),
              "--wait", "--timeout", "180s")
-
-
-@dataclass
-class Load:
-    """Requests at a steady rate to the Triton Service's cluster address, from the host."""
-
-    url: str
-    rps: float
-    # False: a new connection per request (kube-proxy picks a live endpoint every time); True: each
-    # worker keeps its connection, which stays with its pod until the pod closes it.
-    keep_alive: bool = True
-    stop: threading.Event = field(default_factory=threading.Event)
-    ok: int = 0
-    failed: int = 0
-    # Requests whose answer was not an HTTP response (a malformed one, or a connection closed without
-    # one), retried once as a proxy would: tritonserver 2.51 sent one malformed response ("illegal
-    # header line") in about 19,000 requests while pods were exiting, in one run of three.
-    retried: int = 0
-    errors: list[str] = field(default_factory=list)
-
-    def run(self) -> None:
-        body, workers = infer_body((16,)), 8
-        threads = [threading.Thread(target=self._worker, args=(self.rps / workers, body)) for _ in range(workers)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-
-    def _worker(self, rate: float, body: bytes) -> None:
-        limits = httpx.Limits() if self.keep_alive else httpx.Limits(max_keepalive_connections=0)
-        with httpx.Client(timeout=10, limits=limits) as client:
-            nxt = time.monotonic()
-            while not self.stop.is_set():
-                try:
-                    try:
-                        resp = client.post(self.url, content=body)
-                    except httpx.RemoteProtocolError:
-                        self.retried += 1
-                        resp = client.post(self.url, content=body)
-                    ok = resp.status_code == 200
-                    error = "" if ok else f"{resp.status_code} {resp.text[:120]}"
-                except httpx.HTTPError as exc:
-                    ok, error = False, f"{type(exc).__name__}: {exc}"[:160]
-                if error and len(self.errors) < 20:
-                    self.errors.append(error)
-                self.ok, self.failed = self.ok + ok, self.failed + (not ok)
-                nxt += 1 / rate
-                self.stop.wait(max(0.0, nxt - time.monotonic()))
 
 
 def apply_serving(cluster: Cluster) -> None:
@@ -131,7 +75,7 @@ def serving(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Itera
     apply_serving(cluster)
     addons.install_keda(cluster.config, cluster.api)
     yield str(cluster.get(f"/api/v1/namespaces/{SERVING}/services/triton")["spec"]["clusterIP"])
-    run_helm(cluster, "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait")
+    cluster.helm("uninstall", RELEASE, "--namespace", NAMESPACE, "--wait")
     cluster.kubectl("delete", "namespace", SERVING, "--wait=false", check=False)
 
 
@@ -203,10 +147,8 @@ def set_prometheus_replicas(cluster: Cluster, n: int) -> None:
 
 def prometheus_series(cluster: Cluster, query: str) -> list[dict[str, str]]:
     """The label sets an instant query returns; empty while Prometheus is not answering."""
-    pod = cluster.get("/api/v1/namespaces/monitoring/pods/prometheus-k8s-0")
     try:
-        found = httpx.get(f"http://{pod['status']['podIP']}:9090/api/v1/query", params={"query": query},
-                          timeout=10).json()["data"]["result"]
+        found = cluster.prometheus("/api/v1/query?" + urlencode({"query": query}))["data"]["result"]
     except (httpx.HTTPError, KeyError, ValueError):
         return []
     return [r["metric"] for r in found]
@@ -234,7 +176,7 @@ def test_one_exporter_per_node_polls_and_attributes_each_triton_pod_exactly_once
     On a real cluster each node's kube-proxy keeps them on their own node."""
     path = tmp_path / "values-daemonset.yaml"
     path.write_text(yaml.safe_dump({**values("none"), "exporter": {"mode": "daemonset"}}))
-    run_helm(cluster, "upgrade", "--install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace",
+    cluster.helm("upgrade", "--install", RELEASE, str(chart()), "--namespace", NAMESPACE, "--create-namespace",
              "-f", str(path), "--wait", "--timeout", "180s")
     exporters = {p["metadata"]["name"]: p["spec"]["nodeName"]
                  for p in cluster.pods(NAMESPACE, "app.kubernetes.io/component=exporter")}
@@ -263,7 +205,7 @@ def test_each_nodes_exporter_reads_the_trace_files_of_its_own_triton_pods_from_t
     path.write_text(yaml.safe_dump({**values("none"), "exporter": {
         "mode": "daemonset", "traceFiles": {"enabled": True, "hostPath": str(traces), "keepRotations": 2},
         "settings": {"trace_dir_idle_s": 5}}}))
-    run_helm(cluster, "upgrade", "--install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace",
+    cluster.helm("upgrade", "--install", RELEASE, str(chart()), "--namespace", NAMESPACE, "--create-namespace",
              "-f", str(path), "--wait", "--timeout", "180s")
     exporters = {p["metadata"]["name"]: p["spec"]["nodeName"]
                  for p in cluster.pods(NAMESPACE, "app.kubernetes.io/component=exporter")}
@@ -527,7 +469,7 @@ def test_twenty_scale_downs_under_load_lose_no_request(cluster: Cluster, serving
     # No autoscaler on the Deployment while this test scales it by hand.
     path = tmp_path / "values-none.yaml"
     path.write_text(yaml.safe_dump(values("none")))
-    run_helm(cluster, "upgrade", "--install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace",
+    cluster.helm("upgrade", "--install", RELEASE, str(chart()), "--namespace", NAMESPACE, "--create-namespace",
              "-f", str(path), "--wait", "--timeout", "180s")
     cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(triton_deployment(
         SERVING, otlp_url=f"http://{RELEASE}-tidescale-exporter.{NAMESPACE}.svc:9105/v1/traces")))

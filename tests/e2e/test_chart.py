@@ -3,7 +3,6 @@ prometheus-operator, under a release name and namespace other than `tidescale`."
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -12,9 +11,8 @@ import httpx
 import pytest
 import yaml
 
-from tests.e2e.conftest import Cluster, wait_for_targets_up
+from tests.e2e.conftest import Cluster, chart, wait_for_targets_up
 from tests.waiting import wait_for
-from tidescale.contracts.tools import REPO_ROOT, helm
 from tidescale.devstack.cluster import addons
 
 pytestmark = pytest.mark.e2e
@@ -23,33 +21,27 @@ RELEASE, NAMESPACE, SERVING = "obs", "observability", "e2e-serving"
 MODEL_DEPLOYMENT = "e2e-model-server"
 REVIEW_ALERT = {"alertname": "TritonModelReviewRequired", "severity": "info", "namespace": SERVING,
                 "model": "e2e-review-model", "version": "3", "reason": "string_ops"}
-CHART = REPO_ROOT / "deploy" / "helm" / "tidescale"
-
-
-def run_helm(cluster: Cluster, *args: str) -> str:
-    proc = subprocess.run([str(helm()), f"--kubeconfig={cluster.config.admin_kubeconfig}", *args],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
+KPS = "monitoring.additionalLabels.release=" + addons.KPS_RELEASE  # kube-prometheus-stack at its defaults
 
 
 @pytest.fixture(scope="module")
 def release(cluster: Cluster) -> Iterator[str]:
-    # The route to the review service as an AlertmanagerConfig, as docs/install.md has operator users do.
-    # The serving namespace holds the model's Deployment: the review service may create Events there.
+    # The route to the review service as an AlertmanagerConfig in the serving namespace (auto: the
+    # operator serves the API), as docs/install.md has kube-prometheus-stack users install it. The serving
+    # namespace holds the model's Deployment: the review service may create Events there.
     cluster.kubectl("create", "namespace", SERVING, check=False)
-    run_helm(cluster, "install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace", "--wait",
-             "--set", "alertmanager.alertmanagerConfig.enabled=true", "--set", f"serving.namespace={SERVING}",
-             "--set", f"reviews.kubeEvents.modelDeployments.{REVIEW_ALERT['model']}={MODEL_DEPLOYMENT}",
-             "--timeout", "240s")
+    cluster.helm("install", RELEASE, str(chart()), "--namespace", NAMESPACE, "--create-namespace", "--wait",
+                 "--set", KPS, "--set", f"serving.namespace={SERVING}",
+                 "--set", f"reviews.kubeEvents.modelDeployments.{REVIEW_ALERT['model']}={MODEL_DEPLOYMENT}",
+                 "--timeout", "240s")
     yield RELEASE
     if installed(cluster):  # the last test uninstalls it itself
-        run_helm(cluster, "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout", "120s")
+        cluster.helm("uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout", "120s")
     cluster.kubectl("delete", "namespace", SERVING, "--wait=false", check=False)
 
 
 def installed(cluster: Cluster) -> bool:
-    return bool(run_helm(cluster, "list", "--namespace", NAMESPACE, "--filter", f"^{RELEASE}$", "-q").strip())
+    return bool(cluster.helm("list", "--namespace", NAMESPACE, "--filter", f"^{RELEASE}$", "-q").strip())
 
 
 def get_json(url: str) -> Any:
@@ -92,19 +84,22 @@ def test_the_chart_rules_are_loaded(cluster: Cluster, release: str) -> None:
 
 def test_alertmanager_delivers_a_review_alert_to_the_review_service_with_the_charts_token(
         cluster: Cluster, release: str) -> None:
-    alertmanager = cluster.get("/api/v1/namespaces/monitoring/pods/alertmanager-main-0")["status"]["podIP"]
+    """kube-prometheus-stack's Alertmanager at its defaults: the operator adds namespace="<its namespace>" to
+    the AlertmanagerConfig's route (OnNamespace), which the chart put in the serving namespace that
+    review alerts carry."""
+    alertmanager = cluster.alertmanager_url()
     reviews = cluster.get(f"/api/v1/namespaces/{NAMESPACE}/services/{release}-tidescale-reviews")["spec"]
     reviews_url = f"http://{reviews['clusterIP']}:{reviews['ports'][0]['port']}/api/v1/reviews"
 
     def route_loaded() -> bool:
-        status = get_json(f"http://{alertmanager}:9093/api/v2/status")
-        return bool(status) and f"{NAMESPACE}/{release}-tidescale-reviews/model-reviews" in status["config"]["original"]
+        status = get_json(f"{alertmanager}/api/v2/status")
+        return bool(status) and f"{SERVING}/{release}-tidescale-reviews/model-reviews" in status["config"]["original"]
 
-    # prometheus-operator turns the chart's AlertmanagerConfig (and the token in the chart's Secret) into
+    # prometheus-operator turns the chart's AlertmanagerConfig (and the token copied beside it) into
     # Alertmanager's configuration; the config reloader then applies it.
     wait_for(route_loaded, 180, "the chart's AlertmanagerConfig in Alertmanager's configuration")
     alert = {"labels": REVIEW_ALERT, "annotations": {"summary": "string ops take 30 % of op time"}}
-    httpx.post(f"http://{alertmanager}:9093/api/v2/alerts", json=[alert], timeout=10).raise_for_status()
+    httpx.post(f"{alertmanager}/api/v2/alerts", json=[alert], timeout=10).raise_for_status()
 
     def opened() -> list[dict[str, Any]]:
         found = get_json(f"{reviews_url}?model={REVIEW_ALERT['model']}")
@@ -124,7 +119,7 @@ def test_alertmanager_delivers_a_review_alert_to_the_review_service_with_the_cha
     assert event["involvedObject"]["kind"] == "Deployment" and event["involvedObject"]["name"] == MODEL_DEPLOYMENT
     assert f"review #{review['id']}" in event["message"]
     # The same alert again, as Alertmanager re-sends a firing alert: still exactly one review, one Event.
-    httpx.post(f"http://{alertmanager}:9093/api/v2/alerts", json=[alert], timeout=10).raise_for_status()
+    httpx.post(f"{alertmanager}/api/v2/alerts", json=[alert], timeout=10).raise_for_status()
     time.sleep(5)
     assert len(opened()) == 1 and len(review_events()) == 1
 
@@ -134,8 +129,8 @@ def rendered_against_the_cluster(cluster: Cluster, release: str, template: str, 
     """The *kind* objects of one chart template as `helm template --dry-run=server` renders them: with
     the chart's `lookup`s answered by this cluster, as at install time."""
     args = [arg for value in sets for arg in ("--set", value)]
-    out = run_helm(cluster, "template", release, str(CHART), "--dry-run=server", "--namespace", NAMESPACE,
-                   *args, "--show-only", f"templates/{template}")
+    out = cluster.helm("template", release, str(chart()), "--dry-run=server", "--namespace", NAMESPACE,
+                       *args, "--show-only", f"templates/{template}")
     return [d for d in yaml.safe_load_all(out) if d and d["kind"] == kind]
 
 
@@ -147,24 +142,39 @@ def test_the_chart_reads_the_installed_podmonitor_crd_for_a_numeric_port(cluster
 
 
 def test_a_dcgm_exporter_someone_else_scrapes_is_not_scraped_twice(cluster: Cluster, release: str) -> None:
-    """The standalone dcgm-exporter chart brings its own ServiceMonitor: the chart finds it and adds none."""
+    """monitoring.dcgmExporter.enabled: auto adds no second monitor where another one already scrapes
+    dcgm-exporter's port for a Prometheus of the cluster, and only there: the GPU Operator's own monitor
+    that kps does not load (no `release: kps`), one selecting by matchExpressions that exclude the
+    Service (Istio's component monitor), or one on another port does not count."""
     def dcgm_monitors(name: str) -> list[str]:
         return [d["metadata"]["name"] for d in rendered_against_the_cluster(
-            cluster, name, "monitors.yaml", "ServiceMonitor") if "dcgm" in d["metadata"]["name"]]
+            cluster, name, "monitors.yaml", "ServiceMonitor", KPS) if "dcgm" in d["metadata"]["name"]]
 
     # An upgrade of this release keeps its own monitor; a second release finds this one's and adds none.
     assert dcgm_monitors(release) == [f"{release}-tidescale-dcgm-exporter"]
     assert dcgm_monitors("second") == []
-    theirs = {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
-              "metadata": {"name": "dcgm-exporter", "namespace": "gpu-operator",
-                           "labels": {"app.kubernetes.io/instance": "dcgm-exporter"}},
-              "spec": {"selector": {"matchLabels": {"app": "nvidia-dcgm-exporter"}},
-                       "endpoints": [{"port": "gpu-metrics", "honorLabels": True}]}}
-    cluster.apply(theirs)
-    try:
-        assert dcgm_monitors(release) == []
-    finally:
-        cluster.kubectl("delete", "servicemonitor", "-n", "gpu-operator", "dcgm-exporter", check=False)
+
+    def theirs(name: str, labels: dict[str, str], selector: dict[str, Any],
+               port: str = "gpu-metrics") -> dict[str, Any]:
+        return {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
+                "metadata": {"name": name, "namespace": "gpu-operator", "labels": labels},
+                "spec": {"selector": selector, "endpoints": [{"port": port, "honorLabels": True}]}}
+
+    gpu_operator = {"matchLabels": {"app": "nvidia-dcgm-exporter"}}
+    cases = [
+        (theirs("gpu-operator-own", {"app": "nvidia-dcgm-exporter"}, gpu_operator), False),  # kps does not load it
+        (theirs("istio-like", addons.MONITORING_LABELS,
+                {"matchExpressions": [{"key": "istio", "operator": "In", "values": ["pilot"]}]}), False),
+        (theirs("other-port", addons.MONITORING_LABELS, gpu_operator, port="metrics"), False),
+        (theirs("dcgm-exporter", addons.MONITORING_LABELS, gpu_operator), True),  # kps loads it: that one scrapes
+    ]
+    for monitor, scraped in cases:
+        cluster.apply(monitor)
+        try:
+            assert dcgm_monitors(release) == ([] if scraped else [f"{release}-tidescale-dcgm-exporter"]), \
+                monitor["metadata"]["name"]
+        finally:
+            cluster.kubectl("delete", "servicemonitor", "-n", "gpu-operator", monitor["metadata"]["name"], check=False)
 
 
 def test_keda_mode_reads_the_installed_keda_crd_for_the_tolerance_field(cluster: Cluster) -> None:
@@ -189,7 +199,7 @@ def leftovers(cluster: Cluster) -> list[str]:
 
 def test_helm_upgrade_rolls_the_release_and_uninstall_leaves_nothing_behind(cluster: Cluster, release: str) -> None:
     exporter = f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{release}-tidescale-exporter"
-    run_helm(cluster, "upgrade", RELEASE, str(CHART), "--namespace", NAMESPACE, "--reuse-values",
+    cluster.helm("upgrade", RELEASE, str(chart()), "--namespace", NAMESPACE, "--reuse-values",
              "--set", "exporter.podAnnotations.e2e/upgraded=yes", "--wait", "--timeout", "240s")
     deployment = cluster.get(exporter)
     assert deployment["spec"]["template"]["metadata"]["annotations"]["e2e/upgraded"] == "yes"
@@ -197,6 +207,6 @@ def test_helm_upgrade_rolls_the_release_and_uninstall_leaves_nothing_behind(clus
     assert status.get("updatedReplicas") == status.get("availableReplicas") == deployment["spec"]["replicas"]
     assert leftovers(cluster), "the release's objects carry app.kubernetes.io/instance (else this test proves nothing)"
 
-    run_helm(cluster, "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout", "120s")
+    cluster.helm("uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout", "120s")
     # Pods go with their ReplicaSets through the garbage collector, a moment after helm returns.
     wait_for(lambda: leftovers(cluster) == [], 120, f"nothing left of the release: {leftovers(cluster)}")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.settings import load_settings
@@ -34,12 +37,20 @@ def test_the_story_surges_then_outruns_max_replicas_then_recovers() -> None:
     assert sc.peak_rps >= max(sc.rate(t) for t in range(300))
 
 
-def test_pages_and_tickets_route_by_severity_to_the_sink() -> None:
+def test_pages_and_tickets_route_by_severity_to_the_sink(tmp_path: Path) -> None:
+    """The platform team's kps Alertmanager configuration, checked by amtool: critical pages, warnings
+    open tickets, and kps's Watchdog goes nowhere."""
+    from tidescale.alerts import tooling
+
     sink = NotificationSink(host="10.243.0.1")
     doc = oncall_routes(sink)
-    route = doc["spec"]["route"]
-    assert route["receiver"] == "tickets" and route["routes"][0]["receiver"] == "pager"
-    urls = {r["name"]: r["webhookConfigs"][0]["url"] for r in doc["spec"]["receivers"]}
+    config = tmp_path / "alertmanager.yaml"
+    config.write_text(yaml.safe_dump(doc))
+    assert tooling.check_alertmanager(config).ok
+    assert tooling.route_receivers({"severity": "critical", "alertname": "X"}, config) == ["pager"]
+    assert tooling.route_receivers({"severity": "warning", "alertname": "X"}, config) == ["tickets"]
+    assert tooling.route_receivers({"severity": "none", "alertname": "Watchdog"}, config) == ["null"]
+    urls = {r["name"]: r["webhook_configs"][0]["url"] for r in doc["receivers"] if "webhook_configs" in r}
     assert urls["pager"].startswith("http://10.243.0.1:") and urls["pager"].endswith("/pager")
 
 

@@ -2,8 +2,8 @@
 
 prometheus-operator's CRDs and its RBAC/Deployment examples are read from the pinned Go module in
 Go's module cache (the same source the binary was built from), with only the namespace changed;
-then a Prometheus and an Alertmanager resource like kube-prometheus-stack's, selecting every
-ServiceMonitor, PodMonitor, PrometheusRule and AlertmanagerConfig in the cluster.
+then kube-prometheus-stack's Prometheus and Alertmanager at their defaults, as a release named `kps`
+lays them out (monitoring.yaml).
 """
 
 from __future__ import annotations
@@ -92,17 +92,32 @@ def install_prometheus_operator(config: ClusterConfig, api: KubeApi) -> None:
     wait_for("prometheus-operator", lambda: deployment_available(api, MONITORING_NS, "prometheus-operator"), 120)
 
 
+# kube-prometheus-stack at its defaults, as a release named `kps` installs it (deploy/cluster/manifests/
+# monitoring.yaml): its Prometheus loads only monitors and rules labelled `release: kps`, its Alertmanager
+# every AlertmanagerConfig under the operator's default matcher strategy.
+KPS_RELEASE = "kps"
+KPS_FULLNAME = f"{KPS_RELEASE}-kube-prometheus-stack"
+PROMETHEUS = f"{KPS_FULLNAME}-prometheus"  # the Prometheus resource and kps's Service for it
+ALERTMANAGER = f"{KPS_FULLNAME}-alertmanager"  # the Alertmanager resource and its Service
+PROMETHEUS_POD = f"prometheus-{PROMETHEUS}-0"
+ALERTMANAGER_POD = f"alertmanager-{ALERTMANAGER}-0"
+ALERTMANAGER_CONFIG_SECRET = f"alertmanager-{ALERTMANAGER}"  # kps's `alertmanager.config`
+MONITORING_LABELS = {"release": KPS_RELEASE}  # what a monitor or rule needs for this Prometheus to load it
+
+
 def install_monitoring_stack(config: ClusterConfig, api: KubeApi) -> None:
-    """A Prometheus and an Alertmanager resource, as kube-prometheus-stack creates them."""
+    """kube-prometheus-stack's Prometheus and Alertmanager resources, Services, default Alertmanager
+    configuration and Watchdog rule, as a release named `kps` at its defaults creates them."""
     install_prometheus_operator(config, api)
-    kubectl(config, "apply", "-f", "-", stdin=render_manifest(config, "monitoring.yaml", NAMESPACE=MONITORING_NS))
+    kubectl(config, "apply", "-f", "-", stdin=render_manifest(config, "monitoring.yaml", NAMESPACE=MONITORING_NS,
+                                                                KPS=KPS_RELEASE))
 
     def statefulset_ready(name: str) -> bool:
         sts = api.get(f"/apis/apps/v1/namespaces/{MONITORING_NS}/statefulsets/{name}")
         return int(sts.get("status", {}).get("readyReplicas") or 0) >= int(sts["spec"].get("replicas", 1))
 
-    wait_for("Prometheus", lambda: statefulset_ready("prometheus-k8s"), 180)
-    wait_for("Alertmanager", lambda: statefulset_ready("alertmanager-main"), 180)
+    wait_for("Prometheus", lambda: statefulset_ready(f"prometheus-{PROMETHEUS}"), 180)
+    wait_for("Alertmanager", lambda: statefulset_ready(f"alertmanager-{ALERTMANAGER}"), 180)
     wait_for("kube-state-metrics", lambda: deployment_available(api, MONITORING_NS, "kube-state-metrics"), 120)
 
 

@@ -129,27 +129,35 @@ def chart_values(s: DemoSettings, mode: str, capacity_rps: float) -> dict[str, A
                         "targets": [{"deployment": DEPLOYMENT, "model": AUTOSCALED_MODEL,
                                      "minReplicas": s.min_replicas, "maxReplicas": s.max_replicas,
                                      "capacityRps": round(capacity_rps, 1)}]},
-        "alertmanager": {"alertmanagerConfig": {"enabled": True}},
+        # The review route is rendered wherever the operator's AlertmanagerConfig API is served (auto).
         # The reviewed model runs in the same Triton Deployment; its profile alert names no Deployment.
         "reviews": {"kubeEvents": {"modelDeployments": {REVIEW_MODEL: DEPLOYMENT}}},
         "defaultRules": {"overrides": SHORT_WINDOWS},
-        "monitoring": {"interval": "5s"},
+        # kube-prometheus-stack (release kps, at its defaults) loads monitors and rules with its release label.
+        "monitoring": {"interval": "5s", "additionalLabels": addons.MONITORING_LABELS},
     }
 
 
 def oncall_routes(sink: NotificationSink) -> dict[str, Any]:
-    """The platform team's own routes (the chart routes only model reviews): pages and tickets to the sink."""
+    """The platform team's own routes (the chart routes only model reviews), as a kube-prometheus-stack
+    user writes them in its `alertmanager.config`: pages and tickets to the sink, the Watchdog to null."""
     def receiver(name: str) -> dict[str, Any]:
-        return {"name": name, "webhookConfigs": [{"url": sink.url(name), "sendResolved": False}]}
+        return {"name": name, "webhook_configs": [{"url": sink.url(name), "send_resolved": False}]}
 
-    return {"apiVersion": "monitoring.coreos.com/v1alpha1", "kind": "AlertmanagerConfig",
-            "metadata": {"name": "oncall", "namespace": addons.MONITORING_NS},
-            "spec": {"route": {"receiver": "tickets", "groupBy": ["alertname", "namespace"], "groupWait": "5s",
-                               "groupInterval": "30s", "repeatInterval": "1h",
-                               "matchers": [{"name": "severity", "matchType": "=~", "value": "critical|warning"}],
-                               "routes": [{"receiver": "pager", "matchers": [
-                                   {"name": "severity", "matchType": "=", "value": "critical"}]}]},
-                     "receivers": [receiver("pager"), receiver("tickets")]}}
+    return {"global": {"resolve_timeout": "5m"},
+            "route": {"receiver": "null", "group_by": ["alertname", "namespace"], "group_wait": "5s",
+                      "group_interval": "30s", "repeat_interval": "1h",
+                      "routes": [{"receiver": "null", "matchers": ['alertname = "Watchdog"']},
+                                 {"receiver": "pager", "matchers": ['severity = "critical"']},
+                                 {"receiver": "tickets", "matchers": ['severity = "warning"']}]},
+            "receivers": [{"name": "null"}, receiver("pager"), receiver("tickets")]}
+
+
+def use_oncall_routes(stack: ClusterStack, sink: NotificationSink) -> None:
+    """Write the routes into kps's Alertmanager configuration Secret (as `helm upgrade kps` with its
+    `alertmanager.config` would); the operator merges the chart's AlertmanagerConfig into it."""
+    stack.api.patch_merge(f"/api/v1/namespaces/{addons.MONITORING_NS}/secrets/{addons.ALERTMANAGER_CONFIG_SECRET}",
+                          {"stringData": {"alertmanager.yaml": yaml.safe_dump(oncall_routes(sink))}})
 
 
 class ClusterStack:
@@ -167,11 +175,11 @@ class ClusterStack:
 
     @property
     def prometheus_url(self) -> str:
-        return f"http://{self.pod_ip(addons.MONITORING_NS, 'prometheus-k8s-0')}:9090"
+        return f"http://{self.pod_ip(addons.MONITORING_NS, addons.PROMETHEUS_POD)}:9090"
 
     @property
     def alertmanager_url(self) -> str:
-        return f"http://{self.pod_ip(addons.MONITORING_NS, 'alertmanager-main-0')}:9093"
+        return f"http://{self.pod_ip(addons.MONITORING_NS, addons.ALERTMANAGER_POD)}:9093"
 
     def query(self, promql: str) -> list[dict[str, Any]]:
         resp = httpx.get(f"{self.prometheus_url}/api/v1/query", params={"query": promql}, timeout=5)
@@ -220,7 +228,7 @@ def install(stack: ClusterStack, s: DemoSettings, mode: str, sink: NotificationS
         say("prometheus-adapter, reading the rules the chart rendered")
         addons.install_prometheus_adapter(config, api, f"{RELEASE}-prometheus-adapter")
     addons.use_external_metrics_from(config, api, "keda" if mode == "keda" else "adapter")
-    kubectl(config, "apply", "-f", "-", stdin=yaml.safe_dump(oncall_routes(sink)))
+    use_oncall_routes(stack, sink)
     wait_until("the Triton Deployment", lambda: int(stack.deployment().get("status", {}).get(
         "readyReplicas") or 0) >= s.min_replicas, 180)
 
