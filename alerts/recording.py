@@ -15,6 +15,7 @@ from tidescale.contracts.promql import (
     join_serving_pods,
     metric,
     per_model,
+    selector,
     sum_rate,
     triton_sum,
     triton_sum_rate,
@@ -131,10 +132,28 @@ def latency_group(cfg: AlertsConfig) -> Group:
     return {"name": "tidescale.rules.latency", "interval": cfg.evaluation_interval, "rules": rules}
 
 
+def pod_deployment() -> str:
+    """Each pod's Deployment from kube-state-metrics' owner chain, pod -> ReplicaSet -> Deployment (as
+    kubernetes-mixin's namespace_workload_pod:kube_pod_owner:relabel): 1 per (namespace, deployment, pod)."""
+    rs_owner = label_replace(selector("kube_replicaset_owner", owner_kind="Deployment"), "deployment", "owner_name")
+    pod_owner = label_replace(selector("kube_pod_owner", owner_kind="ReplicaSet"), "replicaset", "owner_name")
+    return (f"max by (namespace, deployment, pod) (\n  {pod_owner}\n"
+            f"  * on (namespace, replicaset) group_left (deployment)\n"
+            f"  max by (namespace, replicaset, deployment) ({rs_owner})\n)")
+
+
+def label_replace(expr: str, target: str, source: str) -> str:
+    return f'label_replace({expr}, "{target}", "$1", "{source}", "(.+)")'
+
+
 def by_deployment(pod_series: str, cfg: AlertsConfig) -> str:
-    """Average a per-pod series over the pods of a Deployment (`<deploy>-<rs>-<pod>` names)."""
+    """Average a per-pod series over the pods of a Deployment: the owner kube-state-metrics reports, else
+    (no kube-state-metrics, the local process stack) the `<deploy>-<rs>-<pod>` name."""
+    owned = f"{pod_series} * on (namespace, pod) group_left (deployment) {n.POD_DEPLOYMENT}"
     regex = escape_label_value(cfg.pod_deployment_regex)
-    return f'avg by (namespace, deployment) (label_replace({pod_series}, "deployment", "$1", "pod", "{regex}"))'
+    named = (f'label_replace({pod_series} unless on (namespace, pod) {n.POD_DEPLOYMENT}, '
+             f'"deployment", "$1", "pod", "{regex}")')
+    return f"avg by (namespace, deployment) (\n  {owned}\n  or\n  {named}\n)"
 
 
 def queue_group(cfg: AlertsConfig) -> Group:
@@ -142,6 +161,7 @@ def queue_group(cfg: AlertsConfig) -> Group:
     req_us, queue_us = metric("nv_inference_request_duration_us"), metric("nv_inference_queue_duration_us")
     ok = metric("nv_inference_request_success")
     rules = [
+        record(n.POD_DEPLOYMENT, pod_deployment()),
         record(n.POD_QUEUE_DEPTH, triton_sum(pending, NP)),
         record(n.MODEL_POD_QUEUE_DEPTH, triton_sum(pending, NMP)),
         record(n.MODEL_QUEUE_DEPTH_PER_REPLICA, f"avg by ({NM}) ({n.MODEL_POD_QUEUE_DEPTH})"),

@@ -76,6 +76,8 @@ DEPLOYMENT_SLO_LATENCY_THRESHOLD: Final = "namespace_deployment:tidescale_slo:la
 # --- Queue and concurrency per replica --------------------------------------------------------------
 """Queue depth (Triton's pending-request gauge) and in-flight requests (Little's law on the
 request-duration counter: µs spent per second = average concurrency) per replica."""
+# Each pod's Deployment from kube-state-metrics' owners (pod -> ReplicaSet -> Deployment), value 1.
+POD_DEPLOYMENT: Final = "namespace_deployment_pod:kube_pod_owner:relabel"
 POD_QUEUE_DEPTH: Final = "namespace_pod:nv_inference_pending_request_count:sum"
 MODEL_POD_QUEUE_DEPTH: Final = "namespace_model_pod:nv_inference_pending_request_count:sum"
 DEPLOYMENT_QUEUE_DEPTH_PER_REPLICA: Final = "namespace_deployment:triton_queue_depth_per_replica:avg"

@@ -200,6 +200,8 @@ KUBE_STATE_METRICS: list[MetricFamily] = [
          "Readiness achieved time in unix timestamp for a pod.", ("namespace", "pod", "uid")),
     _ksm("kube_pod_owner", "gauge", "info",
          "Information about the Pod's owner.", ("namespace", "pod", "owner_kind", "owner_name")),
+    _ksm("kube_replicaset_owner", "gauge", "info",
+         "Information about the ReplicaSet's owner.", ("namespace", "replicaset", "owner_kind", "owner_name")),
 ]
 
 PROMETHEUS: list[MetricFamily] = [
