@@ -28,6 +28,7 @@ components=(
   "kube-state-metrics|k8s.io/kube-state-metrics/v2|kube-state-metrics=k8s.io/kube-state-metrics/v2"
   "prometheus-adapter|sigs.k8s.io/prometheus-adapter|prometheus-adapter=sigs.k8s.io/prometheus-adapter/cmd/adapter"
   "keda|github.com/kedacore/keda/v2|keda=github.com/kedacore/keda/v2/cmd/operator keda-adapter=github.com/kedacore/keda/v2/cmd/adapter keda-admission-webhooks=github.com/kedacore/keda/v2/cmd/webhooks"
+  "registry|github.com/distribution/distribution/v3|registry=github.com/distribution/distribution/v3/cmd/registry"
 )
 only=("$@")  # optional: build just these components
 

@@ -83,6 +83,26 @@ class Cluster:
         return path.read_text(errors="replace") if path.exists() else ""
 
 
+@dataclass(frozen=True)
+class OciChart:
+    """The packaged chart pushed to the cluster's OCI registry, as a platform team publishes it."""
+
+    ref: str  # oci://host:port/charts/tidescale
+    version: str
+
+    def install_args(self) -> list[str]:
+        return [self.ref, "--version", self.version, "--plain-http"]
+
+
+@pytest.fixture(scope="session")
+def oci_chart(cluster: Cluster) -> OciChart:
+    address = addons.install_registry(cluster.config, cluster.api)
+    packaged = chart()
+    cluster.helm("push", str(packaged), f"oci://{address}/charts", "--plain-http")
+    version = packaged.name.removeprefix("tidescale-").removesuffix(".tgz")
+    return OciChart(f"oci://{address}/charts/tidescale", version)
+
+
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
     if os.geteuid() != 0:

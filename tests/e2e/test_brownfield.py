@@ -26,7 +26,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.e2e.conftest import KPS_VALUES, Cluster, chart, wait_for_targets_up
+from tests.e2e.conftest import KPS_VALUES, Cluster, OciChart, chart, wait_for_targets_up
 from tests.e2e.load import Load
 from tests.waiting import wait_for
 from tidescale.autoscaler.recommend import replicas_for
@@ -171,8 +171,8 @@ def user_objects() -> list[dict[str, Any]]:
 
 
 class Brownfield:
-    def __init__(self, cluster: Cluster, kubeconfig: Path, tmp: Path) -> None:
-        self.cluster, self.kubeconfig, self.tmp = cluster, kubeconfig, tmp
+    def __init__(self, cluster: Cluster, kubeconfig: Path, tmp: Path, oci: OciChart) -> None:
+        self.cluster, self.kubeconfig, self.tmp, self.oci = cluster, kubeconfig, tmp, oci
         self.user_hpa_uid = ""
         self.alertmanager_config = ""
 
@@ -182,7 +182,8 @@ class Brownfield:
     def install(self, action: str, *layers: dict[str, Any]) -> None:
         path = self.tmp / f"values-{len(list(self.tmp.glob('values-*')))}.yaml"
         path.write_text(yaml.safe_dump(merged(documented_values(), TEST_SPEEDUPS, *layers)))
-        self.helm_as_installer(*(["install"] if action == "install" else ["upgrade"]), RELEASE, str(chart()),
+        # From the OCI registry, as a platform team installs a published chart.
+        self.helm_as_installer(action, RELEASE, *self.oci.install_args(),
                                "--namespace", NAMESPACE, "-f", str(path), "--wait", "--timeout", "300s")
 
     def query(self, promql: str) -> float | None:
@@ -191,7 +192,7 @@ class Brownfield:
 
 
 @pytest.fixture(scope="module")
-def brownfield(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Brownfield]:
+def brownfield(cluster: Cluster, oci_chart: OciChart, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Brownfield]:
     tmp = tmp_path_factory.mktemp("brownfield")
     for ns in (NAMESPACE, SERVING, OTHER_TEAM):
         cluster.kubectl("create", "namespace", ns, check=False)
@@ -200,7 +201,7 @@ def brownfield(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> It
     cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(triton_deployment(
         SERVING, otlp_url=f"http://{FULLNAME}-exporter.{NAMESPACE}.svc:9105/v1/traces")))
     cluster.apply(*user_objects())
-    state = Brownfield(cluster, installer_kubeconfig(cluster, tmp), tmp)
+    state = Brownfield(cluster, installer_kubeconfig(cluster, tmp), tmp, oci_chart)
     state.user_hpa_uid = hpas_on(cluster, "triton")[0]["metadata"]["uid"]
     config = f"/api/v1/namespaces/{addons.MONITORING_NS}/secrets/{addons.ALERTMANAGER_CONFIG_SECRET}"
     state.alertmanager_config = cluster.get(config)["data"]["alertmanager.yaml"]

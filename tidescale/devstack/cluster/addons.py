@@ -204,3 +204,16 @@ def use_external_metrics_from(config: ClusterConfig, api: KubeApi, provider: str
             c["type"] == "Available" and c["status"] == "True" for c in svc.get("status", {}).get("conditions", []))
 
     wait_for(f"the external metrics API from {provider}", available, 60)
+
+
+REGISTRY_NS = "registry"
+
+
+def install_registry(config: ClusterConfig, api: KubeApi) -> str:
+    """An OCI registry in the cluster (distribution, built by setup); its address, host:port, which the
+    host reaches through kube-proxy as any client in the cluster would."""
+    kubectl(config, "apply", "-f", "-", stdin=render_manifest(config, "registry.yaml", NAMESPACE=REGISTRY_NS))
+    wait_for("the OCI registry", lambda: deployment_available(api, REGISTRY_NS, "registry"), 120)
+    ip = api.get(f"/api/v1/namespaces/{REGISTRY_NS}/services/registry")["spec"]["clusterIP"]
+    return f"{ip}:5000"
+

@@ -118,6 +118,8 @@ IMAGES = {
     "kube-state-metrics": lambda: _simple(_tool("kube-state-metrics")),
     "prometheus-adapter": lambda: _simple(_tool("prometheus-adapter"), "adapter"),
     "busybox": lambda: HostImage(entrypoint=("sh",)),
+    # CNCF distribution's OCI registry, built by setup (the e2e tests push the packaged chart to it).
+    "registry": lambda: _simple(_tool("registry"), "registry"),
     # GPUs are simulated: dcgm-exporter's image is tidescale's simulation of it (devstack/cluster/dcgm.py).
     "dcgm-exporter": _dcgm_exporter,
 }
