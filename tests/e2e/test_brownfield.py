@@ -15,6 +15,7 @@ import base64
 import contextlib
 import copy
 import re
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -30,7 +31,7 @@ from tests.e2e.conftest import KPS_VALUES, Cluster, OciChart, chart, wait_for_ta
 from tests.e2e.load import Load
 from tests.waiting import wait_for
 from tidescale.autoscaler.recommend import replicas_for
-from tidescale.contracts.tools import REPO_ROOT
+from tidescale.contracts.tools import REPO_ROOT, helm
 from tidescale.devstack.cluster import addons
 from tidescale.devstack.cluster.serving import triton_deployment
 from tidescale.devstack.demo.faults import string_heavy_trace_viewer
@@ -222,6 +223,20 @@ def uninstall_leftovers(cluster: Cluster) -> None:
 
 
 # --- the tests, in order ---------------------------------------------------------------------------
+
+def test_the_chart_names_the_hpa_it_would_fight(brownfield: Brownfield, tmp_path: Path) -> None:
+    """With cluster-wide lookups (an admin's install) and no hpaName, the chart finds the user's HPA on the
+    target and refuses, naming it and the value to set, instead of a second HPA (AmbiguousSelector)."""
+    values = merged(documented_values(), {"clusterLookups": True, "autoscaling": {"targets": [
+        {k: v for k, v in documented_values()["autoscaling"]["targets"][0].items() if k != "hpaName"}]}})
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(values))
+    proc = subprocess.run([str(helm()), f"--kubeconfig={brownfield.cluster.config.admin_kubeconfig}", "template",
+                           RELEASE, str(chart()), "--dry-run=server", "--namespace", NAMESPACE, "-f", str(path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and f"HorizontalPodAutoscaler {USER_HPA}" in proc.stderr, proc.stderr
+    assert f"hpaName={USER_HPA}" in proc.stderr
+
 
 def test_a_namespace_scoped_installer_takes_over_the_users_hpa_without_a_gap(brownfield: Brownfield) -> None:
     """KEDA adopts the user's HPA in place (transfer-hpa-ownership): the same object throughout, never
