@@ -100,3 +100,19 @@ DATETIMES: list[tuple[str, str]] = [
     ("not-a-date", "yesterday"),
     ("year-0", "0000-01-01T00:00:00Z"),
 ]
+
+# URLs that carry a credential, with the secret each must never show (in a label, a log line or an
+# error message): (name, url, secret).
+URLS_WITH_CREDENTIALS: list[tuple[str, str, str]] = [
+    ("userinfo", "http://tidescale:hunter2-pass@triton:8000", "hunter2-pass"),
+    ("user-only", "http://ghp-token-as-user@triton:8000", "ghp-token-as-user"),
+    ("at-in-password", "http://u:p@ss-w0rd@triton:8000", "p@ss-w0rd"),
+    ("slash-in-password", "http://u:pa/ss-w0rd@triton:8000", "pa/ss-w0rd"),
+    ("question-mark-in-password", "http://u:pa?ss-w0rd@triton:8000", "pa?ss-w0rd"),
+    ("percent-encoded", "http://u:p%40ss%2Fw0rd@triton:8000", "p%40ss%2Fw0rd"),
+    ("no-scheme", "u:no-scheme-s3cret@triton:8000", "no-scheme-s3cret"),
+    ("ipv6", "https://u:v6-s3cret@[::1]:8000", "v6-s3cret"),
+    ("unicode", "http://u:пароль-s3cret@triton:8000", "пароль-s3cret"),
+    ("dsn-query-password", "postgresql://app@db/reviews?sslmode=require&password=qwerty-s3cret", "qwerty-s3cret"),
+    ("query-token", "http://prometheus:9090/?access_token=tok-123456", "tok-123456"),
+]
