@@ -8,6 +8,7 @@ from typing import ClassVar, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from tidescale.contracts.redact import redact_url
 from tidescale.contracts.settings import ComponentSettings
 from tidescale.contracts.slo import SLO_THRESHOLDS_S
 
@@ -86,7 +87,7 @@ class ExporterSettings(ComponentSettings):
     def _http_urls(cls, value: list[str]) -> list[str]:
         for url in value:
             if not url.startswith(("http://", "https://")):
-                raise ValueError(f"Triton URL must start with http:// or https://, got {url!r}")
+                raise ValueError(f"Triton URL must start with http:// or https://, got {redact_url(url)!r}")
         return [u.rstrip("/") for u in value]
 
     @model_validator(mode="after")

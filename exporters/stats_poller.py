@@ -30,6 +30,7 @@ from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from tidescale.contracts import catalog, jsonio
+from tidescale.contracts.redact import redact_urls
 from tidescale.exporters.cardinality import SeriesCap, clean_label_value
 from tidescale.exporters.errors import BadInput
 from tidescale.exporters.latency import BucketHistogram
@@ -94,8 +95,9 @@ def parse_version(text: str) -> tuple[int, ...] | None:
 
 
 def target_labels(target: Target) -> tuple[str, str]:
-    """(namespace, pod) labels; a static URL's pod label is its host:port so series stay distinct."""
-    pod = target.pod if target.pod is not None else urlsplit(target.url).netloc
+    """(namespace, pod) labels; a static URL's pod label is its host:port so series stay distinct
+    (never its user and password: /metrics needs no token)."""
+    pod = target.pod if target.pod is not None else urlsplit(target.url).netloc.rpartition("@")[2]
     return clean_label_value(target.namespace or ""), clean_label_value(pod)
 
 
@@ -203,10 +205,10 @@ class StatsPoller(Collector):
                 reason = "connect"
             except Exception as exc:  # a bug must cost one target one cycle, never the poller
                 reason = "internal_error"
-                log.warning("poll of %s failed: %s: %s", target.url, type(exc).__name__, str(exc)[:200],
-                            extra={"fields": {"target": target.url}})
+                log.warning("poll of %s failed: %s: %s", target.label, type(exc).__name__,
+                            redact_urls(str(exc))[:200], extra={"fields": {"target": target.label}})
             elapsed = time.perf_counter() - start
-        self.self_metrics.observe_poll(target.url, elapsed, reason)
+        self.self_metrics.observe_poll(target.label, elapsed, reason)
 
     async def _fetch_metadata(self, target: Target, models: list[ModelStats], session: aiohttp.ClientSession
                               ) -> dict[tuple[str, str], int]:
@@ -220,35 +222,35 @@ class StatsPoller(Collector):
                            if (s := self._series.get((target.url, m.name, m.version))) is not None
                            and s.max_batch_size is None][:MAX_CONFIGS_PER_POLL]
         if need_version:
-            state.server_version = await self._server_version(session, target.url)
+            state.server_version = await self._server_version(session, target)
         sizes = {}
         for m in need_config:
-            sizes[(m.name, m.version)] = await self._max_batch_size(session, target.url, m)
+            sizes[(m.name, m.version)] = await self._max_batch_size(session, target, m)
         return sizes
 
-    async def _server_version(self, session: aiohttp.ClientSession, url: str) -> tuple[int, ...]:
+    async def _server_version(self, session: aiohttp.ClientSession, target: Target) -> tuple[int, ...]:
         """The server version, () when unknown (then the queue is estimated); a malformed answer
         is counted as a `bad_metadata` poll error."""
         try:
-            meta = _loads(await self._get_json_bytes(session, f"{url}/v2"))
+            meta = _loads(await self._get_json_bytes(session, f"{target.url}/v2"))
             version = parse_version(str(meta.get("version", ""))[:64]) if isinstance(meta, dict) else None
         except BadInput:
-            self.self_metrics.count_poll_error(url, "bad_metadata")
+            self.self_metrics.count_poll_error(target.label, "bad_metadata")
             version = None
         except (_HttpStatusError, aiohttp.ClientError):
             version = None
         return version or ()
 
-    async def _max_batch_size(self, session: aiohttp.ClientSession, url: str, model: ModelStats) -> int:
+    async def _max_batch_size(self, session: aiohttp.ClientSession, target: Target, model: ModelStats) -> int:
         """The model's max_batch_size (0: no batching, or the config could not be read; a malformed
         config is counted as a `bad_metadata` poll error)."""
         path = f"/v2/models/{quote(model.name, safe='')}/versions/{quote(model.version, safe='')}/config"
         try:
-            config = _loads(await self._get_json_bytes(session, url + path))
+            config = _loads(await self._get_json_bytes(session, target.url + path))
             value = config.get("max_batch_size", 0) if isinstance(config, dict) else 0
             return int(value) if isinstance(value, int | str) and str(value).isascii() and str(value).isdigit() else 0
         except BadInput:
-            self.self_metrics.count_poll_error(url, "bad_metadata")
+            self.self_metrics.count_poll_error(target.label, "bad_metadata")
             return 0
         except (_HttpStatusError, aiohttp.ClientError):
             return 0
@@ -315,7 +317,7 @@ class StatsPoller(Collector):
                 for key in state.keys if state else ():
                     self._drop(key)
         for target in removed:
-            self.self_metrics.forget_target(target.url)
+            self.self_metrics.forget_target(target.label)
 
     def series_count(self) -> int:
         with self._lock:

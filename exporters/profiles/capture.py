@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 from tidescale.contracts.errors import MissingToolError, TidescaleError, UsageError
+from tidescale.contracts.redact import redact_url, redact_urls
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
 MAX_CAPTURE_MS = 10 * 60 * 1000
@@ -71,6 +72,7 @@ def post(files: list[Path], url: str, model: str, version: str, token: str | Non
             resp = httpx.post(f"{url.rstrip('/')}/v1/profiles", params={"model": model, "version": version},
                               content=path.read_bytes(), headers=headers, timeout=60)
         except httpx.HTTPError as exc:
-            raise TidescaleError(f"upload of {path.name} to {url} failed: {exc}") from None
+            raise TidescaleError(f"upload of {path.name} to {redact_url(url)} failed: "
+                                 f"{redact_urls(str(exc))}") from None
         if resp.status_code >= 400:
             raise TidescaleError(f"upload of {path.name} refused: HTTP {resp.status_code} {resp.text[:200]}")

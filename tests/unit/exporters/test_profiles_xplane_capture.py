@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.hostile import URLS_WITH_CREDENTIALS
 from tests.protowire import varint
-from tidescale.contracts.errors import MissingToolError, UsageError
-from tidescale.exporters.profiles.capture import capture, check_target, parse_duration_ms
+from tidescale.contracts.errors import MissingToolError, TidescaleError, UsageError
+from tidescale.exporters.profiles.capture import capture, check_target, parse_duration_ms, post
 from tidescale.exporters.profiles.ingest import parse_profile
 from tidescale.exporters.profiles.xplane import op_of_host_event
 
@@ -99,3 +101,20 @@ def test_fuzz_duration_and_limit_parsing(text: str) -> None:
     for parse in (parse_duration_ms, lambda t: parse_limits([t])):
         with contextlib.suppress(UsageError):
             parse(text)
+
+
+@pytest.mark.parametrize(("name", "url", "secret"), [u for u in URLS_WITH_CREDENTIALS if "://" in u[1]],
+                         ids=[n for n, u, _ in URLS_WITH_CREDENTIALS if "://" in u])
+def test_a_failed_post_names_the_exporter_without_its_credentials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 name: str, url: str, secret: str) -> None:
+    import httpx
+
+    def refused(target: str, **_: object) -> None:
+        raise httpx.ConnectError(f"cannot connect to {target}")
+
+    monkeypatch.setattr(httpx, "post", refused)
+    capture_file = tmp_path / "host.xplane.pb"
+    capture_file.write_bytes(b"\x0a\x00")
+    with pytest.raises(TidescaleError) as exc:
+        post([capture_file], url, "m", "1", None)
+    assert "host.xplane.pb" in str(exc.value) and secret not in str(exc.value)

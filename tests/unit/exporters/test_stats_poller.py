@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -11,8 +12,11 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 
+from tests.hostile import URLS_WITH_CREDENTIALS
 from tidescale.benches.poll import FakeTriton, synthetic_stats
+from tidescale.contracts.errors import UsageError
 from tidescale.devstack.ports import free_port
+from tidescale.exporters import stats_poller
 from tidescale.exporters.stats_poller import StatsPoller
 from tidescale.exporters.targets import Target, TargetSet
 from tidescale.exporters.tritonstats import parse_stats
@@ -196,3 +200,69 @@ def test_hostile_model_names_are_capped_and_escaped() -> None:
         await poller.close()
 
     run_with_server(fake, body)
+
+
+# --- issue 43 #6: no credential from a --triton URL in /metrics, a log line or an error ------------
+
+
+@pytest.mark.parametrize(("name", "url", "secret"), URLS_WITH_CREDENTIALS, ids=[n for n, _, _ in URLS_WITH_CREDENTIALS])
+def test_no_credential_reaches_a_label_a_log_line_or_an_error(name: str, url: str, secret: str,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeTriton(models=1, version="2.51.0")
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger = logging.getLogger("tidescale.exporters.stats_poller")
+    logger.addHandler(handler)
+
+    async def body(port: int) -> None:
+        local = url.replace("triton:8000", f"127.0.0.1:{port}").replace("[::1]:8000", f"127.0.0.1:{port}")
+        try:
+            targets = TargetSet([local])
+        except UsageError as exc:  # not a URL the poller takes: the message must not quote its secret
+            assert secret not in str(exc)
+            return
+        poller = StatsPoller(targets, timeout_s=5)
+        await poller.poll_once()  # a poll that works (or fails: https to a plain-HTTP server)
+
+        def broken(body: bytes) -> None:
+            raise RuntimeError(f"cannot read the answer of {local}/v2/models/stats")
+
+        monkeypatch.setattr(stats_poller, "parse_stats", broken)
+        await poller.poll_once()  # an internal error, logged with its message
+        poller.self_metrics.count_poll_error(targets.targets()[0].label, "bad_metadata")
+        reg = CollectorRegistry()
+        reg.register(poller)
+        reg.register(poller.self_metrics)
+        exposition = generate_latest(reg).decode()
+        assert "tidescale_exporter_poll_errors_total{" in exposition
+        assert secret not in exposition
+        logged = [logging.Formatter().format(r) + json.dumps(getattr(r, "fields", {})) for r in records]
+        assert not [line for line in logged if secret in line]
+        if any(reason == "internal_error" for _, reason in poller.self_metrics.poll_errors):
+            assert logged
+        await poller.close()
+
+    try:
+        run_with_server(fake, body)
+    finally:
+        logger.removeHandler(handler)
+
+
+@pytest.mark.parametrize(("name", "url", "secret"), URLS_WITH_CREDENTIALS, ids=[n for n, _, _ in URLS_WITH_CREDENTIALS])
+def test_no_credential_reaches_a_settings_error(name: str, url: str, secret: str) -> None:
+    from tidescale.contracts.settings import load_settings
+    from tidescale.exporters.settings import ExporterSettings
+
+    try:
+        load_settings(ExporterSettings, triton_urls=[url, "ftp://bad"])
+    except UsageError as exc:
+        assert secret not in str(exc)
+    else:
+        raise AssertionError("ftp://bad was accepted")
+
+
+def test_urls_that_differ_only_in_credentials_are_refused() -> None:
+    with pytest.raises(UsageError, match="listed twice"):
+        TargetSet(["http://a:one@triton:8000", "http://a:two@triton:8000"])
+    assert len(TargetSet(["http://triton:8000", "http://triton:8000/"]).targets()) == 1
