@@ -64,6 +64,11 @@ class _HttpStatusError(Exception):
         super().__init__(f"HTTP {status}")
         self.status = status
 
+    @property
+    def reason(self) -> str:
+        """The poll-error reason: `redirect` for a 3xx (never followed), else `http_<status>`."""
+        return "redirect" if 300 <= self.status < 400 else f"http_{self.status}"
+
 
 @dataclass
 class _Series:
@@ -174,7 +179,9 @@ class StatsPoller(Collector):
         return self._session
 
     async def _get_json_bytes(self, session: aiohttp.ClientSession, url: str) -> bytes:
-        async with session.get(url) as resp:
+        # Never a redirect: a target answers for itself, and what another URL serves (any host the
+        # answer names) must not be exported under the target's labels.
+        async with session.get(url, allow_redirects=False) as resp:
             if resp.status != 200:
                 raise _HttpStatusError(resp.status)
             if (resp.content_length or 0) > self.max_body_bytes:
@@ -198,7 +205,7 @@ class StatsPoller(Collector):
             except TimeoutError:
                 reason = "timeout"
             except _HttpStatusError as exc:
-                reason = f"http_{exc.status}"
+                reason = exc.reason
             except (BadInput, ValueError, RecursionError):
                 reason = "bad_response"
             except (aiohttp.ClientError, OSError):
@@ -237,7 +244,10 @@ class StatsPoller(Collector):
         except BadInput:
             self.self_metrics.count_poll_error(target.label, "bad_metadata")
             version = None
-        except (_HttpStatusError, aiohttp.ClientError):
+        except _HttpStatusError as exc:
+            self._count_redirect(target, exc)
+            version = None
+        except aiohttp.ClientError:
             version = None
         return version or ()
 
@@ -252,8 +262,17 @@ class StatsPoller(Collector):
         except BadInput:
             self.self_metrics.count_poll_error(target.label, "bad_metadata")
             return 0
-        except (_HttpStatusError, aiohttp.ClientError):
+        except _HttpStatusError as exc:
+            self._count_redirect(target, exc)
             return 0
+        except aiohttp.ClientError:
+            return 0
+
+    def _count_redirect(self, target: Target, exc: _HttpStatusError) -> None:
+        """A metadata answer that redirects is counted (other statuses only leave the value unknown):
+        a redirect is never followed, so it is a misconfiguration to see, not a missing endpoint."""
+        if exc.reason == "redirect":
+            self.self_metrics.count_poll_error(target.label, "redirect")
 
     # --- state --------------------------------------------------------------------------------------
 

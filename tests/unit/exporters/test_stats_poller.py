@@ -266,3 +266,39 @@ def test_urls_that_differ_only_in_credentials_are_refused() -> None:
     with pytest.raises(UsageError, match="listed twice"):
         TargetSet(["http://a:one@triton:8000", "http://a:two@triton:8000"])
     assert len(TargetSet(["http://triton:8000", "http://triton:8000/"]).targets()) == 1
+
+
+# --- issue 43 #20: redirects are never followed ---------------------------------------------------
+
+
+@pytest.mark.parametrize(("moved_paths", "series"), [(("/v2/models/stats", "/v2"), 0), (("/v2",), 1)])
+def test_redirects_are_counted_not_followed(moved_paths: tuple[str, ...], series: int) -> None:
+    fake = FakeTriton(models=1)
+    followed: list[str] = []
+
+    async def elsewhere(request: web.Request) -> web.Response:
+        followed.append(request.path)
+        return web.Response(body=synthetic_stats(1, 0), content_type="application/json")
+
+    async def moved(request: web.Request) -> web.Response:
+        raise web.HTTPFound(f"/elsewhere{request.path}")
+
+    def app() -> web.Application:
+        app = web.Application()
+        for path in ("/v2", "/v2/models/stats"):
+            app.router.add_get(path, moved if path in moved_paths else elsewhere)
+            app.router.add_get(f"/elsewhere{path}", elsewhere)
+        return app
+
+    fake.app = app  # type: ignore[method-assign]
+
+    async def body(port: int) -> None:
+        url = f"http://127.0.0.1:{port}"
+        poller = StatsPoller(TargetSet([url]))
+        await poller.poll_once()
+        assert [p for p in followed if p.startswith("/elsewhere")] == []
+        assert poller.series_count() == series
+        assert dict(poller.self_metrics.poll_errors) == {(url, "redirect"): 1}
+        await poller.close()
+
+    run_with_server(fake, body)
