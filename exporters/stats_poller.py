@@ -56,7 +56,7 @@ MAX_CONFIGS_PER_POLL = 64
 # nv_inference_pending_request_count exists from Triton 23.08 (server 2.37) on.
 PENDING_GAUGE_SINCE = (2, 37)
 QueueEstimate = Literal["auto", "always", "never"]
-SeriesKey = tuple[str, str, str]  # target url, model, version
+SeriesKey = tuple[str, str, str]  # target url, model label, version label
 
 
 class _HttpStatusError(Exception):
@@ -88,6 +88,13 @@ class _Series:
 class _TargetState:
     server_version: tuple[int, ...] | None = None
     keys: set[SeriesKey] = field(default_factory=set)
+    duplicates_logged: bool = False
+
+
+def series_key(target: Target, model: ModelStats) -> SeriesKey:
+    """A model version's series key: its labels as exported, so two entries that would export the
+    same series (a repeated entry, names that clean alike) are one key, and only one is kept."""
+    return target.url, clean_label_value(model.name), clean_label_value(model.version)
 
 
 def parse_version(text: str) -> tuple[int, ...] | None:
@@ -226,7 +233,7 @@ class StatsPoller(Collector):
             # Only admitted series need a config (efficiency needs two polls anyway), and at most
             # MAX_CONFIGS_PER_POLL per target per cycle so a server with many models cannot stall one.
             need_config = [m for m in models
-                           if (s := self._series.get((target.url, m.name, m.version))) is not None
+                           if (s := self._series.get(series_key(target, m))) is not None
                            and s.max_batch_size is None][:MAX_CONFIGS_PER_POLL]
         if need_version:
             state.server_version = await self._server_version(session, target)
@@ -283,22 +290,32 @@ class StatsPoller(Collector):
 
     def _update(self, target: Target, models: list[ModelStats], now: float,
                 sizes: dict[tuple[str, str], int] | None = None) -> None:
-        """Fold one poll's statistics (and newly read max_batch_sizes) into the series of *target*."""
+        """Fold one poll's statistics (and newly read max_batch_sizes) into the series of *target*.
+
+        Each series folds one entry a poll: a later entry with the same labels (Triton listing a
+        model version twice, two long names that cut alike) is refused and counted as a
+        `duplicate_model` poll error. Folded into the same series, two entries would each read as
+        the other's next poll, and every poll would add one's whole count again (an idle histogram
+        grew 140 a poll).
+        """
         namespace, pod = target_labels(target)
         sizes = sizes or {}
+        duplicates: list[SeriesKey] = []
         with self._lock:
             state = self._targets.setdefault(target.url, _TargetState())
             estimate = self._estimates_queue(state)
             seen: set[SeriesKey] = set()
             for m in models:
-                key = (target.url, m.name, m.version)
+                key = series_key(target, m)
+                if key in seen:
+                    duplicates.append(key)
+                    continue
                 series = self._series.get(key)
                 if series is None:
                     if not self._cap.admit(key):
                         self.self_metrics.drop_series(catalog.get("tidescale_batch_size").name)
                         continue
-                    labels = (clean_label_value(m.name), clean_label_value(m.version), namespace, pod)
-                    series = self._series[key] = _Series(labels)
+                    series = self._series[key] = _Series((key[1], key[2], namespace, pod))
                 if (m.name, m.version) in sizes:
                     series.max_batch_size = sizes[(m.name, m.version)]
                 seen.add(key)
@@ -309,6 +326,15 @@ class StatsPoller(Collector):
             for key in state.keys - seen:
                 self._drop(key)
             state.keys = seen
+            log_duplicate = bool(duplicates) and not state.duplicates_logged
+            state.duplicates_logged |= log_duplicate
+        if duplicates:
+            self.self_metrics.count_poll_error(target.label, "duplicate_model", len(duplicates))
+        if log_duplicate:
+            _, model, version = duplicates[0]
+            log.warning("stats of %s list model %r version %r more than once (or two names cut to the same "
+                        "label): only the first entry is exported", target.label, model, version,
+                        extra={"fields": {"target": target.label, "duplicates": len(duplicates)}})
 
     @staticmethod
     def _fold(series: _Series, cur: ModelStats, now: float, estimate_queue: bool) -> None:

@@ -66,6 +66,9 @@ LABEL_VALUES: list[tuple[str, str]] = [
     ("empty", ""),
     ("whitespace", "   "),
     ("300-chars", "m" * 300),  # longer than a String(255) column, shorter than the 4096-char value limit
+    # Two names equal in their first 127 characters: cut to the label cap alike unless the cut keeps them apart.
+    ("shared-prefix-a", "m" * 127 + "-a" * 10),
+    ("shared-prefix-b", "m" * 127 + "-b" * 10),
 ]
 
 # Numbers where a count, duration or id is expected.
