@@ -92,6 +92,9 @@ TIMESTAMPS: list[tuple[str, object]] = [
     ("negative", -5),
     ("string-digits", "9" * 30),
     ("float", 1.5e18),
+    # str.isdigit() is true for these, and int() takes the second: a check must also ask isascii().
+    ("superscript-two", "²"),
+    ("arabic-indic-digits", "١٧٩٥٢٧٤٧١٨٨٩٠٠٠٠٠٠٠٠"),
 ]
 
 # RFC 3339 instants for webhook payloads.

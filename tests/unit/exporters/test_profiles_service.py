@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import math
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 from fastapi.testclient import TestClient
@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.hostile import JSON_DOCUMENTS, LABEL_VALUES, NUMBERS
 from tests.paths import FIXTURES
 from tests.unit.exporters.test_profiles_hostile import (
+    CAPTURE_PLACEMENTS,
     REFUSED_TIMES,
     as_chrome_dur,
     as_trtexec,
@@ -66,6 +67,16 @@ def test_hostile_durations_are_400_and_nothing_is_stored(client: TestClient, nam
             assert status == 400 and "finite" in text, text
             assert client.get("/v1/profiles/m/1").status_code == 404
         client.delete("/v1/profiles/m/1", headers=AUTH)
+    assert_metrics_clean(client)
+
+
+@pytest.mark.parametrize("place", CAPTURE_PLACEMENTS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("value", [10**400, "²", float("nan")], ids=["400-digits", "superscript-two", "nan"])
+def test_a_bad_capture_time_is_400_naming_it(client: TestClient, place: Callable[[object], bytes],
+                                             value: object) -> None:
+    status, text = post(client, place(value))
+    assert status == 400 and ("baseTimeNanoseconds" in text or "profile_start_time" in text), text
+    assert client.get("/v1/profiles/m/1").status_code == 404  # nothing stored
     assert_metrics_clean(client)
 
 
