@@ -122,3 +122,13 @@ URLS_WITH_CREDENTIALS: list[tuple[str, str, str]] = [
     ("dsn-query-password", "postgresql://app@db/reviews?sslmode=require&password=qwerty-s3cret", "qwerty-s3cret"),
     ("query-token", "http://prometheus:9090/?access_token=tok-123456", "tok-123456"),
 ]
+
+# Text that a terminal or a markup renderer would interpret (op names, warnings, anything printed).
+MARKUP_TEXT: list[tuple[str, str]] = [
+    ("rich-close-tag", "[/x]"),
+    ("rich-style", "[bold]MatMul[/bold]"),
+    ("rich-link", "[link=https://example.com]op[/link]"),
+    ("rich-escaped-bracket", "\\[red]op"),
+    ("ansi-clear-screen", "\x1b[2J\x1b[31mMatMul"),
+    ("carriage-return", "AsString\rMatMul  "),
+]

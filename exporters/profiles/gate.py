@@ -5,11 +5,15 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tidescale.contracts.errors import UsageError
 from tidescale.exporters.errors import BadInput
 from tidescale.exporters.profiles.ingest import combined_report
 from tidescale.exporters.profiles.report import ProfileReport, parse_limits, violations
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 
 def run_report(files: list[Path], *, as_json: bool, max_share: list[str]) -> int:
@@ -34,10 +38,11 @@ def run_report(files: list[Path], *, as_json: bool, max_share: list[str]) -> int
 def _print_table(report: ProfileReport, limits: dict[str, float], failed: list[str]) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     out = Console()
     err = Console(stderr=True)
-    classes = Table(title=f"Op-class share of op self time ({report.format})")
+    classes = Table(title=_plain(f"Op-class share of op self time ({report.format})"))
     classes.add_column("op class")
     classes.add_column("share", justify="right")
     classes.add_column("limit", justify="right")
@@ -50,11 +55,22 @@ def _print_table(report: ProfileReport, limits: dict[str, float], failed: list[s
     for col in ("op", "op class", "share", "self µs"):
         top.add_column(col)
     for op in report.top_ops:
-        top.add_row(op.op, op.op_class, f"{op.share:.1%}", f"{op.self_time_us:,.1f}")
+        top.add_row(_plain(op.op), op.op_class, f"{op.share:.1%}", f"{op.self_time_us:,.1f}")
     out.print(top)
     for warning in report.warnings:
-        err.print(f"[yellow]warning:[/] {warning}", highlight=False)
+        err.print(Text.assemble(("warning:", "yellow"), " ", _plain(warning)), highlight=False)
     for line in failed:
-        err.print(f"[red]FAIL:[/] {line}", highlight=False)
+        err.print(Text.assemble(("FAIL:", "red"), " ", _plain(line)), highlight=False)
     if not failed:
         err.print("[green]PASS[/]: every op class within its limit")
+
+
+def _plain(value: str) -> Text:
+    """*value*, from the profile, as plain text: never read as Rich markup (a layer named `[/x]`
+    crashed the gate, and `[bold]MatMul[/bold]` printed as `MatMul`), and with control characters
+    written as escapes (an ESC sequence could repaint what the terminal shows)."""
+    from rich.text import Text
+
+    if not value.isprintable():
+        value = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in value)
+    return Text(value)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.hostile import JSON_DOCUMENTS, NUMBERS, TIMESTAMPS
+from tests.hostile import JSON_DOCUMENTS, MARKUP_TEXT, NUMBERS, TIMESTAMPS
 from tests.protowire import varint
 from tidescale.exporters.errors import BadInput
 from tidescale.exporters.profiles import chrome, xplane
@@ -317,3 +317,28 @@ def test_gate_on_hostile_json_exits_0_or_2_with_one_line(tmp_path: Path, capsys:
             assert code == 2 and err.startswith("error:") and err.count("\n") == 1, (code, err[:300])
     if name.startswith("deep") or name == "400-digit-number":
         assert run_cli(tmp_path, doc, capsys)[0] == 2
+
+
+# --- issue 43 #9: what the profile names is printed as text, never as markup ----------------------
+
+
+def test_the_gate_prints_op_names_as_they_are(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = [{"count": 1}, *({"name": name, "timeMs": 10 + i} for i, (_, name) in enumerate(MARKUP_TEXT))]
+    code, out, err = run_cli(tmp_path, json.dumps(rows).encode(), capsys)
+    assert code == 0 and "Traceback" not in err, err
+    assert "\x1b" not in out and "\r" not in out
+    for name, text in MARKUP_TEXT:
+        assert (text if text.isprintable() else ascii(text)[1:-1]) in out, name
+
+
+def test_gate_warnings_are_printed_as_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "[red]disguised.json"  # warnings name the file they come from
+    # TF ops recorded unevenly (a host tracer level 2 capture): a warning that names the file
+    ops = [b"a:MatMul"] * 10 + [b"b:Add"] * 10 + [b"c:AsString"]
+    path.write_bytes(chrome_trace(b",".join(x_event(b"1", ts=b"%d" % (2 * i), args=b'{"long_name": "%s"}' % op)
+                                            for i, op in enumerate(ops))))
+    from tidescale.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["profile", "report", str(path)])
+    assert "[red]disguised.json" in capsys.readouterr().err.replace("\n", "")  # Rich wraps at 80 columns
