@@ -11,6 +11,8 @@ this every N minutes).
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from tidescale.contracts.errors import MissingToolError, TidescaleError, UsageError
@@ -18,6 +20,9 @@ from tidescale.contracts.redact import redact_url, redact_urls
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
 MAX_CAPTURE_MS = 10 * 60 * 1000
+POST_ATTEMPTS = 4
+DEFAULT_RETRY_AFTER_S = 10.0
+MAX_RETRY_AFTER_S = 60.0
 
 
 def parse_duration_ms(text: str) -> int:
@@ -60,19 +65,35 @@ def capture(target: str, duration: str, out: Path, host_tracer_level: int = 3) -
     return sorted(set(out.glob("plugins/profile/*/*.xplane.pb")) - before)
 
 
-def post(files: list[Path], url: str, model: str, version: str, token: str | None) -> None:
-    """Upload captures to the exporter (`POST {url}/v1/profiles?model=…&version=…`)."""
+def post(files: list[Path], url: str, model: str, version: str, token: str | None,
+         sleep: Callable[[float], None] = time.sleep) -> None:
+    """Upload captures to the exporter (`POST {url}/v1/profiles?model=…&version=…`).
+
+    The exporter parses `max_profile_uploads` (1) at a time and answers 429 with Retry-After to the
+    rest: captures of several models scheduled alike are retried, `POST_ATTEMPTS` times at most.
+    """
     import httpx
 
     headers = {"Content-Type": "application/x-protobuf"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
     for path in files:
-        try:
-            resp = httpx.post(f"{url.rstrip('/')}/v1/profiles", params={"model": model, "version": version},
-                              content=path.read_bytes(), headers=headers, timeout=60)
-        except httpx.HTTPError as exc:
-            raise TidescaleError(f"upload of {path.name} to {redact_url(url)} failed: "
-                                 f"{redact_urls(str(exc))}") from None
+        for attempt in range(1, POST_ATTEMPTS + 1):
+            try:
+                resp = httpx.post(f"{url.rstrip('/')}/v1/profiles", params={"model": model, "version": version},
+                                  content=path.read_bytes(), headers=headers, timeout=60)
+            except httpx.HTTPError as exc:
+                raise TidescaleError(f"upload of {path.name} to {redact_url(url)} failed: "
+                                     f"{redact_urls(str(exc))}") from None
+            if resp.status_code != 429 or attempt == POST_ATTEMPTS:
+                break
+            sleep(_retry_after(resp.headers.get("retry-after")))
         if resp.status_code >= 400:
             raise TidescaleError(f"upload of {path.name} refused: HTTP {resp.status_code} {resp.text[:200]}")
+
+
+def _retry_after(value: str | None) -> float:
+    """Seconds a 429's Retry-After asks for (its delay form), within 1 s and `MAX_RETRY_AFTER_S`."""
+    text = (value or "").strip()
+    seconds = float(text) if text.isascii() and text.isdigit() else DEFAULT_RETRY_AFTER_S
+    return min(max(seconds, 1.0), MAX_RETRY_AFTER_S)

@@ -118,3 +118,30 @@ def test_a_failed_post_names_the_exporter_without_its_credentials(tmp_path: Path
     with pytest.raises(TidescaleError) as exc:
         post([capture_file], url, "m", "1", None)
     assert "host.xplane.pb" in str(exc.value) and secret not in str(exc.value)
+
+
+@pytest.mark.parametrize(("answers", "waits", "fails"), [
+    ([(429, "3"), (429, None), (200, None)], [3.0, 10.0], False),  # Retry-After honoured, or 10 s
+    ([(429, "99999")] * 3 + [(200, None)], [60.0] * 3, False),  # never more than a minute
+    ([(429, "²")] * 4, [10.0] * 3, True),  # gives up after 4 attempts, naming the answer
+    ([(503, "1")], [], True),  # only a 429 is retried
+])
+def test_post_retries_a_busy_exporter_a_bounded_number_of_times(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               answers: list[tuple[int, str | None]],
+                                                               waits: list[float], fails: bool) -> None:
+    import httpx
+
+    left = list(answers)
+
+    def answer(url: str, **_: object) -> httpx.Response:
+        status, retry_after = left.pop(0)
+        headers = [(b"retry-after", retry_after.encode())] if retry_after else []
+        return httpx.Response(status, headers=headers, text="busy")
+
+    monkeypatch.setattr(httpx, "post", answer)
+    slept: list[float] = []
+    capture_file = tmp_path / "host.xplane.pb"
+    capture_file.write_bytes(b"\x0a\x00")
+    with pytest.raises(TidescaleError) if fails else contextlib.nullcontext():
+        post([capture_file], "http://exporter:9105", "m", "1", "token", sleep=slept.append)
+    assert slept == waits and not left
