@@ -25,6 +25,13 @@ DEFAULT_RETRY_AFTER_S = 10.0
 MAX_RETRY_AFTER_S = 60.0
 
 
+class CaptureFailed(TidescaleError):
+    """The capture or its upload failed: exit 2 with the message, as every CLI error does (1 is the
+    release gate's "over the limit", which a CronJob's failure must not look like)."""
+
+    exit_code = 2
+
+
 def parse_duration_ms(text: str) -> int:
     """'2s', '500ms', '1m' or bare seconds → milliseconds; UsageError otherwise."""
     m = _DURATION.match(text)
@@ -54,14 +61,17 @@ def capture(target: str, duration: str, out: Path, host_tracer_level: int = 3) -
     except ImportError:
         raise MissingToolError("profile capture needs xprof's client: pip install 'tidescale[profile]' "
                                "(PyPI xprof)") from None
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CaptureFailed(f"cannot create --out {out}: {exc.strerror or exc}") from None
     before = set(out.glob("plugins/profile/*/*.xplane.pb"))
     options = {"host_tracer_level": host_tracer_level, "device_tracer_level": 1,
                "python_tracer_level": 0, "delay_ms": 0}
     try:
         _pywrap_profiler_plugin.trace(addr, str(out), "", True, duration_ms, 3, options)
     except Exception as exc:  # the C API raises RuntimeError with the gRPC status text
-        raise TidescaleError(f"profile capture from {addr} failed: {exc}") from None
+        raise CaptureFailed(f"profile capture from {addr} failed: {exc}") from None
     return sorted(set(out.glob("plugins/profile/*/*.xplane.pb")) - before)
 
 
@@ -82,14 +92,16 @@ def post(files: list[Path], url: str, model: str, version: str, token: str | Non
             try:
                 resp = httpx.post(f"{url.rstrip('/')}/v1/profiles", params={"model": model, "version": version},
                                   content=path.read_bytes(), headers=headers, timeout=60)
-            except httpx.HTTPError as exc:
-                raise TidescaleError(f"upload of {path.name} to {redact_url(url)} failed: "
-                                     f"{redact_urls(str(exc))}") from None
+            except httpx.InvalidURL:  # its message quotes the URL's parts ("Invalid port: 'pa'"): a password
+                raise CaptureFailed(f"--post {redact_url(url)} is not a valid URL") from None
+            except (httpx.HTTPError, OSError) as exc:
+                raise CaptureFailed(f"upload of {path.name} to {redact_url(url)} failed: "
+                                    f"{redact_urls(str(exc))}") from None
             if resp.status_code != 429 or attempt == POST_ATTEMPTS:
                 break
             sleep(_retry_after(resp.headers.get("retry-after")))
         if resp.status_code >= 400:
-            raise TidescaleError(f"upload of {path.name} refused: HTTP {resp.status_code} {resp.text[:200]}")
+            raise CaptureFailed(f"upload of {path.name} refused: HTTP {resp.status_code} {resp.text[:200]}")
 
 
 def _retry_after(value: str | None) -> float:
