@@ -112,6 +112,17 @@ def test_fuzz_trace_byte_edits_never_crash(pos: int, byte: bytes) -> None:
     assert outcome(data) in ("ok", "bad:400", "bad:413", "bad:415")
 
 
+@pytest.mark.parametrize("plane_bytes", [ord("["), ord("{")])
+def test_a_small_xplane_named_pb_is_an_xplane_whatever_its_second_byte(plane_bytes: int) -> None:
+    """0x0a (field 1) reads as a newline, and a plane length of 91 or 123 as a JSON bracket."""
+    from tests.unit.exporters.test_profiles_hostile import HOST_PLANE_HEAD, ld
+
+    plane = HOST_PLANE_HEAD + ld(15, b"x" * (plane_bytes - len(HOST_PLANE_HEAD) - 2))
+    body = ld(1, plane)
+    assert body[1] == plane_bytes
+    assert parse_profile(body, "host.xplane.pb").format == "xplane"
+
+
 def test_stream_is_read_not_loaded() -> None:
     """parse_profile accepts a file object and reads it incrementally."""
     reads: list[int] = []

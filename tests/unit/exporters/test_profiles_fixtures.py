@@ -139,8 +139,8 @@ def gate(tmp_path: Path, capsys: pytest.CaptureFixture[str], *args: str, body: b
     from tidescale.cli import main
 
     if body is not None:
-        (tmp_path / "profile.pb").write_bytes(body)
-        args = (*args, str(tmp_path / "profile.pb"))
+        (tmp_path / "profile").write_bytes(body)
+        args = (*args, str(tmp_path / "profile"))
     with pytest.raises(SystemExit) as exc:
         main(["profile", "report", *args])
     out, err = capsys.readouterr()
