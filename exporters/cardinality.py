@@ -7,27 +7,35 @@ bounded and the drop is visible in `tidescale_exporter_series_dropped_total`.
 
 Length is bounded first: `cut_label_value` is what decoders apply before a value is stored
 anywhere (a parked span, a cache key, a series key), so a 4 MB model name costs 4 MB only while
-its request body is being decoded.
+its request body is being decoded. A cut value ends in a digest of the whole value, so two names
+that share their first 115 characters stay two series instead of adding up in one (or, in the
+stats poller, of being folded into one as if each were the other's next poll).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Hashable
 from functools import lru_cache
 
 MAX_LABEL_VALUE_CHARS = 128
 ELLIPSIS = "…"
+DIGEST_CHARS = 12  # 48 bits of blake2b: names that differ only past the cut collide by chance ~never
 
 
 def cut_label_value(value: str, max_chars: int = MAX_LABEL_VALUE_CHARS) -> str:
-    """*value* cut to at most *max_chars* characters (an ellipsis marks a cut), nothing else changed.
+    """*value* cut to at most *max_chars* characters, nothing else changed: a cut keeps the start,
+    then an ellipsis and `DIGEST_CHARS` hex digits of the whole value's digest (`ranker_…3f2a9b0c1d2e`).
 
-    Cheap (one slice) and idempotent, so every layer may apply it; `clean_label_value` of the cut
-    value equals `clean_label_value` of the original.
+    Idempotent (a cut value is short enough to stay as it is), so every layer may apply it, and
+    every source of a label (OTLP, trace files, the stats poller) cuts a long name the same way;
+    `clean_label_value` of the cut value equals `clean_label_value` of the original. *max_chars*
+    must leave room for the marker (more than `DIGEST_CHARS` + 1).
     """
     if len(value) <= max_chars:
         return value
-    return value[: max_chars - 1] + ELLIPSIS
+    digest = hashlib.blake2b(value.encode("utf-8", "surrogatepass"), digest_size=DIGEST_CHARS // 2).hexdigest()
+    return value[: max_chars - 1 - DIGEST_CHARS] + ELLIPSIS + digest
 
 
 def clean_label_value(value: str, max_chars: int = MAX_LABEL_VALUE_CHARS) -> str:

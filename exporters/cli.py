@@ -8,7 +8,8 @@ import typer
 
 app = typer.Typer(help="The exporter service: aggregatable latency, batch and queue metrics, op shares.",
                   no_args_is_help=True)
-profile_app = typer.Typer(help="Profiler captures and the per-op share report (model-release gate).",
+profile_app = typer.Typer(help="Profiler captures and the per-op share report (model-release gate: exit 0 "
+                               "within the limits, 1 over a limit, 2 bad input, 3 could not judge).",
                           no_args_is_help=True)
 
 
@@ -83,7 +84,13 @@ def profile_report_command(
                                         help="Fail when an op class's share exceeds FRACTION "
                                              "(repeatable; default string=0.05)."),
 ) -> None:
-    """Op-class shares of op self time and the top ops; exit 1 when a class exceeds its limit."""
+    """Op-class shares of op self time and the top ops. Exit status, the gate's verdict:
+
+    0: every op class within its limit
+    1: an op class over its limit
+    2: bad input (flags, a file that cannot be read or parsed)
+    3: could not judge (the profile holds no op time, or the gate failed on it)
+    """
     from tidescale.exporters.profiles.gate import run_report
 
     raise typer.Exit(run_report(files, as_json=as_json, max_share=max_share))

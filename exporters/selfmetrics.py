@@ -92,11 +92,11 @@ class SelfMetrics(Collector):
             if error_reason is not None:
                 self.poll_errors[(target, error_reason)] += 1
 
-    def count_poll_error(self, target: str, reason: str) -> None:
-        """A failure inside a poll that did not fail the poll (a malformed model config)."""
+    def count_poll_error(self, target: str, reason: str, n: int = 1) -> None:
+        """A failure inside a poll that did not fail the poll (a malformed model config, *n* refused entries)."""
         with self._lock:
             if target in self.poll_durations or len(self.poll_durations) < MAX_TARGET_SERIES:
-                self.poll_errors[(target, reason)] += 1
+                self.poll_errors[(target, reason)] += n
 
     def forget_target(self, target: str) -> None:
         """Remove a vanished target's series."""

@@ -51,6 +51,7 @@ from tidescale.exporters.tracefile import TraceFileTailer
 
 log = logging.getLogger("tidescale.exporter")
 TAIL_INTERVAL_S = 1.0
+PROFILE_RETRY_AFTER_S = 10  # what a refused profile upload is told to wait (an upload takes seconds)
 
 
 class SampleSource(Protocol):
@@ -81,6 +82,7 @@ class ExporterState:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     started: bool = False
     targets: TargetSet | None = None  # the discovered Triton pods, also used to attribute spans
+    profile_uploads: int = 0  # in progress: each holds up to max_profile_bytes of the tmp volume
 
 
 def build_state(settings: ExporterSettings) -> ExporterState:
@@ -385,13 +387,24 @@ def create_app(settings: ExporterSettings) -> FastAPI:
             return _unauthorised(settings)
         model_name = check_label("model", _name_param(model, "model"))
         model_version = check_label("version", _name_param(version, "version"))
-        async with spooled_upload(request.stream(), settings.max_profile_bytes,
-                                  request.headers.get("content-length")) as (body, size):
-            with tracer.start_as_current_span("ingest_profile") as span:
-                span.set_attribute("bytes", size)
-                report = await asyncio.to_thread(
-                    state.profiles.ingest, body, filename=filename[:MAX_NAME_CHARS], size=size,
-                    content_type=request.headers.get("content-type", ""), model=model_name, version=model_version)
+        # Counted on the event loop (no await between the check and the increment): each upload in
+        # progress may hold max_profile_bytes of the tmp volume, which is sized for this many.
+        if state.profile_uploads >= settings.max_profile_uploads:
+            return JSONResponse({"detail": f"{state.profile_uploads} profile upload(s) in progress, the most "
+                                 "max_profile_uploads allows; retry later"}, status_code=429,
+                                headers={"Retry-After": str(PROFILE_RETRY_AFTER_S)})
+        state.profile_uploads += 1
+        try:
+            async with spooled_upload(request.stream(), settings.max_profile_bytes,
+                                      request.headers.get("content-length")) as (body, size):
+                with tracer.start_as_current_span("ingest_profile") as span:
+                    span.set_attribute("bytes", size)
+                    report = await asyncio.to_thread(
+                        state.profiles.ingest, body, filename=filename[:MAX_NAME_CHARS], size=size,
+                        content_type=request.headers.get("content-type", ""), model=model_name,
+                        version=model_version)
+        finally:
+            state.profile_uploads -= 1
         log.info("profile ingested", extra={"fields": {"model": model_name, "version": model_version,
                                                         "bytes": size}})
         return JSONResponse(report.to_json())

@@ -8,6 +8,7 @@ from typing import ClassVar, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from tidescale.contracts.redact import redact_url
 from tidescale.contracts.settings import ComponentSettings
 from tidescale.contracts.slo import SLO_THRESHOLDS_S
 
@@ -57,6 +58,10 @@ class ExporterSettings(ComponentSettings):
     traces_require_token: bool = True
     max_body_bytes: int = Field(8 << 20, ge=1024, description="cap on an OTLP body (after decompression)")
     max_profile_bytes: int = Field(256 << 20, ge=1024)
+    # Each upload is spooled to $TMPDIR whole (the chart's tmp emptyDir holds this many times
+    # max_profile_bytes, plus 64 MiB): three at once filled a 256Mi volume.
+    max_profile_uploads: int = Field(1, ge=1, le=64,
+                                     description="profile uploads at once; more answer 429 with Retry-After")
     log_format: Literal["json", "text"] = "json"
     # Slow and idle clients (uvicorn), and background-task supervision.
     # Well above the 5 s that Triton's OTLP exporter waits between posts: a server that closes an idle
@@ -86,7 +91,7 @@ class ExporterSettings(ComponentSettings):
     def _http_urls(cls, value: list[str]) -> list[str]:
         for url in value:
             if not url.startswith(("http://", "https://")):
-                raise ValueError(f"Triton URL must start with http:// or https://, got {url!r}")
+                raise ValueError(f"Triton URL must start with http:// or https://, got {redact_url(url)!r}")
         return [u.rstrip("/") for u in value]
 
     @model_validator(mode="after")

@@ -30,6 +30,7 @@ from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from tidescale.contracts import catalog, jsonio
+from tidescale.contracts.redact import redact_urls
 from tidescale.exporters.cardinality import SeriesCap, clean_label_value
 from tidescale.exporters.errors import BadInput
 from tidescale.exporters.latency import BucketHistogram
@@ -55,13 +56,18 @@ MAX_CONFIGS_PER_POLL = 64
 # nv_inference_pending_request_count exists from Triton 23.08 (server 2.37) on.
 PENDING_GAUGE_SINCE = (2, 37)
 QueueEstimate = Literal["auto", "always", "never"]
-SeriesKey = tuple[str, str, str]  # target url, model, version
+SeriesKey = tuple[str, str, str]  # target url, model label, version label
 
 
 class _HttpStatusError(Exception):
     def __init__(self, status: int) -> None:
         super().__init__(f"HTTP {status}")
         self.status = status
+
+    @property
+    def reason(self) -> str:
+        """The poll-error reason: `redirect` for a 3xx (never followed), else `http_<status>`."""
+        return "redirect" if 300 <= self.status < 400 else f"http_{self.status}"
 
 
 @dataclass
@@ -82,6 +88,13 @@ class _Series:
 class _TargetState:
     server_version: tuple[int, ...] | None = None
     keys: set[SeriesKey] = field(default_factory=set)
+    duplicates_logged: bool = False
+
+
+def series_key(target: Target, model: ModelStats) -> SeriesKey:
+    """A model version's series key: its labels as exported, so two entries that would export the
+    same series (a repeated entry, names that clean alike) are one key, and only one is kept."""
+    return target.url, clean_label_value(model.name), clean_label_value(model.version)
 
 
 def parse_version(text: str) -> tuple[int, ...] | None:
@@ -94,8 +107,9 @@ def parse_version(text: str) -> tuple[int, ...] | None:
 
 
 def target_labels(target: Target) -> tuple[str, str]:
-    """(namespace, pod) labels; a static URL's pod label is its host:port so series stay distinct."""
-    pod = target.pod if target.pod is not None else urlsplit(target.url).netloc
+    """(namespace, pod) labels; a static URL's pod label is its host:port so series stay distinct
+    (never its user and password: /metrics needs no token)."""
+    pod = target.pod if target.pod is not None else urlsplit(target.url).netloc.rpartition("@")[2]
     return clean_label_value(target.namespace or ""), clean_label_value(pod)
 
 
@@ -172,7 +186,9 @@ class StatsPoller(Collector):
         return self._session
 
     async def _get_json_bytes(self, session: aiohttp.ClientSession, url: str) -> bytes:
-        async with session.get(url) as resp:
+        # Never a redirect: a target answers for itself, and what another URL serves (any host the
+        # answer names) must not be exported under the target's labels.
+        async with session.get(url, allow_redirects=False) as resp:
             if resp.status != 200:
                 raise _HttpStatusError(resp.status)
             if (resp.content_length or 0) > self.max_body_bytes:
@@ -196,17 +212,17 @@ class StatsPoller(Collector):
             except TimeoutError:
                 reason = "timeout"
             except _HttpStatusError as exc:
-                reason = f"http_{exc.status}"
+                reason = exc.reason
             except (BadInput, ValueError, RecursionError):
                 reason = "bad_response"
             except (aiohttp.ClientError, OSError):
                 reason = "connect"
             except Exception as exc:  # a bug must cost one target one cycle, never the poller
                 reason = "internal_error"
-                log.warning("poll of %s failed: %s: %s", target.url, type(exc).__name__, str(exc)[:200],
-                            extra={"fields": {"target": target.url}})
+                log.warning("poll of %s failed: %s: %s", target.label, type(exc).__name__,
+                            redact_urls(str(exc))[:200], extra={"fields": {"target": target.label}})
             elapsed = time.perf_counter() - start
-        self.self_metrics.observe_poll(target.url, elapsed, reason)
+        self.self_metrics.observe_poll(target.label, elapsed, reason)
 
     async def _fetch_metadata(self, target: Target, models: list[ModelStats], session: aiohttp.ClientSession
                               ) -> dict[tuple[str, str], int]:
@@ -217,41 +233,53 @@ class StatsPoller(Collector):
             # Only admitted series need a config (efficiency needs two polls anyway), and at most
             # MAX_CONFIGS_PER_POLL per target per cycle so a server with many models cannot stall one.
             need_config = [m for m in models
-                           if (s := self._series.get((target.url, m.name, m.version))) is not None
+                           if (s := self._series.get(series_key(target, m))) is not None
                            and s.max_batch_size is None][:MAX_CONFIGS_PER_POLL]
         if need_version:
-            state.server_version = await self._server_version(session, target.url)
+            state.server_version = await self._server_version(session, target)
         sizes = {}
         for m in need_config:
-            sizes[(m.name, m.version)] = await self._max_batch_size(session, target.url, m)
+            sizes[(m.name, m.version)] = await self._max_batch_size(session, target, m)
         return sizes
 
-    async def _server_version(self, session: aiohttp.ClientSession, url: str) -> tuple[int, ...]:
+    async def _server_version(self, session: aiohttp.ClientSession, target: Target) -> tuple[int, ...]:
         """The server version, () when unknown (then the queue is estimated); a malformed answer
         is counted as a `bad_metadata` poll error."""
         try:
-            meta = _loads(await self._get_json_bytes(session, f"{url}/v2"))
+            meta = _loads(await self._get_json_bytes(session, f"{target.url}/v2"))
             version = parse_version(str(meta.get("version", ""))[:64]) if isinstance(meta, dict) else None
         except BadInput:
-            self.self_metrics.count_poll_error(url, "bad_metadata")
+            self.self_metrics.count_poll_error(target.label, "bad_metadata")
             version = None
-        except (_HttpStatusError, aiohttp.ClientError):
+        except _HttpStatusError as exc:
+            self._count_redirect(target, exc)
+            version = None
+        except aiohttp.ClientError:
             version = None
         return version or ()
 
-    async def _max_batch_size(self, session: aiohttp.ClientSession, url: str, model: ModelStats) -> int:
+    async def _max_batch_size(self, session: aiohttp.ClientSession, target: Target, model: ModelStats) -> int:
         """The model's max_batch_size (0: no batching, or the config could not be read; a malformed
         config is counted as a `bad_metadata` poll error)."""
         path = f"/v2/models/{quote(model.name, safe='')}/versions/{quote(model.version, safe='')}/config"
         try:
-            config = _loads(await self._get_json_bytes(session, url + path))
+            config = _loads(await self._get_json_bytes(session, target.url + path))
             value = config.get("max_batch_size", 0) if isinstance(config, dict) else 0
             return int(value) if isinstance(value, int | str) and str(value).isascii() and str(value).isdigit() else 0
         except BadInput:
-            self.self_metrics.count_poll_error(url, "bad_metadata")
+            self.self_metrics.count_poll_error(target.label, "bad_metadata")
             return 0
-        except (_HttpStatusError, aiohttp.ClientError):
+        except _HttpStatusError as exc:
+            self._count_redirect(target, exc)
             return 0
+        except aiohttp.ClientError:
+            return 0
+
+    def _count_redirect(self, target: Target, exc: _HttpStatusError) -> None:
+        """A metadata answer that redirects is counted (other statuses only leave the value unknown):
+        a redirect is never followed, so it is a misconfiguration to see, not a missing endpoint."""
+        if exc.reason == "redirect":
+            self.self_metrics.count_poll_error(target.label, "redirect")
 
     # --- state --------------------------------------------------------------------------------------
 
@@ -262,22 +290,32 @@ class StatsPoller(Collector):
 
     def _update(self, target: Target, models: list[ModelStats], now: float,
                 sizes: dict[tuple[str, str], int] | None = None) -> None:
-        """Fold one poll's statistics (and newly read max_batch_sizes) into the series of *target*."""
+        """Fold one poll's statistics (and newly read max_batch_sizes) into the series of *target*.
+
+        Each series folds one entry a poll: a later entry with the same labels (Triton listing a
+        model version twice, two long names that cut alike) is refused and counted as a
+        `duplicate_model` poll error. Folded into the same series, two entries would each read as
+        the other's next poll, and every poll would add one's whole count again (an idle histogram
+        grew 140 a poll).
+        """
         namespace, pod = target_labels(target)
         sizes = sizes or {}
+        duplicates: list[SeriesKey] = []
         with self._lock:
             state = self._targets.setdefault(target.url, _TargetState())
             estimate = self._estimates_queue(state)
             seen: set[SeriesKey] = set()
             for m in models:
-                key = (target.url, m.name, m.version)
+                key = series_key(target, m)
+                if key in seen:
+                    duplicates.append(key)
+                    continue
                 series = self._series.get(key)
                 if series is None:
                     if not self._cap.admit(key):
                         self.self_metrics.drop_series(catalog.get("tidescale_batch_size").name)
                         continue
-                    labels = (clean_label_value(m.name), clean_label_value(m.version), namespace, pod)
-                    series = self._series[key] = _Series(labels)
+                    series = self._series[key] = _Series((key[1], key[2], namespace, pod))
                 if (m.name, m.version) in sizes:
                     series.max_batch_size = sizes[(m.name, m.version)]
                 seen.add(key)
@@ -288,6 +326,15 @@ class StatsPoller(Collector):
             for key in state.keys - seen:
                 self._drop(key)
             state.keys = seen
+            log_duplicate = bool(duplicates) and not state.duplicates_logged
+            state.duplicates_logged |= log_duplicate
+        if duplicates:
+            self.self_metrics.count_poll_error(target.label, "duplicate_model", len(duplicates))
+        if log_duplicate:
+            _, model, version = duplicates[0]
+            log.warning("stats of %s list model %r version %r more than once (or two names cut to the same "
+                        "label): only the first entry is exported", target.label, model, version,
+                        extra={"fields": {"target": target.label, "duplicates": len(duplicates)}})
 
     @staticmethod
     def _fold(series: _Series, cur: ModelStats, now: float, estimate_queue: bool) -> None:
@@ -315,7 +362,7 @@ class StatsPoller(Collector):
                 for key in state.keys if state else ():
                     self._drop(key)
         for target in removed:
-            self.self_metrics.forget_target(target.url)
+            self.self_metrics.forget_target(target.label)
 
     def series_count(self) -> int:
         with self._lock:

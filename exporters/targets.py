@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 from tidescale.contracts import jsonio
 from tidescale.contracts.errors import UsageError
+from tidescale.contracts.redact import redact_url, redact_urls
 from tidescale.exporters.latency import Sender
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,12 @@ class Target:
     url: str
     namespace: str | None = None
     pod: str | None = None
+
+    @property
+    def label(self) -> str:
+        """The URL as labels and log lines show it: a static URL may carry a password (`http://user:
+        pass@host:8000`), and /metrics needs no token."""
+        return redact_url(self.url)
 
 
 ChangeCallback = Callable[[list[Target], list[Target]], None]
@@ -87,20 +94,32 @@ def parse_targets_file(text: str, max_targets: int = MAX_TARGETS) -> list[Target
             out.append(Target(url, labels.get("namespace"), labels.get("pod")))
             if len(out) > max_targets:
                 raise UsageError(f"targets file lists more than {max_targets} targets")
+    check_distinct(t.url for t in out)
     return out
 
 
+def check_distinct(urls: Iterable[str]) -> None:
+    """UsageError when two URLs name the same server once their credentials are hidden: their series
+    and poll metrics would carry the same labels (and the server would be polled twice)."""
+    seen: dict[str, str] = {}
+    for url in urls:
+        label = redact_url(url)
+        if seen.setdefault(label, url) != url:
+            raise UsageError(f"Triton URL {label} is listed twice (credentials aside)")
+
+
 def normalize_url(url: str) -> str:
-    """`http(s)://host:port` without a trailing slash; UsageError names a bad URL."""
+    """`http(s)://host:port` without a trailing slash; UsageError names a bad URL (its credentials hidden)."""
     parts = urlsplit(url.strip())
+    shown = repr(redact_url(url))
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"Triton URL {url!r} must look like http://host:8000")
+        raise UsageError(f"Triton URL {shown} must look like http://host:8000")
     try:
         parts.port  # noqa: B018 - validates the port
     except ValueError:
-        raise UsageError(f"Triton URL {url!r} has an invalid port") from None
+        raise UsageError(f"Triton URL {shown} has an invalid port") from None
     if parts.query or parts.fragment or parts.path.strip("/"):
-        raise UsageError(f"Triton URL {url!r} must not have a path or query (the poller adds /v2/...)")
+        raise UsageError(f"Triton URL {shown} must not have a path or query (the poller adds /v2/...)")
     return f"{parts.scheme}://{parts.netloc}"
 
 
@@ -127,7 +146,9 @@ class TargetSet:
                  kube_selector: str | None = None, *, port: int = DEFAULT_PORT, api: Any = None,
                  watch_factory: Callable[[], Any] | None = None, max_targets: int = MAX_TARGETS,
                  targets_file: Path | None = None, kube_node: str | None = None) -> None:
-        self._static = {Target(u) for u in (normalize_url(u) for u in static_urls)}
+        static = [normalize_url(u) for u in static_urls]
+        check_distinct(static)
+        self._static = {Target(u) for u in static}
         self.kube_namespace = kube_namespace or None
         self.kube_selector = kube_selector
         # Only the pods on this node (a field selector on the API server; checked here too, so a
@@ -191,7 +212,7 @@ class TargetSet:
         except ApiException as exc:
             return bool(exc.status == 404)
         except Exception as exc:  # the API server unreachable: keep what may still be a pod's
-            log.debug("cannot ask whether pod %s/%s exists: %s", namespace, pod, exc)
+            log.debug("cannot ask whether pod %s/%s exists: %s", namespace, pod, redact_urls(str(exc)))
         return False
 
     def reload_targets_file(self) -> bool:
@@ -361,7 +382,7 @@ class TargetSet:
                     self._stop.wait(5)
                 version = None
             except Exception as exc:  # network errors: back off, relist
-                log.warning("pod watch failed: %s; retrying", exc)
+                log.warning("pod watch failed: %s; retrying", redact_urls(str(exc)))
                 self._stop.wait(5)
                 version = None
 

@@ -66,6 +66,9 @@ LABEL_VALUES: list[tuple[str, str]] = [
     ("empty", ""),
     ("whitespace", "   "),
     ("300-chars", "m" * 300),  # longer than a String(255) column, shorter than the 4096-char value limit
+    # Two names equal in their first 127 characters: cut to the label cap alike unless the cut keeps them apart.
+    ("shared-prefix-a", "m" * 127 + "-a" * 10),
+    ("shared-prefix-b", "m" * 127 + "-b" * 10),
 ]
 
 # Numbers where a count, duration or id is expected.
@@ -89,6 +92,9 @@ TIMESTAMPS: list[tuple[str, object]] = [
     ("negative", -5),
     ("string-digits", "9" * 30),
     ("float", 1.5e18),
+    # str.isdigit() is true for these, and int() takes the second: a check must also ask isascii().
+    ("superscript-two", "²"),
+    ("arabic-indic-digits", "١٧٩٥٢٧٤٧١٨٨٩٠٠٠٠٠٠٠٠"),
 ]
 
 # RFC 3339 instants for webhook payloads.
@@ -99,4 +105,30 @@ DATETIMES: list[tuple[str, str]] = [
     ("offset-overflow", "9999-12-31T23:59:59-23:59"),
     ("not-a-date", "yesterday"),
     ("year-0", "0000-01-01T00:00:00Z"),
+]
+
+# URLs that carry a credential, with the secret each must never show (in a label, a log line or an
+# error message): (name, url, secret).
+URLS_WITH_CREDENTIALS: list[tuple[str, str, str]] = [
+    ("userinfo", "http://tidescale:hunter2-pass@triton:8000", "hunter2-pass"),
+    ("user-only", "http://ghp-token-as-user@triton:8000", "ghp-token-as-user"),
+    ("at-in-password", "http://u:p@ss-w0rd@triton:8000", "p@ss-w0rd"),
+    ("slash-in-password", "http://u:pa/ss-w0rd@triton:8000", "pa/ss-w0rd"),
+    ("question-mark-in-password", "http://u:pa?ss-w0rd@triton:8000", "pa?ss-w0rd"),
+    ("percent-encoded", "http://u:p%40ss%2Fw0rd@triton:8000", "p%40ss%2Fw0rd"),
+    ("no-scheme", "u:no-scheme-s3cret@triton:8000", "no-scheme-s3cret"),
+    ("ipv6", "https://u:v6-s3cret@[::1]:8000", "v6-s3cret"),
+    ("unicode", "http://u:пароль-s3cret@triton:8000", "пароль-s3cret"),
+    ("dsn-query-password", "postgresql://app@db/reviews?sslmode=require&password=qwerty-s3cret", "qwerty-s3cret"),
+    ("query-token", "http://prometheus:9090/?access_token=tok-123456", "tok-123456"),
+]
+
+# Text that a terminal or a markup renderer would interpret (op names, warnings, anything printed).
+MARKUP_TEXT: list[tuple[str, str]] = [
+    ("rich-close-tag", "[/x]"),
+    ("rich-style", "[bold]MatMul[/bold]"),
+    ("rich-link", "[link=https://example.com]op[/link]"),
+    ("rich-escaped-bracket", "\\[red]op"),
+    ("ansi-clear-screen", "\x1b[2J\x1b[31mMatMul"),
+    ("carriage-return", "AsString\rMatMul  "),
 ]

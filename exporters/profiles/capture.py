@@ -11,12 +11,25 @@ this every N minutes).
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from tidescale.contracts.errors import MissingToolError, TidescaleError, UsageError
+from tidescale.contracts.redact import redact_url, redact_urls
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
 MAX_CAPTURE_MS = 10 * 60 * 1000
+POST_ATTEMPTS = 4
+DEFAULT_RETRY_AFTER_S = 10.0
+MAX_RETRY_AFTER_S = 60.0
+
+
+class CaptureFailed(TidescaleError):
+    """The capture or its upload failed: exit 2 with the message, as every CLI error does (1 is the
+    release gate's "over the limit", which a CronJob's failure must not look like)."""
+
+    exit_code = 2
 
 
 def parse_duration_ms(text: str) -> int:
@@ -48,29 +61,51 @@ def capture(target: str, duration: str, out: Path, host_tracer_level: int = 3) -
     except ImportError:
         raise MissingToolError("profile capture needs xprof's client: pip install 'tidescale[profile]' "
                                "(PyPI xprof)") from None
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CaptureFailed(f"cannot create --out {out}: {exc.strerror or exc}") from None
     before = set(out.glob("plugins/profile/*/*.xplane.pb"))
     options = {"host_tracer_level": host_tracer_level, "device_tracer_level": 1,
                "python_tracer_level": 0, "delay_ms": 0}
     try:
         _pywrap_profiler_plugin.trace(addr, str(out), "", True, duration_ms, 3, options)
     except Exception as exc:  # the C API raises RuntimeError with the gRPC status text
-        raise TidescaleError(f"profile capture from {addr} failed: {exc}") from None
+        raise CaptureFailed(f"profile capture from {addr} failed: {exc}") from None
     return sorted(set(out.glob("plugins/profile/*/*.xplane.pb")) - before)
 
 
-def post(files: list[Path], url: str, model: str, version: str, token: str | None) -> None:
-    """Upload captures to the exporter (`POST {url}/v1/profiles?model=…&version=…`)."""
+def post(files: list[Path], url: str, model: str, version: str, token: str | None,
+         sleep: Callable[[float], None] = time.sleep) -> None:
+    """Upload captures to the exporter (`POST {url}/v1/profiles?model=…&version=…`).
+
+    The exporter parses `max_profile_uploads` (1) at a time and answers 429 with Retry-After to the
+    rest: captures of several models scheduled alike are retried, `POST_ATTEMPTS` times at most.
+    """
     import httpx
 
     headers = {"Content-Type": "application/x-protobuf"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
     for path in files:
-        try:
-            resp = httpx.post(f"{url.rstrip('/')}/v1/profiles", params={"model": model, "version": version},
-                              content=path.read_bytes(), headers=headers, timeout=60)
-        except httpx.HTTPError as exc:
-            raise TidescaleError(f"upload of {path.name} to {url} failed: {exc}") from None
+        for attempt in range(1, POST_ATTEMPTS + 1):
+            try:
+                resp = httpx.post(f"{url.rstrip('/')}/v1/profiles", params={"model": model, "version": version},
+                                  content=path.read_bytes(), headers=headers, timeout=60)
+            except httpx.InvalidURL:  # its message quotes the URL's parts ("Invalid port: 'pa'"): a password
+                raise CaptureFailed(f"--post {redact_url(url)} is not a valid URL") from None
+            except (httpx.HTTPError, OSError) as exc:
+                raise CaptureFailed(f"upload of {path.name} to {redact_url(url)} failed: "
+                                    f"{redact_urls(str(exc))}") from None
+            if resp.status_code != 429 or attempt == POST_ATTEMPTS:
+                break
+            sleep(_retry_after(resp.headers.get("retry-after")))
         if resp.status_code >= 400:
-            raise TidescaleError(f"upload of {path.name} refused: HTTP {resp.status_code} {resp.text[:200]}")
+            raise CaptureFailed(f"upload of {path.name} refused: HTTP {resp.status_code} {resp.text[:200]}")
+
+
+def _retry_after(value: str | None) -> float:
+    """Seconds a 429's Retry-After asks for (its delay form), within 1 s and `MAX_RETRY_AFTER_S`."""
+    text = (value or "").strip()
+    seconds = float(text) if text.isascii() and text.isdigit() else DEFAULT_RETRY_AFTER_S
+    return min(max(seconds, 1.0), MAX_RETRY_AFTER_S)

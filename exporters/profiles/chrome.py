@@ -259,11 +259,12 @@ def _check_time(ts: Any, dur: Any) -> None:
     """
     for what, value in (("dur", dur), ("ts", ts)):
         if value.__class__ in _NUMBERS and not abs(value) < MAX_TIME_US:
-            raise BadInput(400, f"trace event {what} {_show(value)} is not a finite number below "
+            raise BadInput(400, f"trace event {what} {show_number(value)} is not a finite number below "
                                 f"{MAX_TIME_US:g} µs")
 
 
-def _show(value: float) -> str:
+def show_number(value: float) -> str:
+    """*value* for an error message: a 400-digit integer as its first digits and its length."""
     text = repr(value)
     return text if len(text) <= 40 else f"{text[:20]}… ({len(text)} digits)"
 

@@ -130,6 +130,19 @@ def parse_limits(specs: list[str]) -> dict[str, float]:
     return limits
 
 
+def unjudgeable(report: ProfileReport) -> str | None:
+    """Why the gate cannot judge *report*, None when it can.
+
+    A profile without op self time (a wrong file, a capture of an idle process, every event
+    dropped) has all-zero shares: they are within every limit, yet nothing was measured, so a
+    pass would be a lie.
+    """
+    if not report.total_self_time_us > 0:
+        return ("the profile holds no op self time (no op events, or every one dropped): there is no "
+                "share to hold against the limits")
+    return None
+
+
 def violations(report: ProfileReport, limits: dict[str, float]) -> list[str]:
     """One line per op class whose share exceeds its limit."""
     out = []

@@ -104,6 +104,11 @@ def detect_format(stream: io.BufferedReader, filename: str = "") -> ProfileForma
     head = stream.peek(SNIFF_BYTES)[:SNIFF_BYTES]
     if not head.strip():
         raise BadInput(400, "empty profile")
+    name = filename.lower().removesuffix(".gz")
+    # The name first: an XSpace starts with 0x0a, a newline to a JSON sniffer, and a first plane of 91
+    # or 123 bytes puts `[` or `{` next (a small valid .pb read as a malformed trace).
+    if name.endswith(".pb") or name.endswith(".xspace"):
+        return "xplane"
     if _TRTEXEC.match(head):
         return "trtexec"
     if _OP_STATS.match(head):
@@ -111,8 +116,7 @@ def detect_format(stream: io.BufferedReader, filename: str = "") -> ProfileForma
     stripped = head.lstrip()
     if stripped[:1] in (b"{", b"["):
         return "chrome_trace"
-    name = filename.lower().removesuffix(".gz")
-    if name.endswith(".pb") or name.endswith(".xspace") or _looks_like_xspace(head):
+    if _looks_like_xspace(head):
         return "xplane"
     raise BadInput(415, "unknown profile format: expected a Chrome trace (JSON), an XSpace "
                         "`.xplane.pb`, a trtexec --exportProfile JSON or xprof framework_op_stats JSON")

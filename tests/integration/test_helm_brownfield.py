@@ -218,8 +218,12 @@ def test_the_largest_profile_upload_fits_the_exporters_tmp(tmp_path: Path) -> No
         [tmp] = [v for v in exporter["spec"]["template"]["spec"]["volumes"] if v["name"] == "tmp"]
         return int(tmp["emptyDir"]["sizeLimit"].removesuffix("Mi"))
 
-    assert tmp_mib({}) * 2**20 > ExporterSettings.model_fields["max_profile_bytes"].default
+    fields = ExporterSettings.model_fields
+    assert tmp_mib({}) * 2**20 > fields["max_profile_uploads"].default * fields["max_profile_bytes"].default
     assert tmp_mib({"exporter": {"settings": {"max_profile_bytes": 1 << 30}}}) * 2**20 > 1 << 30
+    # every upload the exporter takes at once may hold max_profile_bytes
+    assert tmp_mib({"exporter": {"settings": {"max_profile_bytes": 1 << 30, "max_profile_uploads": 3}}}) \
+        * 2**20 > 3 << 30
 
 
 def test_notes_print_the_trace_url_and_the_serving_commands() -> None:

@@ -26,6 +26,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from tidescale.contracts.errors import UsageError
+from tidescale.contracts.redact import redact_url, redact_urls
 
 _YAML_SECTION: ContextVar[dict[str, Any] | None] = ContextVar("_YAML_SECTION", default=None)
 MAX_CONFIG_BYTES = 1 << 20
@@ -190,6 +191,17 @@ def _redacted(message: str, value: Any) -> str:
     return message
 
 
+def _without_credentials(value: Any) -> Any:
+    """*value* with the credentials of every URL in it hidden, before it is cut for showing (a cut could
+    keep a password's start and drop the `@` that marks it). One word with an `@` is taken for a URL
+    without a scheme (`user:pass@host:8000`)."""
+    if isinstance(value, str):
+        return redact_url(value) if "@" in value and len(value.split()) == 1 else redact_urls(value)
+    if isinstance(value, list | tuple):
+        return type(value)(_without_credentials(v) for v in value)
+    return value
+
+
 def format_validation_error(section: str, exc: ValidationError, model: type[BaseModel] | None = None) -> str:
     """One line per bad field; a bad value is shown truncated, a secret's value never (nor in the message)."""
     parts = []
@@ -198,13 +210,14 @@ def format_validation_error(section: str, exc: ValidationError, model: type[Base
         where = ".".join(str(p) for p in loc) or "(root)"
         where = f"{section}.{where}" if section else where
         value = err.get("input")
-        message = clip(str(err["msg"]), 2 * MAX_SHOWN_CHARS)
+        # A URL's credentials are hidden wherever one is quoted (a Triton or database URL with a password).
+        message = clip(redact_urls(str(err["msg"])), 2 * MAX_SHOWN_CHARS)
         if is_secret_field(model, loc):
             parts.append(f"  {clip(where)}: {_redacted(message, value)} (value hidden: secret)")
             continue
         # An unknown key's value helps nobody and may be a misspelt secret (`tokn: …`): never shown.
         hidden = isinstance(value, dict) or err["type"] == "extra_forbidden"
-        shown = "" if hidden else f" (got {_SHORT.repr(value)})"
+        shown = "" if hidden else f" (got {_SHORT.repr(_without_credentials(value))})"
         parts.append(f"  {clip(where)}: {message}{shown}")
     return f"invalid {section or 'settings'}:\n" + "\n".join(parts)
 

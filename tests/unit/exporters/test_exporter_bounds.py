@@ -10,6 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.hostile import JSON_DOCUMENTS, LABEL_VALUES, TIMESTAMPS
 from tests.unit.exporters.test_service_api import JSON, make_client, model_span, samples, span_body
@@ -47,6 +49,21 @@ def test_label_values_are_cut_and_printable(name: str, value: str) -> None:
     assert len(cleaned) <= MAX_LABEL_VALUE_CHARS
     assert cleaned.isprintable()
     assert clean_label_value(cut_label_value(value)) == cleaned
+
+
+def test_long_values_cut_alike_stay_apart() -> None:
+    """Every distinct value of the corpus keeps a distinct label: two names equal in their first 127
+    characters must not become one series."""
+    values = {value for _, value in LABEL_VALUES if value.isprintable()}
+    assert len({clean_label_value(v) for v in values}) == len(values)
+    assert cut_label_value("\ud800" * 200) != cut_label_value("\ud801" * 200)  # JSON lets names hold these
+
+
+@given(st.text(min_size=MAX_LABEL_VALUE_CHARS), st.text(min_size=1), st.text(min_size=1))
+def test_fuzz_a_cut_keeps_what_follows_it_apart(prefix: str, a: str, b: str) -> None:
+    cut_a, cut_b = cut_label_value(prefix + a), cut_label_value(prefix + b)
+    assert len(cut_a) == MAX_LABEL_VALUE_CHARS and cut_label_value(cut_a) == cut_a
+    assert (cut_a == cut_b) == (a == b)
 
 
 def test_the_label_cache_keeps_no_long_strings() -> None:

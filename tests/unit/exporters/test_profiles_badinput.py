@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from tests.paths import FIXTURES
 from tidescale.exporters.errors import BadInput
-from tidescale.exporters.profiles.ingest import parse_profile
+from tidescale.exporters.profiles.ingest import MAX_CAPTURE_S, MIN_CAPTURE_S, parse_profile
 
 TF = FIXTURES / "profiles" / "tensorflow"
 XPLANE = (TF / "ctr_int_ids.xplane.pb").read_bytes()
@@ -110,6 +110,41 @@ def test_fuzz_xplane_bit_flips_never_crash(pos: int, byte: int) -> None:
 def test_fuzz_trace_byte_edits_never_crash(pos: int, byte: bytes) -> None:
     data = TRACE[:pos] + byte + TRACE[pos + 1:]
     assert outcome(data) in ("ok", "bad:400", "bad:413", "bad:415")
+
+
+@pytest.mark.parametrize("plane_bytes", [ord("["), ord("{")])
+def test_a_small_xplane_named_pb_is_an_xplane_whatever_its_second_byte(plane_bytes: int) -> None:
+    """0x0a (field 1) reads as a newline, and a plane length of 91 or 123 as a JSON bracket."""
+    from tests.unit.exporters.test_profiles_hostile import HOST_PLANE_HEAD, ld
+
+    plane = HOST_PLANE_HEAD + ld(15, b"x" * (plane_bytes - len(HOST_PLANE_HEAD) - 2))
+    body = ld(1, plane)
+    assert body[1] == plane_bytes
+    assert parse_profile(body, "host.xplane.pb").format == "xplane"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.none(), st.booleans(), st.integers(), st.integers(-10, 10).map(lambda e: 10**e * 1.795e18),
+                 st.floats(), st.text(max_size=30), st.integers(0, 2**64).map(str),
+                 st.lists(st.integers(), max_size=2)))
+def test_fuzz_capture_times_are_in_range_or_400(value: object) -> None:
+    """Whatever a file records as its capture time, it is read as a sane time, as "not recorded", or
+    refused with a 400 naming the field (never an OverflowError, a ValueError or a 500)."""
+    for body, name in ((json.dumps({"baseTimeNanoseconds": value, "traceEvents": []}).encode(), "trace.json"),
+                       (_xplane_with_start_time(value), "h.xplane.pb")):
+        try:
+            captured = parse_profile(body, name).captured_at
+        except BadInput as exc:
+            assert exc.status_code == 400 and ("baseTimeNanoseconds" in exc.message
+                                               or "profile_start_time" in exc.message)
+            continue
+        assert captured is None or MIN_CAPTURE_S <= captured <= MAX_CAPTURE_S
+
+
+def _xplane_with_start_time(value: object) -> bytes:
+    from tests.unit.exporters.test_profiles_hostile import with_start_time
+
+    return with_start_time(value)
 
 
 def test_stream_is_read_not_loaded() -> None:

@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.paths import FIXTURES
+from tests.unit.exporters.test_profiles_hostile import HOST_PLANE_HEAD, chrome_trace, ld, x_event
 from tidescale.cli import app
 from tidescale.exporters.profiles.ingest import combined_report, parse_profile
 
@@ -119,3 +120,75 @@ def test_gate_rejects_missing_and_garbage_files(tmp_path: Path) -> None:
     result = runner.invoke(app, ["profile", "report", str(junk)])
     assert isinstance(result.exception, UsageError)
     assert "truncated" in str(result.exception)
+
+
+# --- issue 43 #21: each exit status has one meaning; "could not judge" is never 0 or 1 ------------
+
+NO_OP_TIME = {
+    "chrome-without-events": b'{"traceEvents": []}',
+    "chrome-every-event-dropped": chrome_trace(b",".join([x_event(b"-1"), x_event(b'"x"')])),
+    "trtexec-without-layers": b'[{"count": 1}]',
+    "xplane-without-op-events": ld(1, HOST_PLANE_HEAD),
+    "xplane-of-an-unknown-plane": ld(1, ld(2, b"/custom:plane")),
+}
+
+
+def gate(tmp_path: Path, capsys: pytest.CaptureFixture[str], *args: str, body: bytes | None = None
+         ) -> tuple[int, str, str]:
+    """Exit status, stdout and stderr of `tidescale profile report` as CI runs it (through main)."""
+    from tidescale.cli import main
+
+    if body is not None:
+        (tmp_path / "profile").write_bytes(body)
+        args = (*args, str(tmp_path / "profile"))
+    with pytest.raises(SystemExit) as exc:
+        main(["profile", "report", *args])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    return int(exc.value.code or 0), out, err
+
+
+@pytest.mark.parametrize("body", NO_OP_TIME.values(), ids=NO_OP_TIME.keys())
+def test_a_profile_without_op_time_cannot_be_judged(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     body: bytes) -> None:
+    code, out, err = gate(tmp_path, capsys, "--json", body=body)
+    assert code == 3
+    report = json.loads(out)
+    assert report["verdict"] == "could_not_judge" and "no op self time" in report["could_not_judge"]
+    code, out, err = gate(tmp_path, capsys, body=body)
+    assert code == 3 and "COULD NOT JUDGE" in err and "PASS" not in err
+
+
+@pytest.mark.parametrize(("args", "code", "verdict"), [
+    ([str(TF / "ctr_int_ids.xplane.pb")], 0, "pass"),
+    ([str(TF / "ctr_string_ops.xplane.pb")], 1, "fail"),
+    (["--max-share", "string=2", str(TF / "ctr_int_ids.xplane.pb")], 2, None),
+    ([str(TORCH)], 2, None),  # a directory
+    ([str(TF / "ctr_int_ids.xplane.pb"), "/nonexistent/profile.json"], 2, None),
+], ids=["pass", "over-the-limit", "bad-flag", "a-directory", "a-missing-file"])
+def test_each_exit_status_has_one_meaning(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str],
+                                          code: int, verdict: str | None) -> None:
+    got, out, err = gate(tmp_path, capsys, "--json", *args)
+    assert got == code, err
+    if verdict is None:
+        assert out == "" and err.startswith("error:") and err.count("\n") == 1
+    else:
+        assert json.loads(out)["verdict"] == verdict
+
+
+@pytest.mark.parametrize("failure", [RuntimeError("a parser defect"), MemoryError(), RecursionError("deep"),
+                                     PermissionError(13, "Permission denied", "profile.pb")],
+                         ids=["defect", "memory", "recursion", "permission"])
+def test_a_gate_that_fails_on_the_profile_never_passes_or_fails_it(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str],
+                                                                    monkeypatch: pytest.MonkeyPatch,
+                                                                    failure: BaseException) -> None:
+    from tidescale.exporters.profiles import gate as gate_module
+
+    def broken(paths: list[str]) -> None:
+        raise failure
+
+    monkeypatch.setattr(gate_module, "combined_report", broken)
+    code, out, err = gate(tmp_path, capsys, body=b"{}")
+    assert code == (2 if isinstance(failure, OSError) else 3) and out == ""
+    assert err.startswith("error:") and err.count("\n") == 1, err

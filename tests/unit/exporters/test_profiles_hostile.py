@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.hostile import JSON_DOCUMENTS, NUMBERS
+from tests.hostile import JSON_DOCUMENTS, MARKUP_TEXT, NUMBERS, TIMESTAMPS
 from tests.protowire import varint
 from tidescale.exporters.errors import BadInput
 from tidescale.exporters.profiles import chrome, xplane
@@ -207,6 +207,50 @@ def test_a_non_finite_total_is_refused_by_the_report() -> None:
         build_report(totals, "trtexec")
 
 
+# --- issue 43 #8: a capture time is checked like every other time ---------------------------------
+
+CAPTURE_TIMES = NUMBERS + TIMESTAMPS
+VALID_NS = 1_795_274_718_890_000_000  # 2026-11-22, as ctr_int_ids.xplane.pb records it
+
+
+def with_base_time(value: object) -> bytes:
+    """A torch.profiler trace that records *value* as its `baseTimeNanoseconds`."""
+    return b'{"baseTimeNanoseconds": ' + number_json(value) + b', "traceEvents": [' + x_event(b"5") + b"]}"
+
+
+def with_start_time(value: object) -> bytes:
+    """An XSpace whose host plane records *value* as its `profile_start_time` stat: an int that fits
+    as a uint64 (as TF writes it), anything else as text."""
+    stat_value = (varint(3 << 3) + varint(value) if isinstance(value, int) and 0 <= value < 2**64
+                  else ld(5, str(value).encode()))
+    stat_metadata = ld(5, b"\x08\x07" + ld(2, b"\x08\x07" + ld(2, b"profile_start_time")))
+    return ld(1, HOST_PLANE_HEAD + stat_metadata + ld(6, b"\x08\x07" + stat_value))
+
+
+CAPTURE_PLACEMENTS = [with_base_time, with_start_time]
+
+
+@pytest.mark.parametrize("place", CAPTURE_PLACEMENTS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize(("name", "value"), CAPTURE_TIMES, ids=[n for n, _ in CAPTURE_TIMES])
+def test_hostile_capture_times_are_400(place: Callable[[object], bytes], name: str, value: object) -> None:
+    """Every entry is refused, but a float of whole nanoseconds within 2000-2100 as JSON writes it."""
+    if place is with_base_time and name == "float":
+        assert parse_profile(place(value)).captured_at == 1.5e9
+        return
+    with pytest.raises(BadInput) as exc:
+        parse_profile(place(value))
+    assert exc.value.status_code == 400
+    assert ("baseTimeNanoseconds" if place is with_base_time else "profile_start_time") in exc.value.message
+
+
+@pytest.mark.parametrize("place", CAPTURE_PLACEMENTS, ids=lambda f: f.__name__)
+def test_a_capture_time_in_range_is_read_and_zero_means_none(place: Callable[[object], bytes]) -> None:
+    assert parse_profile(place(VALID_NS)).captured_at == pytest.approx(VALID_NS / 1e9)
+    assert parse_profile(place(str(VALID_NS) if place is with_start_time else VALID_NS)).captured_at \
+        == pytest.approx(VALID_NS / 1e9)
+    assert parse_profile(place(0)).captured_at is None
+
+
 def embedded(doc: bytes) -> list[bytes]:
     """The document as a whole upload, as an event's args, and as a trtexec row's extra field."""
     return [doc, chrome_trace(x_event(b"1", args=doc)), b'[{"count": 1}, {"name": "l", "timeMs": 1, "x": '
@@ -251,16 +295,51 @@ def test_gate_exits_2_on_overflowing_times(tmp_path: Path, capsys: pytest.Captur
         assert err.startswith("error: cannot read the profile:") and err.count("\n") == 1
 
 
+@pytest.mark.parametrize("place", CAPTURE_PLACEMENTS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("value", [10**400, "²"], ids=["400-digits", "superscript-two"])
+def test_gate_exits_2_on_a_bad_capture_time(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                            place: Callable[[object], bytes], value: object) -> None:
+    code, out, err = run_cli(tmp_path, place(value), capsys, "--json")
+    assert code == 2 and out == ""
+    assert err.startswith("error: cannot read the profile:") and err.count("\n") == 1, err
+
+
 @pytest.mark.parametrize(("name", "doc"), JSON_DOCUMENTS, ids=[n for n, _ in JSON_DOCUMENTS])
-def test_gate_on_hostile_json_exits_0_or_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                          name: str, doc: bytes) -> None:
+def test_gate_on_hostile_json_exits_0_2_or_3_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                            name: str, doc: bytes) -> None:
     for body in embedded(doc):
         code, out, err = run_cli(tmp_path, body, capsys, "--json")
         assert "Traceback" not in err
-        if code == 0:
-            json.loads(out)  # strict JSON (no NaN): json.loads would accept NaN, so check the text too
+        if code in (0, 3):  # judged within the limits, or no op time to judge
+            report = json.loads(out)  # strict JSON (no NaN): json.loads would accept NaN, so check the text too
             assert "NaN" not in out and "Infinity" not in out
+            assert (report["total_self_time_us"] > 0) == (code == 0)
         else:
             assert code == 2 and err.startswith("error:") and err.count("\n") == 1, (code, err[:300])
     if name.startswith("deep") or name == "400-digit-number":
         assert run_cli(tmp_path, doc, capsys)[0] == 2
+
+
+# --- issue 43 #9: what the profile names is printed as text, never as markup ----------------------
+
+
+def test_the_gate_prints_op_names_as_they_are(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = [{"count": 1}, *({"name": name, "timeMs": 10 + i} for i, (_, name) in enumerate(MARKUP_TEXT))]
+    code, out, err = run_cli(tmp_path, json.dumps(rows).encode(), capsys)
+    assert code == 0 and "Traceback" not in err, err
+    assert "\x1b" not in out and "\r" not in out
+    for name, text in MARKUP_TEXT:
+        assert (text if text.isprintable() else ascii(text)[1:-1]) in out, name
+
+
+def test_gate_warnings_are_printed_as_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "[red]disguised.json"  # warnings name the file they come from
+    # TF ops recorded unevenly (a host tracer level 2 capture): a warning that names the file
+    ops = [b"a:MatMul"] * 10 + [b"b:Add"] * 10 + [b"c:AsString"]
+    path.write_bytes(chrome_trace(b",".join(x_event(b"1", ts=b"%d" % (2 * i), args=b'{"long_name": "%s"}' % op)
+                                            for i, op in enumerate(ops))))
+    from tidescale.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["profile", "report", str(path)])
+    assert "[red]disguised.json" in capsys.readouterr().err.replace("\n", "")  # Rich wraps at 80 columns

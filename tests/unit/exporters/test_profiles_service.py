@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import gzip
+import io
 import math
-from collections.abc import AsyncIterator, Iterator
+import os
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 from fastapi.testclient import TestClient
@@ -15,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.hostile import JSON_DOCUMENTS, LABEL_VALUES, NUMBERS
 from tests.paths import FIXTURES
 from tests.unit.exporters.test_profiles_hostile import (
+    CAPTURE_PLACEMENTS,
     REFUSED_TIMES,
     as_chrome_dur,
     as_trtexec,
@@ -69,6 +73,16 @@ def test_hostile_durations_are_400_and_nothing_is_stored(client: TestClient, nam
     assert_metrics_clean(client)
 
 
+@pytest.mark.parametrize("place", CAPTURE_PLACEMENTS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("value", [10**400, "²", float("nan")], ids=["400-digits", "superscript-two", "nan"])
+def test_a_bad_capture_time_is_400_naming_it(client: TestClient, place: Callable[[object], bytes],
+                                             value: object) -> None:
+    status, text = post(client, place(value))
+    assert status == 400 and ("baseTimeNanoseconds" in text or "profile_start_time" in text), text
+    assert client.get("/v1/profiles/m/1").status_code == 404  # nothing stored
+    assert_metrics_clean(client)
+
+
 @pytest.mark.parametrize(("name", "doc"), JSON_DOCUMENTS, ids=[n for n, _ in JSON_DOCUMENTS])
 def test_hostile_json_is_4xx_never_500(client: TestClient, name: str, doc: bytes) -> None:
     for body in (doc, chrome_trace(x_event(b"1", args=doc)) if doc else doc):
@@ -111,6 +125,8 @@ def spool(data: bytes, max_bytes: int = 1 << 20, chunk: int = 1000) -> tuple[str
         return asyncio.run(run()), read
     except BadInput as exc:
         return f"bad:{exc.status_code}", read
+    except OSError as exc:
+        return type(exc).__name__, read
 
 
 def test_unknown_format_is_refused_from_the_first_chunk() -> None:
@@ -222,3 +238,85 @@ def test_printable_model_names_round_trip(client: TestClient, name: str, label: 
 def test_gzip_upload_through_the_route(client: TestClient) -> None:
     status, text = post(client, gzip.compress(SMALL))
     assert status == 200, text
+
+
+# --- issue 43 #16: uploads at once are bounded; a full disk is a 507 --------------------------------
+
+
+async def asgi_post(app: object, body: AsyncIterator[bytes], token: str = TOKEN) -> tuple[int, dict[str, str]]:
+    """POST /v1/profiles?model=m&version=1 straight through the ASGI app, the body sent as *body* yields it."""
+    sent: list[dict[str, object]] = []
+
+    async def receive() -> dict[str, object]:
+        chunk = await anext(body, None)
+        return {"type": "http.request", "body": chunk or b"", "more_body": chunk is not None}
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+             "scheme": "http", "path": "/v1/profiles", "raw_path": b"/v1/profiles",
+             "query_string": b"model=m&version=1", "root_path": "", "client": ("127.0.0.1", 5000),
+             "server": ("127.0.0.1", 9105), "headers": [(b"authorization", f"Bearer {token}".encode())]}
+    await app(scope, receive, send)  # type: ignore[operator]
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    headers = {k.decode(): v.decode() for k, v in start["headers"]}  # type: ignore[attr-defined]
+    return int(start["status"]), headers  # type: ignore[call-overload]
+
+
+def test_uploads_beyond_max_profile_uploads_are_429_until_a_slot_frees() -> None:
+    app = create_app(ExporterSettings(token=TOKEN, max_profile_uploads=1))  # type: ignore[call-arg]
+    release = asyncio.Event()
+
+    async def held() -> AsyncIterator[bytes]:
+        yield SMALL[:10]
+        await release.wait()  # the first upload stays in progress until the others are answered
+        yield SMALL[10:]
+
+    async def whole() -> AsyncIterator[bytes]:
+        yield SMALL
+
+    async def main() -> None:
+        first = asyncio.create_task(asgi_post(app, held()))
+        while app.state.exporter.profile_uploads == 0 and not first.done():  # type: ignore[attr-defined]
+            await asyncio.sleep(0)
+        status, headers = await asgi_post(app, whole())
+        assert status == 429 and int(headers["retry-after"]) > 0
+        assert (await asgi_post(app, whole(), token="wrong"))[0] == 401  # no token: refused before a slot
+        release.set()
+        assert (await first)[0] == 200
+        assert app.state.exporter.profile_uploads == 0  # type: ignore[attr-defined]
+        assert (await asgi_post(app, whole()))[0] == 200  # the slot is free again
+
+    asyncio.run(main())
+
+
+def test_a_refused_or_failed_upload_frees_its_slot(client: TestClient) -> None:
+    for body in (b"<html>", b"{" + b" " * (2 << 20), chrome_trace(x_event(b"1e308"))):  # 415, 413, 400
+        assert post(client, body)[0] in (400, 413, 415)
+    assert post(client, SMALL)[0] == 200
+
+
+class FullDisk(io.BytesIO):
+    """A spool on a full volume: the first write that reaches the disk fails."""
+
+    def write(self, data: object) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_full_disk_is_507_never_500(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(upload.tempfile, "TemporaryFile", lambda **_: FullDisk())
+    status, text = post(client, SMALL)
+    assert status == 507 and "No space left on device" in text and "room" in text
+    assert spool(SMALL)[0] == "bad:507"
+    monkeypatch.setattr(upload.tempfile, "TemporaryFile", _refuses(errno.ENOSPC))  # no room for the file itself
+    assert post(client, SMALL)[0] == 507
+    monkeypatch.setattr(upload.tempfile, "TemporaryFile", _refuses(errno.EACCES))  # not a full disk: a defect
+    assert spool(SMALL)[0] == "PermissionError"
+
+
+def _refuses(code: int) -> Callable[..., object]:
+    def temporary_file(**_: object) -> object:
+        raise OSError(code, os.strerror(code))
+
+    return temporary_file

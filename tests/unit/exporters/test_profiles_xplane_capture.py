@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.hostile import URLS_WITH_CREDENTIALS
 from tests.protowire import varint
-from tidescale.contracts.errors import MissingToolError, UsageError
-from tidescale.exporters.profiles.capture import capture, check_target, parse_duration_ms
+from tidescale.contracts.errors import MissingToolError, TidescaleError, UsageError
+from tidescale.exporters.profiles.capture import capture, check_target, parse_duration_ms, post
 from tidescale.exporters.profiles.ingest import parse_profile
 from tidescale.exporters.profiles.xplane import op_of_host_event
 
@@ -99,3 +101,48 @@ def test_fuzz_duration_and_limit_parsing(text: str) -> None:
     for parse in (parse_duration_ms, lambda t: parse_limits([t])):
         with contextlib.suppress(UsageError):
             parse(text)
+
+
+@pytest.mark.parametrize(("name", "url", "secret"), [u for u in URLS_WITH_CREDENTIALS if "://" in u[1]],
+                         ids=[n for n, u, _ in URLS_WITH_CREDENTIALS if "://" in u])
+def test_a_failed_post_names_the_exporter_without_its_credentials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 name: str, url: str, secret: str) -> None:
+    import httpx
+
+    def refused(target: str, **_: object) -> None:
+        httpx.Request("POST", target)  # parsed as httpx.post parses it (InvalidURL quotes the port: a password)
+        raise httpx.ConnectError(f"cannot connect to {target}")
+
+    monkeypatch.setattr(httpx, "post", refused)
+    capture_file = tmp_path / "host.xplane.pb"
+    capture_file.write_bytes(b"\x0a\x00")
+    with pytest.raises(TidescaleError) as exc:
+        post([capture_file], url, "m", "1", None)
+    assert secret not in str(exc.value) and exc.value.exit_code == 2
+
+
+@pytest.mark.parametrize(("answers", "waits", "fails"), [
+    ([(429, "3"), (429, None), (200, None)], [3.0, 10.0], False),  # Retry-After honoured, or 10 s
+    ([(429, "99999")] * 3 + [(200, None)], [60.0] * 3, False),  # never more than a minute
+    ([(429, "²")] * 4, [10.0] * 3, True),  # gives up after 4 attempts, naming the answer
+    ([(503, "1")], [], True),  # only a 429 is retried
+])
+def test_post_retries_a_busy_exporter_a_bounded_number_of_times(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               answers: list[tuple[int, str | None]],
+                                                               waits: list[float], fails: bool) -> None:
+    import httpx
+
+    left = list(answers)
+
+    def answer(url: str, **_: object) -> httpx.Response:
+        status, retry_after = left.pop(0)
+        headers = [(b"retry-after", retry_after.encode())] if retry_after else []
+        return httpx.Response(status, headers=headers, text="busy")
+
+    monkeypatch.setattr(httpx, "post", answer)
+    slept: list[float] = []
+    capture_file = tmp_path / "host.xplane.pb"
+    capture_file.write_bytes(b"\x0a\x00")
+    with pytest.raises(TidescaleError) if fails else contextlib.nullcontext():
+        post([capture_file], "http://exporter:9105", "m", "1", "token", sleep=slept.append)
+    assert slept == waits and not left

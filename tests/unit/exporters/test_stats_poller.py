@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 from aiohttp import web
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 
+from tests.hostile import URLS_WITH_CREDENTIALS
 from tidescale.benches.poll import FakeTriton, synthetic_stats
+from tidescale.contracts.errors import UsageError
 from tidescale.devstack.ports import free_port
+from tidescale.exporters import stats_poller
+from tidescale.exporters.cardinality import clean_label_value
 from tidescale.exporters.stats_poller import StatsPoller
 from tidescale.exporters.targets import Target, TargetSet
 from tidescale.exporters.tritonstats import parse_stats
@@ -196,3 +203,199 @@ def test_hostile_model_names_are_capped_and_escaped() -> None:
         await poller.close()
 
     run_with_server(fake, body)
+
+
+# --- issue 43 #6: no credential from a --triton URL in /metrics, a log line or an error ------------
+
+
+@pytest.mark.parametrize(("name", "url", "secret"), URLS_WITH_CREDENTIALS, ids=[n for n, _, _ in URLS_WITH_CREDENTIALS])
+def test_no_credential_reaches_a_label_a_log_line_or_an_error(name: str, url: str, secret: str,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeTriton(models=1, version="2.51.0")
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger = logging.getLogger("tidescale.exporters.stats_poller")
+    logger.addHandler(handler)
+
+    async def body(port: int) -> None:
+        local = url.replace("triton:8000", f"127.0.0.1:{port}").replace("[::1]:8000", f"127.0.0.1:{port}")
+        try:
+            targets = TargetSet([local])
+        except UsageError as exc:  # not a URL the poller takes: the message must not quote its secret
+            assert secret not in str(exc)
+            return
+        poller = StatsPoller(targets, timeout_s=5)
+        await poller.poll_once()  # a poll that works (or fails: https to a plain-HTTP server)
+
+        def broken(body: bytes) -> None:
+            raise RuntimeError(f"cannot read the answer of {local}/v2/models/stats")
+
+        monkeypatch.setattr(stats_poller, "parse_stats", broken)
+        await poller.poll_once()  # an internal error, logged with its message
+        poller.self_metrics.count_poll_error(targets.targets()[0].label, "bad_metadata")
+        reg = CollectorRegistry()
+        reg.register(poller)
+        reg.register(poller.self_metrics)
+        exposition = generate_latest(reg).decode()
+        assert "tidescale_exporter_poll_errors_total{" in exposition
+        assert secret not in exposition
+        logged = [logging.Formatter().format(r) + json.dumps(getattr(r, "fields", {})) for r in records]
+        assert not [line for line in logged if secret in line]
+        if any(reason == "internal_error" for _, reason in poller.self_metrics.poll_errors):
+            assert logged
+        await poller.close()
+
+    try:
+        run_with_server(fake, body)
+    finally:
+        logger.removeHandler(handler)
+
+
+@pytest.mark.parametrize(("name", "url", "secret"), URLS_WITH_CREDENTIALS, ids=[n for n, _, _ in URLS_WITH_CREDENTIALS])
+def test_no_credential_reaches_a_settings_error(name: str, url: str, secret: str) -> None:
+    from tidescale.contracts.settings import load_settings
+    from tidescale.exporters.settings import ExporterSettings
+
+    try:
+        load_settings(ExporterSettings, triton_urls=[url, "ftp://bad"])
+    except UsageError as exc:
+        assert secret not in str(exc)
+    else:
+        raise AssertionError("ftp://bad was accepted")
+
+
+def test_urls_that_differ_only_in_credentials_are_refused() -> None:
+    with pytest.raises(UsageError, match="listed twice"):
+        TargetSet(["http://a:one@triton:8000", "http://a:two@triton:8000"])
+    assert len(TargetSet(["http://triton:8000", "http://triton:8000/"]).targets()) == 1
+
+
+# --- issue 43 #20: redirects are never followed ---------------------------------------------------
+
+
+@pytest.mark.parametrize(("moved_paths", "series"), [(("/v2/models/stats", "/v2"), 0), (("/v2",), 1)])
+def test_redirects_are_counted_not_followed(moved_paths: tuple[str, ...], series: int) -> None:
+    fake = FakeTriton(models=1)
+    followed: list[str] = []
+
+    async def elsewhere(request: web.Request) -> web.Response:
+        followed.append(request.path)
+        return web.Response(body=synthetic_stats(1, 0), content_type="application/json")
+
+    async def moved(request: web.Request) -> web.Response:
+        raise web.HTTPFound(f"/elsewhere{request.path}")
+
+    def app() -> web.Application:
+        app = web.Application()
+        for path in ("/v2", "/v2/models/stats"):
+            app.router.add_get(path, moved if path in moved_paths else elsewhere)
+            app.router.add_get(f"/elsewhere{path}", elsewhere)
+        return app
+
+    fake.app = app  # type: ignore[method-assign]
+
+    async def body(port: int) -> None:
+        url = f"http://127.0.0.1:{port}"
+        poller = StatsPoller(TargetSet([url]))
+        await poller.poll_once()
+        assert [p for p in followed if p.startswith("/elsewhere")] == []
+        assert poller.series_count() == series
+        assert dict(poller.self_metrics.poll_errors) == {(url, "redirect"): 1}
+        await poller.close()
+
+    run_with_server(fake, body)
+
+
+# --- issue 43 #5: each batch counted once; long names that cut alike stay apart --------------------
+
+LONG = "ranker_" + "x" * 130  # 137 characters: cut to the 128-character label cap
+
+
+def entry(name: str, executions: int, version: str = "1") -> dict[str, Any]:
+    return {"name": name, "version": version, "execution_count": executions, "inference_count": executions,
+            "batch_stats": [{"batch_size": 1, "compute_infer": {"count": executions, "ns": 5 * executions}}]}
+
+
+def stats(*entries: dict[str, Any]) -> bytes:
+    return json.dumps({"model_stats": list(entries)}).encode()
+
+
+def exported_counts(poller: StatsPoller) -> dict[tuple[str, str], float]:
+    reg = CollectorRegistry()
+    reg.register(poller)
+    return {(s.labels["model"], s.labels["version"]): s.value for fam in reg.collect() for s in fam.samples
+            if s.name == "tidescale_batch_size_count"}
+
+
+@pytest.mark.parametrize("doc", [
+    stats(entry(LONG + "_a", 140), entry(LONG + "_b", 0)),  # names equal in their first 137 characters
+    stats(entry("resnet", 140), entry("resnet", 0)),  # one model version listed twice
+    stats(entry("resnet", 0), entry("resnet", 140), entry("resnet", 7)),
+], ids=["cut-alike", "duplicated", "duplicated-thrice"])
+def test_an_idle_triton_adds_nothing_whatever_its_entries(doc: bytes) -> None:
+    fake = FakeTriton(stats_body=lambda h, n: doc, max_batch_size=8)
+
+    async def body(port: int) -> None:
+        poller = StatsPoller(TargetSet([f"http://127.0.0.1:{port}"]))
+        await poller.poll_once()
+        first = exported_counts(poller)
+        for _ in range(5):
+            await poller.poll_once()
+        assert exported_counts(poller) == first  # idle: nothing executed, nothing added
+        await poller.close()
+
+    run_with_server(fake, body)
+
+
+def test_names_that_cut_alike_are_two_series_with_their_own_counts() -> None:
+    doc = stats(entry(LONG + "_a", 140), entry(LONG + "_b", 3))
+    fake = FakeTriton(stats_body=lambda h, n: doc)
+
+    async def body(port: int) -> None:
+        poller = StatsPoller(TargetSet([f"http://127.0.0.1:{port}"]))
+        for _ in range(3):
+            await poller.poll_once()
+        counts = exported_counts(poller)
+        assert sorted(counts.values()) == [3, 140]
+        assert all(len(model) <= 128 and model.startswith(LONG[:100]) for model, _ in counts)
+        assert not poller.self_metrics.poll_errors
+        await poller.close()
+
+    run_with_server(fake, body)
+
+
+def test_a_repeated_entry_is_refused_and_counted() -> None:
+    doc = stats(entry("resnet", 140), entry("resnet", 0), entry("bert", 2))
+    fake = FakeTriton(stats_body=lambda h, n: doc)
+
+    async def body(port: int) -> None:
+        url = f"http://127.0.0.1:{port}"
+        poller = StatsPoller(TargetSet([url]))
+        for _ in range(3):
+            await poller.poll_once()
+        assert exported_counts(poller) == {("resnet", "1"): 140, ("bert", "1"): 2}  # the first entry wins
+        assert dict(poller.self_metrics.poll_errors) == {(url, "duplicate_model"): 3}  # one a poll
+        await poller.close()
+
+    run_with_server(fake, body)
+
+
+NAMES = st.sampled_from(["resnet", "bert", "a\x00", "a\x01", "a?", LONG + "_a", LONG + "_b", LONG[:128], LONG])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(NAMES, st.sampled_from(["1", "2"]), st.integers(0, 10**6)), max_size=8),
+       st.integers(2, 5))
+def test_fuzz_repeated_polls_of_the_same_stats_add_nothing(entries: list[tuple[str, str, int]], polls: int) -> None:
+    """Whatever the entries (repeated, cut or cleaned alike), polling an idle server adds nothing, and
+    each exported series counts the executions of the first entry with its labels."""
+    models = parse_stats(stats(*(entry(n, e, v) for n, v, e in entries)))
+    poller = StatsPoller(TargetSet(["http://triton:8000"]))
+    target = Target("http://triton:8000")
+    for t in range(polls):
+        poller._update(target, models, float(t))
+    expected: dict[tuple[str, str], float] = {}
+    for m in models:
+        expected.setdefault((clean_label_value(m.name), clean_label_value(m.version)), m.execution_count)
+    assert exported_counts(poller) == expected
