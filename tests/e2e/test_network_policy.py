@@ -28,7 +28,7 @@ PORT = 8080
 
 # Connect, send a request, read the status line: one result per target, as a word.
 PROBE = """
-import socket, sys
+import errno, socket, sys
 for target in sys.argv[1:]:
     host, port = target.rsplit(":", 1)
     s = socket.socket()
@@ -42,7 +42,7 @@ for target in sys.argv[1:]:
     except (socket.timeout, TimeoutError):
         print("timeout")
     except OSError as exc:
-        print(f"error:{exc.errno}")
+        print("unreachable" if exc.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH) else f"error:{exc.errno}")
     finally:
         s.close()
 """
@@ -149,3 +149,18 @@ def test_the_policy_controller_listens_on_the_cluster_address_only(cluster: Clus
     with socket.create_connection((str(cluster.config.host_ip), netpol.METRICS_PORT), timeout=5) as s:
         s.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
         assert s.recv(12).startswith(b"HTTP/1.0 200")
+
+
+def test_a_pod_gets_no_route_to_a_service_without_endpoints(cluster: Cluster, namespace: str) -> None:
+    """kube-router ACCEPTs a pod's packets before kube-proxy's REJECT for a Service with no endpoints
+    could refuse them; the cluster's routing rule (netpol.service_rule) answers them at once instead
+    of letting them leave the machine by its default route while the client waits for a timeout."""
+    cluster.apply({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "nothing", "namespace": namespace},
+                   "spec": {"selector": {"app": "nothing"}, "ports": [{"port": 80, "targetPort": PORT}]}},
+                  {**_sleeper("client", {}), "metadata": {"name": "client", "namespace": namespace}})
+    client = _wait_running(cluster, namespace, "client")
+    ip = cluster.get(f"/api/v1/namespaces/{namespace}/services/nothing")["spec"]["clusterIP"]
+    assert probe_from(client, f"{ip}:80") == ["unreachable"]
+    # A Service with endpoints is DNATed before routing, so the rule does not touch it: the API server
+    # answers (400 to plain HTTP on its TLS port, an answer all the same).
+    assert probe_from(client, f"{cluster.config.kubernetes_service_ip}:443") == ["bad"]

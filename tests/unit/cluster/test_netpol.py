@@ -143,5 +143,32 @@ def test_a_leftover_ipset_is_reported(monkeypatch: pytest.MonkeyPatch, tmp_path:
     monkeypatch.setattr(sandbox.HostNetwork, "leftovers", staticmethod(lambda: []))
     monkeypatch.setattr(lifecycle, "kube_chains", lambda: ["iptables:KUBE-ROUTER-INPUT"])
     monkeypatch.setattr(netpol, "ipsets", lambda: ["KUBE-DST-QRSTUVWXYZ234567"])
+    monkeypatch.setattr(netpol, "service_rules", lambda: [])
     found = lifecycle.leftovers(ClusterConfig(state_dir=tmp_path))
     assert found == ["iptables:KUBE-ROUTER-INPUT", "ipset:KUBE-DST-QRSTUVWXYZ234567"]
+
+
+def test_a_pods_packet_left_addressed_to_a_service_has_no_route(tmp_path: Path) -> None:
+    assert netpol.service_rule(ClusterConfig(state_dir=tmp_path)) == [
+        "from", "10.244.0.0/16", "to", "10.96.0.0/16", "priority", "1000", "unreachable"]
+
+
+def test_the_service_rule_is_found_among_the_hosts_rules_and_named_for_deletion() -> None:
+    shown = [{"priority": 0, "src": "all", "table": "local"},
+             {"priority": 1000, "src": "10.244.0.0", "srclen": 16, "dst": "10.96.0.0", "dstlen": 16,
+              "action": "unreachable"},
+             {"priority": 1000, "src": "192.168.0.0", "srclen": 16, "table": "vpn"},  # someone else's
+             {"priority": 32766, "src": "all", "table": "main"}]
+    assert netpol.parse_service_rules(shown) == [
+        ["from", "10.244.0.0/16", "to", "10.96.0.0/16", "priority", "1000", "unreachable"]]
+
+
+def test_a_leftover_service_rule_is_reported(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from tidescale.devstack.node import sandbox
+
+    monkeypatch.setattr(sandbox.HostNetwork, "leftovers", staticmethod(lambda: []))
+    monkeypatch.setattr(lifecycle, "kube_chains", lambda: [])
+    monkeypatch.setattr(netpol, "ipsets", lambda: [])
+    monkeypatch.setattr(netpol, "_service_rules", lambda: [netpol.service_rule(ClusterConfig(state_dir=tmp_path))])
+    assert lifecycle.leftovers(ClusterConfig(state_dir=tmp_path)) == [
+        "ip rule: from 10.244.0.0/16 to 10.96.0.0/16 priority 1000 unreachable"]

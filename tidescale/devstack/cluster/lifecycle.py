@@ -4,7 +4,7 @@ Up: the host link and its address, certificates, etcd, kube-apiserver, then the 
 scheduler, then one node agent per node, then kube-proxy and kube-router's network policy
 controller, then cluster DNS. Any failure or Ctrl-C on the way runs the same teardown as `down`, so
 nothing is left behind: no process, network namespace, link, mount point, kube-proxy or kube-router
-rule, or kube-router ipset.
+rule, kube-router ipset or routing rule.
 """
 
 from __future__ import annotations
@@ -128,6 +128,7 @@ def _start_kube_router(config: ClusterConfig, argv: list[str], metrics_url: str)
     """Ready once its chains hang off INPUT/FORWARD/OUTPUT and a first full sync has run, so every pod
     that exists now is enforced; later pods and policies are programmed as their events arrive."""
     netpol.grant(config)
+    netpol.add_service_rule(config)  # kube-router's ACCEPT would let pods' packets to a Service without endpoints out
     proc = cp.start_daemon(config, NETWORK_POLICY, argv, env=netpol.env(config))
     cp.wait_ready(proc, metrics_url, True,
                   ok=lambda r: r.is_success and netpol.synced(r.text) and netpol.chains_installed())
@@ -178,6 +179,7 @@ def down(config: ClusterConfig, quiet: bool = False) -> None:
         subprocess.run([str(tool("kube-proxy")), "--cleanup", "--proxy-mode=iptables"], capture_output=True)
     remove_kube_chains()
     netpol.remove_ipsets()  # once no chain matches on them
+    netpol.remove_service_rules()
     HostNetwork(config.host_ip, config.pod_cidr).down()
     nodes = config.state_dir / "nodes"
     for specs in sorted(nodes.glob("*/pods/*/specs")) if nodes.is_dir() else []:
@@ -220,6 +222,7 @@ def leftovers(config: ClusterConfig) -> list[str]:
     from tidescale.devstack.node.sandbox import HostNetwork
 
     found = HostNetwork.leftovers() + kube_chains() + [f"ipset:{name}" for name in netpol.ipsets()]
+    found += netpol.service_rules()
     state = str(config.state_dir)
     with contextlib.suppress(OSError):
         found += [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines() if state in line]

@@ -21,10 +21,21 @@ controller writes no sysctl (kube-router's router and proxy do, and they do not 
 
 Traffic from the host itself to a pod is always allowed (its rule for a source of type LOCAL, which
 is how a kubelet's probes reach a pod behind a policy); the node agents' probes rely on it.
+
+Services without endpoints: kube-router ACCEPTs every packet of a pod that its policies allow, in
+KUBE-ROUTER-FORWARD, whose jump it keeps first in FORWARD (upstream's design: the policy controller
+is the authority on pod traffic). kube-proxy's REJECT for a Service with no endpoints (in its
+KUBE-SERVICES filter chain, after that jump) then never sees a pod's packets, which are not DNATed
+either, so they took the default route off the machine and the client waited for its timeout. A
+routing rule now answers them (:func:`service_rule`): a pod's packet still addressed to the Service
+range after kube-proxy's DNAT has no route, and the pod gets ENETUNREACH at once. DNAT happens
+before routing, so Services with endpoints are untouched; the host's own connections do not come
+from the pod range, and kube-proxy still rejects those.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -41,6 +52,7 @@ MODULE_RBAC = "daemonset/generic-kuberouter.yaml"  # every daemonset/ example ca
 METRICS_PORT = 20241  # metrics and /healthz (one mux), on the cluster address only; health port 0 = off
 TOP_LEVEL_CHAINS = {"INPUT": "KUBE-ROUTER-INPUT", "FORWARD": "KUBE-ROUTER-FORWARD", "OUTPUT": "KUBE-ROUTER-OUTPUT"}
 IPSET_PREFIXES = ("KUBE-SRC-", "KUBE-DST-")  # kube-router's policy sets; "inet6:" before them for IPv6
+SERVICE_RULE_PRIORITY = 1000  # before the main table (32766)
 SYNC_COUNT = re.compile(r"^kube_router_controller_iptables_sync_time_count\s+(\S+)\s*$", re.MULTILINE)
 
 
@@ -127,3 +139,44 @@ def remove_ipsets() -> None:
     """Destroy kube-router's sets; run after its chains are gone (a set in use cannot be destroyed)."""
     for name in ipsets():
         subprocess.run(["ipset", "destroy", name], capture_output=True)
+
+
+def service_rule(config: ClusterConfig) -> list[str]:
+    """`ip rule add` arguments: a pod's packet left addressed to a Service (no endpoint, no DNAT) has no route."""
+    return ["from", str(config.pod_cidr), "to", str(config.service_cidr), "priority", str(SERVICE_RULE_PRIORITY),
+            "unreachable"]
+
+
+def add_service_rule(config: ClusterConfig) -> None:
+    remove_service_rules()
+    proc = subprocess.run(["ip", "rule", "add", *service_rule(config)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise TidescaleError(f"`ip rule add {' '.join(service_rule(config))}` failed: {proc.stderr.strip()}")
+
+
+def _selector(rule: dict[str, Any]) -> list[str]:
+    return ["from", f"{rule.get('src')}/{rule.get('srclen', 32)}", "to", f"{rule.get('dst')}/{rule.get('dstlen', 32)}",
+            "priority", str(rule["priority"]), "unreachable"]
+
+
+def parse_service_rules(rules: list[dict[str, Any]]) -> list[list[str]]:
+    """Of `ip -j rule show`, the service rules, each as the arguments that name it to `ip rule del`."""
+    return [_selector(r) for r in rules
+            if r.get("priority") == SERVICE_RULE_PRIORITY and r.get("action") == "unreachable"]
+
+
+def _service_rules() -> list[list[str]]:
+    if shutil.which("ip") is None:
+        return []
+    out = subprocess.run(["ip", "-j", "rule", "show"], capture_output=True, text=True).stdout.strip()
+    return parse_service_rules(json.loads(out) if out else [])
+
+
+def service_rules() -> list[str]:
+    """The service rules on this host, for leftovers: `ip rule: from ... unreachable`."""
+    return ["ip rule: " + " ".join(r) for r in _service_rules()]
+
+
+def remove_service_rules() -> None:
+    for rule in _service_rules():
+        subprocess.run(["ip", "rule", "del", *rule], capture_output=True)
