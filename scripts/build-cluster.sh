@@ -28,6 +28,7 @@ components=(
   "kube-state-metrics|k8s.io/kube-state-metrics/v2|kube-state-metrics=k8s.io/kube-state-metrics/v2"
   "prometheus-adapter|sigs.k8s.io/prometheus-adapter|prometheus-adapter=sigs.k8s.io/prometheus-adapter/cmd/adapter"
   "keda|github.com/kedacore/keda/v2|keda=github.com/kedacore/keda/v2/cmd/operator keda-adapter=github.com/kedacore/keda/v2/cmd/adapter keda-admission-webhooks=github.com/kedacore/keda/v2/cmd/webhooks"
+  "kube-router|github.com/cloudnativelabs/kube-router/v2|kube-router=github.com/cloudnativelabs/kube-router/v2/cmd/kube-router"
   "registry|github.com/distribution/distribution/v3|registry=github.com/distribution/distribution/v3/cmd/registry"
 )
 only=("$@")  # optional: build just these components
@@ -36,14 +37,16 @@ for entry in "${components[@]}"; do
   IFS='|' read -r comp module targets <<<"$entry"
   if [ ${#only[@]} -gt 0 ] && [[ ! " ${only[*]} " =~ " $comp " ]]; then continue; fi
   mod=deploy/cluster/go/$comp
+  version=$(required "$mod" "$module")
   ldflags="-s -w"; [ "$comp" = kubernetes ] && ldflags="$ldflags $K8S_LDFLAGS"
+  # kube-router's --version and its kube_router_build_info metric read the version its Makefile injects.
+  [ "$comp" = kube-router ] && ldflags="$ldflags -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$version"
   want=$(cat "$mod/go.mod" "$mod/go.sum" <(echo "$gover $ldflags") | sha256sum | cut -d' ' -f1)
   stamp=$BIN/.$comp.stamp
   stale=0
   [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] || stale=1
   for t in $targets; do [ -x "$BIN/${t%%=*}" ] || stale=1; done
   [ $stale -eq 1 ] || continue
-  version=$(required "$mod" "$module")
   names=$(for t in $targets; do printf '%s ' "${t%%=*}"; done)
   say "building $comp $version (${names% }) ..."
   start=$(date +%s)

@@ -23,6 +23,8 @@ compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need_apt+=(postgresq
 # The local cluster: kube-proxy programs Service routing with iptables (and flushes conntrack entries).
 command -v iptables-restore >/dev/null || need_apt+=(iptables)
 command -v conntrack >/dev/null || need_apt+=(conntrack)
+# kube-router's network policy controller matches policy peers with ipsets.
+command -v ipset >/dev/null || need_apt+=(ipset)
 # perf_analyzer (`tidescale bench overhead`'s client) links libb64.
 dpkg -s libb64-0d >/dev/null 2>&1 || need_apt+=(libb64-0d)
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -1,5 +1,6 @@
 """The upstream control plane as host processes: etcd, kube-apiserver, kube-controller-manager,
-kube-scheduler and kube-proxy, each with its own certificate identity.
+kube-scheduler, kube-proxy and kube-router's network policy controller, each with its own certificate
+identity.
 
 They are started detached (their own session) so that `tidescale cluster up` can return while the
 cluster keeps running; each records its pid under the state directory for `cluster down`.
@@ -21,11 +22,12 @@ import yaml
 
 from tidescale.contracts.errors import MissingToolError, TidescaleError
 from tidescale.contracts.tools import SETUP_HINT
+from tidescale.devstack.cluster import netpol
 from tidescale.devstack.cluster.config import ClusterConfig, tool
 from tidescale.devstack.cluster.pki import KeyPair, Pki
 from tidescale.devstack.procs import ManagedProcess
 
-BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy")
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy", "kube-router")
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,7 @@ CLIENT_IDENTITIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "kube-controller-manager": ("system:kube-controller-manager", ()),
     "kube-scheduler": ("system:kube-scheduler", ()),
     "kube-proxy": ("system:kube-proxy", ()),
+    "kube-router": (netpol.USER, ()),  # bound to kube-router's own ClusterRole (netpol.rbac)
 }
 
 
@@ -148,6 +151,7 @@ def component_argv(config: ClusterConfig, ids: Identities) -> dict[str, list[str
             f"--healthz-bind-address={host}:10256", f"--metrics-bind-address={host}:10249",
             f"--bind-address={host}",
         ],
+        "kube-router": netpol.argv(config),
     }
 
 
@@ -165,6 +169,7 @@ def readiness(config: ClusterConfig, ids: Identities) -> dict[str, tuple[str, ss
         "kube-controller-manager": (f"https://{host}:10257/healthz", False),
         "kube-scheduler": (f"https://{host}:10259/healthz", False),
         "kube-proxy": (f"http://{host}:10256/livez", True),
+        "kube-router": (netpol.metrics_url(config), True),  # and netpol.synced: see lifecycle
     }
 
 

@@ -1,9 +1,10 @@
 """`tidescale cluster up | down | status`: bring the local cluster up in order, and tear it all down.
 
-Up: the host link and its address, certificates, etcd, kube-apiserver, then the controllers,
-scheduler and kube-proxy, then one node agent per node, then cluster DNS. Any failure or Ctrl-C
-on the way runs the same teardown as `down`, so nothing is left behind: no process, network
-namespace, link, mount point or kube-proxy rule.
+Up: the host link and its address, certificates, etcd, kube-apiserver, then the controllers and
+scheduler, then one node agent per node, then kube-proxy and kube-router's network policy
+controller, then cluster DNS. Any failure or Ctrl-C on the way runs the same teardown as `down`, so
+nothing is left behind: no process, network namespace, link, mount point, kube-proxy or kube-router
+rule, kube-router ipset or routing rule.
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ from pathlib import Path
 from tidescale.contracts.errors import MissingToolError, TidescaleError
 from tidescale.contracts.tools import SETUP_HINT
 from tidescale.devstack.cluster import controlplane as cp
+from tidescale.devstack.cluster import netpol
 from tidescale.devstack.cluster.config import ClusterConfig, tool
 from tidescale.devstack.cluster.kubectl import deployment_available, kubectl, render_manifest, wait_for
 from tidescale.devstack.node.kubeapi import ApiError, KubeApi
 
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy")
+NETWORK_POLICY = "kube-router"  # its policy controller alone (netpol.py)
 
 
 @dataclass
@@ -39,7 +42,7 @@ def _preflight() -> None:
     if os.geteuid() != 0:
         raise TidescaleError("the local cluster makes network namespaces and mounts: run it as root")
     cp.require_binaries()
-    for prog in ("ip", "iptables-restore", "nsenter", "unshare", "openssl"):
+    for prog in ("ip", "iptables-restore", "ipset", "nsenter", "unshare", "openssl"):
         if shutil.which(prog) is None:
             raise MissingToolError(f"{prog} is not installed: {SETUP_HINT}")
     _let_non_root_containers_run_python()
@@ -58,7 +61,8 @@ def _let_non_root_containers_run_python() -> None:
 
 def is_up(config: ClusterConfig) -> bool:
     pids = cp.recorded_pids(config)
-    return bool(pids) and all(cp.alive(pids[n]) for n in CONTROL_PLANE if n in pids) and "kube-apiserver" in pids
+    return (bool(pids) and all(cp.alive(pids[n]) for n in (*CONTROL_PLANE, NETWORK_POLICY) if n in pids)
+            and "kube-apiserver" in pids)
 
 
 def up(config: ClusterConfig, progress: Callable[[str], None] = lambda s: None, monitoring: bool = True) -> list[Step]:
@@ -103,6 +107,9 @@ def _up(config: ClusterConfig, progress: Callable[[str], None], steps: list[Step
     _timed(steps, "node agents", progress, lambda: _start_agents(config, api))
     # kube-proxy last: it reports healthy only once its Node exists (30 s of waiting otherwise).
     _timed(steps, "kube-proxy", progress, lambda: start("kube-proxy"))
+    # kube-router needs its Node too (it reads the node's InternalIP to know which pods are local).
+    _timed(steps, "network policies (kube-router)", progress,
+           lambda: _start_kube_router(config, argv[NETWORK_POLICY], ready[NETWORK_POLICY][0]))
     cp.start_daemon(config, "local-provisioner", [
         sys.executable, "-m", "tidescale.devstack.cluster.provisioner", f"--kubeconfig={config.admin_kubeconfig}",
         f"--root={config.state_dir / 'volumes'}"])
@@ -115,6 +122,16 @@ def _up(config: ClusterConfig, progress: Callable[[str], None], steps: list[Step
 
         _timed(steps, "monitoring (prometheus-operator, Prometheus, Alertmanager)", progress,
                lambda: install_monitoring_stack(config, api))
+
+
+def _start_kube_router(config: ClusterConfig, argv: list[str], metrics_url: str) -> None:
+    """Ready once its chains hang off INPUT/FORWARD/OUTPUT and a first full sync has run, so every pod
+    that exists now is enforced; later pods and policies are programmed as their events arrive."""
+    netpol.grant(config)
+    netpol.add_service_rule(config)  # kube-router's ACCEPT would let pods' packets to a Service without endpoints out
+    proc = cp.start_daemon(config, NETWORK_POLICY, argv, env=netpol.env(config))
+    cp.wait_ready(proc, metrics_url, True,
+                  ok=lambda r: r.is_success and netpol.synced(r.text) and netpol.chains_installed())
 
 
 def _start_agents(config: ClusterConfig, api: KubeApi) -> None:
@@ -157,10 +174,12 @@ def down(config: ClusterConfig, quiet: bool = False) -> None:
     agents = [n for n in cp.recorded_pids(config) if n.startswith("node-agent-")]
     cp.stop_recorded(config, agents, grace=45)  # agents stop their pods gracefully first
     _kill_container_leftovers(config)
-    cp.stop_recorded(config, None, grace=10)
+    cp.stop_recorded(config, None, grace=10)  # kube-router too: its rules stay (and enforce) until removed here
     if tool("kube-proxy").exists() and shutil.which("iptables-restore"):
         subprocess.run([str(tool("kube-proxy")), "--cleanup", "--proxy-mode=iptables"], capture_output=True)
-        remove_kube_chains()
+    remove_kube_chains()
+    netpol.remove_ipsets()  # once no chain matches on them
+    netpol.remove_service_rules()
     HostNetwork(config.host_ip, config.pod_cidr).down()
     nodes = config.state_dir / "nodes"
     for specs in sorted(nodes.glob("*/pods/*/specs")) if nodes.is_dir() else []:
@@ -170,7 +189,9 @@ def down(config: ClusterConfig, quiet: bool = False) -> None:
 
 
 def remove_kube_chains() -> None:
-    """What `kube-proxy --cleanup` keeps (KUBE-FIREWALL, which a kubelet would own) goes too."""
+    """What `kube-proxy --cleanup` keeps (KUBE-FIREWALL, which a kubelet would own) goes too, and
+    kube-router's chains (KUBE-ROUTER-*, KUBE-NWPLCY-*, KUBE-POD-FW-*) with their jumps from the
+    built-in chains: every rule of a built-in chain that names a KUBE-* chain, then every KUBE-* chain."""
     for binary in ("iptables", "ip6tables"):
         if shutil.which(binary) is None:
             continue
@@ -197,10 +218,11 @@ def kube_chains() -> list[str]:
 
 
 def leftovers(config: ClusterConfig) -> list[str]:
-    """Whatever a cluster made that is still here: namespaces, links, rules, mounts, processes."""
+    """Whatever a cluster made that is still here: namespaces, links, rules, ipsets, mounts, processes."""
     from tidescale.devstack.node.sandbox import HostNetwork
 
-    found = HostNetwork.leftovers() + kube_chains()
+    found = HostNetwork.leftovers() + kube_chains() + [f"ipset:{name}" for name in netpol.ipsets()]
+    found += netpol.service_rules()
     state = str(config.state_dir)
     with contextlib.suppress(OSError):
         found += [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines() if state in line]
