@@ -15,6 +15,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import httpx
 import yaml
 
 from tidescale.contracts.errors import MissingToolError, TidescaleError
@@ -214,6 +215,14 @@ def install_registry(config: ClusterConfig, api: KubeApi) -> str:
     host reaches through kube-proxy as any client in the cluster would."""
     kubectl(config, "apply", "-f", "-", stdin=render_manifest(config, "registry.yaml", NAMESPACE=REGISTRY_NS))
     wait_for("the OCI registry", lambda: deployment_available(api, REGISTRY_NS, "registry"), 120)
-    ip = api.get(f"/api/v1/namespaces/{REGISTRY_NS}/services/registry")["spec"]["clusterIP"]
-    return f"{ip}:5000"
+    address = f"{api.get(f'/api/v1/namespaces/{REGISTRY_NS}/services/registry')['spec']['clusterIP']}:5000"
+
+    def answers() -> bool:  # through its Service: kube-proxy follows the endpoints a moment later
+        try:
+            return httpx.get(f"http://{address}/v2/", timeout=5).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_for("the OCI registry's Service", answers, 60)
+    return address
 
