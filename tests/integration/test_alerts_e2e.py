@@ -116,7 +116,8 @@ def reviews(url: str) -> list[dict[str, Any]]:
 def test_string_heavy_profile_opens_exactly_one_review(pipeline: dict[str, Any]) -> None:
     prom: PrometheusServer = pipeline["prom"]
     share = prom.wait_for(
-        f'namespace_model_version_op_class:tidescale_op_time_share:max{{model="{MODEL}", op_class="string"}}', timeout=60)
+        f'namespace_model_version_op_class:tidescale_op_time_share:max{{model="{MODEL}", op_class="string"}}',
+        timeout=60)
     assert abs(float(share[0]["value"][1]) - 0.3) < 0.01
     items = wait_for(lambda: reviews(pipeline["reviews"]), 90, "a review")
     time.sleep(5)  # further group notifications and re-sends must not add reviews
