@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from tidescale.contracts.errors import UsageError
+from tidescale.contracts.serveopts import HEALTH_PORT_OPTION
 
 app = typer.Typer(help="Recording and alerting rules, Alertmanager config.", no_args_is_help=True)
 reviews_app = typer.Typer(help="The model-review service (Alertmanager webhook receiver).", no_args_is_help=True)
@@ -68,6 +69,7 @@ def check_command() -> None:
 @reviews_app.command("serve")
 def serve_command(
     port: int | None = typer.Option(None, "--port", help="Listen port (default 8080)."),
+    health_port: int | None = HEALTH_PORT_OPTION,
     host: str | None = typer.Option(None, "--host", help="Listen address (default 127.0.0.1)."),
     database: str | None = typer.Option(None, "--database", help="SQLAlchemy URL (default sqlite:///reviews.db)."),
     exporter_url: str | None = typer.Option(None, "--exporter-url", help="Exporter base URL for profile reports."),
@@ -79,8 +81,6 @@ def serve_command(
     from tidescale.contracts.serving import serve
     from tidescale.contracts.settings import load_settings
 
-    settings = load_settings(
-        ReviewsSettings, config, port=port, host=host, database=database, exporter_url=exporter_url
-    )
-    app_ = create_app(settings)
-    serve(app_, host=settings.host, port=settings.port, log_level="warning", access_log=False)
+    settings = load_settings(ReviewsSettings, config, port=port, health_port=health_port, host=host,
+                             database=database, exporter_url=exporter_url)
+    serve(create_app(settings), settings)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from tidescale.contracts.serveopts import HEALTH_PORT_OPTION
 from tidescale.contracts.slo import SLO_P99_S
 
 app = typer.Typer(help="Custom metrics, HPA/KEDA manifests, the recommender.", no_args_is_help=True)
@@ -69,6 +70,7 @@ def recommend_command(
     prometheus_url: str | None = typer.Option(None, "--prometheus-url"),
     host: str | None = typer.Option(None, "--host"),
     port: int | None = typer.Option(None, "--port"),
+    health_port: int | None = HEALTH_PORT_OPTION,
     interval: float | None = typer.Option(None, "--interval", help="Seconds between evaluations."),
     profile: Path | None = typer.Option(None, "--profile", help="perf_analyzer CSV for the capacity."),
     capacity_rps: float | None = typer.Option(None, "--capacity-rps", help="Capacity per replica at the SLO."),
@@ -78,11 +80,12 @@ def recommend_command(
                                       help="Print the effective settings (tuning resolved, per target) as JSON, exit."),
 ) -> None:
     """Run the recommender service (`/metrics`, `/healthz`), or one evaluation with --once."""
-    from tidescale.autoscaler.service import RecommenderService, RecommenderSettings, make_app
+    from tidescale.autoscaler.service import RecommenderService, RecommenderSettings
     from tidescale.contracts.settings import load_settings
 
     settings = load_settings(RecommenderSettings, config, prometheus_url=prometheus_url, host=host, port=port,
-                             interval_s=interval, profile=profile, capacity_rps=capacity_rps, slo_p99_s=slo_p99)
+                             health_port=health_port, interval_s=interval, profile=profile,
+                             capacity_rps=capacity_rps, slo_p99_s=slo_p99)
     if print_config:
         typer.echo(json.dumps(settings.effective_config(), indent=2, sort_keys=True))
         return
@@ -94,18 +97,6 @@ def recommend_command(
                                                "capacity_rps": round(st.recommender.capacity_rps, 2)}
                                for (ns, dep), st in states.items()}))
         return
-    import threading
+    from tidescale.autoscaler.app import serve
 
-    from tidescale.contracts.serving import serve
-
-    stop = threading.Event()
-    worker = threading.Thread(target=service.run_loop, args=(stop,), daemon=True, name="recommender")
-    worker.start()
-    try:
-        serve(make_app(service), host=settings.host, port=settings.port, log_level="warning")
-    finally:
-        stop.set()
-        worker.join(timeout=5)
-        service.close()
-
-
+    serve(service)

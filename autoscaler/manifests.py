@@ -28,7 +28,7 @@ _LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"  # RFC 1123 label: a namespace's or a 
 DNS_LABEL = re.compile(rf"^{_LABEL}$")
 _CRON_FIELD = re.compile(r"^[0-9A-Za-z*/,\-?]+$")
 KEDA_POLLING_S = 15
-# The recommender's answer for one target, as KEDA's metrics-api trigger reads it (service.make_app).
+# The recommender's answer for one target, as KEDA's metrics-api trigger reads it (app.make_app).
 DESIRED_PATH = "/v1/desired"
 DESIRED_FIELD = "desired_replicas"
 # http://SERVICE.NAMESPACE[.svc[.cluster.local]][:PORT]: KEDA finds the Service's endpoints from the first two labels.

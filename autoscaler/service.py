@@ -23,14 +23,13 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from tidescale.autoscaler.capacity import load_capacity
 from tidescale.autoscaler.decisions import DECISIONS, decision, event_message
 from tidescale.autoscaler.fastpath import FastReading, FastWindow
-from tidescale.autoscaler.manifests import DESIRED_PATH, DNS_LABEL, Target
+from tidescale.autoscaler.manifests import Target
 from tidescale.autoscaler.podreader import PodReader, discover_pods
 from tidescale.autoscaler.recommend import (
     Observation,
@@ -43,11 +42,11 @@ from tidescale.autoscaler.recommend import (
 from tidescale.contracts import catalog
 from tidescale.contracts import recorded as names
 from tidescale.contracts.errors import UsageError
-from tidescale.contracts.http import install_error_boundary
+from tidescale.contracts.heartbeat import Heartbeat, stall_after
 from tidescale.contracts.kubeapi import EventSeriesApi, ScaleApi, deployment_event, post_event_once
 from tidescale.contracts.prometheus import PrometheusAuth, PrometheusClient, PrometheusUnavailable
 from tidescale.contracts.promql import LABEL_NAME, matcher, regex_escape, selector, triton_sum, triton_sum_rate
-from tidescale.contracts.settings import ComponentSettings
+from tidescale.contracts.settings import ServingSettings
 from tidescale.contracts.slo import QUANTILE_WINDOW_S, SLO_P99_S
 
 log = logging.getLogger(__name__)
@@ -149,8 +148,8 @@ class TargetSettings(BaseModel):
         return self
 
 
-class RecommenderSettings(ComponentSettings):
-    """`recommender:` section / `TIDESCALE_RECOMMENDER_*`."""
+class RecommenderSettings(ServingSettings):
+    """`recommender:` section / `TIDESCALE_RECOMMENDER_*` (the server's bounds: `ServingSettings`)."""
 
     section: ClassVar[str] = "recommender"
     model_config = SettingsConfigDict(env_prefix="TIDESCALE_RECOMMENDER_", extra="forbid")
@@ -162,6 +161,9 @@ class RecommenderSettings(ComponentSettings):
     interval_s: float = Field(default=15.0, gt=0)
     query_timeout_s: float = Field(default=5.0, gt=0)
     stale_after_s: float = Field(default=120.0, gt=0)
+    # Liveness fails when the evaluation or the fast path has not finished a round for this long (at
+    # least 3 of its intervals): a round stuck in a call that never returns, not only a dead thread.
+    stall_after_s: float = Field(default=300.0, gt=0, le=86400, allow_inf_nan=False)
     slo_p99_s: float = Field(default=SLO_P99_S, gt=0)
     profile: Path | None = None  # perf_analyzer CSV: capacity at the SLO
     capacity_rps: float | None = Field(default=None, gt=0)
@@ -395,6 +397,12 @@ class RecommenderService:
         fp = settings.fast_path
         self.reader = (reader or PodReader(fp.timeout_s, fp.scheme, fp.path)) if fp.enabled else None
         self._lock = threading.Lock()
+
+        # Beaten by `run_loop` after each round; `/healthz` fails on a stalled one.
+        self.evaluation_heartbeat = Heartbeat("evaluation", stall_after(settings.stall_after_s, settings.interval_s))
+        self.fast_path_heartbeat = (Heartbeat("fast path", stall_after(settings.stall_after_s, fp.interval_s))
+                                    if self.reader is not None else None)
+        self.heartbeats = [h for h in (self.evaluation_heartbeat, self.fast_path_heartbeat) if h is not None]
 
     # --- reading ---------------------------------------------------------------------------------
     def _value(self, expr: str, what: str, required: bool = True) -> float | None:
@@ -650,25 +658,27 @@ class RecommenderService:
 
     def run_loop(self, stop: threading.Event) -> None:
         """The slow evaluation every `interval_s`, and the fast path every `fast_path.interval_s` in a
-        thread of its own (a slow Prometheus never delays a panic)."""
+        thread of its own (a slow Prometheus never delays a panic); each beats its heartbeat."""
         fast = None
-        if self.reader is not None:
+        if self.fast_path_heartbeat is not None:
             every = self.settings.fast_path.interval_s
-            fast = threading.Thread(target=self._loop, args=(stop, self.evaluate_fast, every), daemon=True,
-                                    name="recommender-fast-path")
+            fast = threading.Thread(target=self._loop, args=(stop, self.evaluate_fast, every, self.fast_path_heartbeat),
+                                    daemon=True, name="recommender-fast-path")
             fast.start()
-        self._loop(stop, self.evaluate, self.settings.interval_s)
+        self._loop(stop, self.evaluate, self.settings.interval_s, self.evaluation_heartbeat)
         if fast is not None:
             fast.join(timeout=5)
 
     @staticmethod
-    def _loop(stop: threading.Event, step: Callable[[], Any], interval_s: float) -> None:
+    def _loop(stop: threading.Event, step: Callable[[], Any], interval_s: float, heartbeat: Heartbeat) -> None:
         while not stop.is_set():
             started = time.monotonic()
             try:
                 step()
             except Exception:  # a bug must not stop the loop: the exported values go stale, alerts fire
                 log.exception("recommender evaluation failed")
+            else:  # a round that raises every time makes no progress either
+                heartbeat.beat()
             stop.wait(max(0.0, interval_s - (time.monotonic() - started)))
 
 
@@ -681,59 +691,3 @@ class DesiredAnswer(BaseModel):
     decision: str
     failsafe: str | None  # the reason the last good answer is held, if it is
     last_success: float | None  # Unix time of the last evaluation with good data
-
-
-def make_app(service: RecommenderService) -> Any:
-    """FastAPI app: `/metrics` (the service's collector only), `/healthz` and each target's answer."""
-    from fastapi import FastAPI, HTTPException, Path
-    from fastapi.responses import Response
-    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_as_collector(service))
-    app = FastAPI(title="tidescale recommender")
-    registry.register(install_error_boundary(app, "recommender", log))
-
-    @app.get("/metrics")
-    def metrics() -> Response:
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
-
-    @app.get("/healthz")
-    def healthz() -> dict[str, Any]:
-        held = {f"{ns}/{dep}": st.failsafe for (ns, dep), st in service.states.items() if st.failsafe}
-        return {"status": "ok", "targets": len(service.states), "failsafe": held}
-
-    @app.get("/readyz")
-    def readyz() -> Response:
-        """Ready once every target has an answer: KEDA asks only Ready recommenders, so a restarted
-        replica with no good data yet is left out of the max instead of making it an error. Read
-        without the evaluation's lock (one attribute per target), so a slow round cannot stall it."""
-        waiting = sorted(f"{ns}/{dep}" for (ns, dep), st in service.states.items() if st.published is None)
-        if waiting:
-            return Response(json.dumps({"status": "not ready", "detail": "no good evaluation yet for "
-                                        + ", ".join(waiting)}), status_code=503, media_type="application/json")
-        return Response(json.dumps({"status": "ready"}), media_type="application/json")
-
-    def name() -> Any:  # what a target's namespace and Deployment are (manifests.Target)
-        return Path(min_length=1, max_length=63, pattern=DNS_LABEL.pattern)
-
-    @app.get(DESIRED_PATH + "/{namespace}/{deployment}", response_model=DesiredAnswer)
-    def desired(namespace: str = name(), deployment: str = name()) -> DesiredAnswer:
-        try:
-            answer = service.answer(namespace, deployment)
-        except KeyError:
-            raise HTTPException(404, f"{namespace}/{deployment} is not one of this recommender's targets") from None
-        if answer is None:  # KEDA counts it as an error; with none answering, the HPA holds
-            raise HTTPException(503, f"no recommendation for {namespace}/{deployment} yet: no evaluation has had "
-                                     "good data since this recommender started")
-        return answer
-
-    return app
-
-
-def _as_collector(service: RecommenderService) -> Collector:
-    class _C(Collector):
-        def collect(self) -> Iterator[Metric]:
-            return service.collect()
-
-    return _C()

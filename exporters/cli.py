@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from tidescale.contracts.serveopts import HEALTH_PORT_OPTION
+
 app = typer.Typer(help="The exporter service: aggregatable latency, batch and queue metrics, op shares.",
                   no_args_is_help=True)
 profile_app = typer.Typer(help="Profiler captures and the per-op share report (model-release gate: exit 0 "
@@ -18,6 +20,7 @@ profile_app = typer.Typer(help="Profiler captures and the per-op share report (m
 @app.command("serve")
 def serve_command(
     port: int | None = typer.Option(None, help="Listen port (default 9105)."),
+    health_port: int | None = HEALTH_PORT_OPTION,
     host: str | None = typer.Option(None, help="Listen address (default 127.0.0.1)."),
     triton: list[str] | None = typer.Option(None, "--triton", help="Triton HTTP URL to poll (repeatable)."),
     kube_namespace: str | None = typer.Option(None, help="Namespace of Triton pods to discover."),
@@ -37,7 +40,7 @@ def serve_command(
     from tidescale.exporters.settings import ExporterSettings
 
     settings = load_settings(
-        ExporterSettings, config, port=port, host=host, triton_urls=triton or None,
+        ExporterSettings, config, port=port, health_port=health_port, host=host, triton_urls=triton or None,
         kube_namespace=kube_namespace, kube_selector=kube_selector, targets_file=targets_file,
         trace_files=trace_file or None, trace_dir=trace_dir,
         trace_sample_rate=trace_sample_rate,

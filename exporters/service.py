@@ -5,16 +5,18 @@ Routes: `/metrics`, `/healthz`, `/readyz`, `POST /v1/traces` (OTLP/HTTP protobuf
 need `Authorization: Bearer <TIDESCALE_EXPORTER_TOKEN>`; with no token configured they refuse
 everything (secure by default). Background work (trace-file tailing, join-buffer expiry, target
 discovery, stats polling) runs as asyncio tasks owned by the app's lifespan, each under a
-`TaskSupervisor` (restarted with back-off; /healthz fails only when one cannot recover).
-`/metrics` is rendered in a worker thread (concurrent scrapes share one render), so the event
-loop keeps answering /healthz and ingesting traces during a scrape.
+`TaskSupervisor` (restarted with back-off; /healthz fails when one cannot recover, or when the
+stats poll or the trace-file loop has not finished a round for `stall_after_s`: a heartbeat).
+`/metrics` is rendered in a worker thread (concurrent scrapes share one render), and each OTLP body
+is decompressed, decoded and joined in the ingest thread (one at a time: the join buffer is not
+shared between threads), so the event loop keeps answering /healthz during a scrape and during an
+8 MiB body (which held it 1.3 s when decoded on it, 7.1 s for 8 at once, past the probe's 3 s).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import logging
 import time
 from collections import Counter
@@ -22,12 +24,15 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import anyio
+import anyio.to_thread
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from tidescale.contracts.http import install_error_boundary
+from tidescale.contracts.heartbeat import Heartbeat, stall_after, stalled
+from tidescale.contracts.http import bearer_matches, configured_token, install_error_boundary, read_capped
 from tidescale.exporters.errors import BadInput
 from tidescale.exporters.latency import LatencyAggregator, Sender, StageSample, log_buckets
 from tidescale.exporters.otlp import (
@@ -83,6 +88,9 @@ class ExporterState:
     started: bool = False
     targets: TargetSet | None = None  # the discovered Triton pods, also used to attribute spans
     profile_uploads: int = 0  # in progress: each holds up to max_profile_bytes of the tmp volume
+    # Whoever changes the join buffer (OTLP ingest, expiry) does it in a worker thread holding this.
+    ingest_limiter: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(1))
+    heartbeats: list[Heartbeat] = field(default_factory=list)  # the loops /healthz watches
 
 
 def build_state(settings: ExporterSettings) -> ExporterState:
@@ -106,8 +114,11 @@ def build_state(settings: ExporterSettings) -> ExporterState:
     for collector in (selfmetrics, joiner, supervisor, state.profiles, rates):
         registry.register(collector)
 
+    tail_heartbeat = Heartbeat("trace-file loop", stall_after(settings.stall_after_s, TAIL_INTERVAL_S))
+    state.heartbeats.append(tail_heartbeat)
+
     async def tail_and_expire() -> None:
-        await _tail_and_expire(state)
+        await _tail_and_expire(state, tail_heartbeat)
 
     state.background.append(tail_and_expire)
     _add_discovery_and_polling(state)
@@ -173,8 +184,10 @@ def _add_discovery_and_polling(state: ExporterState) -> None:
                         kube_node=settings.kube_node_name)
     state.targets = targets
     rates = state.latency.rates
+    heartbeat = Heartbeat("stats poll", stall_after(settings.stall_after_s, settings.poll_interval_s))
+    state.heartbeats.append(heartbeat)
     poller = StatsPoller(targets, interval_s=settings.poll_interval_s, self_metrics=state.selfmetrics,
-                         on_requests=rates.requests if rates is not None else None)
+                         on_requests=rates.requests if rates is not None else None, heartbeat=heartbeat)
     state.registry.register(poller)
     state.background += [targets.run, poller.run]
     state.stoppers += [targets.stop, poller.stop]
@@ -196,26 +209,21 @@ def _poll_tailer(tailer: SampleSource, selfmetrics: SelfMetrics) -> list[StageSa
         return tailer.poll()
 
 
-async def _tail_and_expire(state: ExporterState) -> None:
+async def _tail_and_expire(state: ExporterState, heartbeat: Heartbeat) -> None:
     while True:
         for tailer in state.tailers:
             samples = await asyncio.to_thread(_poll_tailer, tailer, state.selfmetrics)
             with ingest_cpu(state.selfmetrics, "trace_file"):
                 state.latency.observe_all(samples)
-        state.joiner.flush_expired()
+        await anyio.to_thread.run_sync(state.joiner.flush_expired, limiter=state.ingest_limiter)
+        heartbeat.beat()
         await asyncio.sleep(TAIL_INTERVAL_S)
 
 
 # --- request helpers -------------------------------------------------------------------------------
 
-def _authorised(request: Request, settings: ExporterSettings) -> bool:
-    if settings.token is None:
-        return False
-    header = request.headers.get("authorization", "")
-    scheme, _, presented = header.partition(" ")
-    if scheme.lower() != "bearer" or not presented:
-        return False
-    return hmac.compare_digest(presented.strip().encode(), settings.token.get_secret_value().encode())
+def _authorised(request: Request, token: bytes | None) -> bool:
+    return bearer_matches(request.headers.get("authorization", ""), token)
 
 
 def _unauthorised(settings: ExporterSettings) -> JSONResponse:
@@ -224,19 +232,25 @@ def _unauthorised(settings: ExporterSettings) -> JSONResponse:
     return JSONResponse({"detail": detail}, status_code=401, headers={"WWW-Authenticate": "Bearer"})
 
 
-async def read_capped(request: Request, max_bytes: int) -> bytes:
-    """The request body, or BadInput(413) as soon as it exceeds *max_bytes*."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-        raise BadInput(413, f"body of {declared} bytes is larger than the {max_bytes}-byte limit")
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > max_bytes:
-            raise BadInput(413, f"body is larger than the {max_bytes}-byte limit")
-        chunks.append(chunk)
-    return b"".join(chunks)
+def ingest_body(state: ExporterState, raw: bytes, content_type: str | None, encoding: str | None,
+                sender: Sender | None) -> tuple[int, int, str]:
+    """Decompress, decode, join and measure one OTLP body: (spans, spans rejected, the partial-success
+    message). Blocking, seconds for the largest bodies: the route runs it in the ingest thread."""
+    # No cyclic GC from decode to histograms: otherwise each young collection walks the body's
+    # thousands of live spans again, ~10 % of the live path.
+    with gc_paused(), ingest_cpu(state.selfmetrics, "otlp"):
+        try:
+            body = decompress(raw, encoding, state.settings.max_body_bytes)
+            spans = decode_traces(body, content_type)
+        except BadInput as exc:
+            state.selfmetrics.drop_spans("malformed_body")
+            log.warning("rejected OTLP body", extra={"fields": {"status": exc.status_code,
+                                                                 "reason": exc.message[:200]}})
+            raise
+        if sender is not None:
+            attribute_to(spans, *sender)
+        rejected, message = ingest(state, spans)
+    return len(spans), rejected, message
 
 
 def ingest(state: ExporterState, spans: list[Span]) -> tuple[int, str]:
@@ -298,6 +312,7 @@ def create_app(settings: ExporterSettings) -> FastAPI:
     """The exporter app; background tasks start with the app's lifespan."""
     configure_logging(settings.log_format)
     state = build_state(settings)
+    token = configured_token(settings.token)
     tracer = self_tracer()
     scrape = SharedRender(lambda: render_chunks(state))
 
@@ -335,6 +350,9 @@ def create_app(settings: ExporterSettings) -> FastAPI:
         if lost:
             return JSONResponse({"status": "failing", "detail": f"background task(s) {', '.join(lost)} failed "
                                  f"{settings.task_restart_limit + 1} times in a row"}, status_code=503)
+        stuck = stalled(state.heartbeats) if state.started else []
+        if stuck:
+            return JSONResponse({"status": "failing", "detail": f"stalled: {', '.join(stuck)}"}, status_code=503)
         return JSONResponse({"status": "ok"})
 
     @app.get("/readyz")
@@ -350,26 +368,15 @@ def create_app(settings: ExporterSettings) -> FastAPI:
         # A Triton pod of the watched fleet, recognised by its address, needs no token: Triton's
         # OTLP exporter cannot send one, and copying a Secret into every serving namespace is worse.
         sender = _sender(state, request)
-        if settings.traces_require_token and sender is None and not _authorised(request, settings):
+        if settings.traces_require_token and sender is None and not _authorised(request, token):
             return _unauthorised(settings)
         content_type = request.headers.get("content-type")
         with tracer.start_as_current_span("ingest_traces") as span:
             raw = await read_capped(request, settings.max_body_bytes)
-            # No cyclic GC from decode to histograms (nothing here awaits): otherwise each young
-            # collection walks the body's thousands of live spans again, ~10 % of the live path.
-            with gc_paused(), ingest_cpu(state.selfmetrics, "otlp"):
-                try:
-                    body = decompress(raw, request.headers.get("content-encoding"), settings.max_body_bytes)
-                    spans = decode_traces(body, content_type)
-                except BadInput as exc:
-                    state.selfmetrics.drop_spans("malformed_body")
-                    log.warning("rejected OTLP body", extra={"fields": {"status": exc.status_code,
-                                                                         "reason": exc.message[:200]}})
-                    raise
-                if sender is not None:
-                    attribute_to(spans, *sender)
-                rejected, message = ingest(state, spans)
-            span.set_attribute("spans", len(spans))
+            count, rejected, message = await anyio.to_thread.run_sync(
+                ingest_body, state, raw, content_type, request.headers.get("content-encoding"), sender,
+                limiter=state.ingest_limiter)
+            span.set_attribute("spans", count)
             span.set_attribute("rejected", rejected)
         return _otlp_response(content_type, rejected, message)
 
@@ -383,7 +390,7 @@ def create_app(settings: ExporterSettings) -> FastAPI:
         from tidescale.exporters.profiles.store import check_label
         from tidescale.exporters.profiles.upload import spooled_upload
 
-        if not _authorised(request, settings):
+        if not _authorised(request, token):
             return _unauthorised(settings)
         model_name = check_label("model", _name_param(model, "model"))
         model_version = check_label("version", _name_param(version, "version"))
@@ -419,7 +426,7 @@ def create_app(settings: ExporterSettings) -> FastAPI:
 
     @app.delete("/v1/profiles/{model:path}/{version}")
     async def delete_profile(request: Request, model: str, version: str) -> Response:
-        if not _authorised(request, settings):
+        if not _authorised(request, token):
             return _unauthorised(settings)
         if not state.profiles.forget(model, version):
             return JSONResponse({"detail": f"no profile for model {model!r} version {version!r}"}, 404)
@@ -430,14 +437,9 @@ def create_app(settings: ExporterSettings) -> FastAPI:
 
 
 def serve(settings: ExporterSettings) -> None:
-    """Run the app with uvicorn until interrupted, with the slow-client bounds of the settings."""
+    """Run the app with uvicorn until interrupted, within the bounds of the settings (contracts/serving.py)."""
     from tidescale.contracts.serving import serve as serve_app
-    from tidescale.exporters.httpserver import protocol_with_header_timeout
 
     started = time.monotonic()
-    serve_app(create_app(settings), host=settings.host, port=settings.port, log_level="warning",
-              access_log=False, timeout_keep_alive=settings.keep_alive_s,
-              h11_max_incomplete_event_size=settings.max_header_bytes,
-              limit_concurrency=settings.max_connections,
-              http=protocol_with_header_timeout(settings.header_timeout_s))
+    serve_app(create_app(settings), settings)
     log.info("exporter stopped", extra={"fields": {"uptime_s": round(time.monotonic() - started, 1)}})

@@ -9,12 +9,14 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from tidescale.contracts.redact import redact_url
-from tidescale.contracts.settings import ComponentSettings
+from tidescale.contracts.settings import ServingSettings
 from tidescale.contracts.slo import SLO_THRESHOLDS_S
 
 
-class ExporterSettings(ComponentSettings):
-    """Everything `tidescale exporter serve` can be told; defaults are safe for a laptop."""
+class ExporterSettings(ServingSettings):
+    """Everything `tidescale exporter serve` can be told; defaults are safe for a laptop. The server's
+    bounds (keep_alive_s, header_timeout_s, max_header_bytes, max_connections, health_port) are
+    every service's (`ServingSettings`)."""
 
     section: ClassVar[str] = "exporter"
     model_config = SettingsConfigDict(env_prefix="TIDESCALE_EXPORTER_", extra="forbid")
@@ -63,15 +65,12 @@ class ExporterSettings(ComponentSettings):
     max_profile_uploads: int = Field(1, ge=1, le=64,
                                      description="profile uploads at once; more answer 429 with Retry-After")
     log_format: Literal["json", "text"] = "json"
-    # Slow and idle clients (uvicorn), and background-task supervision.
-    # Well above the 5 s that Triton's OTLP exporter waits between posts: a server that closes an idle
-    # connection just as the client sends on it loses that post (Triton does not retry).
-    keep_alive_s: int = Field(75, ge=1, le=300, description="idle keep-alive connections close after this")
-    header_timeout_s: float = Field(10.0, gt=0, le=300, description="a request head must arrive within this")
-    max_header_bytes: int = Field(64 << 10, ge=4096, le=1 << 20, description="cap on an incomplete request head")
-    max_connections: int = Field(1000, ge=1, description="concurrent connections+requests before 503s")
+    # Background work: supervision, and the heartbeat of the loops that poll and tail.
     task_backoff_s: float = Field(1.0, gt=0, le=60, description="first restart delay of a failed background task")
     task_restart_limit: int = Field(10, ge=1, description="consecutive failures before liveness fails")
+    stall_after_s: float = Field(300.0, gt=0, le=86400, allow_inf_nan=False,
+                                 description="liveness fails when the stats poll or the trace-file loop has not "
+                                             "finished a round for this long (at least 3 poll intervals)")
 
     @field_validator("slo_thresholds_s")
     @classmethod

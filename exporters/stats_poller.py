@@ -30,6 +30,7 @@ from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from tidescale.contracts import catalog, jsonio
+from tidescale.contracts.heartbeat import Heartbeat
 from tidescale.contracts.redact import redact_urls
 from tidescale.exporters.cardinality import SeriesCap, clean_label_value
 from tidescale.exporters.errors import BadInput
@@ -120,7 +121,8 @@ class StatsPoller(Collector):
                  timeout_s: float = 2.0, max_series: int = DEFAULT_MAX_SERIES,
                  queue_estimate: QueueEstimate = "auto", max_body_bytes: int = MAX_BODY_BYTES,
                  self_metrics: SelfMetrics | None = None, clock: Callable[[], float] = time.monotonic,
-                 on_requests: Callable[[tuple[str, str, str, str], float, float], None] | None = None) -> None:
+                 on_requests: Callable[[tuple[str, str, str, str], float, float], None] | None = None,
+                 heartbeat: Heartbeat | None = None) -> None:
         if interval_s <= 0 or concurrency < 1 or timeout_s <= 0:
             raise ValueError("interval_s and timeout_s must be positive and concurrency at least 1")
         self.targets = targets
@@ -134,6 +136,7 @@ class StatsPoller(Collector):
         # Told every poll's cumulative requests (success + failure) per (namespace, pod, model, version):
         # the trace-rate detector's denominator.
         self.on_requests = on_requests
+        self.heartbeat = heartbeat  # beats after each round: a round that never ends fails liveness
         self._cap = SeriesCap(max_series)
         self._lock = threading.Lock()
         self._series: dict[SeriesKey, _Series] = {}
@@ -159,6 +162,8 @@ class StatsPoller(Collector):
             while not self._stopped.is_set():
                 start = time.monotonic()
                 await self.poll_once()
+                if self.heartbeat is not None:
+                    self.heartbeat.beat()
                 delay = max(0.0, self.interval_s - (time.monotonic() - start))
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stopped.wait(), delay)

@@ -2,8 +2,10 @@
 
 Each entry is a (name, value) pair so that parametrized tests name the attack that failed. A new
 parser gets the whole corpus by parametrizing over `JSON_DOCUMENTS`, `YAML_DOCUMENTS`,
-`LABEL_VALUES`, `NUMBERS`, `TIMESTAMPS` or `DATETIMES`; a new attack added here reaches every test
-that uses its list.
+`LABEL_VALUES`, `NUMBERS`, `TIMESTAMPS` or `DATETIMES`; a new write route of any service gets
+`BAD_AUTHORIZATIONS`, `TOKEN_SPELLINGS` and `OVERSIZED_BODIES` (tests/unit/architecture/
+test_http_services.py finds the routes itself); a new attack added here reaches every test that uses
+its list.
 """
 
 from __future__ import annotations
@@ -131,4 +133,32 @@ MARKUP_TEXT: list[tuple[str, str]] = [
     ("rich-escaped-bracket", "\\[red]op"),
     ("ansi-clear-screen", "\x1b[2J\x1b[31mMatMul"),
     ("carriage-return", "AsString\rMatMul  "),
+]
+
+# `Authorization` header values that must not authenticate a write (None: no header at all).
+BAD_AUTHORIZATIONS: list[tuple[str, str | None]] = [
+    ("none", None),
+    ("empty", ""),
+    ("basic", "Basic dXNlcjpwYXNz"),
+    ("bearer-alone", "Bearer"),
+    ("bearer-blank", "Bearer     "),
+    ("wrong-token", "Bearer wrong"),
+    ("latin-1", "Bearer s\xe9cret"),
+]
+
+# How a configured token may be written that must still match `Bearer <token>` ("{}" is the token): a
+# Kubernetes Secret made from a file ends in a newline.
+TOKEN_SPELLINGS: list[tuple[str, str]] = [
+    ("trailing-newline", "{}\n"),
+    ("crlf", "{}\r\n"),
+    ("spaces", "  {}  "),
+    ("tabs", "\t{}\t"),
+]
+
+# Bodies sent to a write route, far past any body cap: (name, Content-Length sent or None, bytes sent).
+# A PATCH without a token used to be read whole before its 401: 200 MiB of RSS a request.
+OVERSIZED_BODIES: list[tuple[str, str | None, int]] = [
+    ("declared-200-MiB", str(200 << 20), 1 << 20),
+    ("undeclared", None, 1 << 20),
+    ("declared-small", "16", 1 << 20),  # a Content-Length that lies
 ]

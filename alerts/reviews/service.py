@@ -1,8 +1,12 @@
-"""The review service: `POST /api/v1/alertmanager` (bearer token), the review API and /metrics."""
+"""The review service: `POST /api/v1/alertmanager` (bearer token), the review API and /metrics.
+
+Writes check the token before anything reads the body, and read it only up to `max_body_bytes`
+(contracts/http.py); the body is parsed in a worker thread. The probes (`/healthz`, `/readyz`) ask
+the store in worker threads of their own, so requests holding every shared worker cannot delay them.
+"""
 
 from __future__ import annotations
 
-import hmac
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
@@ -10,6 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+import anyio
+import anyio.to_thread
 from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -44,7 +50,7 @@ from tidescale.alerts.reviews.store import (
 from tidescale.alerts.reviews.store import now as utc_now
 from tidescale.contracts import catalog, jsonio
 from tidescale.contracts.errors import UsageError
-from tidescale.contracts.http import install_error_boundary
+from tidescale.contracts.http import bearer_matches, configured_token, install_error_boundary, read_capped
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +65,7 @@ BACKGROUND_CAPACITY = 1000
 SHUTDOWN_DRAIN_S = 10.0
 # Review-key columns and the label each comes from (reason: the `reason` label, else the alert name).
 KEY_LABELS = {"namespace": "namespace", "model": "model", "version": "version", "alertname": "alertname"}
+PROBE_THREADS = 2  # liveness and readiness at once
 
 
 class ReviewCountCollector(Collector):
@@ -154,6 +161,44 @@ class ReviewService:
         self.background: BackgroundWork[Opened] = BackgroundWork(
             self.on_open, workers=BACKGROUND_WORKERS, capacity=BACKGROUND_CAPACITY, name="review-evidence")
 
+    def receive(self, body: bytes) -> WebhookResult:
+        """A webhook body checked, parsed and stored (blocking: the route runs it in a worker thread)."""
+        try:
+            raw = parse_json(body)
+        except ValueError as exc:
+            raise self.reject_payload(400, "malformed_payload", str(exc)) from None
+        try:
+            payload = WebhookPayload.model_validate(raw)
+        except ValidationError as exc:
+            raise self.reject_payload(400, "malformed_payload", field_errors(exc.errors())) from None
+        if payload.version != SUPPORTED_VERSION:
+            raise self.reject_payload(
+                400, "unsupported_version",
+                f"version: unsupported webhook version {payload.version!r} (expected {SUPPORTED_VERSION!r})",
+            )
+        if len(payload.alerts) > self.settings.max_alerts_per_payload:
+            detail = f"alerts: {len(payload.alerts)} alerts, at most {self.settings.max_alerts_per_payload}"
+            raise self.reject_payload(413, "too_many_alerts", detail)
+        return self.process(payload)
+
+    def patch(self, review_id: int, body: bytes) -> dict[str, Any]:
+        """A PATCH body parsed and applied to review *review_id* (blocking, like `receive`)."""
+        try:
+            raw = parse_json(body)
+        except ValueError as exc:
+            raise HTTPException(400, detail=str(exc)) from None
+        try:
+            patch = ReviewPatch.model_validate(raw)
+        except ValidationError as exc:
+            raise HTTPException(422, detail=field_errors(exc.errors())) from None
+        try:
+            review = self.store.patch(review_id, patch.state, patch.note)
+        except ValueError as exc:
+            raise HTTPException(409, detail=str(exc)) from None
+        if review is None:
+            raise HTTPException(404, detail=f"no review with id {review_id}")
+        return review
+
     def process(self, payload: WebhookPayload) -> WebhookResult:
         """Store each alert on its own; a bad one is rejected and counted, the others are stored."""
         result = WebhookResult(accepted=0, opened=0, reopened=0, cleared=0, rejected=[])
@@ -207,13 +252,13 @@ class ReviewService:
 
 
 def bearer_token(settings: ReviewsSettings) -> bytes:
-    """The configured token, surrounding whitespace dropped (as Alertmanager drops it from a credentials
-    file); refuses none or a blank one: nobody could authenticate, and writes are never open."""
-    token = settings.token.get_secret_value().strip() if settings.token is not None else ""
-    if not token:
+    """The configured token (`configured_token`); refuses none or a blank one: nobody could
+    authenticate, and writes are never open."""
+    token = configured_token(settings.token)
+    if token is None:
         state = "is not set" if settings.token is None else "is empty or only whitespace"
         raise UsageError(f"the review service needs a bearer token: TIDESCALE_REVIEWS_TOKEN (reviews.token) {state}")
-    return token.encode()
+    return token
 
 
 def parse_json(body: bytes) -> Any:
@@ -226,25 +271,13 @@ def parse_json(body: bytes) -> Any:
         raise ValueError("body is not valid JSON") from None
 
 
-async def read_limited(request: Request, limit: int) -> bytes:
-    """The request body, or 413 as soon as it exceeds *limit* bytes (never buffered past it)."""
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise HTTPException(413, detail=f"request body larger than {limit} bytes")
-    body = bytearray()
-    async for chunk in request.stream():
-        body.extend(chunk)
-        if len(body) > limit:
-            raise HTTPException(413, detail=f"request body larger than {limit} bytes")
-    return bytes(body)
-
-
 def create_app(
     settings: ReviewsSettings, store: ReviewStore | None = None, events: KubeEventPoster | None = None
 ) -> FastAPI:
     """The FastAPI app; refuses to build without a token (write endpoints are never open)."""
     token = bearer_token(settings)
     service = ReviewService(settings, store or ReviewStore(settings.database), events)
+    probe_threads = anyio.CapacityLimiter(PROBE_THREADS)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -255,32 +288,16 @@ def create_app(
     app.state.service = service
     service.registry.register(install_error_boundary(app, "reviews", log))
 
+    # Write routes take the Request and no body parameter: FastAPI would read and parse a declared
+    # body before this dependency runs.
     def require_token(request: Request) -> None:
-        header = request.headers.get("authorization", "")
-        scheme, _, given = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token):
+        if not bearer_matches(request.headers.get("authorization", ""), token):
             raise HTTPException(401, detail="missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
 
     @app.post("/api/v1/alertmanager", dependencies=[Depends(require_token)])
     async def alertmanager_webhook(request: Request) -> WebhookResult:
-        body = await read_limited(request, settings.max_body_bytes)
-        try:
-            raw = parse_json(body)
-        except ValueError as exc:
-            raise service.reject_payload(400, "malformed_payload", str(exc)) from None
-        try:
-            payload = WebhookPayload.model_validate(raw)
-        except ValidationError as exc:
-            raise service.reject_payload(400, "malformed_payload", field_errors(exc.errors())) from None
-        if payload.version != SUPPORTED_VERSION:
-            raise service.reject_payload(
-                400, "unsupported_version",
-                f"version: unsupported webhook version {payload.version!r} (expected {SUPPORTED_VERSION!r})",
-            )
-        if len(payload.alerts) > settings.max_alerts_per_payload:
-            detail = f"alerts: {len(payload.alerts)} alerts, at most {settings.max_alerts_per_payload}"
-            raise service.reject_payload(413, "too_many_alerts", detail)
-        return await run_in_threadpool(service.process, payload)
+        body = await read_capped(request, settings.max_body_bytes)
+        return await run_in_threadpool(service.receive, body)
 
     @app.get("/api/v1/reviews")
     def list_reviews(
@@ -303,25 +320,23 @@ def create_app(
         return review
 
     @app.patch("/api/v1/reviews/{review_id}", dependencies=[Depends(require_token)])
-    def patch_review(patch: ReviewPatch, review_id: int = review_id_path) -> dict[str, Any]:
-        try:
-            review = service.store.patch(review_id, patch.state, patch.note)
-        except ValueError as exc:
-            raise HTTPException(409, detail=str(exc)) from None
-        if review is None:
-            raise HTTPException(404, detail=f"no review with id {review_id}")
-        return review
+    async def patch_review(request: Request, review_id: int = review_id_path) -> dict[str, Any]:
+        body = await read_capped(request, settings.max_body_bytes)
+        return await run_in_threadpool(service.patch, review_id, body)
+
+    async def count_reviews() -> int:
+        return await anyio.to_thread.run_sync(service.store.total, limiter=probe_threads)
 
     @app.get("/healthz")
-    def healthz() -> dict[str, Any]:
-        return {"status": "ok", "reviews": service.store.total()}
+    async def healthz() -> dict[str, Any]:
+        return {"status": "ok", "reviews": await count_reviews()}
 
     @app.get("/readyz")
-    def readyz() -> JSONResponse:
+    async def readyz() -> JSONResponse:
         """Ready while the review store answers: Alertmanager's webhook goes only to a replica that
         can record what it is sent (the database itself, for PostgreSQL)."""
         try:
-            service.store.total()
+            await count_reviews()
         except Exception as exc:
             log.warning("review store not answering: %s", type(exc).__name__)
             return JSONResponse({"status": "not ready", "detail": "the review store does not answer"},

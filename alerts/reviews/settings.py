@@ -7,11 +7,12 @@ from typing import ClassVar
 from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
-from tidescale.contracts.settings import ComponentSettings
+from tidescale.contracts.settings import ServingSettings
 
 
-class ReviewsSettings(ComponentSettings):
-    """Where the service listens, where it stores reviews, and the bearer token writers need."""
+class ReviewsSettings(ServingSettings):
+    """Where the service listens (and the server's bounds, `ServingSettings`), where it stores reviews,
+    and the bearer token writers need."""
 
     section: ClassVar[str] = "reviews"
     model_config = SettingsConfigDict(env_prefix="TIDESCALE_REVIEWS_", extra="forbid")
@@ -23,7 +24,7 @@ class ReviewsSettings(ComponentSettings):
     token: SecretStr | None = None
     exporter_url: str | None = None
     profile_timeout_s: float = Field(2.0, gt=0, le=60)
-    max_body_bytes: int = Field(1 << 20, ge=1024)
+    max_body_bytes: int = Field(1 << 20, ge=1024)  # each webhook or PATCH body, checked before it is parsed
     max_alerts_per_payload: int = Field(1000, ge=1)
     # Post a Kubernetes Event on the model's Deployment when a review opens (needs RBAC: create events).
     kube_events: bool = False

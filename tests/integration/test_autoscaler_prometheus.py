@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from tidescale.autoscaler.app import make_app
 from tidescale.autoscaler.service import (
     RecommenderService,
     RecommenderSettings,
     RecommenderTuning,
     TargetSettings,
-    make_app,
 )
 from tidescale.devstack.ports import LOOPBACK
 from tidescale.devstack.promstack import PrometheusServer, ScrapeTarget

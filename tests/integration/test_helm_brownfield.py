@@ -191,7 +191,7 @@ def test_the_anchors_escape_hatches(tmp_path: Path) -> None:
     assert exporter["dnsConfig"] == {"options": [{"name": "ndots", "value": "2"}]}
     main, proxy = exporter["containers"]
     assert proxy == {"name": "proxy", "image": "envoy:1"}
-    assert main["readinessProbe"] == {"httpGet": {"path": "/readyz", "port": "http"}, "periodSeconds": 30,
+    assert main["readinessProbe"] == {"httpGet": {"path": "/readyz", "port": "health"}, "periodSeconds": 30,
                                       "timeoutSeconds": 5}
     assert main["livenessProbe"]["failureThreshold"] == 6 and main["livenessProbe"]["httpGet"]["path"] == "/healthz"
     [svc] = [d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == "gpuobs-tidescale-exporter"]

@@ -538,6 +538,26 @@ def test_production_defaults_on_every_pod(full_docs: list[dict[str, Any]]) -> No
         assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
 
 
+def test_probes_use_a_health_port_that_no_service_exposes(full_docs: list[dict[str, Any]]) -> None:
+    """Client connections fill the service port's cap, never the probes' listener (1,100 idle
+    connections used to make /healthz answer 503 and the liveness probe restart the pod)."""
+    deployments = {d["metadata"]["labels"]["app.kubernetes.io/component"]: d for d in kinds(full_docs)["Deployment"]}
+    for component, (port, health) in {"exporter": (9105, 10105), "recommender": (9106, 10106),
+                                      "reviews": (9107, 10107)}.items():
+        [c] = deployments[component]["spec"]["template"]["spec"]["containers"]
+        assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"http": port, "health": health}
+        assert c["args"][c["args"].index("--health-port") + 1] == str(health)
+        assert c["readinessProbe"]["httpGet"]["port"] == c["livenessProbe"]["httpGet"]["port"] == "health"
+    assert {p["targetPort"] for s in kinds(full_docs)["Service"] for p in s["spec"]["ports"]} == {"http"}
+
+
+def test_a_health_port_equal_to_the_service_port_is_refused(tmp: Path) -> None:
+    path = tmp / "same-ports.yaml"
+    path.write_text(yaml.safe_dump({"reviews": {"healthPort": 9107}}))
+    result = helm("template", "t", str(CHART), "-f", str(path))
+    assert result.returncode != 0 and "reviews.healthPort must differ from reviews.port" in result.stderr
+
+
 def test_least_privilege_rbac(full_docs: list[dict[str, Any]]) -> None:
     by_kind = kinds(full_docs)
     assert "ClusterRole" not in by_kind and "ClusterRoleBinding" not in by_kind
@@ -595,7 +615,8 @@ def test_commands_tokens_and_storage(default_docs: list[dict[str, Any]], full_do
     # No targets, no recommender: with none it has nothing to compute and would crash-loop.
     assert "recommender" not in default
     assert containers(full_docs)["recommender"]["args"][:4] == ["autoscale", "recommend", "--port", "9106"]
-    assert default["reviews"]["args"] == ["reviews", "serve", "--port", "9107", "--database", "sqlite:////data/reviews.db"]
+    assert default["reviews"]["args"] == ["reviews", "serve", "--port", "9107", "--database", "sqlite:////data/reviews.db",
+                                          "--health-port", "10107"]
     env = {e["name"]: e for e in default["exporter"]["env"] + default["reviews"]["env"]}
     assert env["TIDESCALE_EXPORTER_TOKEN"]["valueFrom"]["secretKeyRef"]["key"] == "exporter-token"
     assert env["TIDESCALE_REVIEWS_TOKEN"]["valueFrom"]["secretKeyRef"]["key"] == "reviews-token"
@@ -638,6 +659,10 @@ def test_the_configmap_sections_load_with_the_components_settings(full_docs: lis
 
 def test_network_policies_and_no_pdb(default_docs: list[dict[str, Any]], full_docs: list[dict[str, Any]]) -> None:
     assert len(kinds(default_docs)["NetworkPolicy"]) == 3
+    # Pods are admitted to the service port only; the kubelet's probes come from the node, which a
+    # NetworkPolicy always admits, so the health port needs (and has) no rule.
+    for policy in kinds(full_docs)["NetworkPolicy"]:
+        assert [p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]] in ([9105], [9106], [9107])
     # One exporter replica, always: a PDB of the singleton would only block node drains.
     assert "PodDisruptionBudget" not in kinds(default_docs) and "PodDisruptionBudget" not in kinds(full_docs)
 

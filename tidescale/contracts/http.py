@@ -1,12 +1,22 @@
-"""What every tidescale HTTP service does with the unexpected: a counted 500 and one log line.
+"""What every tidescale HTTP service does with requests: who may write, how much a body may
+hold, and the unexpected (a counted 500 and one log line).
+
+A write needs the service's bearer token, compared in constant time with the token as configured
+less surrounding whitespace (a Secret made from a file ends in a newline: the exporter used to
+refuse every token so made, where the review service took it). A body is read only after the token
+was checked, and never past its cap: a route that declares a body parameter has FastAPI read and
+parse the whole body before any dependency runs, so write routes take the `Request` and call
+`read_capped` after `bearer_matches` (a 200 MiB PATCH without a token used to be read whole before
+its 401).
 
 A 5xx is a defect, so it must be seen (a counter Prometheus alerts on) without flooding the logs
-(one line, no traceback, no request body) and without leaking anything to the client. A client
-that disconnects mid-request is not an error at all: it is dropped silently.
+(one line, no traceback, no request body, a few a minute per route) and without leaking anything to
+the client. A client that disconnects mid-request is not an error at all: it is dropped silently.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 from collections import Counter
@@ -16,8 +26,12 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
+from pydantic import SecretStr
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
 
 from tidescale.contracts import catalog
+from tidescale.contracts.loglimit import RateLimit, dropped_note
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -26,6 +40,34 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 MAX_ROUTES = 64  # route templates, not raw paths: bounded by the app itself, capped anyway
+
+
+def configured_token(secret: SecretStr | None) -> bytes | None:
+    """The bearer token as configured, surrounding whitespace dropped (as Alertmanager drops it from a
+    credentials file); None when unset or blank."""
+    token = secret.get_secret_value().strip() if secret is not None else ""
+    return token.encode() if token else None
+
+
+def bearer_matches(authorization: str, token: bytes | None) -> bool:
+    """Whether an `Authorization` header value is `Bearer <token>` (constant time); never without a token."""
+    scheme, _, presented = authorization.partition(" ")
+    if token is None or scheme.lower() != "bearer" or not presented.strip():
+        return False
+    return hmac.compare_digest(presented.strip().encode(), token)
+
+
+async def read_capped(request: Request, max_bytes: int) -> bytes:
+    """The request body, or a 413 as soon as it exceeds *max_bytes* (declared or sent): never buffered past it."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise HTTPException(413, detail=f"request body larger than {max_bytes} bytes")
+    body = bytearray()
+    async for chunk in request.stream():
+        body.extend(chunk)
+        if len(body) > max_bytes:
+            raise HTTPException(413, detail=f"request body larger than {max_bytes} bytes")
+    return bytes(body)
 
 
 class UnhandledErrors(Collector):
@@ -73,6 +115,7 @@ class ErrorBoundary:
         self.app = app
         self.errors = errors
         self.log = logger
+        self.log_limit = RateLimit()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -93,8 +136,10 @@ class ErrorBoundary:
                 return
             route = _route_of(scope)
             self.errors.count(route)
-            self.log.error("unhandled %s on %s %s: %s", type(exc).__name__, scope.get("method", "?"), route,
-                           str(exc)[:200].replace("\n", " "))
+            dropped = self.log_limit.allow(route)
+            if dropped is not None:
+                self.log.error("unhandled %s on %s %s: %s%s", type(exc).__name__, scope.get("method", "?"), route,
+                               str(exc)[:200].replace("\n", " "), dropped_note(dropped))
             if started:
                 return
             body = json.dumps({"detail": "internal error (counted in tidescale_http_unhandled_errors_total)"}).encode()

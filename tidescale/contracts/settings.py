@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar, get_args
 
 import yaml
-from pydantic import BaseModel, SecretBytes, SecretStr, ValidationError
+from pydantic import BaseModel, Field, SecretBytes, SecretStr, ValidationError, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -67,6 +67,35 @@ class ComponentSettings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings, env_settings, _YamlSectionSource(settings_cls))
+
+
+class ServingSettings(ComponentSettings):
+    """What every HTTP service listens on and the bounds it serves with (`contracts/serving.py`).
+
+    Each service declares its own `host` and `port` defaults; the bounds are the same for all. The
+    keep-alive is well above the 5 s that Triton's OTLP exporter waits between posts, and above
+    Prometheus' and KEDA's intervals: a server that closes an idle connection just as the client
+    sends on it loses that request (Triton does not retry).
+    """
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=0, ge=0, le=65535)
+    health_port: int | None = Field(default=None, ge=1, le=65535, description="a second listener for /healthz and "
+                                    "/readyz only, outside max_connections (the kubelet's probes); None: none")
+    keep_alive_s: int = Field(default=75, ge=1, le=300, description="idle keep-alive connections close after this")
+    header_timeout_s: float = Field(default=10.0, gt=0, le=300, allow_inf_nan=False,
+                                    description="a request head must arrive within this (and the rest of a body "
+                                                "answered before it ended)")
+    max_header_bytes: int = Field(default=64 << 10, ge=4096, le=1 << 20,
+                                  description="cap on an incomplete request head")
+    max_connections: int = Field(default=1000, ge=1, le=100_000,
+                                 description="open client connections; one more is answered 503 and closed")
+
+    @model_validator(mode="after")
+    def _two_ports(self) -> ServingSettings:
+        if self.health_port is not None and self.health_port == self.port:
+            raise ValueError(f"health_port must differ from port ({self.port})")
+        return self
 
 
 class _Refused(yaml.YAMLError):

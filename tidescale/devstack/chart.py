@@ -23,12 +23,12 @@ CHART = "deploy/helm/tidescale"
 SCHEMA = f"{CHART}/values.schema.json"
 CHART_YAML = f"{CHART}/Chart.yaml"
 
-# The settings the chart fills in from its own values (serving.*, exporter.port, exporter.traceSampleRate,
-# exporter.traceFiles, the auth Secret, the node's name): refused in exporter.settings, where they would
-# silently win over those values.
+# The settings the chart fills in from its own values (serving.*, exporter.port and healthPort,
+# exporter.traceSampleRate, exporter.traceFiles, the auth Secret, the node's name): refused in
+# exporter.settings, where they would silently win over those values.
 EXPORTER_OWNED = frozenset({
     "host", "port", "kube_namespace", "kube_selector", "kube_http_port", "kube_node_name", "trace_sample_rate",
-    "trace_dir", "trace_file_name", "trace_file_keep_rotations", "token",
+    "trace_dir", "trace_file_name", "trace_file_keep_rotations", "token", "health_port",
 })
 # JSON Schema keywords worth keeping from pydantic's output; the rest (title, format, writeOnly) is noise
 # for a values file or a format the chart's validator would not check anyway.

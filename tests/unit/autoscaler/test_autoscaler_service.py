@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.kube_events import FakeEventApi
 from tidescale.autoscaler import service as service_module
+from tidescale.autoscaler.app import make_app
 from tidescale.autoscaler.fastpath import PodCounters
 from tidescale.autoscaler.manifests import DESIRED_FIELD
 from tidescale.autoscaler.service import (
@@ -25,7 +26,6 @@ from tidescale.autoscaler.service import (
     TargetQueries,
     TargetSettings,
     event_twin_window_s,
-    make_app,
 )
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.prometheus import PrometheusClient, PrometheusUnavailable

@@ -115,7 +115,7 @@ def test_the_recommender_app_counts_unexpected_errors() -> None:
     """Like every tidescale service: an unexpected exception is a counted 500, not a traceback."""
     from fastapi.testclient import TestClient
 
-    from tidescale.autoscaler.service import make_app
+    from tidescale.autoscaler.app import make_app
 
     target = TargetSettings(deployment="d", namespace="n", model="m")
     service = RecommenderService(RecommenderSettings(targets=[target], capacity_rps=1.0), AllInputsProm())  # type: ignore[arg-type]

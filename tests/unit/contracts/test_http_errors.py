@@ -10,6 +10,7 @@ from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry, generate_latest
 
 from tidescale.contracts.http import install_error_boundary
+from tidescale.contracts.loglimit import BURST
 
 
 def make_app() -> tuple[FastAPI, CollectorRegistry]:
@@ -41,3 +42,15 @@ def test_unexpected_exception_is_a_counted_500_with_one_log_line(caplog: pytest.
     text = generate_latest(registry).decode()
     assert 'tidescale_http_unhandled_errors_total{route="/boom/{item}",service="test"} 1.0' in text
     assert client.get("/ok").status_code == 200
+
+
+def test_a_route_that_fails_on_every_request_writes_a_few_lines_and_counts_them_all(
+        caplog: pytest.LogCaptureFixture) -> None:
+    app, registry = make_app()
+    client = TestClient(app, raise_server_exceptions=False)
+    with caplog.at_level(logging.ERROR, "tidescale.test"):
+        for i in range(50):
+            assert client.get(f"/boom/{i}").status_code == 500
+    assert 1 <= len(caplog.records) <= BURST
+    text = generate_latest(registry).decode()
+    assert 'tidescale_http_unhandled_errors_total{route="/boom/{item}",service="test"} 50.0' in text

@@ -1,26 +1,35 @@
-"""Serving under load and misuse: scrapes off the event loop, quiet disconnects, slow headers."""
+"""Serving under load and misuse: scrapes and OTLP bodies off the event loop, quiet disconnects, heartbeats
+(the server's own bounds: tests/unit/contracts/test_serving.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import uvicorn
 from fastapi.testclient import TestClient
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from tests.unit.exporters.test_service_api import AUTH, BODIES, JSON, make_client, make_settings, model_span, span_body
-from tidescale.devstack.ports import free_port
-from tidescale.exporters.httpserver import protocol_with_header_timeout
+from tests.unit.exporters.test_service_api import (
+    AUTH,
+    BODIES,
+    JSON,
+    make_client,
+    make_settings,
+    model_span,
+    samples,
+    span_body,
+)
+from tidescale.exporters import service
+from tidescale.exporters.otlp import Span
 from tidescale.exporters.service import SharedRender, create_app
+from tidescale.exporters.stats_poller import StatsPoller
 
 
 class BlockingCollector(Collector):
@@ -129,73 +138,62 @@ def test_unhandled_errors_are_counted_on_the_exporter_registry() -> None:
         assert "tidescale_http_unhandled_errors_total" in c.get("/metrics").text
 
 
-@pytest.fixture
-def slow_header_server() -> Iterator[int]:
-    async def app(scope: Any, receive: Any, send: Any) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
-        await send({"type": "http.response.body", "body": b"ok"})
-
-    port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off",
-                            http=protocol_with_header_timeout(0.2), timeout_keep_alive=1)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    for _ in range(500):
-        if server.started:
-            break
-        threading.Event().wait(0.01)
-    yield port
-    server.should_exit = True
-    thread.join(timeout=10)
-
-
-def test_a_client_that_never_finishes_its_headers_is_disconnected(slow_header_server: int) -> None:
-    with socket.create_connection(("127.0.0.1", slow_header_server), timeout=10) as sock:
-        sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")  # and never the blank line
-        assert sock.recv(1024) == b""  # closed by the server (a timeout here raises instead)
-
-
-def _get_ok(sock: socket.socket) -> None:
-    sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-    answer = b""
-    while not answer.endswith(b"ok"):
-        chunk = sock.recv(1024)
-        assert chunk, "closed before the answer"
-        answer += chunk
-    assert answer.startswith(b"HTTP/1.1 200")
-
-
-def test_a_prompt_client_is_served_and_kept_alive(slow_header_server: int) -> None:
-    with socket.create_connection(("127.0.0.1", slow_header_server), timeout=10) as sock:
-        for _ in range(2):
-            _get_ok(sock)
-
-
-def test_an_idle_keep_alive_connection_outlives_the_header_deadline(slow_header_server: int) -> None:
-    """Idle between requests, a connection is kept for timeout_keep_alive (1 s here), not closed at the
-    head deadline (0.2 s): a client posting on a timer (Triton's OTLP exporter, every 5 s) must not
-    send on a connection the server closes at about that period."""
-    with socket.create_connection(("127.0.0.1", slow_header_server), timeout=10) as sock:
-        _get_ok(sock)
-        time.sleep(0.5)
-        _get_ok(sock)
-
-
-def test_a_request_head_started_on_a_kept_alive_connection_still_has_a_deadline(slow_header_server: int) -> None:
-    with socket.create_connection(("127.0.0.1", slow_header_server), timeout=10) as sock:
-        _get_ok(sock)
-        sock.sendall(b"GET / HTTP/1.1\r\n")  # then nothing: keep-alive no longer applies, the deadline does
-        assert sock.recv(1024) == b""
-
-
-def test_a_connection_that_never_sends_is_disconnected(slow_header_server: int) -> None:
-    with socket.create_connection(("127.0.0.1", slow_header_server), timeout=10) as sock:
-        assert sock.recv(1024) == b""
-
-
 def test_the_token_is_still_required_on_ingest() -> None:
     with make_client() as c:
         assert c.post("/v1/traces", content=b"{}", headers={"content-type": "application/json"}).status_code == 401
         authorised = {**AUTH, "content-type": "application/json"}
         assert c.post("/v1/traces", content=b"{}", headers=authorised).status_code == 200
+
+
+def test_healthz_is_served_while_an_otlp_body_is_decoded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Decoded on the event loop, one 8 MiB body held /healthz for 1.3 s, and 8 at once for 7.1 s, past
+    the probe's 3 s timeout; the decode now runs in the ingest thread."""
+    entered, release = threading.Event(), threading.Event()
+    released_in_time: list[bool] = []
+    decode = service.decode_traces
+
+    def slow_decode(body: bytes, content_type: str | None) -> list[Span]:
+        entered.set()
+        released_in_time.append(release.wait(timeout=10))
+        return decode(body, content_type)
+
+    monkeypatch.setattr(service, "decode_traces", slow_decode)
+    with make_client() as c:
+        posted: dict[str, Any] = {}
+        poster = threading.Thread(target=lambda: posted.update(
+            r=c.post("/v1/traces", content=BODIES[1].read_bytes(), headers=JSON)))
+        poster.start()
+        assert entered.wait(timeout=10)
+        assert c.get("/healthz").status_code == 200 and c.get("/readyz").status_code == 200
+        release.set()
+        poster.join()
+        assert posted["r"].status_code == 200
+        [(_, cpu)] = [(labels, v) for labels, v in samples(c, "tidescale_exporter_ingest_cpu_seconds_total")
+                      if labels["source"] == "otlp"]
+    assert released_in_time == [True]  # False: /healthz waited for the decode
+    assert cpu > 0  # the ingest thread's CPU is still counted as OTLP ingest
+
+
+def test_a_stats_poll_that_never_finishes_fails_liveness(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loop stuck in a call that never returns is alive to the supervisor: /healthz said ok."""
+    async def stuck(_self: StatsPoller) -> None:
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(StatsPoller, "poll_once", stuck)
+    with make_client(triton_urls=["http://127.0.0.1:1"], poll_interval_s=0.01, stall_after_s=0.05) as c:
+        for _ in range(500):
+            r = c.get("/healthz")
+            if r.status_code != 200:
+                break
+            time.sleep(0.02)
+    assert r.status_code == 503 and "stats poll" in r.json()["detail"]
+
+
+def test_a_stats_poll_that_finishes_its_rounds_stays_live() -> None:
+    with make_client(triton_urls=["http://127.0.0.1:1"], poll_interval_s=0.01, stall_after_s=5) as c:
+        (poll,) = [h for h in c.app.state.exporter.heartbeats if h.name == "stats poll"]  # type: ignore[attr-defined]
+        for _ in range(500):
+            if poll.beats >= 3:
+                break
+            time.sleep(0.02)
+        assert poll.beats >= 3 and c.get("/healthz").status_code == 200

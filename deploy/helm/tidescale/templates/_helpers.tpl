@@ -171,20 +171,28 @@ affinity:
 {{- end }}
 {{- end -}}
 
-{{/* An HTTP service container: image, security context, probes on /healthz and /readyz; the component's
-     extraArgs, extraEnv and extraVolumeMounts come after the chart's own. Takes root, component, values, port,
-     args, env, mounts, readyPath. */}}
+{{/* An HTTP service container: image, security context, probes on /healthz and /readyz at the component's
+     healthPort (a listener of their own, which client load cannot exhaust); the component's extraArgs, extraEnv
+     and extraVolumeMounts come after the chart's own. Takes root, component, values, port, args, env, mounts,
+     readyPath. */}}
 {{- define "tidescale.container" -}}
 {{- $v := .root.Values -}}
 {{- $c := .values -}}
+{{- if eq (int $c.healthPort) (int .port) }}
+{{- fail (printf "%s.healthPort must differ from %s.port (%v)" .component .component .port) }}
+{{- end }}
 - name: {{ .component }}
   image: {{ include "tidescale.image" .root }}
   imagePullPolicy: {{ $v.image.pullPolicy }}
   args:
-    {{- toYaml (concat .args $c.extraArgs) | nindent 4 }}
+    {{- toYaml (concat .args (list "--health-port" (toString $c.healthPort)) $c.extraArgs) | nindent 4 }}
   ports:
     - name: http
       containerPort: {{ .port }}
+      protocol: TCP
+    {{- /* The probes' own listener: outside the client connection cap, in no Service. */}}
+    - name: health
+      containerPort: {{ $c.healthPort }}
       protocol: TCP
   {{- with concat .env $c.extraEnv }}
   env:
@@ -195,8 +203,8 @@ affinity:
   resources:
     {{- toYaml $c.resources | nindent 4 }}
   {{- /* The component's readinessProbe / livenessProbe are merged over these (a key set to null drops one). */}}
-  {{- $ready := dict "httpGet" (dict "path" "/readyz" "port" "http") "periodSeconds" 10 "timeoutSeconds" 3 }}
-  {{- $live := dict "httpGet" (dict "path" "/healthz" "port" "http") "initialDelaySeconds" 10 "periodSeconds" 20
+  {{- $ready := dict "httpGet" (dict "path" "/readyz" "port" "health") "periodSeconds" 10 "timeoutSeconds" 3 }}
+  {{- $live := dict "httpGet" (dict "path" "/healthz" "port" "health") "initialDelaySeconds" 10 "periodSeconds" 20
         "timeoutSeconds" 3 "failureThreshold" 3 }}
   readinessProbe:
     {{- toYaml (mergeOverwrite $ready (deepCopy ($c.readinessProbe | default dict))) | nindent 4 }}
