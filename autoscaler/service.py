@@ -45,8 +45,9 @@ from tidescale.contracts import recorded as names
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.http import install_error_boundary
 from tidescale.contracts.kubeapi import EventSeriesApi, ScaleApi, deployment_event, post_event_once
-from tidescale.contracts.prometheus import PrometheusAuth, PrometheusClient, PrometheusUnavailable
+from tidescale.contracts.prometheus import MAX_ANSWER_BYTES, PrometheusAuth, PrometheusClient, PrometheusUnavailable
 from tidescale.contracts.promql import LABEL_NAME, matcher, regex_escape, selector, triton_sum, triton_sum_rate
+from tidescale.contracts.redaction import redact_url
 from tidescale.contracts.settings import ComponentSettings
 from tidescale.contracts.slo import QUANTILE_WINDOW_S, SLO_P99_S
 
@@ -54,7 +55,7 @@ log = logging.getLogger(__name__)
 
 # Labels the target's queries match on themselves: a series matcher may not override them.
 QUERY_LABELS = frozenset({"namespace", "deployment", "pod", "model", "reason", "stage", "le", "__name__"})
-FAILSAFE_REASONS = ("prometheus_down", "missing", "nan", "stale")
+FAILSAFE_REASONS = ("prometheus_down", "missing", "nan", "stale", "stuck")
 EVENT_COMPONENT = "tidescale-recommender"
 # Another replica's Event for the same change, seen within this long (or two intervals), is the
 # same report; event_twin_window_s() keeps it shorter than a real repeat can come.
@@ -160,7 +161,11 @@ class RecommenderSettings(ComponentSettings):
     host: str = "0.0.0.0"
     port: int = Field(default=9108, ge=0, le=65535)
     interval_s: float = Field(default=15.0, gt=0)
-    query_timeout_s: float = Field(default=5.0, gt=0)
+    query_timeout_s: float = Field(default=5.0, gt=0)  # the deadline of each query, answer included
+    query_max_bytes: int = Field(default=MAX_ANSWER_BYTES, ge=1 << 10, le=1 << 30)  # decompressed
+    # A target whose evaluation has not ended for this long (None: 4 intervals, at least 60 s) holds
+    # its last answer as `stuck`: an evaluation that hangs is a fail-safe, not a silent stall.
+    stuck_after_s: float | None = Field(default=None, gt=0)
     stale_after_s: float = Field(default=120.0, gt=0)
     slo_p99_s: float = Field(default=SLO_P99_S, gt=0)
     profile: Path | None = None  # perf_analyzer CSV: capacity at the SLO
@@ -208,12 +213,17 @@ class RecommenderSettings(ComponentSettings):
     def effective_config(self) -> dict[str, Any]:
         """What `autoscale recommend --print-config` prints: every setting, tuning resolved, per target."""
         out = self.model_dump(mode="json", exclude={"targets", "tuning"})
+        out["prometheus_url"] = redact_url(self.prometheus_url)  # printed: never a password
         out["tuning"] = self.tuning.as_json()
         out["targets"] = [
             {**t.model_dump(mode="json"), "recommender": _jsonable(dataclasses.asdict(self.config_for(t)))}
             for t in self.targets
         ]
         return out
+
+    def stuck_after(self) -> float:
+        """How long a target may go without an evaluation ending before it counts as stuck."""
+        return self.stuck_after_s if self.stuck_after_s is not None else max(60.0, 4 * self.interval_s)
 
     def slo_for(self, t: TargetSettings) -> float:
         return t.slo_p99_s if t.slo_p99_s is not None else self.slo_p99_s
@@ -355,6 +365,7 @@ class TargetState:
     fast_reading: FastReading | None = None  # the fast path's last round
     current: int | None = None  # the Deployment's replicas at the last observation
     scale_write_failures: int = 0  # direct mode: failed writes of the scale subresource
+    evaluated_at: float | None = None  # when its last slow evaluation ended (good or held), by the service's clock
 
 
 class RecommenderService:
@@ -368,7 +379,8 @@ class RecommenderService:
             raise UsageError("the recommender needs at least one target (recommender.targets in the config file)")
         self.settings = settings
         self.client = client or PrometheusClient(settings.prometheus_url, settings.query_timeout_s,
-                                                 auth=settings.prometheus_auth)
+                                                 auth=settings.prometheus_auth,
+                                                 max_answer_bytes=settings.query_max_bytes)
         self.replicas_fn = replicas_fn
         self.clock = clock
         self.events: EventSeriesApi | None = events
@@ -395,6 +407,7 @@ class RecommenderService:
         fp = settings.fast_path
         self.reader = (reader or PodReader(fp.timeout_s, fp.scheme, fp.path)) if fp.enabled else None
         self._lock = threading.Lock()
+        self.started = clock()
 
     # --- reading ---------------------------------------------------------------------------------
     def _value(self, expr: str, what: str, required: bool = True) -> float | None:
@@ -437,48 +450,75 @@ class RecommenderService:
 
     # --- one evaluation ----------------------------------------------------------------------------
     def evaluate(self, now: float | None = None) -> dict[tuple[str, str], TargetState]:
+        """One slow evaluation of every target. Prometheus is read with no lock held, so `/metrics`,
+        `/v1/desired` and the fast path's panics never wait behind a slow Prometheus; each
+        target's state is updated under the lock once its reads are in."""
         now = self.clock() if now is None else now
+        for st in self.states.values():
+            self._evaluate_one(st, now)
         with self._lock:
-            for st in self.states.values():
-                self._evaluate_one(st, now)
             return dict(self.states)
 
-    def _learn_cold_start(self, st: TargetState) -> None:
+    def _read_cold_start(self, st: TargetState) -> tuple[float, str] | None:
         """Cold start as measured: the slowest pod's start-to-Ready time (kube-state-metrics), else
-        the server's own model load time plus the pod start overhead, else the configured value; a
-        failed read keeps what the recommender has."""
+        the server's own model load time plus the pod start overhead, else the configured value;
+        None when Prometheus cannot say (the recommender keeps what it has)."""
         try:
             ready = self._value(st.queries.pod_ready, "pod start to Ready", required=False)
             load = None if ready is not None and ready > 0 else self._value(
                 st.queries.model_load, "model load time", required=False)
         except PrometheusUnavailable:
-            return
+            return None
         if ready is not None and ready > 0:
-            cold, source = ready, "pod_ready"
-        elif load is not None and load >= 0:
-            cold, source = load + self.settings.pod_start_overhead_s, "model_load"
-        else:
-            cold, source = self.settings.cold_start_s, "configured"
+            return ready, "pod_ready"
+        if load is not None and load >= 0:
+            return load + self.settings.pod_start_overhead_s, "model_load"
+        return self.settings.cold_start_s, "configured"
+
+    @staticmethod
+    def _apply_cold_start(st: TargetState, learned: tuple[float, str] | None) -> None:
+        if learned is None:
+            return
+        cold, st.cold_start_source = learned
         if cold != st.recommender.config.cold_start_s:
             st.recommender.config = dataclasses.replace(st.recommender.config, cold_start_s=cold)
-        st.cold_start_source = source
 
     def _evaluate_one(self, st: TargetState, now: float) -> None:
-        self._learn_cold_start(st)
+        # Every read first, no lock held ...
+        learned = self._read_cold_start(st)
+        obs: Observation | None = None
+        pods: dict[str, str] | None = None
         try:
             obs = self.observe(st, now)
-            rec = st.recommender.recommend(obs)
         except PrometheusUnavailable as exc:
-            self._hold(st, "prometheus_down", str(exc))
-            return
+            problem = ("prometheus_down", str(exc))
         except DataProblem as exc:
-            self._hold(st, exc.reason, str(exc))
-            return
+            problem = (exc.reason, str(exc))
+        else:
+            pods = self._discover(st)
+        # ... then the state, under the lock; Kubernetes is written after it.
+        with self._lock:
+            st.evaluated_at = self.clock()  # the service's clock, as _mark_stuck reads it (*now* may be given)
+            self._apply_cold_start(st, learned)
+            if pods is not None:
+                st.pods = pods
+            if obs is None:
+                self._hold(st, *problem)
+                return
+            event = self._decide(st, obs, now)
+        if event is not None:
+            self._send_event(st, *event)
+        self._apply(st)
+
+    def _decide(self, st: TargetState, obs: Observation, now: float) -> tuple[int, int, str, str] | None:
+        """The recommendation for *obs*, published or held (under the lock); the Event to post
+        (before, after, decision, detail) when the published count changed."""
+        try:
+            rec = st.recommender.recommend(obs)
         except ValueError as exc:
             self._hold(st, "nan", str(exc))
-            return
+            return None
         st.current = obs.current_replicas
-        self._discover(st)
         desired = rec.desired
         if self.settings.hpa_tolerance_rounding:
             desired = min(st.settings.max_replicas, reachable_under_tolerance(obs.current_replicas, desired))
@@ -487,45 +527,53 @@ class RecommenderService:
             # A pod that does not answer may be the one with the load: never scale down on that.
             self._hold(st, "missing", f"fast path: {len(missing)} pod(s) did not answer "
                        f"({', '.join(missing[:3])}); no scale-down")
-            return
+            return None
         before = st.published
         st.last_good, st.published, st.failsafe, st.detail, st.last_success = rec, desired, None, rec.reason, now
         st.decision = decision(desired, obs.current_replicas, rec.reason, None)
-        if before is not None and desired != before:
-            self._post_event(st, before, desired, obs)
-        self._apply(st)
+        if before is None or desired == before:
+            return None
+        return before, desired, st.decision, self._observation_detail(st, obs)
 
     def _apply(self, st: TargetState) -> None:
         """Direct mode: write the published count to the Deployment's scale subresource when it
         differs from the replicas last seen. A failed write is logged and retried at the next
-        evaluation; the Deployment keeps its count meanwhile (there is no HPA behind it)."""
-        if self.scaler is None or st.published is None or st.published == st.current:
+        evaluation; the Deployment keeps its count meanwhile (there is no HPA behind it). The
+        write happens with no lock held."""
+        with self._lock:
+            published, current = st.published, st.current
+        if self.scaler is None or published is None or published == current:
             return
         ns, dep = st.settings.namespace, st.settings.deployment
         try:
-            self.scaler.patch_namespaced_deployment_scale(dep, ns, {"spec": {"replicas": st.published}})
+            self.scaler.patch_namespaced_deployment_scale(dep, ns, {"spec": {"replicas": published}})
         except Exception as exc:
-            log.warning("scaling %s/%s to %s failed: %s", ns, dep, st.published, str(exc)[:200])
-            st.scale_write_failures += 1
+            log.warning("scaling %s/%s to %s failed: %s", ns, dep, published, str(exc)[:200])
+            with self._lock:
+                st.scale_write_failures += 1
             return
-        st.current = st.published
+        with self._lock:
+            st.current = published
 
-    def _discover(self, st: TargetState) -> None:
-        """Refresh the fast path's pods from Prometheus' series (a failed read keeps the known ones)."""
+    def _discover(self, st: TargetState) -> dict[str, str] | None:
+        """The fast path's pods from Prometheus' series; None keeps the known ones (no fast path, or
+        a failed read)."""
         if self.reader is None:
-            return
+            return None
         try:
-            st.pods = discover_pods(self.client, st.queries.pending, self.settings.fast_path.max_pods)
+            return discover_pods(self.client, st.queries.pending, self.settings.fast_path.max_pods)
         except PrometheusUnavailable as exc:
             log.debug("fast path: pod discovery for %s/%s failed: %s", st.settings.namespace,
                       st.settings.deployment, exc)
+            return None
 
     def evaluate_fast(self, now: float | None = None) -> None:
         """One round of the fast path for every target: read its pods, panic on an overload.
 
         The panic only ever raises the published count (at once, with its Event); everything else
         stays with the slow evaluation. A pod that does not answer keeps its last good values in the
-        window, and the next slow evaluation does not scale down (`hold_missing_data`)."""
+        window, and the next slow evaluation does not scale down (`hold_missing_data`). The pods are
+        read, and the Event posted, with no lock held."""
         if self.reader is None:
             return
         for st in self.states.values():
@@ -541,28 +589,27 @@ class RecommenderService:
                     continue
                 before, st.published = st.published, rec.desired
                 st.decision, st.detail = "scale_up_panic", rec.reason
-                self._post_panic_event(st, before, reading)
-                self._apply(st)
+                event = (before, rec.desired, st.decision, self._panic_detail(st, reading))
+            self._send_event(st, *event)
+            self._apply(st)
 
-    def _post_panic_event(self, st: TargetState, before: int, reading: FastReading) -> None:
+    @staticmethod
+    def _panic_detail(st: TargetState, reading: FastReading) -> str:
         newest = "" if reading.newest_rps is None else f" ({reading.newest_rps:.1f} req/s over the newest read)"
-        detail = (f"arrival {reading.arrival_rps or 0.0:.1f} req/s read from {reading.pods} pod(s) over the last "
-                  f"{st.recommender.config.panic_window_s:g} s{newest}, capacity "
-                  f"{st.recommender.capacity_rps:.1f} req/s per replica")
-        self._send_event(st, before, st.published or 0, detail)
+        return (f"arrival {reading.arrival_rps or 0.0:.1f} req/s read from {reading.pods} pod(s) over the last "
+                f"{st.recommender.config.panic_window_s:g} s{newest}, capacity "
+                f"{st.recommender.capacity_rps:.1f} req/s per replica")
 
-    def _post_event(self, st: TargetState, before: int, after: int, obs: Observation) -> None:
-        """A Kubernetes Event on the target Deployment saying why the recommendation changed; best
-        effort (the API server being away never delays a scale-up)."""
-        if self.events is None:
-            return
+    @staticmethod
+    def _observation_detail(st: TargetState, obs: Observation) -> str:
         p99 = "unknown" if obs.p99_s is None else f"{obs.p99_s * 1e3:.0f} ms"
-        detail = (f"arrival {obs.arrival_rps:.1f} req/s, rejected {obs.rejected_rps:.1f} req/s, queue "
-                  f"{obs.queue_depth:.0f}, P99 {p99}, capacity {st.recommender.capacity_rps:.1f} req/s per replica, "
-                  f"{obs.ready_replicas}/{obs.current_replicas} replicas ready")
-        self._send_event(st, before, after, detail)
+        return (f"arrival {obs.arrival_rps:.1f} req/s, rejected {obs.rejected_rps:.1f} req/s, queue "
+                f"{obs.queue_depth:.0f}, P99 {p99}, capacity {st.recommender.capacity_rps:.1f} req/s per replica, "
+                f"{obs.ready_replicas}/{obs.current_replicas} replicas ready")
 
-    def _send_event(self, st: TargetState, before: int, after: int, detail: str) -> None:
+    def _send_event(self, st: TargetState, before: int, after: int, why: str, detail: str) -> None:
+        """A Kubernetes Event on the target Deployment saying why the recommendation changed; best
+        effort (the API server being away never delays a scale-up), and never under the lock."""
         if self.events is None:
             return
         ns, dep = st.settings.namespace, st.settings.deployment
@@ -570,7 +617,7 @@ class RecommenderService:
         # Named by the change alone: two replicas (HA) see the same change within an interval or
         # two, perhaps by different paths (one panics on the fast path, one follows the rate).
         body = deployment_event(ns, dep, reason="TidescaleRecommendation", now=now,
-                                message=event_message(before, after, st.decision, detail),
+                                message=event_message(before, after, why, detail),
                                 component=EVENT_COMPONENT, name_prefix="tidescale-recommendation",
                                 series_key=f"{before}->{after}")
         try:
@@ -587,12 +634,23 @@ class RecommenderService:
                         st.published, reason, detail)
         st.failsafe, st.detail = reason, detail
 
+    def _mark_stuck(self) -> None:
+        """Hold, as `stuck`, every target whose evaluation has not ended for `stuck_after()` (under
+        the lock; run by every reader of the state, so the hang shows in `/metrics`, `/v1/desired`
+        and `/healthz` while the evaluation itself is still waiting)."""
+        now, limit = self.clock(), self.settings.stuck_after()
+        for st in self.states.values():
+            since = self.started if st.evaluated_at is None else st.evaluated_at
+            if now - since > limit:
+                self._hold(st, "stuck", f"no evaluation has ended for {now - since:.0f} s (limit {limit:g} s)")
+
     # --- export -----------------------------------------------------------------------------------
 
     def answer(self, namespace: str, deployment: str) -> DesiredAnswer | None:
         """What `/metrics` exports for one target, for KEDA's metrics-api trigger; None before the
         first good evaluation (KeyError: not a target)."""
         with self._lock:
+            self._mark_stuck()
             st = self.states[(namespace, deployment)]
             if st.published is None:
                 return None
@@ -615,6 +673,7 @@ class RecommenderService:
         failed_writes = CounterMetricFamily(write_failures.name.removesuffix("_total"), write_failures.help,
                                             labels=["namespace", "deployment"])
         with self._lock:
+            self._mark_stuck()
             for (ns, dep), st in self.states.items():
                 if st.published is not None:
                     desired.add_metric([ns, dep], float(st.published))
