@@ -16,6 +16,7 @@ import logging
 import math
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -61,6 +62,10 @@ EVENT_COMPONENT = "tidescale-recommender"
 # same report; event_twin_window_s() keeps it shorter than a real repeat can come.
 EVENT_TWIN_WINDOW_S = 60.0
 MAX_TARGETS = 200
+# How long a published count may take to show as the Deployment's replicas in kube-state-metrics
+# (the HPA's sync, its metric's scrape, kube-state-metrics' scrape): in direct mode a reading below
+# every count asked for over this long (or 4 intervals) cannot be the Deployment's.
+REPLICA_LAG_S = 120.0
 _DEFAULTS = RecommenderConfig(capacity_rps=1.0)
 
 
@@ -268,6 +273,8 @@ class TargetQueries:
     model_load: str
     pod_ready: str
     pending: str  # the pending gauge's selector: its series name the pods the fast path reads
+    hpa_current: str  # the replicas the HPA scaling the Deployment last found, and asked for
+    hpa_desired: str
 
     @staticmethod
     def _of_deployment(t: TargetSettings, scope: Mapping[str, str]) -> str:
@@ -284,6 +291,16 @@ class TargetQueries:
         pods = cls._of_deployment(t, scope)
         ready, start = (catalog.get(n).name for n in ("kube_pod_status_ready_time", "kube_pod_start_time"))
         return f"max({ready}{{{pods}}} - on (namespace, pod) {start}{{{pods}}})"
+
+    @staticmethod
+    def _hpa(name: str, t: TargetSettings, scope: Mapping[str, str]) -> str:
+        """A status series of the HPA whose target is the Deployment (kube-state-metrics' info names
+        it: the chart's, the user's or KEDA's `keda-hpa-…`), each series once."""
+        info = selector(catalog.get("kube_horizontalpodautoscaler_info").name, namespace=t.namespace, **scope,
+                        scaletargetref_kind="Deployment", scaletargetref_name=t.deployment)
+        status = selector(catalog.get(name).name, namespace=t.namespace, **scope)
+        return (f"max({status} * on (namespace, horizontalpodautoscaler) group_left "
+                f"max by (namespace, horizontalpodautoscaler) ({info}))")
 
     @staticmethod
     def _p99(t: TargetSettings, scope: Mapping[str, str]) -> str:
@@ -330,6 +347,8 @@ class TargetQueries:
             model_load=f"max({cls._triton('nv_model_load_duration_secs', t, scope)})",
             pod_ready=cls._pod_ready(t, scope),
             pending=pending,
+            hpa_current=cls._hpa("kube_horizontalpodautoscaler_status_current_replicas", t, scope),
+            hpa_desired=cls._hpa("kube_horizontalpodautoscaler_status_desired_replicas", t, scope),
         )
 
 
@@ -366,6 +385,8 @@ class TargetState:
     current: int | None = None  # the Deployment's replicas at the last observation
     scale_write_failures: int = 0  # direct mode: failed writes of the scale subresource
     evaluated_at: float | None = None  # when its last slow evaluation ended (good or held), by the service's clock
+    asked: deque[tuple[float, int]] = dataclasses.field(default_factory=deque)  # (t, published) over REPLICA_LAG_S
+    replica_disagreements: int = 0  # evaluations whose replica reading disagreed (held, counted)
 
 
 class RecommenderService:
@@ -430,6 +451,50 @@ class RecommenderService:
         ready = self._value(st.queries.ready_replicas, "ready replicas")
         return int(current or 0), int(ready or 0)
 
+    def hpa_replicas(self, st: TargetState) -> tuple[int, int] | None:
+        """(current, desired) replicas of the HPA that scales the target, as kube-state-metrics reports
+        them; None in direct mode, with the demo's callbacks, or where no HPA is reported."""
+        if self.replicas_fn is not None or self.settings.scale_mode != "hpa":
+            return None
+        current = self._value(st.queries.hpa_current, "HPA current replicas", required=False)
+        desired = self._value(st.queries.hpa_desired, "HPA desired replicas", required=False)
+        return None if current is None or desired is None else (int(current), int(desired))
+
+    def replica_disagreement(self, st: TargetState, reading: int, hpa: tuple[int, int] | None,
+                             now: float) -> str | None:
+        """Why the Deployment's replica reading cannot be the fleet's, or None (under the lock).
+
+        Only a reading that is too *low* matters: a recommender that believes fewer replicas run
+        than do sees any lower need as a scale-up from there, and drops the fleet past its down
+        delay. Too low is 0 or less, less than the HPA reports both as its current and its desired
+        count, or (direct mode, where the recommender writes the count itself) less than every
+        count it asked for over the time one takes to show."""
+        if st.published is None:
+            return None  # the first answer: the fleet as found is all there is
+        if reading <= 0:
+            return f"the Deployment reads {reading} replicas where {st.published} were asked for"
+        if hpa is not None:
+            if reading < min(hpa):
+                return (f"the Deployment reads {reading} replicas where its HPA reports {hpa[0]} "
+                        f"(desired {hpa[1]})")
+            return None
+        if self.settings.scale_mode == "direct" and st.asked:
+            lowest = min(n for _, n in st.asked)
+            if reading < lowest:
+                return (f"the Deployment reads {reading} replicas, fewer than the {lowest} or more asked for "
+                        f"over the last {self._replica_lag_s():g} s")
+        return None
+
+    def _replica_lag_s(self) -> float:
+        return max(REPLICA_LAG_S, 4 * self.settings.interval_s)
+
+    def _published(self, st: TargetState, count: int, now: float) -> None:
+        """Publish *count* (under the lock), remembering it for the replica check."""
+        st.published = count
+        st.asked.append((now, count))
+        while st.asked and st.asked[0][0] < now - self._replica_lag_s():
+            st.asked.popleft()
+
     def observe(self, st: TargetState, now: float) -> Observation:
         """One Observation from Prometheus; raises PrometheusUnavailable or DataProblem."""
         completions = self._value(st.queries.completions, "completion rate")
@@ -488,8 +553,10 @@ class RecommenderService:
         learned = self._read_cold_start(st)
         obs: Observation | None = None
         pods: dict[str, str] | None = None
+        hpa: tuple[int, int] | None = None
         try:
             obs = self.observe(st, now)
+            hpa = self.hpa_replicas(st)
         except PrometheusUnavailable as exc:
             problem = ("prometheus_down", str(exc))
         except DataProblem as exc:
@@ -505,14 +572,27 @@ class RecommenderService:
             if obs is None:
                 self._hold(st, *problem)
                 return
-            event = self._decide(st, obs, now)
+            event = self._decide(st, obs, hpa, now)
         if event is not None:
             self._send_event(st, *event)
         self._apply(st)
 
-    def _decide(self, st: TargetState, obs: Observation, now: float) -> tuple[int, int, str, str] | None:
+    def _decide(self, st: TargetState, obs: Observation, hpa: tuple[int, int] | None,
+                now: float) -> tuple[int, int, str, str] | None:
         """The recommendation for *obs*, published or held (under the lock); the Event to post
-        (before, after, decision, detail) when the published count changed."""
+        (before, after, decision, detail) when the published count changed.
+
+        A replica reading that disagrees (`replica_disagreement`) is replaced by the larger of the
+        counts it disagrees with, the disagreement counted, and the answer never drops below the
+        last one (`hold_replicas_disagree`); a scale-up still goes out."""
+        disagrees = self.replica_disagreement(st, obs.current_replicas, hpa, now)
+        if disagrees is not None:
+            trusted = max(obs.current_replicas, *(hpa or ()), st.published or 0)
+            obs = dataclasses.replace(obs, current_replicas=trusted)
+            if st.decision != "hold_replicas_disagree":
+                log.warning("recommender %s/%s: %s; holding %s", st.settings.namespace, st.settings.deployment,
+                            disagrees, st.published)
+            st.replica_disagreements += 1
         try:
             rec = st.recommender.recommend(obs)
         except ValueError as exc:
@@ -528,9 +608,12 @@ class RecommenderService:
             self._hold(st, "missing", f"fast path: {len(missing)} pod(s) did not answer "
                        f"({', '.join(missing[:3])}); no scale-down")
             return None
-        before = st.published
-        st.last_good, st.published, st.failsafe, st.detail, st.last_success = rec, desired, None, rec.reason, now
-        st.decision = decision(desired, obs.current_replicas, rec.reason, None)
+        before, reason, detail = st.published, rec.reason, rec.reason
+        if disagrees is not None and before is not None and desired <= before:
+            desired, reason, detail = before, "replicas", disagrees
+        self._published(st, desired, now)
+        st.last_good, st.failsafe, st.detail, st.last_success = rec, None, detail, now
+        st.decision = decision(desired, obs.current_replicas, reason, None)
         if before is None or desired == before:
             return None
         return before, desired, st.decision, self._observation_detail(st, obs)
@@ -587,7 +670,8 @@ class RecommenderService:
                                            reading.newest_rps)
                 if rec is None or st.published is None or rec.desired <= st.published:
                     continue
-                before, st.published = st.published, rec.desired
+                before = st.published
+                self._published(st, rec.desired, stamp)
                 st.decision, st.detail = "scale_up_panic", rec.reason
                 event = (before, rec.desired, st.decision, self._panic_detail(st, reading))
             self._send_event(st, *event)
@@ -672,6 +756,9 @@ class RecommenderService:
         write_failures = catalog.get("tidescale_recommender_scale_write_failures_total")
         failed_writes = CounterMetricFamily(write_failures.name.removesuffix("_total"), write_failures.help,
                                             labels=["namespace", "deployment"])
+        disagreement = catalog.get("tidescale_recommender_replica_disagreements_total")
+        disagreements = CounterMetricFamily(disagreement.name.removesuffix("_total"), disagreement.help,
+                                            labels=["namespace", "deployment"])
         with self._lock:
             self._mark_stuck()
             for (ns, dep), st in self.states.items():
@@ -687,13 +774,14 @@ class RecommenderService:
                     success.add_metric([ns, dep], st.last_success)
                 if self.scaler is not None:
                     failed_writes.add_metric([ns, dep], float(st.scale_write_failures))
+                disagreements.add_metric([ns, dep], float(st.replica_disagreements))
                 reading = st.fast_reading
                 if reading is not None:
                     if reading.arrival_rps is not None:
                         fast_rate.add_metric([ns, dep], reading.arrival_rps)
                     fast_pods.add_metric([ns, dep, "answered"], float(reading.pods - len(reading.missing)))
                     fast_pods.add_metric([ns, dep, "missing"], float(len(reading.missing)))
-        yield from (desired, failsafe, capacity, success, cold, decided, fast_rate, fast_pods)
+        yield from (desired, failsafe, capacity, success, cold, decided, fast_rate, fast_pods, disagreements)
         if self.scaler is not None:
             yield failed_writes
 

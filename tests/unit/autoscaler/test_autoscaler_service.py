@@ -38,7 +38,9 @@ class FakeProm:
     """Answers by query shape; `down` makes every query fail like a dead Prometheus."""
 
     def __init__(self) -> None:
-        self.values: dict[str, float | None] = {"kube_pod_status_ready_time": None, "histogram_quantile": None,
+        self.values: dict[str, float | None] = {"horizontalpodautoscaler_status_current": None,
+                                                "horizontalpodautoscaler_status_desired": None,
+                                                "kube_pod_status_ready_time": None, "histogram_quantile": None,
                                                 "nv_inference_request_failure": None, "rate(": 450.0,  # first match
                                                 "version) (nv_inference_pending": 0.0, "sum by (pod)": 0.0,
                                                 "time()": 5.0,
