@@ -29,6 +29,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from tidescale.autoscaler.capacity import load_capacity
+from tidescale.autoscaler.coldstart import FirstReadyTracker
 from tidescale.autoscaler.decisions import DECISIONS, decision, event_message
 from tidescale.autoscaler.fastpath import FastReading, FastWindow
 from tidescale.autoscaler.manifests import DESIRED_PATH, DNS_LABEL, Target
@@ -179,6 +180,10 @@ class RecommenderSettings(ComponentSettings):
     # Where Triton reports nv_model_load_duration_secs (24.11+), the cold start is that plus this
     # (scheduling, container and server start): learned, not typed; cold_start_s is the fallback.
     pod_start_overhead_s: float = Field(default=15.0, ge=0)
+    # A learned cold start is kept within these (a pod with no readiness probe reads 0 s; a bad
+    # clock or a flap the tracker could not see through, hours): `cold_start_s` itself is not clamped.
+    cold_start_min_s: float = Field(default=5.0, ge=0)
+    cold_start_max_s: float = Field(default=900.0, gt=0)
     headroom: float = Field(default=1.0, ge=1.0, allow_inf_nan=False)  # standing capacity: x the 10-min floor
     # Post a Kubernetes Event on the target Deployment whenever the recommendation changes, saying why
     # (the chart turns it on and grants `create events` in the serving namespace).
@@ -195,6 +200,13 @@ class RecommenderSettings(ComponentSettings):
     # cluster's Deployment of the same name out of the demand. Empty: a Prometheus of this cluster.
     series_matchers: dict[str, str] = Field(default_factory=dict, max_length=8)
     targets: list[TargetSettings] = Field(default_factory=list, max_length=MAX_TARGETS)
+
+    @model_validator(mode="after")
+    def _cold_start_range(self) -> RecommenderSettings:
+        if self.cold_start_min_s > self.cold_start_max_s:
+            raise ValueError(f"cold_start_min_s ({self.cold_start_min_s:g}) must not exceed cold_start_max_s "
+                             f"({self.cold_start_max_s:g})")
+        return self
 
     @field_validator("series_matchers")
     @classmethod
@@ -271,7 +283,8 @@ class TargetQueries:
     spec_replicas: str
     ready_replicas: str
     model_load: str
-    pod_ready: str
+    pod_started: str  # per pod: kube_pod_start_time
+    pod_ready_at: str  # per pod: kube_pod_status_ready_time (the Ready condition's *last* transition)
     pending: str  # the pending gauge's selector: its series name the pods the fast path reads
     hpa_current: str  # the replicas the HPA scaling the Deployment last found, and asked for
     hpa_desired: str
@@ -285,12 +298,11 @@ class TargetQueries:
                          matcher("pod", of_deployment, "=~")])
 
     @classmethod
-    def _pod_ready(cls, t: TargetSettings, scope: Mapping[str, str]) -> str:
-        """The slowest of the Deployment's pods from start to Ready (kube-state-metrics): the cold
-        start as the cluster measured it, image pull, server start and model load included."""
-        pods = cls._of_deployment(t, scope)
-        ready, start = (catalog.get(n).name for n in ("kube_pod_status_ready_time", "kube_pod_start_time"))
-        return f"max({ready}{{{pods}}} - on (namespace, pod) {start}{{{pods}}})"
+    def _per_pod(cls, name: str, t: TargetSettings, scope: Mapping[str, str]) -> str:
+        """A kube-state-metrics series of each of the Deployment's pods, once per pod (however many
+        jobs scrape kube-state-metrics): their start and Ready times make the cold start as the
+        cluster measured it, image pull, server start and model load included (coldstart.py)."""
+        return f"max by (namespace, pod) ({catalog.get(name).name}{{{cls._of_deployment(t, scope)}}})"
 
     @staticmethod
     def _hpa(name: str, t: TargetSettings, scope: Mapping[str, str]) -> str:
@@ -345,7 +357,8 @@ class TargetQueries:
             spec_replicas=f"max({selector(catalog.get('kube_deployment_spec_replicas').name, **dep)})",
             ready_replicas=f"max({selector(catalog.get('kube_deployment_status_replicas_ready').name, **dep)})",
             model_load=f"max({cls._triton('nv_model_load_duration_secs', t, scope)})",
-            pod_ready=cls._pod_ready(t, scope),
+            pod_started=cls._per_pod("kube_pod_start_time", t, scope),
+            pod_ready_at=cls._per_pod("kube_pod_status_ready_time", t, scope),
             pending=pending,
             hpa_current=cls._hpa("kube_horizontalpodautoscaler_status_current_replicas", t, scope),
             hpa_desired=cls._hpa("kube_horizontalpodautoscaler_status_desired_replicas", t, scope),
@@ -385,6 +398,7 @@ class TargetState:
     current: int | None = None  # the Deployment's replicas at the last observation
     scale_write_failures: int = 0  # direct mode: failed writes of the scale subresource
     evaluated_at: float | None = None  # when its last slow evaluation ended (good or held), by the service's clock
+    first_ready: FirstReadyTracker = dataclasses.field(default_factory=lambda: FirstReadyTracker(time.time()))
     asked: deque[tuple[float, int]] = dataclasses.field(default_factory=deque)  # (t, published) over REPLICA_LAG_S
     replica_disagreements: int = 0  # evaluations whose replica reading disagreed (held, counted)
 
@@ -409,6 +423,7 @@ class RecommenderService:
             from tidescale.contracts.kubeapi import core_v1_api
 
             self.events = core_v1_api()
+        self.started = clock()
         self.states: dict[tuple[str, str], TargetState] = {}
         for t in settings.targets:
             key = (t.namespace, t.deployment)
@@ -419,7 +434,7 @@ class RecommenderService:
             self.states[key] = TargetState(t, Recommender(config), TargetQueries.for_target(t, settings.tuning,
                                                                                    settings.series_matchers),
                                            fast=FastWindow(config.panic_window_s) if settings.fast_path.enabled
-                                           else None)
+                                           else None, first_ready=FirstReadyTracker(self.started))
         self.scaler: ScaleApi | None = scaler
         if self.scaler is None and settings.scale_mode == "direct":
             from tidescale.contracts.kubeapi import apps_v1_api
@@ -428,7 +443,6 @@ class RecommenderService:
         fp = settings.fast_path
         self.reader = (reader or PodReader(fp.timeout_s, fp.scheme, fp.path)) if fp.enabled else None
         self._lock = threading.Lock()
-        self.started = clock()
 
     # --- reading ---------------------------------------------------------------------------------
     def _value(self, expr: str, what: str, required: bool = True) -> float | None:
@@ -524,20 +538,40 @@ class RecommenderService:
         with self._lock:
             return dict(self.states)
 
+    def _pod_times(self, expr: str) -> dict[str, float]:
+        """pod -> value of a per-pod query (rows without a pod name or a finite value are skipped)."""
+        times: dict[str, float] = {}
+        for row in self.client.query(expr):
+            labels = row.get("metric") if isinstance(row, dict) else None
+            pod = labels.get("pod") if isinstance(labels, dict) else None
+            try:
+                value = float(row["value"][1])
+            except (KeyError, IndexError, TypeError, ValueError, OverflowError):
+                continue
+            if isinstance(pod, str) and pod and math.isfinite(value):
+                times[pod] = value
+        return times
+
     def _read_cold_start(self, st: TargetState) -> tuple[float, str] | None:
-        """Cold start as measured: the slowest pod's start-to-Ready time (kube-state-metrics), else
-        the server's own model load time plus the pod start overhead, else the configured value;
-        None when Prometheus cannot say (the recommender keeps what it has)."""
+        """Cold start as measured: the median of recent pods' *first* start-to-Ready times
+        (kube-state-metrics, tracked across evaluations: `FirstReadyTracker`), else the server's own
+        model load time plus the pod start overhead, else the configured value. A measured one is
+        clamped to [cold_start_min_s, cold_start_max_s]. None when Prometheus cannot say (the
+        recommender keeps what it has). Only the slow evaluation's thread runs this."""
+        lo, hi = self.settings.cold_start_min_s, self.settings.cold_start_max_s
         try:
-            ready = self._value(st.queries.pod_ready, "pod start to Ready", required=False)
-            load = None if ready is not None and ready > 0 else self._value(
-                st.queries.model_load, "model load time", required=False)
+            started = self._pod_times(st.queries.pod_started)
+            ready = self._pod_times(st.queries.pod_ready_at)
+            st.first_ready.observe({pod: (start, ready.get(pod)) for pod, start in started.items()})
+            measured = st.first_ready.cold_start()
+            load = None if measured is not None else self._value(st.queries.model_load, "model load time",
+                                                                   required=False)
         except PrometheusUnavailable:
             return None
-        if ready is not None and ready > 0:
-            return ready, "pod_ready"
+        if measured is not None:
+            return min(hi, max(lo, measured)), "pod_ready"
         if load is not None and load >= 0:
-            return load + self.settings.pod_start_overhead_s, "model_load"
+            return min(hi, max(lo, load + self.settings.pod_start_overhead_s)), "model_load"
         return self.settings.cold_start_s, "configured"
 
     @staticmethod

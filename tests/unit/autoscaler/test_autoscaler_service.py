@@ -49,11 +49,16 @@ class FakeProm:
         self.down = False
         self.queries: list[str] = []
         self.pods: dict[str, str] = {}  # what the fast path's discovery finds: pod -> instance
+        self.pod_times: dict[str, tuple[float, float | None]] = {}  # pod -> (start, Ready) (kube-state-metrics)
 
     def query(self, expr: str) -> list[dict[str, object]]:
         self.queries.append(expr)
         if self.down:
             raise PrometheusUnavailable("connection refused")
+        for name, index in (("kube_pod_start_time", 0), ("kube_pod_status_ready_time", 1)):
+            if expr.startswith(f"max by (namespace, pod) ({name}{{"):
+                return [{"metric": {"namespace": "ml", "pod": pod}, "value": [0.0, str(times[index])]}
+                        for pod, times in self.pod_times.items() if times[index] is not None]
         assert expr.startswith("group by (pod, instance)"), expr
         return [{"metric": {"pod": pod, "instance": address}, "value": [0.0, "1"]}
                 for pod, address in self.pods.items()]
@@ -341,14 +346,14 @@ def test_the_cold_start_is_learned_from_tritons_model_load_time_and_exported() -
     assert exported(svc)[learned] == 57.0 and state.recommender.config.cold_start_s == 57.0
     assert any('nv_model_load_duration_secs{namespace="ml",pod=~"triton-[a-z0-9]+-[a-z0-9]+",model="re\\"snet"}' in q
                for q in fake.queries)
-    # kube-state-metrics' start-to-Ready time of the slowest pod, where it exists, is the cold start itself.
-    fake.values["kube_pod_status_ready_time"] = 38.5
+    # kube-state-metrics' start-to-Ready times of the pods, where they exist, are the cold start itself.
+    fake.pod_times = {"triton-abc-1": (900.0, 938.5)}
     svc.evaluate(1030.0)
     measured = ("tidescale_recommender_cold_start_seconds",
                 (("deployment", "triton"), ("namespace", "ml"), ("source", "pod_ready")))
     assert exported(svc)[measured] == 38.5 and state.recommender.config.cold_start_s == 38.5
-    assert any('kube_pod_status_ready_time{namespace="ml",pod=~"triton-[a-z0-9]+-[a-z0-9]+"} - on (namespace, pod) '
-               'kube_pod_start_time{' in q for q in fake.queries)
+    assert 'max by (namespace, pod) (kube_pod_status_ready_time{namespace="ml",pod=~"triton-[a-z0-9]+-[a-z0-9]+"})' \
+        in fake.queries
 
 
 def decisions(svc: RecommenderService) -> dict[str, float]:
