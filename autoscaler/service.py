@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Literal
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from tidescale.autoscaler.capacity import load_capacity
@@ -50,7 +50,7 @@ from tidescale.contracts.kubeapi import EventSeriesApi, ScaleApi, deployment_eve
 from tidescale.contracts.prometheus import MAX_ANSWER_BYTES, PrometheusAuth, PrometheusClient, PrometheusUnavailable
 from tidescale.contracts.promql import LABEL_NAME, matcher, regex_escape, selector, triton_sum, triton_sum_rate
 from tidescale.contracts.redaction import redact_url
-from tidescale.contracts.settings import ComponentSettings
+from tidescale.contracts.settings import ComponentSettings, Host, InfOff, SettingsModel
 from tidescale.contracts.slo import QUANTILE_WINDOW_S, SLO_P99_S
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ def _default(name: str) -> Any:
     return getattr(_DEFAULTS, name)
 
 
-class RecommenderTuning(BaseModel):
+class RecommenderTuning(SettingsModel):
     """Every tuning knob of the recommender (`recommender.tuning` / `TIDESCALE_RECOMMENDER_TUNING__…`).
 
     The defaults are RecommenderConfig's, which the benchmark runs: change one here and the
@@ -82,21 +82,21 @@ class RecommenderTuning(BaseModel):
     the range of the P99 recording rule the service reads (5 m).
     """
 
-    model_config = SettingsConfigDict(extra="forbid", ser_json_inf_nan="strings")  # inf ("off") as "Infinity"
+    model_config = ConfigDict(ser_json_inf_nan="strings")  # inf ("off") as "Infinity"
     lookahead_extra_s: float = Field(default=_default("lookahead_extra_s"), ge=0, allow_inf_nan=False)
     trend_window_s: float = Field(default=_default("trend_window_s"), gt=0, allow_inf_nan=False)
     queue_window_s: float = Field(default=_default("queue_window_s"), gt=0, allow_inf_nan=False)
     utilisation: float = Field(default=_default("utilisation"), gt=0, le=1)
     down_utilisation: float = Field(default=_default("down_utilisation"), gt=0, le=1)
     down_delay_s: float = Field(default=_default("down_delay_s"), ge=0, allow_inf_nan=False)
-    drain_s: float = Field(default=_default("drain_s"), gt=0)  # inf: off
+    drain_s: InfOff = Field(default=_default("drain_s"), gt=0)  # inf: off
     max_capacity_gain: float = Field(default=_default("max_capacity_gain"), ge=1, allow_inf_nan=False)
     min_capacity_ratio: float = Field(default=_default("min_capacity_ratio"), gt=0, le=1)
     rate_window_s: float = Field(default=_default("rate_window_s"), ge=1, allow_inf_nan=False)
     fast_window_s: float = Field(default=_default("fast_window_s"), ge=1, allow_inf_nan=False)
     max_drain_factor: float = Field(default=_default("max_drain_factor"), ge=1, allow_inf_nan=False)
     fast_jump: float = Field(default=_default("fast_jump"), ge=1, allow_inf_nan=False)
-    pod_drain_s: float = Field(default=_default("pod_drain_s"), gt=0)  # inf: off
+    pod_drain_s: InfOff = Field(default=_default("pod_drain_s"), gt=0)  # inf: off
     headroom_window_s: float = Field(default=_default("headroom_window_s"), gt=0, allow_inf_nan=False)
     panic_threshold: float = Field(default=_default("panic_threshold"), gt=0, allow_inf_nan=False)
     panic_window_s: float = Field(default=_default("panic_window_s"), gt=0, allow_inf_nan=False)
@@ -104,7 +104,7 @@ class RecommenderTuning(BaseModel):
     panic_lookahead_extra_s: float = Field(default=_default("panic_lookahead_extra_s"), ge=0, allow_inf_nan=False)
     panic_trend_cap: float = Field(default=_default("panic_trend_cap"), ge=1, allow_inf_nan=False)
     panic_trend_window_s: float = Field(default=_default("panic_trend_window_s"), gt=0, allow_inf_nan=False)
-    trend_cap: float = Field(default=_default("trend_cap"), ge=1)  # inf: off
+    trend_cap: InfOff = Field(default=_default("trend_cap"), ge=1)  # inf: off
 
     def as_json(self) -> dict[str, Any]:
         """Plain JSON values (inf as "Infinity"), as recorded by the benchmark and printed by the CLI."""
@@ -120,14 +120,13 @@ def promql_range(seconds: float) -> str:
     return f"{int(seconds)}s" if float(seconds).is_integer() else f"{round(seconds * 1000)}ms"
 
 
-class FastPathSettings(BaseModel):
+class FastPathSettings(SettingsModel):
     """`recommender.fastPath`: Triton's counters read straight from its pods (fastpath.py).
 
     The pods are the ones Prometheus scrapes for the target's model (their `instance` label), so
     the recommender needs no Kubernetes permission for it, only network access to Triton's metrics
     port. Off: the recommender reacts on Prometheus' data alone (a scrape and a rate window later)."""
 
-    model_config = SettingsConfigDict(extra="forbid")
     enabled: bool = True
     interval_s: float = Field(default=2.0, ge=0.5, le=30, allow_inf_nan=False)
     timeout_s: float = Field(default=1.0, gt=0, le=10, allow_inf_nan=False)
@@ -136,10 +135,9 @@ class FastPathSettings(BaseModel):
     max_pods: int = Field(default=200, ge=1, le=2000)  # per target: bounds the work of one round
 
 
-class TargetSettings(BaseModel):
+class TargetSettings(SettingsModel):
     """One Deployment to recommend for."""
 
-    model_config = SettingsConfigDict(extra="forbid")
     deployment: str
     namespace: str
     model: str
@@ -164,7 +162,7 @@ class RecommenderSettings(ComponentSettings):
 
     prometheus_url: str = "http://localhost:9090"
     prometheus_auth: PrometheusAuth = Field(default_factory=PrometheusAuth)
-    host: str = "0.0.0.0"
+    host: Host = "0.0.0.0"
     port: int = Field(default=9108, ge=0, le=65535)
     interval_s: float = Field(default=15.0, gt=0)
     query_timeout_s: float = Field(default=5.0, gt=0)  # the deadline of each query, answer included

@@ -7,7 +7,7 @@ from typing import ClassVar
 from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
-from tidescale.contracts.settings import ComponentSettings
+from tidescale.contracts.settings import ComponentSettings, Host
 
 
 class ReviewsSettings(ComponentSettings):
@@ -16,7 +16,7 @@ class ReviewsSettings(ComponentSettings):
     section: ClassVar[str] = "reviews"
     model_config = SettingsConfigDict(env_prefix="TIDESCALE_REVIEWS_", extra="forbid")
 
-    host: str = "127.0.0.1"
+    host: Host = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
     # SQLite (WAL) by default; postgresql+psycopg://… works through the same setting.
     database: str = "sqlite:///reviews.db"

@@ -26,12 +26,13 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError
+from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from tidescale.alerts.reviews.migrations import migrate
 from tidescale.alerts.reviews.schema import WebhookAlert, review_reason, to_float
 from tidescale.contracts.errors import TidescaleError, UsageError
+from tidescale.contracts.redaction import redact_text, redact_url
 
 STATES = ("open", "acknowledged", "closed")
 # Manual transitions the API allows (a firing alert may also reopen any review).
@@ -133,8 +134,8 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
 def make_engine(url: str) -> Engine:
     try:
         engine = create_engine(url, pool_pre_ping=True)
-    except (ArgumentError, ImportError) as exc:
-        raise UsageError(f"database URL {url!r} is not usable: {exc}") from None
+    except (ArgumentError, ImportError, ValueError) as exc:
+        raise UsageError(f"database URL {redact_url(url)!r} is not usable: {redact_text(str(exc))}") from None
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
     return engine
@@ -148,8 +149,9 @@ class ReviewStore:
         self.engine = make_engine(url)
         try:
             migrate(self.engine, Base.metadata)
-        except OperationalError as exc:
-            raise TidescaleError(f"cannot open review database {url!r}: {exc.orig}") from None
+        except DBAPIError as exc:  # unreachable, refused, not a database at all (a file that is not SQLite)
+            raise UsageError(f"cannot open review database {redact_url(url)!r}: "
+                             f"{redact_text(str(exc.orig))[:300]}") from None
         self._session = sessionmaker(self.engine, expire_on_commit=False)
         self._write_lock = threading.Lock()
 

@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from tidescale.contracts import jsonio, outbound
 from tidescale.contracts.errors import TidescaleError, UsageError
 from tidescale.contracts.redaction import redact_text, redact_url
+from tidescale.contracts.settings import SettingsModel
 
 MAX_DETAIL_CHARS = 200
 # An instant vector of a few thousand series is well under a megabyte; a range query for a preview
@@ -36,12 +37,10 @@ class PrometheusUnreachable(PrometheusUnavailable):
     """No answer at all (connection refused, timeout): unlike a bad answer, retrying later may help."""
 
 
-class PrometheusAuth(BaseModel):
+class PrometheusAuth(SettingsModel):
     """How to reach a Prometheus that is not open: Mimir, Thanos or Cortex behind a gateway, or
     Prometheus behind kube-rbac-proxy. Secrets are read from files (mounted Secrets), never from
     settings, and re-read on every request, so a rotated token is used without a restart."""
-
-    model_config = ConfigDict(extra="forbid")
 
     bearer_token_file: Path | None = None
     basic_auth_username: str | None = None
