@@ -164,12 +164,13 @@ class RecommenderSettings(ComponentSettings):
     prometheus_auth: PrometheusAuth = Field(default_factory=PrometheusAuth)
     host: Host = "0.0.0.0"
     port: int = Field(default=9108, ge=0, le=65535)
-    interval_s: float = Field(default=15.0, gt=0)
-    query_timeout_s: float = Field(default=5.0, gt=0)  # the deadline of each query, answer included
+    # Bounded: a wait of 1e300 s raised OverflowError in the loop, which stopped for good.
+    interval_s: float = Field(default=15.0, gt=0, le=3600)
+    query_timeout_s: float = Field(default=5.0, gt=0, le=600)  # the deadline of each query, answer included
     query_max_bytes: int = Field(default=MAX_ANSWER_BYTES, ge=1 << 10, le=1 << 30)  # decompressed
     # A target whose evaluation has not ended for this long (None: 4 intervals, at least 60 s) holds
     # its last answer as `stuck`: an evaluation that hangs is a fail-safe, not a silent stall.
-    stuck_after_s: float | None = Field(default=None, gt=0)
+    stuck_after_s: float | None = Field(default=None, gt=0, le=86400)
     stale_after_s: float = Field(default=120.0, gt=0)
     slo_p99_s: float = Field(default=SLO_P99_S, gt=0)
     profile: Path | None = None  # perf_analyzer CSV: capacity at the SLO

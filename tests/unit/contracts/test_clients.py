@@ -151,3 +151,13 @@ def test_a_password_in_the_url_never_reaches_an_error_message() -> None:
     with pytest.raises(PrometheusUnavailable) as info:
         bad.query("up")
     assert "s3cret" not in str(info.value)
+
+
+@pytest.mark.parametrize(("name", "says"), [
+    ("trickle", "unreachable: DeadlineExceeded"),
+    ("gzip-bomb", "unreachable: AnswerTooLarge"),
+    ("redirect-elsewhere", "failed (302)"),
+])
+def test_a_hostile_alertmanager_is_a_named_error_within_the_deadline(name: str, says: str) -> None:
+    with HostileServer(name) as url, pytest.raises(AlertmanagerUnavailable, match=re.escape(says)):
+        active_alerts(url, timeout_s=0.5)

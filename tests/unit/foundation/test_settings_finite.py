@@ -170,3 +170,9 @@ def test_a_database_password_never_reaches_the_error(monkeypatch: pytest.MonkeyP
     assert code == 2 and "reviews:***@127.0.0.1" in err and "s3cret" not in err
     code, err = run(["reviews", "serve", "--database", "nosuch://reviews:s3cret@db/x"], capsys)
     assert code == 2 and "is not usable" in err and "s3cret" not in err
+
+
+def test_a_finite_interval_too_long_to_wait_is_refused() -> None:
+    """threading.Event.wait(1e300) raises OverflowError: the loop would stop as with inf."""
+    with pytest.raises(ValidationError, match="interval_s"):
+        RecommenderSettings(interval_s=1e300)
