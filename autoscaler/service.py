@@ -49,7 +49,7 @@ from tidescale.contracts.http import install_error_boundary
 from tidescale.contracts.kubeapi import EventSeriesApi, ScaleApi, deployment_event, post_event_once
 from tidescale.contracts.prometheus import MAX_ANSWER_BYTES, PrometheusAuth, PrometheusClient, PrometheusUnavailable
 from tidescale.contracts.promql import LABEL_NAME, matcher, regex_escape, selector, triton_sum, triton_sum_rate
-from tidescale.contracts.redaction import redact_url
+from tidescale.contracts.redact import redact_url
 from tidescale.contracts.settings import ComponentSettings, Host, InfOff, SettingsModel
 from tidescale.contracts.slo import QUANTILE_WINDOW_S, SLO_P99_S
 

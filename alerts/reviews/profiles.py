@@ -8,7 +8,7 @@ from urllib.parse import quote
 import httpx
 
 from tidescale.contracts import jsonio, outbound
-from tidescale.contracts.redaction import redact_url
+from tidescale.contracts.redact import redact_url
 
 MAX_PROFILE_BYTES = 512 * 1024
 MAX_TOP_OPS = 20
@@ -47,7 +47,7 @@ def fetch_profile(
         return None, f"the exporter's profile report is larger than {MAX_PROFILE_BYTES} bytes"
     except outbound.DeadlineExceeded:
         return None, f"the exporter at {shown} gave no complete answer within {timeout_s:g} s"
-    except (httpx.HTTPError, httpx.InvalidURL) as exc:
+    except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:  # the class only: its text may quote the URL
         return None, f"exporter unreachable at {shown}: {exc.__class__.__name__}"
     if answer.status == 404:
         return None, f"the exporter has no profile for {model} version {version}"

@@ -21,7 +21,7 @@ class ReviewsSettings(ComponentSettings):
     # SQLite (WAL) by default; postgresql+psycopg://… works through the same setting.
     database: str = "sqlite:///reviews.db"
     token: SecretStr | None = None
-    exporter_url: str | None = None
+    exporter_url: str | None = Field(None, pattern=r"^https?://")
     profile_timeout_s: float = Field(2.0, gt=0, le=60)
     max_body_bytes: int = Field(1 << 20, ge=1024)
     max_alerts_per_payload: int = Field(1000, ge=1)

@@ -34,7 +34,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sess
 from tidescale.alerts.reviews.migrations import migrate
 from tidescale.alerts.reviews.schema import WebhookAlert, review_reason, to_float
 from tidescale.contracts.errors import TidescaleError, UsageError
-from tidescale.contracts.redaction import redact_text, redact_url
+from tidescale.contracts.redact import redact_url, redact_urls
 
 STATES = ("open", "acknowledged", "closed")
 # Manual transitions the API allows (a firing alert may also reopen any review).
@@ -147,7 +147,7 @@ def make_engine(url: str) -> Engine:
     try:
         engine = create_engine(url, pool_pre_ping=True)
     except (ArgumentError, ImportError, ValueError) as exc:
-        raise UsageError(f"database URL {redact_url(url)!r} is not usable: {redact_text(str(exc))}") from None
+        raise UsageError(f"database URL {redact_url(url)!r} is not usable: {redact_urls(str(exc))}") from None
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
     return engine
@@ -163,7 +163,7 @@ class ReviewStore:
             migrate(self.engine, Base.metadata)
         except DBAPIError as exc:  # unreachable, refused, not a database at all (a file that is not SQLite)
             raise UsageError(f"cannot open review database {redact_url(url)!r}: "
-                             f"{redact_text(str(exc.orig))[:300]}") from None
+                             f"{redact_urls(str(exc.orig))[:300]}") from None
         self._session = sessionmaker(self.engine, expire_on_commit=False)
         self._write_lock = threading.Lock()
 

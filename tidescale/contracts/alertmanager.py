@@ -8,7 +8,7 @@ import httpx
 
 from tidescale.contracts import jsonio, outbound
 from tidescale.contracts.errors import TidescaleError
-from tidescale.contracts.redaction import redact_text, redact_url
+from tidescale.contracts.redact import redact_url, redact_urls
 
 
 class AlertmanagerUnavailable(TidescaleError):
@@ -32,6 +32,6 @@ def active_alerts(url: str, timeout_s: float = 10.0, active_only: bool = True) -
     except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:
         raise AlertmanagerUnavailable(f"alertmanager at {shown} unreachable: {type(exc).__name__}") from None
     if not isinstance(body, list):
-        text = redact_text(r.content[:200].decode("utf-8", errors="replace"))
+        text = redact_urls(r.content[:200].decode("utf-8", errors="replace"))
         raise AlertmanagerUnavailable(f"alertmanager alerts failed ({r.status}): {text}")
     return [a for a in body if isinstance(a, dict)]

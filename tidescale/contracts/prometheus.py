@@ -20,7 +20,7 @@ from pydantic import Field, model_validator
 
 from tidescale.contracts import jsonio, outbound
 from tidescale.contracts.errors import TidescaleError, UsageError
-from tidescale.contracts.redaction import redact_text, redact_url
+from tidescale.contracts.redact import redact_url, redact_urls
 from tidescale.contracts.settings import SettingsModel
 
 MAX_DETAIL_CHARS = 200
@@ -125,7 +125,7 @@ class PrometheusClient:
         except outbound.AnswerTooLarge as exc:
             raise PrometheusUnavailable(f"Prometheus at {self.shown_url}: {exc}") from None
         except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:
-            detail = redact_text(str(exc))[:MAX_DETAIL_CHARS]
+            detail = redact_urls(str(exc))[:MAX_DETAIL_CHARS]
             raise PrometheusUnavailable(f"{type(exc).__name__}: {detail}") from None
 
     def data(self, path: str, params: dict[str, Any] | None = None) -> Any:

@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.hostile import HostileServer
+from tests.hostile import URLS_WITH_CREDENTIALS, HostileServer
 from tests.unit.alerts.reviews_helpers import AUTH, TOKEN, alert, payload
 from tidescale.alerts.reviews import service as service_mod
 from tidescale.alerts.reviews.background import BackgroundWork
@@ -261,7 +261,19 @@ def test_a_hostile_exporter_costs_the_fetch_at_most_its_deadline_and_cap(name: s
 
 def test_the_exporter_urls_password_is_never_recorded() -> None:
     report, err = fetch_profile(f"http://reviews:s3cret@127.0.0.1:{free_port()}", "m", "1", 0.5)
-    assert report is None and err is not None and "reviews:***@127.0.0.1" in err and "s3cret" not in err
+    assert report is None and err is not None and "***@127.0.0.1" in err and "s3cret" not in err
+
+
+@pytest.mark.parametrize(("name", "url", "secret"), URLS_WITH_CREDENTIALS, ids=[n for n, *_ in URLS_WITH_CREDENTIALS])
+def test_no_credential_of_the_exporter_url_reaches_profile_error(name: str, url: str, secret: str) -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError(f"connection refused for url {request.url}", request=request)
+
+    for status in (None, 500):
+        client = httpx.Client(transport=httpx.MockTransport(
+            refuse if status is None else (lambda _r, status=status: httpx.Response(status))))
+        report, err = fetch_profile(url, "m", "1", 0.5, client)
+        assert report is None and err is not None and secret not in err
 
 
 def test_a_fetch_owed_at_shutdown_is_resumed_at_start_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -116,5 +116,5 @@ def test_a_password_in_the_prometheus_url_reaches_no_log_line_and_no_output(
         except SystemExit as exc:
             assert exc.code in (0, None)
         out = capsys.readouterr().out
-        assert "tidescale:***@127.0.0.1" in out and "s3cret" not in out
+        assert "***@127.0.0.1" in out and "s3cret" not in out
     assert "holds" in caplog.text and "s3cret" not in caplog.text

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from tests.hostile import JSON_DOCUMENTS, NUMBERS, deep_json
+from tests.hostile import JSON_DOCUMENTS, NUMBERS, URLS_WITH_CREDENTIALS, deep_json
 from tidescale.alerts.config import AlertsConfig
 from tidescale.alerts.reviews.settings import ReviewsSettings
 from tidescale.autoscaler.service import RecommenderSettings
@@ -167,7 +167,7 @@ def test_a_database_password_never_reaches_the_error(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("TIDESCALE_REVIEWS_TOKEN", "t")
     url = f"postgresql+psycopg://reviews:s3cret@127.0.0.1:{free_port()}/reviews"
     code, err = run(["reviews", "serve", "--database", url], capsys)
-    assert code == 2 and "reviews:***@127.0.0.1" in err and "s3cret" not in err
+    assert code == 2 and "***@127.0.0.1" in err and "s3cret" not in err
     code, err = run(["reviews", "serve", "--database", "nosuch://reviews:s3cret@db/x"], capsys)
     assert code == 2 and "is not usable" in err and "s3cret" not in err
 
@@ -176,3 +176,13 @@ def test_a_finite_interval_too_long_to_wait_is_refused() -> None:
     """threading.Event.wait(1e300) raises OverflowError: the loop would stop as with inf."""
     with pytest.raises(ValidationError, match="interval_s"):
         RecommenderSettings(interval_s=1e300)
+
+
+@pytest.mark.parametrize(("name", "url", "secret"), URLS_WITH_CREDENTIALS, ids=[n for n, *_ in URLS_WITH_CREDENTIALS])
+def test_no_credential_of_a_database_url_reaches_the_start_up_error(name: str, url: str, secret: str) -> None:
+    from tidescale.alerts.reviews.store import ReviewStore
+    from tidescale.contracts.errors import UsageError
+
+    with pytest.raises(UsageError) as info:
+        ReviewStore(url.replace("postgresql://", "nosuchdriver://"))
+    assert secret not in str(info.value)
