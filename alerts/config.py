@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from typing import Annotated, ClassVar
 
 from prometheus_client.utils import floatToGoString
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from tidescale.contracts.promql import LABEL_NAME
-from tidescale.contracts.settings import ComponentSettings
+from tidescale.contracts.settings import ComponentSettings, SettingsModel
 from tidescale.contracts.slo import SLO_P99_S, SLO_THRESHOLDS_S
 
 # SLO latency thresholds (seconds) that must be exact bucket boundaries of
@@ -55,10 +55,8 @@ def check_regex(value: str) -> str:
 Regex = Annotated[str, AfterValidator(check_regex)]
 
 
-class ForDurations(BaseModel):
+class ForDurations(SettingsModel):
     """`for:` of each alert; short in tests and the local demo, production defaults here."""
-
-    model_config = ConfigDict(extra="forbid")
 
     budget_burn_page: Duration = "2m"
     budget_burn_ticket: Duration = "15m"
@@ -81,10 +79,8 @@ class ForDurations(BaseModel):
     recommender_cannot_scale: Duration = "5m"
 
 
-class AlertmanagerRouting(BaseModel):
+class AlertmanagerRouting(SettingsModel):
     """Receivers and timing of the generated Alertmanager config (secrets only by file path)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     pager_url: str = "http://pager-gateway.monitoring.svc:8080/alerts"
     tickets_url: str = "http://ticket-gateway.monitoring.svc:8080/alerts"
@@ -97,14 +93,12 @@ class AlertmanagerRouting(BaseModel):
     resolve_timeout: Duration = "5m"
 
 
-class SloGroup(BaseModel):
+class SloGroup(SettingsModel):
     """The SLO of the models whose name (and namespace) match: one model or a group of them.
 
     Groups are tried in order and the first match wins; a field left out takes the default SLO's
     value. Matching happens in PromQL (RE2, fully anchored), so a model that appears later is
     covered without a redeploy."""
-
-    model_config = ConfigDict(extra="forbid")
 
     name: str
     model: Regex

@@ -12,7 +12,12 @@ from typing import Final
 # What made the recommendation go up (the recommender's own reasons, recommend.py).
 SCALE_UP: Final = {"rate": "scale_up_rate", "lookahead": "scale_up_lookahead", "queue": "scale_up_queue",
                    "drain": "scale_up_drain", "panic": "scale_up_panic", "min": "scale_up_min", "max": "scale_up_max"}
-DECISIONS: Final = (*SCALE_UP.values(), "scale_down", "scale_down_min", "hold_steady", "hold_down_delay",
+# Holds the recommender or the service chose, whatever the replicas read: `hold-down` (less is
+# needed, not yet for the down delay), `saturated` (the SLO burns, or the completions per replica sit
+# at their measured ceiling), `replicas` (the replica reading disagrees with the HPA or with what was
+# asked for: the last answer stands).
+HOLDS: Final = {"hold-down": "hold_down_delay", "saturated": "hold_saturated", "replicas": "hold_replicas_disagree"}
+DECISIONS: Final = (*SCALE_UP.values(), "scale_down", "scale_down_min", "hold_steady", *HOLDS.values(),
                     "hold_at_max", "hold_missing_data")
 
 
@@ -25,12 +30,12 @@ def decision(desired: int, current: int, reason: str, failsafe: str | None) -> s
     the measured rate cannot clear within the pod drain horizon."""
     if failsafe is not None:
         return "hold_missing_data"
+    if reason in HOLDS:  # held at what was asked for, which may be more than the replicas read
+        return HOLDS[reason]
     if desired > current:
         return SCALE_UP.get(reason, "scale_up_rate")
     if desired < current:
         return "scale_down_min" if reason == "min" else "scale_down"
-    if reason == "hold-down":
-        return "hold_down_delay"
     return "hold_at_max" if reason == "max" else "hold_steady"
 
 

@@ -10,12 +10,14 @@ joins at the next discovery; until then it adds capacity the recommender does no
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 
 import httpx
 
 from tidescale.autoscaler.fastpath import MAX_BODY_BYTES, ExpositionError, PodCounters, pod_counters, valid_address
+from tidescale.contracts import outbound
 from tidescale.contracts.prometheus import PrometheusClient
 
 log = logging.getLogger(__name__)
@@ -37,34 +39,45 @@ def discover_pods(client: PrometheusClient, pending_selector: str, max_pods: int
 
 
 class PodReader:
-    """Reads `/metrics` of many pods at once, each within the timeout and the body limit."""
+    """Reads `/metrics` of many pods at once. A round ends `timeout_s` after it starts: a pod that
+    has not answered by then counts as missing (its last good values stand in, and the slow path
+    does not scale down), so one slow pod never delays the panic checks of any target, and every
+    request of the round ends by then too (outbound.get's deadline), leaving no work to the next."""
 
     def __init__(self, timeout_s: float, scheme: str = "http", path: str = "/metrics", workers: int = 8,
                  transport: httpx.BaseTransport | None = None) -> None:
-        self.scheme, self.path = scheme, path
-        self.http = httpx.Client(timeout=timeout_s, transport=transport, follow_redirects=False)
+        self.timeout_s, self.scheme, self.path = timeout_s, scheme, path
+        self.http = outbound.client(timeout_s, transport=transport)
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fastpath")
 
-    def read_one(self, address: str, model: str) -> PodCounters | None:
-        """The pod's counters for *model*, or None (logged at debug) when it cannot say."""
+    def read_one(self, address: str, model: str, deadline: float) -> PodCounters | None:
+        """The pod's counters for *model*, or None (logged at debug) when it cannot say by *deadline*
+        (a time.monotonic() value)."""
         try:
-            with self.http.stream("GET", f"{self.scheme}://{address}{self.path}") as r:
-                if r.status_code != 200:
-                    raise ExpositionError(f"HTTP {r.status_code}")
-                body = bytearray()
-                for chunk in r.iter_bytes():
-                    body += chunk
-                    if len(body) > MAX_BODY_BYTES:
-                        raise ExpositionError(f"answer larger than {MAX_BODY_BYTES} bytes")
-            return pod_counters(body.decode("utf-8", errors="replace"), model)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise outbound.DeadlineExceeded("the round's deadline passed before this pod's turn")
+            answer = outbound.get(self.http, f"{self.scheme}://{address}{self.path}", deadline_s=left,
+                                  max_bytes=MAX_BODY_BYTES)
+            if answer.status != 200:
+                raise ExpositionError(f"HTTP {answer.status}")
+            return pod_counters(answer.content.decode("utf-8", errors="replace"), model)
         except (httpx.HTTPError, ExpositionError) as exc:
             log.debug("fast path: %s did not answer for %s: %s", address, model, exc)
             return None
 
     def read(self, pods: Mapping[str, str], model: str) -> dict[str, PodCounters | None]:
-        """One round: pod -> counters (None for a pod that did not answer)."""
-        futures = {pod: self.pool.submit(self.read_one, address, model) for pod, address in pods.items()}
-        return {pod: f.result() for pod, f in futures.items()}
+        """One round: pod -> counters (None for a pod that did not answer within the round)."""
+        deadline = time.monotonic() + self.timeout_s
+        futures = {pod: self.pool.submit(self.read_one, address, model, deadline) for pod, address in pods.items()}
+        done, _ = wait(futures.values(), timeout=self.timeout_s)
+        reads: dict[str, PodCounters | None] = {}
+        for pod, future in futures.items():
+            if future not in done:
+                future.cancel()  # not started yet: never will be; running: ends at the deadline
+                log.debug("fast path: %s did not answer for %s within %g s", pod, model, self.timeout_s)
+            reads[pod] = future.result() if future in done else None
+        return reads
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)

@@ -12,6 +12,12 @@ the fall sooner, and the largest need over `down_delay_s` keeps a passing dip fr
 With `headroom` > 1 the fleet never drops below what headroom × the recent floor of the load needs
 (standing replicas for a surge faster than detection + cold start). Capacity starts at the
 load-test value and is refined from observed saturation.
+
+Scale-down is measured against the larger of the replicas read and the count last recommended, so
+a low or bad replica reading (a stale 3 where 12 run, a 0) never skips the down delay; and it is
+refused while the latency SLO burns or while the completions per Ready replica sit at the ceiling
+measured while it burned, from which the capacity is learned down (demand a client or Triton's
+HTTP front end hides from the queue and the rejection counter still shows as slow requests).
 """
 
 from __future__ import annotations
@@ -209,13 +215,25 @@ class Recommender:
         self._panic_until = -math.inf
         self._panic_floor = 0
         self._fast_rates: deque[tuple[float, float]] = deque(maxlen=512)
+        self._per_replica: deque[tuple[float, float]] = deque(maxlen=512)  # (t, completions per Ready replica)
+        self.ceiling: tuple[float, float] | None = None  # (t, completions per replica) measured while the SLO burned
         self.last: Recommendation | None = None
+
+    @staticmethod
+    def burning(obs: Observation) -> bool:
+        """Whether the latency SLO burns: the observed P99 beyond the SLO's."""
+        return obs.p99_s is not None and obs.slo_p99_s is not None and obs.p99_s > obs.slo_p99_s
 
     def refine_capacity(self, obs: Observation) -> None:
         """AIMD on the capacity: cut it by 10 % while fully Ready replicas miss the SLO (bursty traffic,
         a slower model version), give back 1 % of the profile value per evaluation while P99 is
         comfortably within it. Misses within a P99 window of a backlog (queue > SLO × rate) or of
         starting replicas are explained by those, so they cut nothing.
+        Where such a miss comes while the completions per Ready replica hold a plateau (the fleet
+        runs flat out), that plateau is a rate the replicas cannot serve within the SLO: the
+        capacity drops to it at once (`ceiling`), not by 10 % per evaluation. That is the case of
+        demand hidden from Triton's counters (a client's in-flight cap, Triton's HTTP front end):
+        arrivals read as completions and the queue stays short, and only the latency tells.
         Bounded to [min_capacity_ratio, max_capacity_gain] × the profile."""
         cfg = self.config
         if obs.p99_s is None or obs.slo_p99_s is None or obs.ready_replicas <= 0:
@@ -224,10 +242,45 @@ class Recommender:
         if obs.queue_depth > obs.arrival_rps * obs.slo_p99_s or obs.ready_replicas < obs.current_replicas:
             self._disturbed_at = obs.t  # a backlog or missing replicas explain misses for a P99 window
         settled = obs.t - self._disturbed_at > cfg.p99_window_s
-        if obs.p99_s > obs.slo_p99_s and settled:
-            self.capacity_rps = max(lo, self.capacity_rps * 0.9)
+        if self.burning(obs) and settled:
+            plateau = self.completion_plateau(obs.t)
+            if plateau is not None:
+                self.ceiling = (obs.t, plateau)
+            self.capacity_rps = max(lo, min(self.capacity_rps * 0.9, plateau or math.inf))
         elif obs.p99_s < 0.5 * obs.slo_p99_s:
             self.capacity_rps = min(hi, self.capacity_rps + 0.01 * cfg.capacity_rps)
+
+    def track_completions(self, obs: Observation) -> float | None:
+        """Record the completions per Ready replica of *obs* (the window is `rate_window_s`); None
+        without a Ready replica."""
+        if obs.ready_replicas <= 0:
+            return None
+        per_replica = obs.arrival_rps / obs.ready_replicas
+        self._per_replica.append((obs.t, per_replica))
+        # The newest reading at or before the window's start stays, so the readings can span it.
+        while len(self._per_replica) > 1 and self._per_replica[1][0] <= obs.t - self.config.rate_window_s:
+            self._per_replica.popleft()
+        return per_replica
+
+    def completion_plateau(self, t: float) -> float | None:
+        """The completions per Ready replica when they have held within 10 % of each other over a
+        whole `rate_window_s` up to *t* (their mean), else None: a fleet at its ceiling, not one
+        whose load is rising or falling."""
+        if not self._per_replica or t - self._per_replica[0][0] < self.config.rate_window_s * 0.999:
+            return None
+        window = [v for _, v in self._per_replica]
+        if min(window) < 0.9 * max(window) or max(window) <= 0:
+            return None
+        return sum(window) / len(window)
+
+    def saturated(self, obs: Observation, per_replica: float | None) -> bool:
+        """No scale-down now: the latency SLO burns, or the completions per Ready replica sit within
+        10 % of the ceiling measured while it last burned (within `headroom_window_s`)."""
+        if self.burning(obs):
+            return True
+        if self.ceiling is None or per_replica is None or obs.t - self.ceiling[0] > self.config.headroom_window_s:
+            return False
+        return per_replica >= 0.9 * self.ceiling[1]
 
     def arrival_rates(self, obs: Observation) -> tuple[float, float]:
         """Arrivals = completions + rejections + queue growth: Triton counts a request only when it
@@ -316,6 +369,7 @@ class Recommender:
         cfg = self.config
         if not all(math.isfinite(x) and x >= 0 for x in (obs.arrival_rps, obs.queue_depth, obs.rejected_rps)):
             raise ValueError("arrival rate, rejection rate and queue depth must be finite and >= 0")
+        per_replica = self.track_completions(obs)
         self.refine_capacity(obs)
         arrival, down_arrival = self.arrival_rates(obs)
         pod_backlog = self.pod_backlog(obs)
@@ -340,9 +394,16 @@ class Recommender:
             "queue" if queue_driven and up_need > obs.current_replicas else (
             "lookahead" if slope > 0 and up_need > replicas_for(arrival, self.capacity_rps,
                                                                 cfg.utilisation) else "rate")
-        current = obs.current_replicas
+        # What a lower answer is a scale-down from: the replicas read, or the count last recommended
+        # when more (a stale or bad reading, a scale-up the HPA has not applied yet). Measured
+        # against the reading alone, a stale 3 where 12 run made 8 a "scale-up" past the down delay.
+        current = max(obs.current_replicas, self.last.desired if self.last is not None else 0)
         if up_need > current:
             desired = up_need
+            self._down_candidates.clear()
+        elif self.saturated(obs, per_replica):
+            # Saturated: whatever the rates say, fewer replicas would serve less; the delay restarts after.
+            desired, reason = current, "saturated"
             self._down_candidates.clear()
         else:
             # Scale down to the largest count that sufficed (at the lower utilisation) over the delay.

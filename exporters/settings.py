@@ -9,7 +9,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from tidescale.contracts.redact import redact_url
-from tidescale.contracts.settings import ServingSettings
+from tidescale.contracts.settings import Host, ServingSettings
 from tidescale.contracts.slo import SLO_THRESHOLDS_S
 
 
@@ -21,7 +21,7 @@ class ExporterSettings(ServingSettings):
     section: ClassVar[str] = "exporter"
     model_config = SettingsConfigDict(env_prefix="TIDESCALE_EXPORTER_", extra="forbid")
 
-    host: str = "127.0.0.1"
+    host: Host = "127.0.0.1"
     port: int = Field(9105, ge=1, le=65535)
     # Targets: static Triton HTTP URLs and/or pods found by label selector.
     triton_urls: list[str] = Field(default_factory=list)

@@ -10,6 +10,11 @@ its list.
 
 from __future__ import annotations
 
+import gzip
+import socket
+import threading
+import time
+
 DEPTH = 100_000  # far beyond Python's recursion limit and any real document
 
 
@@ -162,3 +167,75 @@ OVERSIZED_BODIES: list[tuple[str, str | None, int]] = [
     ("undeclared", None, 1 << 20),
     ("declared-small", "16", 1 << 20),  # a Content-Length that lies
 ]
+
+
+# --- hostile HTTP answers, for every outbound client (Prometheus, Triton pods, the exporter's profiles) ---
+
+def _http(head: str, body: bytes = b"") -> bytes:
+    return f"HTTP/1.1 {head}\r\nConnection: close\r\n".encode() + b"\r\n" + body
+
+
+def _gzip_bomb(inflated: int = 64 << 20) -> bytes:
+    """*inflated* bytes of '[' (what a JSON parser would recurse into) as a ~64 KB gzip body."""
+    body = gzip.compress(b"[" * inflated, compresslevel=9)
+    return (f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
+
+
+TRICKLE_DELAY_S = 0.05  # per byte: a ~70-byte answer takes ~3.5 s, every read well within any read timeout
+TRICKLED_ANSWER = b'HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}'
+
+# (name, raw answer): what a server that is not what it claims sends back. `trickle` is sent one
+# byte every TRICKLE_DELAY_S (a per-read timeout never trips); the others at once.
+HTTP_ANSWERS: list[tuple[str, bytes]] = [
+    ("trickle", TRICKLED_ANSWER),
+    ("gzip-bomb", _gzip_bomb()),
+    ("huge-content-length", _http(f"200 OK\r\nContent-Length: {1 << 40}", b"{}")),
+    ("redirect-elsewhere", _http("302 Found\r\nLocation: http://169.254.169.254/latest/meta-data\r\n"
+                                 "Content-Length: 0")),
+    ("unasked-encoding", _http("200 OK\r\nContent-Encoding: br\r\nContent-Length: 2", b"{}")),
+    ("corrupt-gzip", _http("200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 10", b"\x1f\x8b" + b"\x00" * 8)),
+]
+
+
+class HostileServer:
+    """A TCP server that answers every request with one of HTTP_ANSWERS (a context manager giving its
+    URL). It reads the request head first; `trickle` goes out byte by byte, and gives up when the
+    client has gone."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.answer = name, dict(HTTP_ANSWERS)[name]
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.requests = 0
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.requests += 1
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                conn.recv(65536)
+                if self.name == "trickle":
+                    for byte in self.answer:
+                        conn.sendall(bytes([byte]))
+                        time.sleep(TRICKLE_DELAY_S)
+                else:
+                    conn.sendall(self.answer)
+            except OSError:
+                pass
+
+    def __enter__(self) -> str:
+        threading.Thread(target=self._serve, daemon=True).start()
+        return self.url
+
+    def __exit__(self, *exc: object) -> None:
+        self.sock.close()

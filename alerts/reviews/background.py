@@ -13,6 +13,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
+from tidescale.contracts.redact import redact_urls
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -54,8 +56,8 @@ class BackgroundWork(Generic[T]):
                 item = self._items.popleft()
             try:
                 self.work(item)
-            except Exception as exc:  # one failed item must not stop the others
-                log.error("%s: %s: %s", self.name, type(exc).__name__, str(exc)[:200])
+            except Exception as exc:  # one failed item must not stop the others; its text may quote a URL
+                log.error("%s: %s: %s", self.name, type(exc).__name__, redact_urls(str(exc))[:200])
             finally:
                 with self._cond:
                     self._pending -= 1

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Column, Connection, Integer, MetaData, Table, inspect, select, text
 from sqlalchemy.engine import Engine
+from sqlalchemy.schema import CreateColumn
 
 from tidescale.contracts.errors import TidescaleError
 
@@ -38,8 +39,25 @@ def _create_reviews(conn: Connection, model: MetaData) -> None:
     model.tables["reviews"].create(conn, checkfirst=True)
 
 
+def _add_columns(*names: str) -> Callable[[Connection, MetaData], None]:
+    """ALTER TABLE reviews ADD each column of *names* it lacks, as the model declares it (a database
+    created at version 1 by this code already has them: step 1 creates the table from the model)."""
+
+    def apply(conn: Connection, model: MetaData) -> None:
+        table = model.tables["reviews"]
+        have = {c["name"] for c in inspect(conn).get_columns("reviews")}
+        for name in names:
+            if name not in have:
+                ddl = CreateColumn(table.c[name]).compile(dialect=conn.dialect)
+                conn.execute(text(f"ALTER TABLE reviews ADD COLUMN {ddl}"))
+
+    return apply
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "the reviews table (tidescale 0.1)", _create_reviews),
+    Migration(2, "startsAt as sent (the clock-skew clamp is kept per alert instance) and the profile fetch "
+                 "still to do (resumed at start-up)", _add_columns("sent_starts_at", "profile_pending")),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -11,7 +11,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import anyio
@@ -56,9 +56,6 @@ log = logging.getLogger(__name__)
 
 SUPPORTED_VERSION = "4"
 MAX_KEY_CHARS = 256
-# A startsAt later than now plus this is taken as now plus this: a clock far ahead (or a bogus 2099)
-# would otherwise make every later real instance look older, so the review never reopens or clears.
-MAX_CLOCK_SKEW = timedelta(minutes=5)
 # Opened reviews whose evidence (profile, Kubernetes Event) is fetched after the webhook answered.
 BACKGROUND_WORKERS = 4
 BACKGROUND_CAPACITY = 1000
@@ -115,14 +112,15 @@ def fields_problem(alert: WebhookAlert) -> tuple[str, str] | None:
     return None
 
 
-def normalised_times(alert: WebhookAlert, now: datetime) -> WebhookAlert | tuple[str, str]:
-    """The alert with naive-UTC times and startsAt clamped to now + MAX_CLOCK_SKEW, or (reason, detail)."""
+def normalised_times(alert: WebhookAlert) -> WebhookAlert | tuple[str, str]:
+    """The alert with naive-UTC times, or (reason, detail). The clock-skew clamp of startsAt
+    (MAX_CLOCK_SKEW) is the store's: it is taken once per alert instance, not per notification."""
     try:
         starts = utc_naive(alert.startsAt)
         ends = utc_naive(alert.endsAt) if alert.endsAt else None
     except OverflowError:
         return "invalid_datetime", "startsAt or endsAt is outside the representable range once converted to UTC"
-    return alert.model_copy(update={"startsAt": min(starts, now + MAX_CLOCK_SKEW), "endsAt": ends})
+    return alert.model_copy(update={"startsAt": starts, "endsAt": ends})
 
 
 def alert_problem(alert: WebhookAlert) -> tuple[str, str] | None:
@@ -142,6 +140,7 @@ class Opened:
     review_id: int
     model: str
     version: str
+    resumed: bool = False  # a fetch a previous run owed (its Event, if any, was that run's to post)
 
 
 class ReviewService:
@@ -160,6 +159,19 @@ class ReviewService:
         )
         self.background: BackgroundWork[Opened] = BackgroundWork(
             self.on_open, workers=BACKGROUND_WORKERS, capacity=BACKGROUND_CAPACITY, name="review-evidence")
+        self.resume_pending()
+
+    def resume_pending(self) -> None:
+        """Queue the profile fetches a previous run owed: reviews it opened but stopped before it
+        could fetch their evidence (shutdown's drain ran out, a kill). Each is fetched, or its
+        `profile_error` says why not, so no review is left without either."""
+        for review_id, model, version in self.store.pending_profiles():
+            if not self.settings.exporter_url:
+                self.store.attach_profile(review_id, None, "not fetched: the service restarted without an "
+                                                           "exporter_url")
+            elif not self.background.submit(Opened(review_id, model, version, resumed=True)):
+                self.store.attach_profile(review_id, None, f"not fetched: {BACKGROUND_CAPACITY} reviews were "
+                                                           "already waiting for their evidence at start-up")
 
     def receive(self, body: bytes) -> WebhookResult:
         """A webhook body checked, parsed and stored (blocking: the route runs it in a worker thread)."""
@@ -204,12 +216,12 @@ class ReviewService:
         result = WebhookResult(accepted=0, opened=0, reopened=0, cleared=0, rejected=[])
         now = self.clock()
         for index, raw in enumerate(payload.alerts):
-            checked = alert_problem(raw) or normalised_times(raw, now)
+            checked = alert_problem(raw) or normalised_times(raw)
             if isinstance(checked, tuple):
                 self._reject(result, index, *checked)
                 continue
             try:
-                self._apply(checked, result)
+                self._apply(checked, result, now)
             except DataError as exc:  # a value the database refuses that validation did not foresee
                 self._reject(result, index, "unstorable", f"the database refused the alert: {type(exc.orig).__name__}")
                 continue
@@ -220,11 +232,11 @@ class ReviewService:
         self.rejected.labels(reason).inc()
         result.rejected.append(Rejection(index=index, reason=reason, detail=detail))
 
-    def _apply(self, alert: WebhookAlert, result: WebhookResult) -> None:
+    def _apply(self, alert: WebhookAlert, result: WebhookResult, now: datetime) -> None:
         if alert.status == "resolved":
-            result.cleared += self.store.apply_resolved(alert) == "cleared"
+            result.cleared += self.store.apply_resolved(alert, now) == "cleared"
             return
-        review_id, outcome = self.store.apply_firing(alert)
+        review_id, outcome = self.store.apply_firing(alert, now, want_profile=bool(self.settings.exporter_url))
         result.opened += outcome == "opened"
         result.reopened += outcome == "reopened"
         if outcome in ("opened", "reopened") and (self.settings.exporter_url or self.events is not None):
@@ -241,7 +253,7 @@ class ReviewService:
                 self.settings.exporter_url, opened.model, opened.version, self.settings.profile_timeout_s,
             )
             self.store.attach_profile(opened.review_id, profile, error)
-        if self.events is not None:
+        if self.events is not None and not opened.resumed:
             review = self.store.get(opened.review_id)
             if review is not None:
                 self.events.post(review)

@@ -7,7 +7,7 @@ from typing import ClassVar
 from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
-from tidescale.contracts.settings import ServingSettings
+from tidescale.contracts.settings import Host, ServingSettings
 
 
 class ReviewsSettings(ServingSettings):
@@ -17,12 +17,12 @@ class ReviewsSettings(ServingSettings):
     section: ClassVar[str] = "reviews"
     model_config = SettingsConfigDict(env_prefix="TIDESCALE_REVIEWS_", extra="forbid")
 
-    host: str = "127.0.0.1"
+    host: Host = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
     # SQLite (WAL) by default; postgresql+psycopg://… works through the same setting.
     database: str = "sqlite:///reviews.db"
     token: SecretStr | None = None
-    exporter_url: str | None = None
+    exporter_url: str | None = Field(None, pattern=r"^https?://")
     profile_timeout_s: float = Field(2.0, gt=0, le=60)
     max_body_bytes: int = Field(1 << 20, ge=1024)  # each webhook or PATCH body, checked before it is parsed
     max_alerts_per_payload: int = Field(1000, ge=1)

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from sqlalchemy import (
     JSON,
+    Boolean,
     DateTime,
     Float,
     Integer,
@@ -22,16 +23,18 @@ from sqlalchemy import (
     UniqueConstraint,
     create_engine,
     event,
+    false,
     func,
     select,
 )
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError
+from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from tidescale.alerts.reviews.migrations import migrate
 from tidescale.alerts.reviews.schema import WebhookAlert, review_reason, to_float
 from tidescale.contracts.errors import TidescaleError, UsageError
+from tidescale.contracts.redact import redact_url, redact_urls
 
 STATES = ("open", "acknowledged", "closed")
 # Manual transitions the API allows (a firing alert may also reopen any review).
@@ -40,6 +43,12 @@ TRANSITIONS: dict[str, set[str]] = {
     "acknowledged": {"open", "closed"},
     "closed": {"open"},
 }
+
+# A startsAt later than now plus this is taken as now plus this: a clock far ahead (or a bogus 2099)
+# would otherwise make every later real instance look older, so the review never reopens or clears.
+# The clamp is taken once per alert instance (the startsAt as sent is kept): a re-send of the same
+# instance is the same instance, not a newer one that reopens a closed review.
+MAX_CLOCK_SKEW = timedelta(minutes=5)
 
 FiringOutcome = Literal["opened", "reopened", "refreshed", "stale"]
 ResolvedOutcome = Literal["cleared", "unknown", "stale"]
@@ -61,7 +70,8 @@ class Review(Base):
     alertname: Mapped[str] = mapped_column(String(255))
     state: Mapped[str] = mapped_column(String(16), index=True)
     condition: Mapped[str] = mapped_column(String(16))
-    starts_at: Mapped[datetime] = mapped_column(DateTime)
+    starts_at: Mapped[datetime] = mapped_column(DateTime)  # clamped to the clock skew allowed
+    sent_starts_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)  # as Alertmanager sent it
     cleared_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     opened_at: Mapped[datetime] = mapped_column(DateTime)
     updated_at: Mapped[datetime] = mapped_column(DateTime)
@@ -73,6 +83,9 @@ class Review(Base):
     p99_after_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     profile: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     profile_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # A profile fetch is owed (set with the opening, cleared when the profile or its error is
+    # recorded): survives a restart, which resumes it.
+    profile_pending: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     note: Mapped[str | None] = mapped_column(Text, nullable=True)
 
     def to_dict(self) -> dict[str, Any]:
@@ -133,8 +146,8 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
 def make_engine(url: str) -> Engine:
     try:
         engine = create_engine(url, pool_pre_ping=True)
-    except (ArgumentError, ImportError) as exc:
-        raise UsageError(f"database URL {url!r} is not usable: {exc}") from None
+    except (ArgumentError, ImportError, ValueError) as exc:
+        raise UsageError(f"database URL {redact_url(url)!r} is not usable: {redact_urls(str(exc))}") from None
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
     return engine
@@ -148,8 +161,9 @@ class ReviewStore:
         self.engine = make_engine(url)
         try:
             migrate(self.engine, Base.metadata)
-        except OperationalError as exc:
-            raise TidescaleError(f"cannot open review database {url!r}: {exc.orig}") from None
+        except DBAPIError as exc:  # unreachable, refused, not a database at all (a file that is not SQLite)
+            raise UsageError(f"cannot open review database {redact_url(url)!r}: "
+                             f"{redact_urls(str(exc.orig))[:300]}") from None
         self._session = sessionmaker(self.engine, expire_on_commit=False)
         self._write_lock = threading.Lock()
 
@@ -163,38 +177,56 @@ class ReviewStore:
             namespace=key.namespace, model=key.model, version=key.version, reason=key.reason
         ).with_for_update()).one_or_none()
 
-    def apply_firing(self, alert: WebhookAlert) -> tuple[int, FiringOutcome]:
-        key, starts = key_of(alert), utc_naive(alert.startsAt)
+    @staticmethod
+    def _starts(review: Review | None, sent: datetime, at: datetime) -> datetime:
+        """The instance's startsAt as the review keeps it: for a re-send of the instance the review
+        holds, the value it was clamped to when first seen; else the one sent, at most *at* +
+        MAX_CLOCK_SKEW. Clamped afresh at each notification, a far-future instance's re-send an
+        hour later read as a newer instance and reopened a review someone had closed."""
+        if review is not None and review.sent_starts_at == sent:
+            return review.starts_at
+        return min(sent, at + MAX_CLOCK_SKEW)
+
+    def apply_firing(self, alert: WebhookAlert, at: datetime | None = None,
+                     want_profile: bool = False) -> tuple[int, FiringOutcome]:
+        """Store a firing alert at *at* (naive UTC, default now). *want_profile*: an opened or
+        reopened review owes a profile fetch (`profile_pending`), in the same transaction."""
+        key, sent, at = key_of(alert), utc_naive(alert.startsAt), at or now()
         with self._write_lock:
             for _ in range(2):  # a second try after a unique-key race with another process
                 try:
                     with self._session.begin() as s:
                         review = self._find(s, key)
+                        starts = self._starts(review, sent, at)
                         if review is None:
-                            review = self._new(key, alert, starts)
+                            review = self._new(key, alert, starts, sent)
+                            review.profile_pending = want_profile
                             s.add(review)
                             s.flush()
                             return review.id, "opened"
-                        return review.id, self._refire(review, alert, starts)
+                        outcome = self._refire(review, alert, starts, sent)
+                        if outcome == "reopened" and want_profile:
+                            review.profile_pending = True
+                        return review.id, outcome
                 except IntegrityError:
                     continue
         raise TidescaleError(f"could not store review {key}")
 
-    def _new(self, key: ReviewKey, alert: WebhookAlert, starts: datetime) -> Review:
+    def _new(self, key: ReviewKey, alert: WebhookAlert, starts: datetime, sent: datetime) -> Review:
         t = now()
         review = Review(
             namespace=key.namespace, model=key.model, version=key.version, reason=key.reason,
             alertname=alert.labels.get("alertname", ""), state="open", condition="firing",
-            starts_at=starts, opened_at=t, updated_at=t, times_reopened=0,
+            starts_at=starts, sent_starts_at=sent, opened_at=t, updated_at=t, times_reopened=0,
         )
         self._record_values(review, alert)
         return review
 
-    def _refire(self, review: Review, alert: WebhookAlert, starts: datetime) -> FiringOutcome:
+    def _refire(self, review: Review, alert: WebhookAlert, starts: datetime, sent: datetime) -> FiringOutcome:
         if starts < review.starts_at or (starts == review.starts_at and review.condition == "cleared"):
             return "stale"  # a re-send of an alert instance we already saw end
         reopen = starts > review.starts_at and (review.condition == "cleared" or review.state == "closed")
-        review.starts_at = starts
+        review.starts_at, review.sent_starts_at = starts, sent
         review.condition = "firing"
         review.cleared_at = None
         review.updated_at = now()
@@ -215,13 +247,13 @@ class ReviewStore:
         if before is not None or after is not None:
             review.p99_before_s, review.p99_after_s = before, after
 
-    def apply_resolved(self, alert: WebhookAlert) -> ResolvedOutcome:
-        key, starts = key_of(alert), utc_naive(alert.startsAt)
+    def apply_resolved(self, alert: WebhookAlert, at: datetime | None = None) -> ResolvedOutcome:
+        key, sent, at = key_of(alert), utc_naive(alert.startsAt), at or now()
         with self._write_lock, self._session.begin() as s:
             review = self._find(s, key)
             if review is None:
                 return "unknown"
-            if starts < review.starts_at or review.condition == "cleared":
+            if self._starts(review, sent, at) < review.starts_at or review.condition == "cleared":
                 return "stale"
             review.condition = "cleared"
             review.cleared_at = utc_naive(alert.endsAt) if alert.endsAt else now()
@@ -232,7 +264,13 @@ class ReviewStore:
         with self._write_lock, self._session.begin() as s:
             review = s.get(Review, review_id)
             if review is not None:
-                review.profile, review.profile_error = profile, error
+                review.profile, review.profile_error, review.profile_pending = profile, error, False
+
+    def pending_profiles(self) -> list[tuple[int, str, str]]:
+        """(id, model, version) of every review that still owes its profile fetch, oldest first."""
+        query = select(Review.id, Review.model, Review.version).where(Review.profile_pending).order_by(Review.id)
+        with self._session() as s:
+            return [(int(i), m, v) for i, m, v in s.execute(query).all()]
 
     def get(self, review_id: int) -> dict[str, Any] | None:
         with self._session() as s:

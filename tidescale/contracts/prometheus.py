@@ -2,7 +2,9 @@
 
 Whatever Prometheus (or something pretending to be it) answers, a caller gets either data or
 `PrometheusUnavailable` naming the problem: a deeply nested body, a number too large for a float
-or an error payload never escape as a traceback, and error text never prints a hostile value.
+or an error payload never escape as a traceback, and error text never prints a hostile value nor a
+password from the URL. Each call has an overall deadline and a cap on the answer, decompressed size
+included, and follows no redirect (`tidescale.contracts.outbound`).
 """
 
 from __future__ import annotations
@@ -14,12 +16,17 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-from tidescale.contracts import jsonio
+from tidescale.contracts import jsonio, outbound
 from tidescale.contracts.errors import TidescaleError, UsageError
+from tidescale.contracts.redact import redact_url, redact_urls
+from tidescale.contracts.settings import SettingsModel
 
 MAX_DETAIL_CHARS = 200
+# An instant vector of a few thousand series is well under a megabyte; a range query for a preview
+# a few megabytes. Decoded into Python objects an answer takes about 20 times its size.
+MAX_ANSWER_BYTES = 16 << 20
 
 
 class PrometheusUnavailable(TidescaleError):
@@ -30,12 +37,10 @@ class PrometheusUnreachable(PrometheusUnavailable):
     """No answer at all (connection refused, timeout): unlike a bad answer, retrying later may help."""
 
 
-class PrometheusAuth(BaseModel):
+class PrometheusAuth(SettingsModel):
     """How to reach a Prometheus that is not open: Mimir, Thanos or Cortex behind a gateway, or
     Prometheus behind kube-rbac-proxy. Secrets are read from files (mounted Secrets), never from
     settings, and re-read on every request, so a rotated token is used without a restart."""
-
-    model_config = ConfigDict(extra="forbid")
 
     bearer_token_file: Path | None = None
     basic_auth_username: str | None = None
@@ -94,23 +99,34 @@ class PrometheusClient:
     """Queries over Prometheus' HTTP API (`/api/v1/…`)."""
 
     def __init__(self, url: str, timeout_s: float = 5.0, transport: httpx.BaseTransport | None = None,
-                 auth: PrometheusAuth | None = None) -> None:
+                 auth: PrometheusAuth | None = None, max_answer_bytes: int = MAX_ANSWER_BYTES) -> None:
+        """*timeout_s*: the deadline of each call as a whole (connect, headers, body)."""
         self.url = url.rstrip("/")
+        self.shown_url = redact_url(self.url)  # what messages name: never a password
+        self.timeout_s, self.max_answer_bytes = timeout_s, max_answer_bytes
         auth = auth or PrometheusAuth()
-        self.http = httpx.Client(timeout=timeout_s, transport=transport, headers=auth.request_headers(),
-                                 verify=auth.verify(), auth=_FileAuth(auth))
+        self.http = outbound.client(timeout_s, transport=transport, headers=auth.request_headers(),
+                                    verify=auth.verify(), auth=_FileAuth(auth))
 
     def get_json(self, path: str, params: dict[str, Any] | None = None) -> tuple[int, Any]:
         """(HTTP status, decoded body) of GET *path*; PrometheusUnavailable when there is no JSON answer."""
         try:
-            r = self.http.get(f"{self.url}{path}", params=params)
-            return r.status_code, jsonio.loads(r.content)
+            answer = outbound.get(self.http, f"{self.url}{path}", deadline_s=self.timeout_s,
+                                  max_bytes=self.max_answer_bytes, params=params)
+            if 300 <= answer.status < 400:
+                raise PrometheusUnavailable(f"HTTP {answer.status} from {self.shown_url}: a redirect, not followed")
+            return answer.status, jsonio.loads(answer.content)
         except jsonio.NestedTooDeeply:
             raise PrometheusUnavailable("response body nested too deeply") from None
+        except outbound.DeadlineExceeded as exc:
+            raise PrometheusUnreachable(f"Prometheus at {self.shown_url}: {exc}") from None
         except httpx.TransportError as exc:
-            raise PrometheusUnreachable(f"cannot reach Prometheus at {self.url}: {type(exc).__name__}") from None
-        except (httpx.HTTPError, ValueError) as exc:
-            raise PrometheusUnavailable(f"{type(exc).__name__}: {str(exc)[:MAX_DETAIL_CHARS]}") from None
+            raise PrometheusUnreachable(f"cannot reach Prometheus at {self.shown_url}: {type(exc).__name__}") from None
+        except outbound.AnswerTooLarge as exc:
+            raise PrometheusUnavailable(f"Prometheus at {self.shown_url}: {exc}") from None
+        except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:
+            detail = redact_urls(str(exc))[:MAX_DETAIL_CHARS]
+            raise PrometheusUnavailable(f"{type(exc).__name__}: {detail}") from None
 
     def data(self, path: str, params: dict[str, Any] | None = None) -> Any:
         """The `data` of a successful API answer."""

@@ -12,19 +12,31 @@ so components stay independent and one YAML file can configure all of them:
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import reprlib
 import stat
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar, get_args
+from typing import Annotated, Any, ClassVar, TypeVar, get_args
 
 import yaml
-from pydantic import BaseModel, Field, SecretBytes, SecretStr, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretBytes,
+    SecretStr,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
+from tidescale.contracts import jsonio
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.redact import redact_url, redact_urls
 
@@ -51,10 +63,34 @@ class _YamlSectionSource(PydanticBaseSettingsSource):
         return dict(_YAML_SECTION.get() or {})
 
 
-class ComponentSettings(BaseSettings):
-    """Base for each component's settings; subclasses set `section` and `env_prefix`."""
+def _not_nan(value: float) -> float:
+    if math.isnan(value):
+        raise ValueError("NaN is not a setting")
+    return value
 
-    model_config = SettingsConfigDict(extra="forbid", env_nested_delimiter="__", validate_default=True)
+
+InfOff = Annotated[float, Field(allow_inf_nan=True), AfterValidator(_not_nan)]
+"""A float setting where infinity means "off" (say so where it is declared, `# inf: off`); NaN is
+still refused. Every other float setting is finite: `interval_s: .inf` stopped the recommender's
+loop while /healthz said ok, `capacity_rps: .inf` scaled any load to the minimum."""
+
+Host = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=r"^[^\x00-\x20\x7f]+$")]
+"""An address to listen on: a name or an IP, no NUL, space or control character (a NUL reached the
+socket layer as a traceback)."""
+
+
+class SettingsModel(BaseModel):
+    """Base of every nested settings section: unknown keys and non-finite floats refused."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class ComponentSettings(BaseSettings):
+    """Base for each component's settings; subclasses set `section` and `env_prefix`. Every float
+    setting is finite (NaN and infinity refused) unless its type is `InfOff`."""
+
+    model_config = SettingsConfigDict(extra="forbid", env_nested_delimiter="__", validate_default=True,
+                                      allow_inf_nan=False)
     section: ClassVar[str] = ""
 
     @classmethod
@@ -268,5 +304,31 @@ def load_settings(cls: type[S], config_file: Path | None = None, **flags: Any) -
         return cls(**given)
     except ValidationError as exc:
         raise UsageError(format_validation_error(cls.section, exc, cls)) from None
+    except SettingsError as exc:  # a value in the environment that is not the JSON its field needs
+        raise UsageError(_environment_problem(cls, str(exc), "is not valid JSON")) from None
+    except RecursionError:  # the JSON decoder pydantic-settings runs on a list or mapping from the environment
+        raise UsageError(_environment_problem(cls, "", "is nested too deeply")) from None
     finally:
         _YAML_SECTION.reset(token)
+
+
+def _environment_problem(cls: type[ComponentSettings], detail: str, problem: str) -> str:
+    """Which environment variable is bad and why, never its value (it may be a secret)."""
+    prefix = str(cls.model_config.get("env_prefix", "")).upper()
+    field = re.search(r'field "([A-Za-z0-9_]+)"', detail)
+    if field:
+        name = f"{prefix}{field.group(1).upper()}"
+    else:  # only the decoder knows: find the variable it could not follow
+        deep = [k for k, v in os.environ.items() if k.upper().startswith(prefix) and _nested_too_deeply(v)]
+        name = ", ".join(sorted(deep)) or f"a {prefix}* variable"
+    return f"invalid {cls.section or 'settings'}: {clip(name)} {problem} (a list or mapping is given as JSON)"
+
+
+def _nested_too_deeply(text: str) -> bool:
+    try:
+        jsonio.loads(text)
+    except jsonio.NestedTooDeeply:
+        return True
+    except ValueError:
+        return False
+    return False

@@ -22,9 +22,9 @@ from tests.hostile import DATETIMES, JSON_DOCUMENTS, LABEL_VALUES, NUMBERS
 from tests.unit.alerts.reviews_helpers import AUTH, TOKEN, alert, payload
 from tidescale.alerts.reviews import service as service_mod
 from tidescale.alerts.reviews.background import BackgroundWork
-from tidescale.alerts.reviews.service import MAX_CLOCK_SKEW, create_app
+from tidescale.alerts.reviews.service import create_app
 from tidescale.alerts.reviews.settings import ReviewsSettings
-from tidescale.alerts.reviews.store import text_column_limits
+from tidescale.alerts.reviews.store import MAX_CLOCK_SKEW, text_column_limits
 from tidescale.contracts.errors import UsageError
 
 FIELDS = ["model", "version", "namespace", "annotation", "label-name"]
@@ -203,6 +203,27 @@ def test_a_future_starts_at_does_not_pin_the_review(client: TestClient) -> None:
     assert post_raw(client, payload(alert(starts="2026-11-21T10:30:00Z"))).json()["reopened"] == 1
     resolved = alert(status="resolved", starts="2026-11-21T10:30:00Z", ends="2026-11-21T10:50:00Z")
     assert post_raw(client, payload(resolved, status="resolved")).json()["cleared"] == 1
+
+
+def test_a_re_send_of_a_clamped_instance_does_not_reopen_a_review_someone_closed(client: TestClient) -> None:
+    """Issue 43 #10: the clamp was taken afresh at every notification, so Alertmanager's routine
+    re-send of the same far-future instance an hour later read as a newer instance and reopened it."""
+    service = client.app.state.service  # type: ignore[attr-defined]
+    t0 = datetime(2026, 11, 21, 10, 0)
+    service.clock = lambda: t0
+    assert post_raw(client, payload(alert(starts="2099-01-01T00:00:00Z"))).json()["opened"] == 1
+    (review,) = client.get("/api/v1/reviews").json()["items"]
+    client.patch(f"/api/v1/reviews/{review['id']}", json={"state": "closed", "note": "n"}, headers=AUTH)
+    for hours in (1, 4, 8):  # repeat_interval re-sends
+        service.clock = lambda hours=hours: t0 + timedelta(hours=hours)
+        answer = post_raw(client, payload(alert(starts="2099-01-01T00:00:00Z"))).json()
+        assert (answer["accepted"], answer["reopened"]) == (1, 0)
+    (again,) = client.get("/api/v1/reviews").json()["items"]
+    assert (again["state"], again["times_reopened"], again["starts_at"]) == ("closed", 0, review["starts_at"])
+    # Its resolution clears it, and a late re-send of the ended instance is stale.
+    resolved = alert(status="resolved", starts="2099-01-01T00:00:00Z", ends="2026-11-21T19:00:00Z")
+    assert post_raw(client, payload(resolved, status="resolved")).json()["cleared"] == 1
+    assert post_raw(client, payload(alert(starts="2099-01-01T00:00:00Z"))).json()["reopened"] == 0
 
 
 def test_blank_tokens_are_refused_naming_the_setting_not_the_value(tmp_path: Path) -> None:

@@ -40,6 +40,26 @@ def test_a_database_of_tidescale_0_1_is_adopted_with_its_reviews(tmp_path: Path)
     assert [r["model"] for r in store.list()] == ["m"]
 
 
+def test_a_version_1_database_gets_the_columns_of_version_2_and_keeps_its_reviews(tmp_path: Path) -> None:
+    """startsAt as sent and the profile fetch owed (issue 43 #10, #15), added by ALTER TABLE."""
+    engine = create_engine(url(tmp_path))
+    with engine.begin() as conn:
+        migrations.MIGRATIONS[0].apply(conn, Base.metadata)
+        for column in ("sent_starts_at", "profile_pending"):  # what version 1 created
+            conn.execute(text(f"ALTER TABLE reviews DROP COLUMN {column}"))
+        conn.execute(text(f"CREATE TABLE {migrations.VERSION_TABLE} (version INTEGER PRIMARY KEY)"))
+        conn.execute(text(f"INSERT INTO {migrations.VERSION_TABLE} (version) VALUES (1)"))
+        conn.execute(text("INSERT INTO reviews (namespace, model, version, reason, alertname, state, condition, "
+                          "starts_at, opened_at, updated_at, times_reopened, labels, annotations) VALUES "
+                          "('ml', 'm', '1', 'r', 'A', 'open', 'firing', '2026-01-01', '2026-01-01', '2026-01-01', "
+                          "0, '{}', '{}')"))
+    assert migrations.migrate(engine, Base.metadata) == 1
+    with engine.connect() as conn:
+        assert {c["name"] for c in inspect(conn).get_columns("reviews")} == {c.name for c in Review.__table__.columns}
+    store = ReviewStore(url(tmp_path))
+    assert [r["model"] for r in store.list()] == ["m"] and store.pending_profiles() == []
+
+
 def test_a_database_newer_than_this_tidescale_is_refused_by_name(tmp_path: Path) -> None:
     ReviewStore(url(tmp_path)).close()
     engine = create_engine(url(tmp_path))

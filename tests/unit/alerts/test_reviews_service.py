@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.hostile import URLS_WITH_CREDENTIALS, HostileServer
 from tests.unit.alerts.reviews_helpers import AUTH, TOKEN, alert, payload
 from tidescale.alerts.reviews import service as service_mod
 from tidescale.alerts.reviews.background import BackgroundWork
@@ -19,6 +21,7 @@ from tidescale.alerts.reviews.profiles import fetch_profile
 from tidescale.alerts.reviews.service import create_app
 from tidescale.alerts.reviews.settings import ReviewsSettings
 from tidescale.contracts.errors import UsageError
+from tidescale.devstack.ports import free_port
 
 
 def make_client(tmp_path: Path, **overrides: Any) -> TestClient:
@@ -241,3 +244,72 @@ def test_fuzzed_payloads_never_crash_the_service(client: TestClient, body: Any) 
     resp = post(client, body)
     assert resp.status_code in (200, 400), resp.text
     assert "detail" in resp.json() or "accepted" in resp.json()
+
+
+# --- issue 43 #15: the evidence fetch has a deadline, and a fetch owed at shutdown is not lost ----
+
+@pytest.mark.parametrize(("name", "error"), [
+    ("trickle", "gave no complete answer within 0.5 s"),
+    ("gzip-bomb", "larger than 524288 bytes"),
+    ("redirect-elsewhere", "answered HTTP 302"),
+])
+def test_a_hostile_exporter_costs_the_fetch_at_most_its_deadline_and_cap(name: str, error: str) -> None:
+    with HostileServer(name) as url:
+        report, err = fetch_profile(url, "ctr", "2", 0.5)
+    assert report is None and err is not None and error in err
+
+
+def test_the_exporter_urls_password_is_never_recorded() -> None:
+    report, err = fetch_profile(f"http://reviews:s3cret@127.0.0.1:{free_port()}", "m", "1", 0.5)
+    assert report is None and err is not None and "***@127.0.0.1" in err and "s3cret" not in err
+
+
+@pytest.mark.parametrize(("name", "url", "secret"), URLS_WITH_CREDENTIALS, ids=[n for n, *_ in URLS_WITH_CREDENTIALS])
+def test_no_credential_of_the_exporter_url_reaches_profile_error(name: str, url: str, secret: str) -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError(f"connection refused for url {request.url}", request=request)
+
+    for status in (None, 500):
+        client = httpx.Client(transport=httpx.MockTransport(
+            refuse if status is None else (lambda _r, status=status: httpx.Response(status))))
+        report, err = fetch_profile(url, "m", "1", 0.5, client)
+        assert report is None and err is not None and secret not in err
+
+
+def test_a_fetch_owed_at_shutdown_is_resumed_at_start_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shutdown gives the queue SHUTDOWN_DRAIN_S; a review whose fetch had not ended by then kept
+    neither a profile nor an error. The fetch owed is in the store, and the next start does it."""
+    release = threading.Event()
+
+    def stuck_fetch(url: str, model: str, version: str, timeout_s: float) -> tuple[None, str]:
+        release.wait(timeout=10)
+        return None, "the first run's fetch, too late"
+
+    monkeypatch.setattr(service_mod, "SHUTDOWN_DRAIN_S", 0.1)
+    monkeypatch.setattr(service_mod, "fetch_profile", stuck_fetch)
+    try:
+        with make_client(tmp_path, exporter_url="http://exporter:9105") as first:
+            assert post(first, payload(alert(model="a"), alert(model="b"))).json()["opened"] == 2
+        assert [(r["profile"], r["profile_error"]) for r in reviews(first)] == [(None, None)] * 2
+
+        def working_fetch(url: str, model: str, version: str, timeout_s: float) -> tuple[dict[str, Any], None]:
+            return {"op_class_share": {"string": 0.3}, "model": model}, None
+
+        monkeypatch.setattr(service_mod, "fetch_profile", working_fetch)
+        with make_client(tmp_path, exporter_url="http://exporter:9105") as second:
+            assert background(second).drain(timeout=30)
+            assert [r["profile"]["model"] for r in reviews(second)] == ["a", "b"]
+            assert second.app.state.service.store.pending_profiles() == []  # type: ignore[attr-defined]
+    finally:
+        release.set()
+
+
+def test_a_fetch_owed_with_no_exporter_left_to_ask_is_recorded_as_failed(tmp_path: Path) -> None:
+    with make_client(tmp_path, exporter_url="http://exporter:9105") as first:
+        first.app.state.service.background.close(timeout=1)  # type: ignore[attr-defined]  # a process killed
+        first.app.state.service.background.submit = lambda _item: True  # type: ignore[attr-defined]
+        post(first, payload(alert()))
+    with make_client(tmp_path) as second:
+        (review,) = reviews(second)
+    assert review["profile"] is None and review["profile_error"] == ("not fetched: the service restarted without "
+                                                                     "an exporter_url")

@@ -16,6 +16,7 @@ import yaml
 from tests.hostile import JSON_DOCUMENTS, NUMBERS, TIMESTAMPS, deep_json
 from tidescale.cli import main
 from tidescale.contracts.prometheus import PrometheusClient, PrometheusUnavailable
+from tidescale.devstack.ports import free_port
 
 
 def client_answering(content: bytes, status: int = 200) -> PrometheusClient:
@@ -99,3 +100,21 @@ def test_recommend_once_against_a_deep_json_prometheus_reports_the_failsafe(
     out = json.loads(capsys.readouterr().out)
     assert out["ml/triton"]["failsafe"] == "prometheus_down"
     assert "nested too deeply" in out["ml/triton"]["detail"]
+
+
+def test_a_password_in_the_prometheus_url_reaches_no_log_line_and_no_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 43 #7: the recommender's warnings, `--once` and `--print-config` named the URL as given."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({"recommender": {"targets": [
+        {"deployment": "triton", "namespace": "ml", "model": "resnet", "capacity_rps": 100.0}]}}))
+    url = f"http://tidescale:s3cret@127.0.0.1:{free_port()}/prometheus"
+    for extra in (["--once"], ["--print-config"]):
+        try:
+            main(["autoscale", "recommend", *extra, "--config", str(cfg), "--prometheus-url", url])
+        except SystemExit as exc:
+            assert exc.code in (0, None)
+        out = capsys.readouterr().out
+        assert "***@127.0.0.1" in out and "s3cret" not in out
+    assert "holds" in caplog.text and "s3cret" not in caplog.text

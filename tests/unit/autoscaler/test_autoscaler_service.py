@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 from pathlib import Path
 
 import httpx
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.clocks import ManualClock
 from tests.kube_events import FakeEventApi
 from tidescale.autoscaler import service as service_module
 from tidescale.autoscaler.app import make_app
@@ -36,7 +38,9 @@ class FakeProm:
     """Answers by query shape; `down` makes every query fail like a dead Prometheus."""
 
     def __init__(self) -> None:
-        self.values: dict[str, float | None] = {"kube_pod_status_ready_time": None, "histogram_quantile": None,
+        self.values: dict[str, float | None] = {"horizontalpodautoscaler_status_current": None,
+                                                "horizontalpodautoscaler_status_desired": None,
+                                                "kube_pod_status_ready_time": None, "histogram_quantile": None,
                                                 "nv_inference_request_failure": None, "rate(": 450.0,  # first match
                                                 "version) (nv_inference_pending": 0.0, "sum by (pod)": 0.0,
                                                 "time()": 5.0,
@@ -45,11 +49,16 @@ class FakeProm:
         self.down = False
         self.queries: list[str] = []
         self.pods: dict[str, str] = {}  # what the fast path's discovery finds: pod -> instance
+        self.pod_times: dict[str, tuple[float, float | None]] = {}  # pod -> (start, Ready) (kube-state-metrics)
 
     def query(self, expr: str) -> list[dict[str, object]]:
         self.queries.append(expr)
         if self.down:
             raise PrometheusUnavailable("connection refused")
+        for name, index in (("kube_pod_start_time", 0), ("kube_pod_status_ready_time", 1)):
+            if expr.startswith(f"max by (namespace, pod) ({name}{{"):
+                return [{"metric": {"namespace": "ml", "pod": pod}, "value": [0.0, str(times[index])]}
+                        for pod, times in self.pod_times.items() if times[index] is not None]
         assert expr.startswith("group by (pod, instance)"), expr
         return [{"metric": {"pod": pod, "instance": address}, "value": [0.0, "1"]}
                 for pod, address in self.pods.items()]
@@ -337,14 +346,14 @@ def test_the_cold_start_is_learned_from_tritons_model_load_time_and_exported() -
     assert exported(svc)[learned] == 57.0 and state.recommender.config.cold_start_s == 57.0
     assert any('nv_model_load_duration_secs{namespace="ml",pod=~"triton-[a-z0-9]+-[a-z0-9]+",model="re\\"snet"}' in q
                for q in fake.queries)
-    # kube-state-metrics' start-to-Ready time of the slowest pod, where it exists, is the cold start itself.
-    fake.values["kube_pod_status_ready_time"] = 38.5
+    # kube-state-metrics' start-to-Ready times of the pods, where they exist, are the cold start itself.
+    fake.pod_times = {"triton-abc-1": (900.0, 938.5)}
     svc.evaluate(1030.0)
     measured = ("tidescale_recommender_cold_start_seconds",
                 (("deployment", "triton"), ("namespace", "ml"), ("source", "pod_ready")))
     assert exported(svc)[measured] == 38.5 and state.recommender.config.cold_start_s == 38.5
-    assert any('kube_pod_status_ready_time{namespace="ml",pod=~"triton-[a-z0-9]+-[a-z0-9]+"} - on (namespace, pod) '
-               'kube_pod_start_time{' in q for q in fake.queries)
+    assert 'max by (namespace, pod) (kube_pod_status_ready_time{namespace="ml",pod=~"triton-[a-z0-9]+-[a-z0-9]+"})' \
+        in fake.queries
 
 
 def decisions(svc: RecommenderService) -> dict[str, float]:
@@ -589,3 +598,88 @@ def test_scale_mode_is_hpa_or_direct() -> None:
     target = TargetSettings(deployment="triton", namespace="ml", model="resnet")
     with pytest.raises(ValueError, match="scale_mode"):
         RecommenderSettings(targets=[target], capacity_rps=100.0, scale_mode="kpa")
+
+
+# --- issue 43 #3: no lock across Prometheus queries; a stuck evaluation is a visible fail-safe ----
+
+class StallingProm(FakeProm):
+    """A Prometheus that stops answering the query `stall_on` once `stall` is set, until `release`
+    is (or 10 s have passed, so that a service that waits on it fails instead of hanging)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stall, self.stalled, self.release = threading.Event(), threading.Event(), threading.Event()
+        self.stall_on = ""
+        self.let_go = False  # set when the stalled query returns: by then, waiting was no proof of anything
+
+    def instant(self, expr: str) -> list[tuple[float, float]]:
+        if self.stall.is_set() and expr == self.stall_on:
+            self.stalled.set()
+            self.release.wait(timeout=10)
+            self.let_go = True
+        return super().instant(expr)
+
+
+def stalling_service(clock: ManualClock) -> tuple[RecommenderService, StallingProm, FakeReader, threading.Thread]:
+    target = TargetSettings(deployment="triton", namespace="ml", model="resnet", min_replicas=1, max_replicas=50)
+    fake, reader = StallingProm(), FakeReader()
+    fake.pods = {f"triton-abc-{k}": f"10.0.0.{k}:8002" for k in range(5)}
+    reader.counters = {p: PodCounters(0.0, 0.0, 0.0) for p in fake.pods}
+    svc = RecommenderService(RecommenderSettings(targets=[target], capacity_rps=100.0), fake,  # type: ignore[arg-type]
+                             reader=reader, clock=clock)  # type: ignore[arg-type]
+    svc.evaluate(clock())
+    fake.stall_on = svc.states[("ml", "triton")].queries.completions
+    fake.stall.set()
+    slow = threading.Thread(target=svc.evaluate, daemon=True)
+    slow.start()
+    assert fake.stalled.wait(timeout=10)
+    return svc, fake, reader, slow
+
+
+def test_a_slow_prometheus_stalls_neither_the_answer_nor_metrics_nor_the_panic() -> None:
+    """A Prometheus that trickles its answers held the evaluation's lock across its queries:
+    `/v1/desired` and `/metrics` waited behind it, and so did the fast path's panic."""
+    clock = ManualClock(1000.0)
+    svc, fake, reader, slow = stalling_service(clock)
+    try:
+        client = TestClient(make_app(svc))
+        assert client.get("/v1/desired/ml/triton").json()[DESIRED_FIELD] == 5
+        assert desired(svc) == 5
+        for k in range(4):  # 90 req/s per pod, then a flash crowd: the fast path panics meanwhile
+            reader.served(90.0, 2.0 * k)
+            svc.evaluate_fast(1000.0 + 2.0 * k)
+        reader.counters = {p: PodCounters(90.0 * 6 + 400.0 * 2, 0.0, 0.0) for p in reader.counters}
+        svc.evaluate_fast(1008.0)
+        assert desired(svc) == 45
+        answered_while_stalled = not fake.let_go
+    finally:
+        fake.release.set()
+        slow.join(timeout=10)
+    assert answered_while_stalled
+
+
+def test_an_evaluation_that_does_not_end_is_held_as_stuck_and_says_so() -> None:
+    clock = ManualClock(1000.0)
+    svc, fake, _reader, slow = stalling_service(clock)
+    try:
+        clock.sleep(59.0)  # within 4 intervals (60 s): nothing to say yet
+        assert sum(failsafe(svc).values()) == 0.0
+        clock.sleep(2.0)
+        assert failsafe(svc)["stuck"] == 1.0 and sum(failsafe(svc).values()) == 1.0
+        assert decisions(svc)["hold_missing_data"] == 1.0
+        answer = svc.answer("ml", "triton")
+        assert answer is not None and answer.failsafe == "stuck" and answer.desired_replicas == 5
+        assert TestClient(make_app(svc)).get("/healthz").json()["failsafe"] == {"ml/triton": "stuck"}
+    finally:
+        fake.release.set()
+        slow.join(timeout=10)
+    fake.stall.clear()
+    svc.evaluate(clock())
+    assert sum(failsafe(svc).values()) == 0.0  # it ended, and the next one had good data
+
+
+def test_the_stuck_limit_follows_the_interval_unless_set() -> None:
+    target = TargetSettings(deployment="triton", namespace="ml", model="resnet")
+    assert RecommenderSettings(targets=[target], interval_s=30.0).stuck_after() == 120.0
+    assert RecommenderSettings(targets=[target], interval_s=5.0).stuck_after() == 60.0
+    assert RecommenderSettings(targets=[target], stuck_after_s=20.0).stuck_after() == 20.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 from pathlib import Path
 
 import httpx
@@ -10,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.hostile import HostileServer
 from tidescale.autoscaler.fastpath import (
     MAX_BODY_BYTES,
     ExpositionError,
@@ -236,6 +238,41 @@ def test_reader_reads_each_pod_and_marks_the_ones_that_fail() -> None:
         reader.close()
     assert reads["a"] == PodCounters(2008.0, 0.0, 1.0)
     assert reads["b"] is None and reads["c"] is None and reads["d"] is None
+
+
+def test_a_pod_that_answers_too_slowly_is_missing_from_its_round_and_stalls_no_other() -> None:
+    """Issue 43 #14: one pod whose answer does not come stalled the panic checks of every target (the
+    round waited on it without a deadline) while its metrics said it answered. A round ends
+    `timeout_s` after its start; the slow pod is missing from it, the others are read."""
+    body, release = REAL.read_bytes(), threading.Event()
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "10.0.0.9":
+            release.wait(timeout=5)  # bounded, so the unfixed reader fails instead of hanging
+        return httpx.Response(200, content=body)
+
+    reader = PodReader(timeout_s=0.2, transport=httpx.MockTransport(answer))
+    pods = {"fast": "10.0.0.1:8002", "slow": "10.0.0.9:8002"}
+    try:
+        first = reader.read(pods, "batcher")
+        answered_while_slow = not release.is_set()
+        second = reader.read({"fast": "10.0.0.1:8002"}, "batcher")
+    finally:
+        release.set()
+        reader.close()
+    assert answered_while_slow
+    assert first == {"fast": PodCounters(2008.0, 0.0, 1.0), "slow": None}
+    assert second == {"fast": PodCounters(2008.0, 0.0, 1.0)}
+
+
+@pytest.mark.parametrize("name", ["trickle", "gzip-bomb", "huge-content-length", "redirect-elsewhere"])
+def test_a_hostile_pod_is_missing_not_a_stall_or_a_memory_spike(name: str) -> None:
+    with HostileServer(name) as url:
+        reader = PodReader(timeout_s=0.3)
+        try:
+            assert reader.read({"pod": url.removeprefix("http://")}, "batcher") == {"pod": None}
+        finally:
+            reader.close()
 
 
 class _Prom:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import httpx
 import pytest
 
-from tests.hostile import JSON_DOCUMENTS
+from tests.hostile import HTTP_ANSWERS, JSON_DOCUMENTS, URLS_WITH_CREDENTIALS, HostileServer
 from tidescale.contracts.alertmanager import AlertmanagerUnavailable, active_alerts
 from tidescale.contracts.errors import TidescaleError
 from tidescale.contracts.prometheus import PrometheusClient, PrometheusUnavailable, PrometheusUnreachable
@@ -108,3 +110,64 @@ def test_a_ca_file_that_is_not_a_certificate_is_a_usage_error(tmp_path) -> None:
     bad.write_text("not a certificate")
     with pytest.raises(UsageError, match="CA file"):
         PrometheusClient("https://prom", auth=PrometheusAuth(ca_file=bad))
+
+
+# --- issue 43: an overall deadline, a cap on the answer (decompressed), no redirect, no password shown ---
+
+HOSTILE_OUTCOMES: dict[str, tuple[type[Exception], str]] = {
+    "trickle": (PrometheusUnreachable, "no complete answer within 0.5 s"),
+    "gzip-bomb": (PrometheusUnavailable, "larger than 1048576 bytes once decompressed"),
+    "huge-content-length": (PrometheusUnavailable, "larger than 1048576 bytes"),
+    "redirect-elsewhere": (PrometheusUnavailable, "HTTP 302"),
+    "unasked-encoding": (PrometheusUnavailable, "Content-Encoding 'br' was not asked for"),
+    "corrupt-gzip": (PrometheusUnavailable, "gzip stream is corrupt"),
+}
+
+
+@pytest.mark.parametrize("name", [n for n, _ in HTTP_ANSWERS])
+def test_a_hostile_server_is_a_named_error_within_the_deadline_and_the_cap(name: str) -> None:
+    """A Prometheus that trickles its answer (one byte per 50 ms: no read ever times out) ends at
+    the call's deadline; a gzip bomb at the cap on the decompressed answer; a redirect is not
+    followed (one request, to the server asked)."""
+    error, says = HOSTILE_OUTCOMES[name]
+    server = HostileServer(name)
+    with server as url:
+        client = PrometheusClient(url, timeout_s=0.5, max_answer_bytes=1 << 20)
+        with pytest.raises(error, match=re.escape(says)):
+            client.query("up")
+    assert server.requests == 1
+
+
+def test_every_hostile_answer_has_an_expected_outcome() -> None:
+    assert set(HOSTILE_OUTCOMES) == {n for n, _ in HTTP_ANSWERS}
+
+
+def test_a_password_in_the_url_never_reaches_an_error_message() -> None:
+    client = PrometheusClient(f"http://tidescale:s3cret@127.0.0.1:{free_port()}/prometheus", timeout_s=2)
+    with pytest.raises(PrometheusUnreachable) as info:
+        client.query("up")
+    assert "s3cret" not in str(info.value) and "***@127.0.0.1" in str(info.value)
+    bad = PrometheusClient("http://tidescale:s3cret@[::1/prometheus", timeout_s=2)
+    with pytest.raises(PrometheusUnavailable) as info:
+        bad.query("up")
+    assert "s3cret" not in str(info.value)
+
+
+@pytest.mark.parametrize(("name", "says"), [
+    ("trickle", "unreachable: DeadlineExceeded"),
+    ("gzip-bomb", "unreachable: AnswerTooLarge"),
+    ("redirect-elsewhere", "failed (302)"),
+])
+def test_a_hostile_alertmanager_is_a_named_error_within_the_deadline(name: str, says: str) -> None:
+    with HostileServer(name) as url, pytest.raises(AlertmanagerUnavailable, match=re.escape(says)):
+        active_alerts(url, timeout_s=0.5)
+
+
+@pytest.mark.parametrize(("name", "url", "secret"), URLS_WITH_CREDENTIALS, ids=[n for n, *_ in URLS_WITH_CREDENTIALS])
+def test_no_credential_of_the_prometheus_url_reaches_an_error(name: str, url: str, secret: str) -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError(f"connection refused for url {request.url}", request=request)
+
+    with pytest.raises(PrometheusUnavailable) as info:
+        PrometheusClient(url, transport=httpx.MockTransport(refuse)).query("up")
+    assert secret not in str(info.value)

@@ -299,7 +299,8 @@ TIDESCALE: list[MetricFamily] = [
          ("namespace", "deployment", "reason")),
     _own("tidescale_recommender_decision", "gauge", "bool",
          "1 for what the recommender's last evaluation decided and why (scale_up_rate, scale_up_queue, "
-         "scale_up_panic, scale_up_drain, scale_down, hold_down_delay, hold_missing_data, ...), 0 for the other reasons.",
+         "scale_up_panic, scale_up_drain, scale_down, hold_down_delay, hold_saturated, hold_replicas_disagree, "
+         "hold_missing_data, ...), 0 for the other reasons.",
          ("namespace", "deployment", "reason")),
     _own("tidescale_recommender_capacity_rps", "gauge", "requests_per_second",
          "Per-replica capacity at the SLO the recommender currently uses.", ("namespace", "deployment")),
@@ -316,6 +317,10 @@ TIDESCALE: list[MetricFamily] = [
          ("namespace", "deployment", "state")),
     _own("tidescale_recommender_last_success_timestamp_seconds", "gauge", "seconds",
          "Unix time of the recommender's last successful evaluation.", ("namespace", "deployment")),
+    _own("tidescale_recommender_replica_disagreements_total", "counter", "evaluations",
+         "Evaluations whose replica reading (kube-state-metrics' Deployment spec) was 0, or below what the "
+         "HPA reports or (direct mode) what the recommender asked for: the last answer was held, never lowered.",
+         ("namespace", "deployment")),
     _own("tidescale_recommender_scale_write_failures_total", "counter", "writes",
          "Direct scale mode: writes of the Deployment's scale subresource that failed (RBAC, API server "
          "away); each is retried at the next evaluation.", ("namespace", "deployment")),
