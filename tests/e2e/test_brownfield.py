@@ -180,11 +180,11 @@ class Brownfield:
     def helm_as_installer(self, *args: str) -> str:
         return self.cluster.helm(*args, f"--kubeconfig={self.kubeconfig}")
 
-    def install(self, action: str, *layers: dict[str, Any]) -> None:
+    def install(self, action: str, *layers: dict[str, Any], flags: tuple[str, ...] = ()) -> None:
         path = self.tmp / f"values-{len(list(self.tmp.glob('values-*')))}.yaml"
         path.write_text(yaml.safe_dump(merged(documented_values(), TEST_SPEEDUPS, *layers)))
         # From the OCI registry, as a platform team installs a published chart.
-        self.helm_as_installer(action, RELEASE, *self.oci.install_args(),
+        self.helm_as_installer(action, RELEASE, *self.oci.install_args(), *flags,
                                "--namespace", NAMESPACE, "-f", str(path), "--wait", "--timeout", "300s")
 
     def query(self, promql: str) -> float | None:
@@ -402,6 +402,8 @@ def test_a_users_scaledobject_is_adopted_in_place(brownfield: Brownfield) -> Non
     """A ScaledObject of the user's on Triton, annotated for Helm as docs/install.md says, with hpaName
     its HPA's: Helm updates it in place and KEDA keeps the same HPA."""
     cluster = brownfield.cluster
+    # The HPA taken over above went with the release (run alone, this test removes the user's first).
+    cluster.kubectl("delete", "hpa", "-n", SERVING, USER_HPA, "--ignore-not-found", check=False)
     cluster.apply({"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
                    "metadata": {"name": "triton", "namespace": SERVING},
                    "spec": {"scaleTargetRef": {"name": "triton"}, "minReplicaCount": 1, "maxReplicaCount": 4,
@@ -415,7 +417,8 @@ def test_a_users_scaledobject_is_adopted_in_place(brownfield: Brownfield) -> Non
                     "--overwrite")
     target = {**documented_values()["autoscaling"]["targets"][0], "hpaName": "keda-hpa-triton"}
     with HpaWatch(cluster, "triton") as watch:
-        brownfield.install("install", {"autoscaling": {"targets": [target]}})
+        # Helm 4 applies server-side: the fields the user's `kubectl apply` set are kubectl's until forced.
+        brownfield.install("install", {"autoscaling": {"targets": [target]}}, flags=("--force-conflicts",))
         so = wait_for(lambda: (s := cluster.get(f"/apis/keda.sh/v1alpha1/namespaces/{SERVING}/scaledobjects/triton"))
                       ["spec"]["triggers"][0]["type"] == "metrics-api" and s, 60, "the chart's trigger")
     assert so["metadata"]["labels"]["app.kubernetes.io/instance"] == RELEASE
