@@ -368,13 +368,15 @@ def test_keda_mode_scales_up_under_load_holds_while_prometheus_is_down_then_scal
 
 def test_adapter_mode_scales_triton_up_under_load_and_back_down(cluster: Cluster, serving: str,
                                                                tmp_path: Any) -> None:
+    # keda -> adapter through mode none, as docs/install.md says: KEDA deletes the HPA of the ScaledObject
+    # Helm removes (after `helm --wait` has returned), and an adapter HPA of the same name would go with it.
+    install(cluster, "none", tmp_path)
+    wait_for(lambda: hpa_names(cluster) == [], 60, "KEDA's HPA gone with its ScaledObject")
     install(cluster, "adapter", tmp_path)
     addons.install_prometheus_adapter(cluster.config, cluster.api, f"{RELEASE}-tidescale-prometheus-adapter")
     addons.use_external_metrics_from(cluster.config, cluster.api, "adapter")
     try:
-        # The chart's own HPA alone: KEDA deletes its HPA while finalising the ScaledObject that helm
-        # removed, after `helm --wait` has returned.
-        wait_for(lambda: hpa_names(cluster) == ["triton"], 60, "the chart's HPA alone (KEDA's gone)")
+        wait_for(lambda: hpa_names(cluster) == ["triton"], 60, "the chart's HPA alone")
         items = wait_for(lambda: external_metric(cluster, "tidescale_desired_replicas", "deployment%3Dtriton",
                                                          missing_ok=True), 90,
                          "the recommender's metric through prometheus-adapter")

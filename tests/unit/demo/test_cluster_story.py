@@ -58,3 +58,41 @@ def test_where_the_demo_runs_is_validated() -> None:
     assert load_settings(DemoSettings, on="cluster", autoscaling_mode="adapter").autoscaling_mode == "adapter"
     with pytest.raises(UsageError, match="on"):
         load_settings(DemoSettings, on="kubernetes")
+
+
+def test_the_summary_names_each_fall_of_the_desired_replicas_under_load() -> None:
+    from tidescale.devstack.demo.timeline import Sample, Timeline
+
+    def at(t: float, desired: int | None) -> Sample:
+        return Sample(t, 100.0, 90.0, None, None, None, 4, 4, desired, None)
+
+    timeline = Timeline([at(0, 1), at(5, 2), at(10, 4), at(15, 3), at(20, None), at(25, 4), at(30, 2)])
+    assert timeline.desired_falls(0, 30) == [{"t": 15, "from": 4, "to": 3}]
+    assert timeline.desired_falls(0, 31) == [{"t": 15, "from": 4, "to": 3}, {"t": 30, "from": 4, "to": 2}]
+    assert timeline.desired_falls(16, 40) == [{"t": 30, "from": 4, "to": 2}]
+
+
+def test_the_headline_leaves_the_overload_by_design_apart() -> None:
+    from tidescale.devstack.demo.on_cluster import OVERLOAD_PHASE, share_within
+
+    by_phase = {"steady": [100, 100], "surge 3x": [300, 297], OVERLOAD_PHASE: [5000, 60], "recovery": [100, 99]}
+    assert share_within([c for name, c in by_phase.items() if name != OVERLOAD_PHASE]) == 0.992
+    assert share_within([by_phase[OVERLOAD_PHASE]]) == 0.012
+    assert share_within([]) is None
+
+
+def test_without_a_terminal_the_live_view_is_one_line_every_ten_seconds() -> None:
+    import io
+
+    from rich.console import Console
+
+    from tidescale.devstack.demo.run import show
+    from tidescale.devstack.demo.timeline import Sample
+
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=False, width=300)
+    for t in range(25):
+        show(console, None, Sample(float(t), 50.0, 49.5, 0.01, 0.02, 0.03, 2, 2, 2, 0.5, ("X",)), 300.0, "story: calm")
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 3 and lines[1].startswith("t=10/300s story: calm: replicas 2/2 (desired 2)")
+    assert lines[1].endswith("P50/P95/P99 10 ms/20 ms/30 ms, queue 0.5, firing X")

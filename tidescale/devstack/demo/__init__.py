@@ -50,7 +50,11 @@ def demo_command(
         from tidescale.devstack.demo.on_cluster import run_cluster_demo
 
         summary = run_cluster_demo(settings, out, settings.autoscaling_mode)
-        typer.echo(f"summary: {out / 'summary.json'}  (requests within the SLO {summary['requests_within_slo']}, "
+        falls = [f for phase in summary["hpa"]["desired_fell_under_load"].values() for f in phase]
+        overload = summary["overload_by_design"]
+        typer.echo(f"summary: {out / 'summary.json'}  (requests within the SLO while the load fits maxReplicas "
+                   f"{summary['requests_within_slo_within_capacity']}; {overload['phase']}, overload by design, "
+                   f"{overload['requests_within_slo']}; HPA desired fell under load {len(falls)} time(s); "
                    f"replicas {summary['hpa']['replicas_seen']['min']}..{summary['hpa']['replicas_seen']['max']}, "
                    f"alerts {', '.join(summary['alerts_fired']) or 'none'}, "
                    f"reviews {len(summary['reviews_opened'])})")

@@ -70,6 +70,24 @@ def render_table(sample: Sample, duration_s: float, scenario_name: str) -> Table
     return table
 
 
+def compact_line(sample: Sample, duration_s: float, title: str) -> str:
+    """The live table as one line, for a log without a terminal (a table a second would repeat itself)."""
+    desired = "-" if sample.replicas_desired is None else str(sample.replicas_desired)
+    queue = "-" if sample.queue_depth is None else f"{sample.queue_depth:.1f}"
+    return (f"t={sample.t:.0f}/{duration_s:.0f}s {title}: replicas {sample.replicas_ready}/{sample.replicas_total} "
+            f"(desired {desired}), {sample.offered_rps:.1f} req/s offered, {sample.completed_rps:.1f} done, "
+            f"P50/P95/P99 {_fmt_ms(sample.p50_s)}/{_fmt_ms(sample.p95_s)}/{_fmt_ms(sample.p99_s)}, "
+            f"queue {queue}, firing {', '.join(sample.firing) or '-'}")
+
+
+def show(console: Console, live: Any, sample: Sample, duration_s: float, title: str) -> None:
+    """The live table on a terminal; without one, a compact line every 10 s."""
+    if live is not None:
+        live.update(render_table(sample, duration_s, title))
+    elif int(sample.t) % 10 == 0:
+        console.print(compact_line(sample, duration_s, title), markup=False, highlight=False)
+
+
 class Sampler:
     """Reads the stack once a second (client latency, replicas, Prometheus queue depth and alerts)."""
 
@@ -260,10 +278,7 @@ def run_demo(s: DemoSettings, out: Path) -> dict[str, Any]:
                     for crash in crashes[crashes_told:]:
                         console.print(f"[yellow]{crash.describe()}; restarting it like the kubelet would[/]")
                     crashes_told = len(crashes)
-                    if live is not None:
-                        live.update(render_table(sample, sc.duration_s, sc.name))
-                    elif int(t) % 10 == 0:
-                        console.print(render_table(sample, sc.duration_s, sc.name))
+                    show(console, live, sample, sc.duration_s, sc.name)
                     time.sleep(max(0.0, 1.0 - (time.monotonic() - start - t)))
             loadgen.stop()
             elapsed = time.monotonic() - start

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -37,6 +38,15 @@ class Timeline:
     def replicas_range(self) -> dict[str, int]:
         totals = [s.replicas_ready for s in self.samples] or [0]
         return {"min": min(totals), "max": max(totals)}
+
+    def desired_falls(self, start_s: float, end_s: float) -> list[dict[str, float | int]]:
+        """Each time the HPA's desired replicas fell between two samples within [start_s, end_s): what a
+        surge or an overload must never see (a scale-down while demand outruns the fleet)."""
+        inside = [s for s in self.samples if start_s <= s.t < end_s and s.replicas_desired is not None]
+        return [{"t": round(b.t, 1), "from": a.replicas_desired, "to": b.replicas_desired}
+                for a, b in itertools.pairwise(inside)
+                if a.replicas_desired is not None and b.replicas_desired is not None
+                and b.replicas_desired < a.replicas_desired]
 
     def alerts_seen(self) -> list[str]:
         return sorted({a for s in self.samples for a in s.firing})
