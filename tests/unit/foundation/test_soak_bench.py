@@ -1,13 +1,23 @@
-"""`tidescale bench soak`'s pure parts: the statistics, the goal judgement, what the attacks met."""
+"""`tidescale bench soak`'s pure parts: the statistics, the goal judgement, what the attacks met, the
+flood schedule, bad flags, the fake fleet's answers to the recommender's real queries, the page and plot."""
 
 from __future__ import annotations
 
+import copy
+import json
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tidescale.benches.soak import attacks, stats
+from tidescale import cli
+from tidescale.autoscaler.service import TargetQueries, TargetSettings
+from tidescale.benches.soak import attacks, fakes, monitor, report, stats
+from tidescale.benches.soak import run as soak
 from tidescale.benches.soak.stats import Probe, Sample
+from tidescale.contracts.errors import UsageError
+from tidescale.devstack.ports import free_port
 
 MB = 1 << 20
 
@@ -172,3 +182,149 @@ def test_the_tests_take_their_hostile_requests_from_the_bench() -> None:
 
     assert hostile.BAD_AUTHORIZATIONS is attacks.BAD_AUTHORIZATIONS
     assert hostile.OVERSIZED_BODIES is attacks.OVERSIZED_BODIES
+
+
+# --- the schedule and the flags ------------------------------------------------------------------------
+
+def test_floods_start_in_the_warm_up_and_end_before_the_run() -> None:
+    assert soak.flood_starts(600.0, 60.0, 10.0) == [30.0 + 60 * k for k in range(10)]
+    assert soak.flood_starts(20.0, 60.0, 10.0) == [1.0]
+    assert soak.flood_starts(14.0, 60.0, 10.0) == []  # its connections would outlive the run
+    assert soak.flood_starts(600.0, 0.0, 10.0) == []
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--services", "exporter,bogus"], "unknown service(s) 'bogus'"),
+    (["--services", "reviews", "--services", "reviews"], "a service is named twice"),
+    (["--duration", "0"], "--duration must be a positive number"),
+    (["--duration", "3"], "--duration must be at least 5 s"),
+    (["--duration", "inf"], "--duration must be a positive number"),
+    (["--normal-rps", "-1"], "--normal-rps must be a positive number"),
+    (["--probe-every", "0"], "--probe-every must be a positive number"),
+    (["--slowloris", "-1"], "--slowloris must be 0 or more"),
+    (["--flood-every", "-5"], "--flood-every must be 0 (off)"),
+    (["--oversized-every", "nan"], "--oversized-every must be 0 (off)"),
+    (["--warmup", "1"], "--warmup must be a share in [0, 1)"),
+])
+def test_bad_flags_exit_2_before_anything_starts(argv: list[str], message: str, capsys: pytest.CaptureFixture[str],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_services(*_: object, **__: object) -> None:
+        raise AssertionError("started a service on bad input")
+
+    monkeypatch.setattr(soak, "soak_one", no_services)
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["bench", "soak", *argv])
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_flag_typer_cannot_parse_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["bench", "soak", "--duration", "ten"])
+    assert exc.value.code == 2
+
+
+def test_the_options_are_checked_when_run_directly() -> None:
+    with pytest.raises(UsageError):
+        soak.run(soak.Options(services=()))
+
+
+# --- the fake fleet the recommender reads --------------------------------------------------------------
+
+def test_the_fake_prometheus_answers_every_query_the_recommender_makes_with_a_steady_fleet() -> None:
+    q = TargetQueries.for_target(TargetSettings(deployment="ranker", namespace="ml", model=fakes.MODEL))
+
+    def value(expr: str) -> float | None:
+        rows = fakes.answer(expr, "127.0.0.1:9", 1000.0, 2000.0)["result"]
+        return float(rows[0]["value"][1]) if rows else None
+
+    assert value(q.completions) == value(q.fast_completions) == fakes.RPS
+    assert value(q.rejections) == value(q.fast_rejections) == 0.0
+    assert value(q.queue) == value(q.max_pod_queue) == 0.0
+    assert value(q.queue_age) == 5.0 and value(q.p99) == fakes.P99_S
+    assert value(q.spec_replicas) == value(q.ready_replicas) == fakes.PODS
+    assert value(q.hpa_current) == value(q.hpa_desired) == fakes.PODS
+    assert value(q.model_load) is None
+    pods = fakes.answer(f"group by (pod, instance) ({q.pending})", "127.0.0.1:9", 0.0, 1.0)["result"]
+    assert [r["metric"]["pod"] for r in pods] == [f"ranker-5f7d9c8b4-{i:05d}" for i in range(fakes.PODS)]
+    assert {r["metric"]["instance"] for r in pods} == {"127.0.0.1:9"}
+    started = fakes.answer(q.pod_started, "x:1", 5000.0, 6000.0)["result"]
+    ready = fakes.answer(q.pod_ready_at, "x:1", 5000.0, 6000.0)["result"]
+    assert [float(r["value"][1]) for r in started] == [5000.0 - 3600.0] * fakes.PODS
+    assert [float(r["value"][1]) for r in ready] == [5000.0 - 3600.0 + 45.0] * fakes.PODS
+
+
+def test_the_fake_pods_count_completions_at_their_share_of_the_rate() -> None:
+    from tidescale.autoscaler.fastpath import pod_counters
+
+    template = fakes.EXPOSITION.read_text()
+    before = pod_counters(fakes.exposition(template, 100.0, 110.0), fakes.MODEL)
+    after = pod_counters(fakes.exposition(template, 100.0, 120.0), fakes.MODEL)
+    assert after.success - before.success == pytest.approx(fakes.RPS / fakes.PODS * 10, abs=1)
+    assert after.pending == 0
+
+
+# --- the watcher -------------------------------------------------------------------------------------------
+
+def test_the_watcher_reads_rss_open_files_and_cpu_of_a_process() -> None:
+    rss, fds, cpu = monitor.read_process(os.getpid())
+    assert rss > 10 * MB and fds >= 3 and cpu > 0
+
+
+def test_a_probe_nobody_answers_fails_with_the_reason() -> None:
+    latency, ok, detail = monitor.probe("127.0.0.1", free_port(), 1.0)
+    assert not ok and detail == "ConnectionRefusedError" and latency < 1.0
+
+
+# --- the page and the plot ---------------------------------------------------------------------------------
+
+def service_result(missed_p99: bool = False) -> dict[str, Any]:
+    rest = [Sample(20.0 + 2 * i, 80 * MB, 60) for i in range(40)]
+    probes = [Probe(0.5 * i, 0.2 if missed_p99 and i % 50 == 0 else 0.003, True) for i in range(200)]
+    result: dict[str, Any] = {
+        "service": "exporter", "duration_s": 100.0,
+        "limits": {"max_connections": 1000, "header_timeout_s": 10.0, "max_body_bytes": 8 << 20},
+        "normal": {**stats.served({"GET /metrics": {"200": 100}, "POST /v1/traces": {"200": 399, "503": 1}}),
+                   "latency_p50_s": 0.01, "latency_p99_s": 0.05, "latency_max_s": 0.2, "clients": []},
+        "healthz": stats.healthz(probes),
+        "resources": stats.resources([Sample(0.0, 40 * MB, 20), Sample(8.0, 90 * MB, 1008), *rest], 100.0,
+                                     [(5.0, 15.0)]),
+        "hostile": {"flood": {"sent": 1200, "outcomes": {"503": 250, "closed": 950}, "held_max_s": 10.1,
+                              "held_p50_s": 10.0, "limits_held": True}},
+        "floods": [[5.0, 15.0]], "log_bytes": 1234, "exit_code": None,
+        "series": {"samples": [[s.t, s.rss_bytes, s.fds] for s in rest], "probes": [[p.t, p.latency_s, p.ok]
+                                                                                   for p in probes]},
+    }
+    result["goals"] = stats.goals(result)
+    return result
+
+
+def whole(*services: tuple[str, dict[str, Any]]) -> dict[str, Any]:
+    return {"benchmark": "soak", "schedule": "each service alone, one after another",
+            "options": soak.Options(duration_s=100.0).as_json(),
+            "goals": {"rss_margin": stats.RSS_MARGIN, "fd_margin": stats.FD_MARGIN, "settle_s": stats.SETTLE_S,
+                      "healthz_p99_s": stats.HEALTHZ_P99_S, "normal_served_min": stats.SERVED_MIN,
+                      "warmup_share": 0.2},
+            "cpu_count": 2, "load_average_1m": {"before": 1.0, "after": 1.2},
+            "all_goals_met": False, "services": dict(services)}
+
+
+def test_the_page_has_a_table_per_service_with_each_goal_met_or_missed(tmp_path: Path) -> None:
+    result = soak.public(whole(("exporter", service_result()), ("reviews", service_result(missed_p99=True))))
+    assert "series" not in result["services"]["exporter"]
+    page = report.markdown(result)
+    assert "| exporter | **met** | **met** | **met** | **missed** |" in page  # 499 of 500 served: 99.8 %
+    assert "| reviews | **met** | **met** | **missed** | **missed** |" in page
+    assert "99.800 % (499 of 500)" in page and "P99 200.0 ms" in page
+    assert "`max_body_bytes` 8,388,608" in page and "open files up to 1008" in page
+    assert "| flood | 1200 | 503: 250, closed: 950 | 10.1 s | yes |" in page
+    assert "![RSS, open files and /healthz latency over the run](soak.png)" in page
+    raw = page.split("```json\n", 1)[1].split("\n```", 1)[0]
+    assert json.loads(raw)["services"]["exporter"]["goals"]["normal_served"] is False
+
+
+def test_the_plot_draws_every_service(tmp_path: Path) -> None:
+    result = whole(("exporter", service_result()), ("recommender", copy.deepcopy(service_result())))
+    result["services"]["recommender"]["series"]["probes"][3][2] = False
+    report.plot(result, tmp_path / "soak.png")
+    assert (tmp_path / "soak.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
