@@ -15,6 +15,11 @@ import socket
 import threading
 import time
 
+# `Authorization` header values that must not authenticate a write, and bodies far past any body cap:
+# `tidescale bench soak` sends them to the running services too, so they live with it.
+from tidescale.benches.soak.attacks import BAD_AUTHORIZATIONS as BAD_AUTHORIZATIONS
+from tidescale.benches.soak.attacks import OVERSIZED_BODIES as OVERSIZED_BODIES
+
 DEPTH = 100_000  # far beyond Python's recursion limit and any real document
 
 
@@ -140,17 +145,6 @@ MARKUP_TEXT: list[tuple[str, str]] = [
     ("carriage-return", "AsString\rMatMul  "),
 ]
 
-# `Authorization` header values that must not authenticate a write (None: no header at all).
-BAD_AUTHORIZATIONS: list[tuple[str, str | None]] = [
-    ("none", None),
-    ("empty", ""),
-    ("basic", "Basic dXNlcjpwYXNz"),
-    ("bearer-alone", "Bearer"),
-    ("bearer-blank", "Bearer     "),
-    ("wrong-token", "Bearer wrong"),
-    ("latin-1", "Bearer s\xe9cret"),
-]
-
 # How a configured token may be written that must still match `Bearer <token>` ("{}" is the token): a
 # Kubernetes Secret made from a file ends in a newline.
 TOKEN_SPELLINGS: list[tuple[str, str]] = [
@@ -158,14 +152,6 @@ TOKEN_SPELLINGS: list[tuple[str, str]] = [
     ("crlf", "{}\r\n"),
     ("spaces", "  {}  "),
     ("tabs", "\t{}\t"),
-]
-
-# Bodies sent to a write route, far past any body cap: (name, Content-Length sent or None, bytes sent).
-# A PATCH without a token used to be read whole before its 401: 200 MiB of RSS a request.
-OVERSIZED_BODIES: list[tuple[str, str | None, int]] = [
-    ("declared-200-MiB", str(200 << 20), 1 << 20),
-    ("undeclared", None, 1 << 20),
-    ("declared-small", "16", 1 << 20),  # a Content-Length that lies
 ]
 
 

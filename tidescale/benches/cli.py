@@ -248,6 +248,46 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
             typer.echo(benchreport.markdown(doc))
 
 
+def _register_soak_bench(bench: typer.Typer) -> None:
+    @bench.command("soak")
+    def soak_command(
+        json_only: bool = typer.Option(False, "--json", help="Only the JSON result on stdout."),
+        duration: float = typer.Option(600.0, "--duration", help="Seconds of traffic per service (at least 5)."),
+        services: list[str] = typer.Option([], "--services", help="exporter, reviews, recommender (repeatable, or "
+                                           "comma-separated); default all three, one after another."),
+        normal_rps: float = typer.Option(5.0, "--normal-rps", help="Normal requests a second, between the "
+                                         "service's clients."),
+        slowloris: int = typer.Option(40, "--slowloris", help="Connections trickling a request head (0: none)."),
+        trickled: int = typer.Option(10, "--trickled", help="Writes without a token trickling a body (0: none)."),
+        flood_every: float = typer.Option(60.0, "--flood-every", help="Seconds between floods of idle "
+                                          "connections (0: none)."),
+        flood_past_cap: int = typer.Option(200, "--flood-past-cap", help="Connections a flood opens past the "
+                                           "service's connection cap."),
+        oversized_every: float = typer.Option(3.0, "--oversized-every", help="Seconds between bodies past the "
+                                              "cap (0: none)."),
+        bad_token_every: float = typer.Option(1.0, "--bad-token-every", help="Seconds between writes with a bad "
+                                              "token (0: none)."),
+        probe_every: float = typer.Option(0.5, "--probe-every", help="Seconds between /healthz probes."),
+        sample_every: float = typer.Option(2.0, "--sample-every", help="Seconds between RSS and open-file "
+                                           "readings."),
+        warmup: float = typer.Option(0.2, "--warmup", help="Share of each run that is warm-up, not judged for "
+                                     "flatness."),
+        workdir: Path | None = typer.Option(None, "--workdir", help="Keep the services' logs and database here."),
+        seed: int = typer.Option(0, "--seed", help="Seed of the normal clients' phases."),
+        record: bool = typer.Option(True, "--record/--no-record", help="Write docs/benchmarks/soak.md and soak.png."),
+    ) -> None:
+        """Each service for --duration under normal and hostile traffic: RSS, open files, /healthz, share served."""
+        from tidescale.benches.soak.run import Options, run_command
+
+        names = tuple(n.strip() for item in services for n in item.split(",") if n.strip())
+        opts = Options(duration_s=duration, services=names or Options().services, normal_rps=normal_rps,
+                       slowloris=slowloris, trickled=trickled, flood_every_s=flood_every,
+                       flood_past_cap=flood_past_cap, oversized_every_s=oversized_every,
+                       bad_token_every_s=bad_token_every, probe_every_s=probe_every, sample_every_s=sample_every,
+                       warmup_share=warmup, workdir=workdir, seed=seed)
+        run_command(opts, json_only=json_only, record=record)
+
+
 for _register in (_register_sim_benches, _register_latency_benches, _register_overhead_bench,
-                  _register_profile_poll_benches, _register_autoscale_bench):
+                  _register_profile_poll_benches, _register_autoscale_bench, _register_soak_bench):
     _register(app)
