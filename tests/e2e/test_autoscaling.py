@@ -133,11 +133,12 @@ def scale_down_and_events(cluster: Cluster) -> list[str]:
 
 def set_prometheus_replicas(cluster: Cluster, n: int) -> None:
     """Stop or start the monitoring stack's Prometheus through its resource, as an operator user would."""
-    cluster.kubectl("patch", "prometheus", "k8s", "-n", "monitoring", "--type", "merge",
+    cluster.kubectl("patch", "prometheus", addons.PROMETHEUS, "-n", addons.MONITORING_NS, "--type", "merge",
                     "-p", json.dumps({"spec": {"replicas": n}}))
 
     def settled() -> bool:
-        pods = cluster.pods("monitoring", "app.kubernetes.io/name=prometheus,app.kubernetes.io/instance=k8s")
+        pods = cluster.pods(addons.MONITORING_NS,
+                            f"app.kubernetes.io/name=prometheus,app.kubernetes.io/instance={addons.PROMETHEUS}")
         ready = [p for p in pods if any(c["type"] == "Ready" and c["status"] == "True"
                                         for c in p.get("status", {}).get("conditions", []))]
         return len(pods) == len(ready) == n
@@ -381,6 +382,8 @@ def test_adapter_mode_scales_triton_up_under_load_and_back_down(cluster: Cluster
                                                          missing_ok=True), 90,
                          "the recommender's metric through prometheus-adapter")
         assert float(items[0]["value"]) >= 1
+        # From one replica, so that the scale-up is this test's and the load has run through it.
+        wait_for(lambda: replicas(cluster) == 1, 300, "Triton at one replica before the load")
         with load_on(serving):
             peak = scale_up(cluster)
         assert 1 < peak <= MAX_REPLICAS
