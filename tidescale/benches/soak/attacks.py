@@ -132,16 +132,24 @@ async def _close(writer: asyncio.StreamWriter) -> None:
         await asyncio.wait_for(writer.wait_closed(), 2)
 
 
+async def _connect_recorded(target: Target, ex: Exchange
+                            ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+    """The connection for *ex*, or None with the failure to connect recorded as its outcome."""
+    try:
+        return await _connect(target)
+    except (OSError, TimeoutError) as exc:
+        ex.error = f"connect:{type(exc).__name__}"
+        return None
+
+
 async def hold(target: Target, first: bytes, drip: bytes, every_s: float, give_up_s: float,
                stop_dripping_on_answer: bool = False) -> Exchange:
     """Open a connection, send *first*, then *drip* every *every_s* seconds, reading whatever comes back,
     until the server closes the connection or *give_up_s* passes."""
     ex = Exchange(time.monotonic())
-    try:
-        reader, writer = await _connect(target)
-    except (OSError, TimeoutError) as exc:
-        ex.error = f"connect:{type(exc).__name__}"
+    if (streams := await _connect_recorded(target, ex)) is None:
         return ex
+    reader, writer = streams
     try:
         writer.write(first)
         deadline = ex.opened + give_up_s
@@ -170,11 +178,9 @@ async def exchange(target: Target, request_head: bytes, body: Callable[[], Any] 
     """Send one request (a head, then the chunks *body()* yields, stopping once the server has answered
     or gone) and read its answer's status; the connection is closed as soon as the status is in."""
     ex = Exchange(time.monotonic())
-    try:
-        reader, writer = await _connect(target)
-    except (OSError, TimeoutError) as exc:
-        ex.error = f"connect:{type(exc).__name__}"
+    if (streams := await _connect_recorded(target, ex)) is None:
         return ex
+    reader, writer = streams
 
     async def read_status() -> None:
         data = await reader.read(4096)
