@@ -47,16 +47,20 @@ def prepare_out_dir(out: Path) -> None:
 
 
 @app.command("check")
-def check_command() -> None:
-    """promtool check + unit tests of the committed rules, amtool check-config of the committed config."""
-    from tidescale.alerts import tooling
-    from tidescale.contracts.errors import TidescaleError
+def check_command(
+    config: Path | None = CONFIG_OPTION,
+    tests: Path | None = typer.Option(None, "--tests", help="A folder of promtool rule-test files to run too."),
+) -> None:
+    """promtool check (and test) the rules, amtool check-config the Alertmanager config, rendered for your config.
 
-    runs = {
-        "promtool check rules": tooling.check_rules(tooling.rule_files()),
-        "promtool test rules": tooling.test_rules(tooling.test_files()),
-        "amtool check-config": tooling.check_alertmanager(),
-    }
+    promtool and amtool are found on PATH.
+    """
+    from tidescale.alerts.check import check_rendered
+    from tidescale.alerts.config import AlertsConfig
+    from tidescale.contracts.errors import TidescaleError
+    from tidescale.contracts.settings import load_settings
+
+    runs = check_rendered(load_settings(AlertsConfig, config), tests)
     failed = [name for name, run in runs.items() if not run.ok]
     for name, run in runs.items():
         typer.echo(f"{'ok  ' if run.ok else 'FAIL'} {name}", err=not run.ok)

@@ -13,7 +13,6 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from tidescale.autoscaler.servicecurve import ServiceCurve
 from tidescale.contracts.errors import UsageError
 
 THROUGHPUT_COLUMN = "Inferences/Second"
@@ -81,11 +80,3 @@ def load_capacity(path: Path, slo_p99_s: float) -> float:
         raise UsageError(f"profile {path} is larger than {MAX_PROFILE_BYTES} bytes")
     return capacity_at_slo(parse_profile(path.read_text(errors="replace"), str(path)), slo_p99_s, str(path))
 
-
-def curve_capacity(curve: ServiceCurve, headroom: float = 0.85) -> float:
-    """Capacity of a replica on *curve* with queueing headroom: a fraction of its peak batch throughput.
-
-    Used when no profile is given (the simulator knows its own curve); 0.85 keeps the queue short
-    enough that P99 stays within a few executions of the largest batch.
-    """
-    return curve.max_throughput() * headroom

@@ -35,7 +35,6 @@ from tidescale.autoscaler.manifests import Target
 from tidescale.autoscaler.podreader import PodReader, discover_pods
 from tidescale.autoscaler.recommend import (
     Observation,
-    Recommendation,
     Recommender,
     RecommenderConfig,
     asked_replicas,
@@ -386,7 +385,6 @@ class TargetState:
     settings: TargetSettings
     recommender: Recommender
     queries: TargetQueries
-    last_good: Recommendation | None = None
     published: int | None = None
     failsafe: str | None = None
     detail: str = ""
@@ -653,7 +651,7 @@ class RecommenderService:
         if disagrees is not None and before is not None and desired <= before:
             desired, reason, detail = before, "replicas", disagrees
         self._published(st, desired, now)
-        st.last_good, st.failsafe, st.detail, st.last_success = rec, None, detail, now
+        st.failsafe, st.detail, st.last_success = None, detail, now
         st.decision = decision(desired, obs.current_replicas, reason, None)
         if before is None or desired == before:
             return None

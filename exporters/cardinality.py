@@ -62,15 +62,13 @@ class SeriesCap:
             raise ValueError(f"max_series must be at least 1, got {max_series}")
         self.max_series = max_series
         self._keys: set[Hashable] = set()
-        self.refused = 0
 
-    def admit(self, key: Hashable, samples: int = 1) -> bool:
-        """True if *key* already has a slot or one is free; False otherwise, with its *samples*
-        counted as refused (a batch of one series is refused as its samples one at a time would be)."""
+    def admit(self, key: Hashable) -> bool:
+        """True if *key* already has a slot or one is free. The caller counts what it refuses
+        (`tidescale_exporter_series_dropped_total`), per sample."""
         if key in self._keys:
             return True
         if len(self._keys) >= self.max_series:
-            self.refused += samples
             return False
         self._keys.add(key)
         return True

@@ -291,7 +291,7 @@ class LatencyAggregator(Collector):
             for key, members in by_series.items():
                 series = self._series.get(key)
                 if series is None:
-                    if not self.cap.admit(key, len(members)):
+                    if not self.cap.admit(key):
                         if self.selfmetrics is not None:
                             self.selfmetrics.drop_series(self._hist_family.name, len(members))
                         for i in members:

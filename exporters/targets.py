@@ -166,7 +166,6 @@ class TargetSet:
         self._callbacks: list[ChangeCallback] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self.refused = 0
 
     @property
     def discovers(self) -> bool:
@@ -269,9 +268,7 @@ class TargetSet:
                 self._by_ip.pop(target_host(old), None)
                 removed.append(old)
             if target is not None:
-                if len(self._pods) >= self.max_targets:
-                    self.refused += 1
-                else:
+                if len(self._pods) < self.max_targets:  # past the cap a pod waits for a free slot
                     self._pods[key] = target
                     self._by_ip[target_host(target)] = (target, deployment_of(pod))
                     added.append(target)

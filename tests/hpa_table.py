@@ -17,16 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tidescale.autoscaler.adapter import DESIRED_REPLICAS
-from tidescale.autoscaler.hpa import (
-    Behavior,
-    HpaEmulator,
-    HpaSpec,
-    MetricSpec,
-    ScalingPolicy,
-    ScalingRules,
-    pods_for,
-)
+from tidescale.autoscaler.hpa import Behavior, HpaSpec, MetricSpec, ScalingPolicy, ScalingRules
 from tidescale.autoscaler.manifests import tidescale_behavior
+from tidescale.sim.hpa_controller import HpaEmulator, pods_for
 
 SYNC_S = 15.0
 

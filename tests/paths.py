@@ -2,6 +2,6 @@
 
 from pathlib import Path
 
-from tidescale.contracts.tools import FIXTURES as FIXTURES
+from tidescale.devstack.tools import FIXTURES as FIXTURES
 
 REPO = Path(__file__).resolve().parent.parent

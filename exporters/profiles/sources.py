@@ -9,7 +9,6 @@ go through the same door.
 
 from __future__ import annotations
 
-import gzip
 import io
 import re
 import zlib
@@ -125,8 +124,3 @@ def detect_format(stream: io.BufferedReader, filename: str = "") -> ProfileForma
 def _looks_like_xspace(head: bytes) -> bool:
     # XSpace starts with field 1 (planes), wire type 2: tag byte 0x0a.
     return head[:1] == b"\x0a"
-
-
-def gzip_bytes(data: bytes) -> bytes:
-    """Compress *data* (tests and benchmarks build uploads with it)."""
-    return gzip.compress(data, compresslevel=1)

@@ -18,11 +18,11 @@ import pytest
 import yaml
 
 from tests.waiting import wait_for
-from tidescale.contracts.tools import REPO_ROOT, helm
 from tidescale.devstack.cluster import addons, lifecycle
 from tidescale.devstack.cluster.config import ClusterConfig
 from tidescale.devstack.cluster.kubectl import kubectl
 from tidescale.devstack.node.kubeapi import KubeApi
+from tidescale.devstack.tools import REPO_ROOT, helm
 
 NODES = 2
 # What a user's values need for kube-prometheus-stack at its defaults (release `kps`) to load the chart's

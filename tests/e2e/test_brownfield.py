@@ -31,11 +31,11 @@ from tests.e2e.conftest import KPS_VALUES, Cluster, OciChart, chart, wait_for_ta
 from tests.e2e.load import Load
 from tests.waiting import wait_for
 from tidescale.autoscaler.recommend import replicas_for
-from tidescale.contracts.tools import REPO_ROOT, helm
 from tidescale.devstack.cluster import addons
 from tidescale.devstack.cluster.serving import triton_deployment
 from tidescale.devstack.demo.faults import string_heavy_trace_viewer
 from tidescale.devstack.demo.on_cluster import SHORT_WINDOWS
+from tidescale.devstack.tools import REPO_ROOT, helm
 
 pytestmark = pytest.mark.e2e
 

@@ -22,8 +22,7 @@ import pytest
 import yaml
 
 from tests.paths import FIXTURES
-from tidescale.alerts import tooling
-from tidescale.devstack import preview
+from tidescale.devstack import preview, rulecheck
 from tidescale.devstack.exporter import spawn_exporter
 from tidescale.devstack.fleet.loadgen import LoadGenerator
 from tidescale.devstack.fleet.running import running_stack
@@ -56,7 +55,7 @@ def prometheus_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with running_stack(work / "fleet", replicas=2, gpus_per_node=2, trace=trace, namespace=NAMESPACE,
                        deployment=DEPLOYMENT) as stack:
         exporter = _start_exporter(work, exporter_port, stack)
-        prom = PrometheusServer(work / "prom", rule_files=tooling.rule_files())
+        prom = PrometheusServer(work / "prom", rule_files=rulecheck.rule_files())
         services = {"tidescale-recommender": free_port(), "tidescale-reviews": free_port()}
         prom.set_targets(_targets(stack, exporter_port, services))
         load: LoadGenerator | None = None

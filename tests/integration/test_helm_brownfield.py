@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from tests.integration.test_helm_chart import CHART, MONITORING_API, helm
-from tidescale.contracts import tools
+from tidescale.devstack import tools
 
 pytestmark = pytest.mark.integration
 

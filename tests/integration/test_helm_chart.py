@@ -15,7 +15,7 @@ import yaml
 
 from tests.crds import openapi_schema
 from tests.paths import REPO
-from tidescale.contracts import tools
+from tidescale.devstack import tools
 
 pytestmark = pytest.mark.integration
 
@@ -309,7 +309,7 @@ def test_the_cluster_label_is_a_value_for_rules_and_dashboards(tmp: Path) -> Non
     label instead, the dashboards match and list it, and the rules stay promtool-clean."""
     import re
 
-    from tidescale.alerts import tooling
+    from tidescale.devstack import rulecheck
 
     docs = template(tmp, {"clusterLabel": "k8s_cluster"}, *MONITORING_API)
     exprs = [r["expr"] for d in kinds(docs)["PrometheusRule"] for g in d["spec"]["groups"] for r in g["rules"]]
@@ -328,7 +328,7 @@ def test_the_cluster_label_is_a_value_for_rules_and_dashboards(tmp: Path) -> Non
         path = work / f"{d['metadata']['name']}.yaml"
         path.write_text(yaml.safe_dump({"groups": d["spec"]["groups"]}))
         files.append(path)
-    run = tooling.check_rules(files)
+    run = rulecheck.check_rules(files)
     assert run.ok, run.output
 
 
@@ -1319,7 +1319,7 @@ def _as_rendered(test: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]
 def test_promtool_tests_pass_on_the_rules_rendered_from_non_default_values(tmp: Path) -> None:
     """The chart renders the rules from values (labels, runbooks, overrides, disabled alerts): the
     promtool suite, its expectations changed exactly as the values say, passes on what it renders."""
-    from tidescale.alerts import tooling
+    from tidescale.devstack import rulecheck
 
     work = tmp / "rendered-rules"
     work.mkdir()
@@ -1331,14 +1331,14 @@ def test_promtool_tests_pass_on_the_rules_rendered_from_non_default_values(tmp: 
             rule_files.append(str(path))
     assert len(rule_files) == 2
     checked = 0
-    for source in tooling.test_files():
+    for source in rulecheck.test_files():
         suite = yaml.safe_load(source.read_text())
         suite["rule_files"] = rule_files
         suite["tests"] = [_as_rendered(t, RULE_VALUES) for t in suite["tests"]]
         checked += sum(len(t["alert_rule_test"]) for t in suite["tests"])
         (work / source.name).write_text(yaml.safe_dump(suite))
     files = sorted(work.glob("*.yaml"))
-    run = tooling.test_rules([f for f in files if str(f) not in rule_files])
+    run = rulecheck.test_rules([f for f in files if str(f) not in rule_files])
     assert run.ok, run.output
     assert checked > 40
 

@@ -10,11 +10,11 @@ import httpx
 import pytest
 
 from tidescale.autoscaler.service import TargetQueries, TargetSettings
-from tidescale.autoscaler.servicecurve import ServiceCurve
 from tidescale.contracts.promql import metric_names
 from tidescale.devstack.fleet.exposition import parse
 from tidescale.devstack.fleet.model_repo import INPUT_NAME, ModelSpec, render_config
 from tidescale.devstack.fleet.running import running_fleet
+from tidescale.sim.servicecurve import ServiceCurve
 
 pytestmark = pytest.mark.integration
 

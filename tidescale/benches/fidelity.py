@@ -22,13 +22,13 @@ from typing import Any
 
 import numpy as np
 
-from tidescale.autoscaler.servicecurve import ServiceCurve
 from tidescale.benches import compare, published
 from tidescale.benches.leanclient import LeanClient
 from tidescale.benches.report import BENCH_DIR, markdown_table, write_page
 from tidescale.benches.tracefile import TracedRequests, read_trace
 from tidescale.contracts.errors import UsageError
 from tidescale.sim import BatcherConfig, FleetSim
+from tidescale.sim.servicecurve import ServiceCurve
 
 MODEL = "fidelity"
 CURVE_SCALE = 3.0  # V100 curve x3: capacity ~127 req/s, so 120 % load is ~150 req/s on this CPU

@@ -24,9 +24,10 @@ import numpy as np
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from tidescale.benches.common import bench_main
+from tidescale.benches.otlp_encode import encode_json, encode_protobuf
 from tidescale.benches.report import BENCH_DIR
 from tidescale.devstack.exporter import spawn_exporter
-from tidescale.exporters.otlp import Span, encode_json, encode_protobuf
+from tidescale.exporters.otlp import Span
 
 REQUESTS_PER_BODY = 512
 SPANS_PER_REQUEST = 3

@@ -28,7 +28,6 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import HistogramMetricFamily, SummaryMetricFamily
 from prometheus_client.registry import Collector
 
-from tidescale.autoscaler.servicecurve import ServiceCurve
 from tidescale.benches.common import bench_main
 from tidescale.benches.report import BENCH_DIR, save_figure
 from tidescale.contracts import catalog
@@ -36,6 +35,7 @@ from tidescale.contracts.promql import selector
 from tidescale.devstack.fleet.httpserve import LoopbackHttpServer, text_response
 from tidescale.devstack.promstack import PrometheusServer, ScrapeTarget
 from tidescale.exporters.latency import BucketHistogram, log_buckets
+from tidescale.sim.servicecurve import ServiceCurve
 
 QUANTILES = {"p50": 0.5, "p95": 0.95, "p99": 0.99}
 PODS = 24

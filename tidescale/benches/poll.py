@@ -27,8 +27,8 @@ from aiohttp import web
 
 from tidescale.benches.common import bench_main
 from tidescale.benches.report import BENCH_DIR
-from tidescale.contracts.tools import FIXTURES, REPO_ROOT
 from tidescale.devstack.ports import free_port
+from tidescale.devstack.tools import FIXTURES, REPO_ROOT
 
 FIXTURE = FIXTURES / "triton" / "real-2.51" / "stats.json"
 RESULT_MD = BENCH_DIR / "poll.md"

@@ -21,7 +21,7 @@ from typing import Any
 
 from tidescale.benches.common import bench_main
 from tidescale.benches.report import BENCH_DIR
-from tidescale.contracts.tools import FIXTURES, REPO_ROOT
+from tidescale.devstack.tools import FIXTURES, REPO_ROOT
 
 FIXTURE = FIXTURES / "profiles" / "pytorch" / "ranker_pystring.pt.trace.json.gz"
 RESULT_MD = BENCH_DIR / "profiles.md"

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from tidescale.autoscaler.servicecurve import ServiceCurve
 from tidescale.sim import BatcherConfig, FleetSim
+from tidescale.sim.servicecurve import ServiceCurve
 
 SOURCE = "https://github.com/triton-inference-server/server/issues/6267"
 REPORTED_QUEUE_S = {200: 285.524499e-6, 300: 4718.189e-6, 400: 20.194305}

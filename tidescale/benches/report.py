@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tidescale.contracts.tools import REPO_ROOT
+from tidescale.devstack.tools import REPO_ROOT
 
 
 def is_source_checkout(root: Path) -> bool:

@@ -31,10 +31,11 @@ import numpy as np
 
 from tidescale.benches.common import bench_main
 from tidescale.benches.ingest import SPANS_PER_REQUEST, TOKEN, exporter_rate, triton_request_spans
+from tidescale.benches.otlp_encode import encode_protobuf
 from tidescale.benches.poll import fake_triton_process, poll_cycles, target_urls
 from tidescale.benches.report import BENCH_DIR
 from tidescale.devstack.exporter import spawn_exporter
-from tidescale.exporters.otlp import DEPLOYMENT_ATTR, NAMESPACE_ATTRS, POD_ATTR, Span, encode_protobuf
+from tidescale.exporters.otlp import DEPLOYMENT_ATTR, NAMESPACE_ATTRS, POD_ATTR, Span
 from tidescale.exporters.settings import ExporterSettings
 
 RESULT_MD = BENCH_DIR / "scale-out.md"

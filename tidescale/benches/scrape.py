@@ -26,9 +26,10 @@ import httpx
 import numpy as np
 
 from tidescale.benches.common import bench_main
+from tidescale.benches.otlp_encode import encode_protobuf
 from tidescale.benches.report import BENCH_DIR, markdown_table
 from tidescale.devstack.exporter import spawn_exporter
-from tidescale.exporters.otlp import Span, encode_protobuf
+from tidescale.exporters.otlp import Span
 
 RESULT_MD = BENCH_DIR / "scrape.md"
 TOKEN = "bench-token"

@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from tidescale.autoscaler.servicecurve import ServiceCurve
 from tidescale.benches.report import markdown_table, write_page
 from tidescale.sim import BatcherConfig, FleetSim, MetricsLag
 from tidescale.sim.reference import simulate_naive
+from tidescale.sim.servicecurve import ServiceCurve
 
 GOAL_WALL_SECONDS = 30.0
 STEP_S = 15.0

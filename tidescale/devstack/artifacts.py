@@ -13,7 +13,7 @@ from pathlib import Path
 
 import typer
 
-from tidescale.contracts.tools import REPO_ROOT
+from tidescale.devstack.tools import REPO_ROOT
 
 PROVIDERS = (
     "tidescale.alerts.generate",

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from tidescale.contracts.tools import REPO_ROOT
+from tidescale.devstack.tools import REPO_ROOT
 
 CHART = "deploy/helm/tidescale"
 SCHEMA = f"{CHART}/values.schema.json"

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 
 from tidescale.autoscaler import adapter
-from tidescale.autoscaler.hpa import SYNC_PERIOD_S, HpaEmulator, HpaSpec, HpaStatus, pods_for
+from tidescale.autoscaler.hpa import HpaSpec
 from tidescale.autoscaler.manifests import Target, tidescale_hpa_spec
 from tidescale.autoscaler.service import (
     RecommenderService,
@@ -20,6 +20,7 @@ from tidescale.autoscaler.service import (
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.prometheus import PrometheusClient
 from tidescale.contracts.slo import SLO_P99_S
+from tidescale.sim.hpa_controller import SYNC_PERIOD_S, HpaEmulator, HpaStatus, pods_for
 
 log = logging.getLogger(__name__)
 LIVE_POLICIES = ("tidescale",)

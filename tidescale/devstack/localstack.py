@@ -24,7 +24,6 @@ from typing import Any
 import yaml
 
 from tidescale.contracts.slo import SLO_P99_S
-from tidescale.contracts.tools import CHART_FILES
 from tidescale.devstack.fleet.httpserve import LoopbackHttpServer, json_response, text_response
 from tidescale.devstack.fleet.model_repo import DEFAULT_MODELS, ModelSpec, sustainable_rps, with_load_seconds
 from tidescale.devstack.fleet.periodic import Periodic
@@ -33,6 +32,7 @@ from tidescale.devstack.fleet.triton import TraceSettings
 from tidescale.devstack.ports import LOOPBACK, free_port
 from tidescale.devstack.procs import ManagedProcess, stop_all
 from tidescale.devstack.promstack import AlertmanagerServer, PrometheusServer, ScrapeTarget
+from tidescale.devstack.tools import CHART_FILES
 
 RULES_DIR = CHART_FILES / "rules"
 

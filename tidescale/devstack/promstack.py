@@ -17,10 +17,10 @@ from typing import Any
 import httpx
 import yaml
 
-from tidescale.contracts import tools
 from tidescale.contracts.alertmanager import active_alerts
 from tidescale.contracts.errors import TidescaleError
 from tidescale.contracts.prometheus import PrometheusClient
+from tidescale.devstack import tools
 from tidescale.devstack.ports import LOOPBACK, port_or_free
 from tidescale.devstack.procs import ManagedProcess
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tidescale.autoscaler.servicecurve import ServiceCurve
 from tidescale.contracts.errors import UsageError
+from tidescale.sim.servicecurve import ServiceCurve
 
 JITTER_BLOCK = 8192
 SCHEDULERS = ("stepped", "triton-2.51")

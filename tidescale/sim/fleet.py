@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tidescale.autoscaler.servicecurve import ServiceCurve
 from tidescale.contracts.errors import UsageError
 from tidescale.sim.batcher import BatcherConfig, JitterStream, ReplicaBatcher
 from tidescale.sim.results import CompletedRequests, FleetCounters, ReplicaCounters
+from tidescale.sim.servicecurve import ServiceCurve
 from tidescale.sim.triton_batcher import TritonBatcher
 
 ROUTINGS = ("round-robin", "random", "least-loaded")

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tidescale.autoscaler.servicecurve import ServiceCurve
 from tidescale.sim.batcher import BatcherConfig, JitterStream, batch_to_send, mean_exec_table
+from tidescale.sim.servicecurve import ServiceCurve
 
 ARRIVAL, TIMER, DONE = 0, 1, 2
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from tidescale.autoscaler.servicecurve import ServiceCurve
 from tidescale.sim.batcher import BatcherConfig, BatchRecords, JitterStream, ReplicaBatcher
+from tidescale.sim.servicecurve import ServiceCurve
 
 INF = float("inf")
 SLOTS_PER_INSTANCE = 2  # RateLimiter::PayloadSlotAvailable: queued payloads < 2 x instances

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from tidescale.alerts import tooling
 from tidescale.alerts.alertmanager import MODEL_REVIEWS, NULL, PAGER, TICKETS, WATCHDOG
-from tidescale.alerts.tooling import ALERTMANAGER_CONFIG
+from tidescale.devstack import rulecheck
+from tidescale.devstack.rulecheck import ALERTMANAGER_CONFIG
 
 
 def config() -> dict:
@@ -15,7 +15,7 @@ def config() -> dict:
 
 
 def test_amtool_check_config_is_clean() -> None:
-    run = tooling.check_alertmanager()
+    run = rulecheck.check_alertmanager()
     assert run.ok, run.output
     assert "SUCCESS" in run.output
 
@@ -35,7 +35,7 @@ def test_amtool_check_config_is_clean() -> None:
     ],
 )
 def test_amtool_routes(labels: dict[str, str], receiver: str) -> None:
-    assert tooling.route_receivers(labels) == [receiver]
+    assert rulecheck.route_receivers(labels) == [receiver]
 
 
 def test_critical_inhibits_warning_on_the_same_alert_and_model() -> None:

@@ -9,11 +9,11 @@ import pytest
 import yaml
 
 from tests.paths import REPO
-from tidescale.alerts import tooling
 from tidescale.alerts.alerting import alert_names
 from tidescale.alerts.config import DEFAULT_SLO_THRESHOLDS_S, AlertsConfig, default_config, le_value
 from tidescale.alerts.generate import ALERTING, RECORDING, artifacts, rendered
 from tidescale.contracts import recorded as names
+from tidescale.devstack import rulecheck
 
 SEVERITIES = {"critical", "warning", "info", "none"}
 
@@ -32,23 +32,23 @@ def test_committed_artifacts_match_the_generator() -> None:
 
 
 def test_promtool_check_rules_is_clean() -> None:
-    run = tooling.check_rules([REPO / RECORDING, REPO / ALERTING])
+    run = rulecheck.check_rules([REPO / RECORDING, REPO / ALERTING])
     assert run.ok, run.output
     assert "SUCCESS" in run.output
 
 
 def test_promtool_unit_tests_pass() -> None:
-    files = tooling.test_files()
+    files = rulecheck.test_files()
     assert len(files) >= len(alert_names(default_config())) + 1
     with ThreadPoolExecutor(max_workers=2) as pool:  # one promtool per file, two at a time
-        runs = dict(zip(files, pool.map(lambda f: tooling.test_rules([f]), files), strict=True))
+        runs = dict(zip(files, pool.map(lambda f: rulecheck.test_rules([f]), files), strict=True))
     failed = {f.name: run.output for f, run in runs.items() if not run.ok or "SUCCESS" not in run.output}
     assert not failed, "\n".join(failed.values())
 
 
 @pytest.mark.parametrize("alertname", alert_names(default_config()))
 def test_every_alert_has_a_promtool_test_with_firing_silent_and_negative_cases(alertname: str) -> None:
-    path = tooling.TESTS_DIR / f"{alertname.lower()}.yaml"
+    path = rulecheck.TESTS_DIR / f"{alertname.lower()}.yaml"
     assert path.exists(), f"no promtool test {path}"
     doc = yaml.safe_load(path.read_text())
     checks = [c for t in doc["tests"] for c in t.get("alert_rule_test", []) if c["alertname"] == alertname]
@@ -160,7 +160,7 @@ def test_each_model_burns_against_its_own_slo_group(tmp_path: Path) -> None:
         }],
     }
     (tmp_path / "suite.yaml").write_text(yaml.safe_dump(suite))
-    run = tooling.test_rules([tmp_path / "suite.yaml"])
+    run = rulecheck.test_rules([tmp_path / "suite.yaml"])
     assert run.ok, run.output
 
 
@@ -170,7 +170,7 @@ def test_slo_group_patterns_are_escaped_and_promtool_clean(tmp_path: Path) -> No
     assert 'model=~"a\\"b|c\\\\d"' in text
     for name, content in rendered(cfg).items():
         (tmp_path / name).write_text(content)
-    run = tooling.check_rules([tmp_path / "tidescale-recording.yaml", tmp_path / "tidescale-alerts.yaml"])
+    run = rulecheck.check_rules([tmp_path / "tidescale-recording.yaml", tmp_path / "tidescale-alerts.yaml"])
     assert run.ok, run.output
 
 
@@ -236,5 +236,5 @@ def test_configured_strings_reaching_promql_are_escaped(tmp_path: Path) -> None:
     assert 'container=~"triton\\"|x\\\\d"' in files["tidescale-alerts.yaml"]
     for name, content in files.items():
         (tmp_path / name).write_text(content)
-    run = tooling.check_rules([tmp_path / "tidescale-recording.yaml", tmp_path / "tidescale-alerts.yaml"])
+    run = rulecheck.check_rules([tmp_path / "tidescale-recording.yaml", tmp_path / "tidescale-alerts.yaml"])
     assert run.ok, run.output

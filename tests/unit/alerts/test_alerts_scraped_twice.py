@@ -11,8 +11,8 @@ from typing import Any
 
 import yaml
 
-from tidescale.alerts import tooling
 from tidescale.contracts import catalog
+from tidescale.devstack import rulecheck
 
 TRITON = {name for fam in catalog.families("triton") for name in catalog.series_names(fam)}
 # What a ServiceMonitor of the user's adds to each target, beside the namespace and pod both set.
@@ -52,7 +52,7 @@ def duplicated(doc: dict[str, Any], source: Path) -> tuple[dict[str, Any], int]:
     return out, copies
 
 
-def run_duplicated(sources: list[Path], tmp: Path) -> tuple[tooling.ToolRun, int]:
+def run_duplicated(sources: list[Path], tmp: Path) -> tuple[rulecheck.ToolRun, int]:
     """One promtool run over the doubled copies of *sources* (promtool names each failing file)."""
     paths, copies = [], 0
     for source in sources:
@@ -60,17 +60,17 @@ def run_duplicated(sources: list[Path], tmp: Path) -> tuple[tooling.ToolRun, int
         paths.append(tmp / source.name)
         paths[-1].write_text(yaml.safe_dump(doc, sort_keys=False))
         copies += n
-    return tooling.test_rules(paths), copies
+    return rulecheck.test_rules(paths), copies
 
 
 def test_every_promtool_test_holds_with_triton_scraped_twice(tmp_path: Path) -> None:
-    run, _ = run_duplicated(tooling.test_files(), tmp_path)
+    run, _ = run_duplicated(rulecheck.test_files(), tmp_path)
     assert run.ok and "FAILED" not in run.output, run.output
 
 
 def test_the_suites_that_read_triton_are_the_ones_doubled(tmp_path: Path) -> None:
     """The transformation reaches the request-rate and queue tests (a check that cannot pass vacuously)."""
-    copies = {p.stem: duplicated(yaml.safe_load(p.read_text()), p)[1] for p in tooling.test_files()}
+    copies = {p.stem: duplicated(yaml.safe_load(p.read_text()), p)[1] for p in rulecheck.test_files()}
     assert copies["recording"] >= 10
     assert copies["tritonqueuebacklog"] > 0
 
@@ -88,7 +88,7 @@ def test_a_rule_that_sums_raw_series_fails_the_same_check(tmp_path: Path) -> Non
                           "values": "0+60x10"}],
         "promql_expr_test": [{"expr": "naive:requests:rate5m", "eval_time": "10m",
                               "exp_samples": [{"labels": "naive:requests:rate5m", "value": 1}]}]}]}))
-    assert tooling.test_rules([source]).ok
+    assert rulecheck.test_rules([source]).ok
     run, copies = run_duplicated([source], tmp_path)
     assert copies == 1
     assert not run.ok and "naive:requests:rate5m" in run.output

@@ -15,10 +15,10 @@ import pytest
 import yaml
 
 from tests.paths import REPO
-from tidescale.alerts import tooling
 from tidescale.alerts.generate import ALERTING, RECORDING
 from tidescale.contracts import catalog
 from tidescale.contracts import recorded as n
+from tidescale.devstack import rulecheck
 
 MINUTES = 70
 EXPORTER_NS = "gpu-operator"
@@ -259,7 +259,7 @@ def promtool_test(shape: Shape) -> dict[str, Any]:
 def test_gpu_rules_and_alerts_read_the_same_in_every_dcgm_exporter_shape(shape: Shape, tmp_path: Path) -> None:
     path = tmp_path / f"{shape.id}.yaml"
     path.write_text(yaml.safe_dump(promtool_test(shape), sort_keys=False))
-    run = tooling.test_rules([path])
+    run = rulecheck.test_rules([path])
     assert run.ok and "SUCCESS" in run.output, run.output
 
 

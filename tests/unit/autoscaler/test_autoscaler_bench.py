@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from tidescale import cli
-from tidescale.autoscaler.servicecurve import ServiceCurve
 from tidescale.benches.autoscale import policies as pol
 from tidescale.benches.autoscale import scenarios as bench
 from tidescale.benches.autoscale.closedloop import (
@@ -25,6 +24,7 @@ from tidescale.benches.autoscale.closedloop import (
 from tidescale.contracts.errors import UsageError
 from tidescale.devstack.live_autoscaler import LiveAutoscaler
 from tidescale.sim import BatcherConfig
+from tidescale.sim.servicecurve import ServiceCurve
 from tidescale.sim.traffic import scenario
 from tidescale.sim.traffic import surge as surge_scenario
 

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidescale.autoscaler.capacity import capacity_at_slo, curve_capacity, load_capacity, parse_profile
-from tidescale.autoscaler.servicecurve import ServiceCurve
+from tidescale.autoscaler.capacity import capacity_at_slo, load_capacity, parse_profile
 from tidescale.contracts.errors import UsageError
+from tidescale.sim.servicecurve import ServiceCurve, curve_capacity
 
 # The column layout perf_analyzer -f writes (latencies in µs).
 PROFILE = """Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,Server Compute Input,\

@@ -6,14 +6,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidescale.autoscaler.hpa import (
-    Behavior,
+from tidescale.autoscaler.hpa import Behavior, HpaSpec, MetricSpec, ScalingPolicy, ScalingRules
+from tidescale.autoscaler.manifests import Target, tidescale_hpa_spec
+from tidescale.autoscaler.recommend import reachable_under_tolerance
+from tidescale.contracts.errors import UsageError
+from tidescale.sim.hpa_controller import (
     HpaEmulator,
-    HpaSpec,
-    MetricSpec,
     Pod,
-    ScalingPolicy,
-    ScalingRules,
     Tolerances,
     per_pod_replicas,
     plain_metric_replicas,
@@ -21,9 +20,6 @@ from tidescale.autoscaler.hpa import (
     replica_count_for,
     usage_ratio_replicas,
 )
-from tidescale.autoscaler.manifests import Target, tidescale_hpa_spec
-from tidescale.autoscaler.recommend import reachable_under_tolerance
-from tidescale.contracts.errors import UsageError
 
 DESIRED = "tidescale_desired_replicas"
 EXT_AVG1 = MetricSpec("External", DESIRED, "AverageValue", 1.0)

@@ -42,7 +42,7 @@ def keda_schema() -> dict[str, Any]:
 def test_hpa_takes_a_flash_crowd_in_one_sync() -> None:
     """The recommender already looked ahead: a 10x step in its answer reaches the Deployment in one
     15 s sync, not over several (the scale-up policy allows 11x or +8 pods)."""
-    from tidescale.autoscaler.hpa import HpaEmulator, Pod
+    from tidescale.sim.hpa_controller import HpaEmulator, Pod
 
     target = Target("triton", "ml", "m", 1, 100)
     hpa = HpaEmulator(tidescale_hpa_spec(target), 3)

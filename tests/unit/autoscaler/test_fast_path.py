@@ -23,7 +23,7 @@ from tidescale.autoscaler.fastpath import (
 from tidescale.autoscaler.podreader import PodReader, discover_pods
 from tidescale.autoscaler.recommend import Observation, Recommender, RecommenderConfig
 from tidescale.contracts.errors import UsageError
-from tidescale.contracts.tools import FIXTURES
+from tidescale.devstack.tools import FIXTURES
 
 REAL = FIXTURES / "triton" / "real-2.51" / "metrics_during_load.txt"
 

@@ -8,7 +8,7 @@ import yaml
 
 from tests.hpa_table import CASES, SYNC_S, HpaCase, on_the_sync_clock, replay
 from tidescale.autoscaler.hpa import spec_to_dict
-from tidescale.contracts.tools import REPO_ROOT
+from tidescale.devstack.tools import REPO_ROOT
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tidescale.alerts import tooling
 from tidescale.dashboards import lint
 from tidescale.dashboards.registry import build_all
+from tidescale.devstack import rulecheck
 
 # Three exporters over 20 minutes, one sample a minute. a: OTLP, 990 spans accepted and 10 dropped a
 # minute. b: a trace-file exporter that drops nothing. c: a trace-file exporter dropping 2 entries and
@@ -37,7 +37,7 @@ def _query(title: str) -> str:
     return expr.replace("$__rate_interval", "5m").replace("$cluster", ".*")
 
 
-def _promtool_expects(tmp_path: Path, expr: str, expected: dict[str, float]) -> tooling.ToolRun:
+def _promtool_expects(tmp_path: Path, expr: str, expected: dict[str, float]) -> rulecheck.ToolRun:
     test = {"rule_files": [], "evaluation_interval": "1m", "tests": [{
         "interval": "1m",
         "input_series": [{"series": s, "values": v} for s, v in SERIES],
@@ -46,7 +46,7 @@ def _promtool_expects(tmp_path: Path, expr: str, expected: dict[str, float]) -> 
     }]}
     path = tmp_path / "panel.yaml"
     path.write_text(yaml.safe_dump(test))
-    return tooling.test_rules([path])
+    return rulecheck.test_rules([path])
 
 
 @pytest.mark.parametrize(("title", "expected"), [

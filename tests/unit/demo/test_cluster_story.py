@@ -40,16 +40,16 @@ def test_the_story_surges_then_outruns_max_replicas_then_recovers() -> None:
 def test_pages_and_tickets_route_by_severity_to_the_sink(tmp_path: Path) -> None:
     """The platform team's kps Alertmanager configuration, checked by amtool: critical pages, warnings
     open tickets, and kps's Watchdog goes nowhere."""
-    from tidescale.alerts import tooling
+    from tidescale.devstack import rulecheck
 
     sink = NotificationSink(host="10.243.0.1")
     doc = oncall_routes(sink)
     config = tmp_path / "alertmanager.yaml"
     config.write_text(yaml.safe_dump(doc))
-    assert tooling.check_alertmanager(config).ok
-    assert tooling.route_receivers({"severity": "critical", "alertname": "X"}, config) == ["pager"]
-    assert tooling.route_receivers({"severity": "warning", "alertname": "X"}, config) == ["tickets"]
-    assert tooling.route_receivers({"severity": "none", "alertname": "Watchdog"}, config) == ["null"]
+    assert rulecheck.check_alertmanager(config).ok
+    assert rulecheck.route_receivers({"severity": "critical", "alertname": "X"}, config) == ["pager"]
+    assert rulecheck.route_receivers({"severity": "warning", "alertname": "X"}, config) == ["tickets"]
+    assert rulecheck.route_receivers({"severity": "none", "alertname": "Watchdog"}, config) == ["null"]
     urls = {r["name"]: r["webhook_configs"][0]["url"] for r in doc["receivers"] if "webhook_configs" in r}
     assert urls["pager"].startswith("http://10.243.0.1:") and urls["pager"].endswith("/pager")
 

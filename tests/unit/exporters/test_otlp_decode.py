@@ -12,15 +12,9 @@ from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from tests.paths import FIXTURES
+from tidescale.benches.otlp_encode import encode_protobuf
 from tidescale.exporters.errors import BadInput
-from tidescale.exporters.otlp import (
-    SpanJoiner,
-    decode_json,
-    decode_protobuf,
-    decode_traces,
-    decompress,
-    encode_protobuf,
-)
+from tidescale.exporters.otlp import SpanJoiner, decode_json, decode_protobuf, decode_traces, decompress
 
 OTLP = FIXTURES / "triton" / "real-2.51" / "otlp"
 BODIES = sorted(OTLP.glob("*.json"))
@@ -183,7 +177,7 @@ def test_fuzz_mutated_real_protobuf(position: int, junk: bytes) -> None:
 def test_json_encoder_round_trips_and_gc_is_restored() -> None:
     import gc
 
-    from tidescale.exporters.otlp import encode_json
+    from tidescale.benches.otlp_encode import encode_json
 
     spans = decode_json(BODIES[2].read_bytes())
     assert decode_json(encode_json(spans)) == spans

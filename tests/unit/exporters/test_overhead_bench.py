@@ -22,10 +22,10 @@ from tests.paths import FIXTURES
 from tidescale import cli
 from tidescale.benches import overhead as ov
 from tidescale.benches.histogram import histogram_quantile
-from tidescale.contracts import tools
 from tidescale.contracts.errors import MissingToolError, TidescaleError, UsageError
-from tidescale.contracts.tools import REPO_ROOT
+from tidescale.devstack import tools
 from tidescale.devstack.fleet.model_repo import write_model_repository
+from tidescale.devstack.tools import REPO_ROOT
 
 
 def stat(pid: int, ppid: int, utime: int, stime: int, cutime: int = 0, cstime: int = 0, comm: str = "proc") -> str:

@@ -167,7 +167,8 @@ def test_ten_thousand_model_names_stay_under_the_series_cap() -> None:
 def test_protobuf_answer_is_protobuf(client: TestClient) -> None:
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-    from tidescale.exporters.otlp import decode_json, encode_protobuf
+    from tidescale.benches.otlp_encode import encode_protobuf
+    from tidescale.exporters.otlp import decode_json
 
     body = encode_protobuf(decode_json(BODIES[1].read_bytes()))
     r = client.post("/v1/traces", content=body, headers={**AUTH, "content-type": "application/x-protobuf"})

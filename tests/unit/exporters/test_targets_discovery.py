@@ -61,11 +61,14 @@ def test_events_add_update_and_remove_with_callbacks() -> None:
     assert ts.targets() == [] and changes[-1][1][0].pod == "p1"
 
 
-def test_target_cap_is_counted() -> None:
+def test_target_cap_bounds_the_set_and_frees_a_slot_on_delete() -> None:
     ts = TargetSet(kube_selector="app=x", max_targets=2)
     for i in range(4):
         ts.apply_pod_event("ADDED", pod(f"p{i}", ip=f"10.0.0.{i}"))
-    assert len(ts.targets()) == 2 and ts.refused == 2
+    assert sorted(t.pod for t in ts.targets()) == ["p0", "p1"]
+    ts.apply_pod_event("DELETED", pod("p0", ip="10.0.0.0"))
+    ts.apply_pod_event("MODIFIED", pod("p3", ip="10.0.0.3"))
+    assert sorted(t.pod for t in ts.targets()) == ["p1", "p3"]
 
 
 class FakeApi:

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidescale.autoscaler.servicecurve import ServiceCurve
 from tidescale.contracts.errors import UsageError
 from tidescale.sim import BatcherConfig, FleetSim, batch_to_send
 from tidescale.sim.reference import simulate_naive
+from tidescale.sim.servicecurve import ServiceCurve
 
 FLAT = ServiceCurve(((1, 0.010), (32, 0.010)), jitter_sigma=0.0)  # every batch takes 10 ms
 LINEAR = ServiceCurve(((1, 0.010), (32, 0.041)), jitter_sigma=0.0)  # 10 ms + 1 ms per extra request

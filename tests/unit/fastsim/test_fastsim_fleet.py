@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidescale.autoscaler.servicecurve import ServiceCurve
 from tidescale.contracts.errors import UsageError
 from tidescale.sim import BatcherConfig, FleetSim
+from tidescale.sim.servicecurve import ServiceCurve
 
 CURVE = ServiceCurve(((1, 0.010), (32, 0.010)), jitter_sigma=0.0)
 CFG = BatcherConfig(max_batch_size=8, preferred_batch_sizes=(), max_queue_delay_s=0.0)

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidescale.autoscaler.servicecurve import ServiceCurve
 from tidescale.contracts.errors import UsageError
 from tidescale.sim import BatcherConfig, FleetSim, MetricsLag, ScrapedSeries, prom_rate
+from tidescale.sim.servicecurve import ServiceCurve
 
 
 def test_rate_of_a_linear_counter_is_its_slope() -> None:

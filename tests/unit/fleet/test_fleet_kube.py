@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
-from tidescale.autoscaler.hpa import HpaStatus
 from tidescale.contracts import catalog
 from tidescale.contracts.errors import UsageError
 from tidescale.devstack.fleet.exposition import parse
 from tidescale.devstack.fleet.kube import KubeStateMetricsServer, check_hpa, pod_uid, render_kube_state
+from tidescale.sim.hpa_controller import HpaStatus
 
 
 @dataclass

@@ -12,7 +12,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tidescale.autoscaler.servicecurve import ServiceCurve
 from tidescale.contracts.errors import UsageError
 from tidescale.devstack.fleet.model_repo import (
     DEFAULT_MODELS,
@@ -24,6 +23,7 @@ from tidescale.devstack.fleet.model_repo import (
     with_load_seconds,
     write_model_repository,
 )
+from tidescale.sim.servicecurve import ServiceCurve
 
 
 def test_default_models_have_stable_names_and_distinct_speeds() -> None:

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from tidescale.contracts.errors import UsageError
-from tidescale.contracts.tools import REPO_ROOT, TritonInstall
 from tidescale.devstack.cluster.serving import triton_deployment
 from tidescale.devstack.fleet.fleet import SUFFIX_ALPHABET, PodNamer, TritonFleet, crash_from, template_hash
 from tidescale.devstack.fleet.model_repo import DEFAULT_MODELS, with_load_seconds, write_model_repository
 from tidescale.devstack.fleet.triton import ReplicaPorts, TraceSettings, TritonReplica, otlp_batch_flags
 from tidescale.devstack.procs import ManagedProcess
+from tidescale.devstack.tools import REPO_ROOT, TritonInstall
 
 
 def test_pod_names_look_like_a_deployments_and_are_reproducible() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tidescale.benches.report import BENCH_DIR, bench_dir
-from tidescale.contracts.tools import REPO_ROOT
+from tidescale.devstack.tools import REPO_ROOT
 
 
 def test_a_clone_records_into_its_docs() -> None:

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tidescale.autoscaler.servicecurve import ServiceCurve
 from tidescale.benches.autoscale.scenarios import AZURE_TRACE as AZURE
 from tidescale.contracts.errors import UsageError
+from tidescale.sim.servicecurve import ServiceCurve
 from tidescale.sim.traffic import load_trace_timestamps, replay, scenario
 
 

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tidescale.autoscaler.servicecurve import ServiceCurve
 from tidescale.benches.autoscale.policies import HPA_SYNC_S, Policy, tick_after
 from tidescale.sim import BatcherConfig, FleetSim, MetricsLag
 from tidescale.sim.lag import DEFAULT_EXTRACTORS
 from tidescale.sim.results import FleetCounters
+from tidescale.sim.servicecurve import ServiceCurve
 
 SCRAPE_INTERVAL_S = 15.0
 DRAIN_S = 60.0

@@ -16,17 +16,17 @@ from typing import Protocol
 
 from tidescale.autoscaler import adapter
 from tidescale.autoscaler.fastpath import FastWindow, PodCounters
-from tidescale.autoscaler.hpa import HpaEmulator, HpaSpec, MetricSpec, MetricValue, Pod
+from tidescale.autoscaler.hpa import HpaSpec, MetricSpec
 from tidescale.autoscaler.manifests import Target, tidescale_hpa_spec
 from tidescale.autoscaler.recommend import Observation, Recommender, asked_replicas
 from tidescale.autoscaler.service import RecommenderSettings, TargetSettings
 from tidescale.contracts.errors import UsageError
 from tidescale.sim import FleetSim, MetricsLag
+from tidescale.sim.hpa_controller import HpaEmulator, MetricValue, Pod
 
 HPA_SYNC_S = 15.0
 PROXY_TICK_S = 2.0
 RATE_WINDOW_S = 60.0
-DEBUG = False
 CPU_REQUEST_CORES = 0.5  # the seed Deployment's container CPU request
 
 
@@ -299,8 +299,6 @@ class TidescalePolicy:
             rec = self.recommender.recommend(Observation(now, rate, pending, int(ready), self.current,
                                                          p99, self.slo_s, fast, worst, rejected or 0.0,
                                                          fast_rejected))
-            if DEBUG:
-                print(int(now), round(rate), pending, int(ready), self.current, rec)
             self.published.append((now, rec.desired))
 
     def _fast(self, now: float, sim: FleetSim) -> None:

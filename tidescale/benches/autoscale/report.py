@@ -16,7 +16,6 @@ import numpy as np
 from tidescale.autoscaler.queue_policy import recommended_queue_policy
 from tidescale.autoscaler.recommend import check_headroom
 from tidescale.autoscaler.service import RecommenderSettings
-from tidescale.autoscaler.servicecurve import ServiceCurve
 from tidescale.benches.autoscale import policies as pol
 from tidescale.benches.autoscale import scenarios as bench
 from tidescale.benches.autoscale.closedloop import RunResult, SimParams, recorded_offsets, with_seed
@@ -34,6 +33,7 @@ from tidescale.benches.autoscale.seeds import seed_lines, seed_spread
 from tidescale.benches.report import BENCH_DIR, recorded
 from tidescale.contracts.errors import UsageError
 from tidescale.sim import BatcherConfig
+from tidescale.sim.servicecurve import ServiceCurve
 
 DOC = BENCH_DIR / "autoscale.md"
 PNG = BENCH_DIR / "autoscale.png"

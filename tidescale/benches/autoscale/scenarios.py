@@ -17,12 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from tidescale.autoscaler.servicecurve import ServiceCurve
 from tidescale.benches.autoscale import policies as pol
 from tidescale.benches.autoscale.closedloop import RunResult, SimParams, run_policy, score
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.slo import SLO_P99_S
 from tidescale.sim import BatcherConfig, FleetSim
+from tidescale.sim.servicecurve import ServiceCurve
 from tidescale.sim.traffic import Scenario, flash_crowd, replay, scenario, surge
 
 DEFAULT_SLO_S = SLO_P99_S

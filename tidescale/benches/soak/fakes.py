@@ -19,7 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tidescale.contracts.tools import FIXTURES
+from tidescale.devstack.tools import FIXTURES
 
 EXPOSITION = FIXTURES / "triton" / "real-2.51" / "metrics_during_load.txt"
 MODEL = "batcher"

@@ -109,7 +109,8 @@ def _started(name: str, proc: ManagedProcess, health_port: int) -> ManagedProces
 def trace_bodies(seed: int = 11) -> Body:
     """OTLP/JSON bodies shaped like Triton's posts, fresh ids and times each one."""
     from tidescale.benches.ingest import triton_request_spans
-    from tidescale.exporters.otlp import Span, encode_json
+    from tidescale.benches.otlp_encode import encode_json
+    from tidescale.exporters.otlp import Span
 
     rng = np.random.default_rng(seed)
 

@@ -19,10 +19,10 @@ import httpx
 import yaml
 
 from tidescale.contracts.errors import MissingToolError, TidescaleError
-from tidescale.contracts.tools import REPO_ROOT, SETUP_HINT
 from tidescale.devstack.cluster.config import ClusterConfig
 from tidescale.devstack.cluster.kubectl import deployment_available, kubectl, render_manifest, wait_for
 from tidescale.devstack.node.kubeapi import ApiError, KubeApi
+from tidescale.devstack.tools import REPO_ROOT, SETUP_HINT
 
 GO_MODULES = REPO_ROOT / "deploy" / "cluster" / "go"
 # (component folder under GO_MODULES, upstream module) of the add-ons whose manifests are read here

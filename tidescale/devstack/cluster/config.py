@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
 
-from tidescale.contracts.tools import REPO_ROOT, TOOLS_BIN
+from tidescale.devstack.tools import REPO_ROOT, TOOLS_BIN
 
 NODE_PREFIX = "tidescale-node-"
 

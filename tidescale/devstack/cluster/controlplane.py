@@ -21,11 +21,11 @@ import httpx
 import yaml
 
 from tidescale.contracts.errors import MissingToolError, TidescaleError
-from tidescale.contracts.tools import SETUP_HINT
 from tidescale.devstack.cluster import netpol
 from tidescale.devstack.cluster.config import ClusterConfig, tool
 from tidescale.devstack.cluster.pki import KeyPair, Pki
 from tidescale.devstack.procs import ManagedProcess
+from tidescale.devstack.tools import SETUP_HINT
 
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy", "kube-router")
 

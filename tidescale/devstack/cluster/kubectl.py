@@ -9,9 +9,9 @@ import time
 from collections.abc import Callable
 
 from tidescale.contracts.errors import TidescaleError
-from tidescale.contracts.tools import REPO_ROOT, find_binary
 from tidescale.devstack.cluster.config import ClusterConfig
 from tidescale.devstack.node.kubeapi import ApiError, KubeApi
+from tidescale.devstack.tools import REPO_ROOT, find_binary
 
 MANIFESTS = REPO_ROOT / "deploy" / "cluster" / "manifests"
 

@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tidescale.contracts.errors import MissingToolError, TidescaleError
-from tidescale.contracts.tools import SETUP_HINT
 from tidescale.devstack.cluster import controlplane as cp
 from tidescale.devstack.cluster import netpol
 from tidescale.devstack.cluster.config import ClusterConfig, tool
 from tidescale.devstack.cluster.kubectl import deployment_available, kubectl, render_manifest, wait_for
 from tidescale.devstack.node.kubeapi import ApiError, KubeApi
+from tidescale.devstack.tools import SETUP_HINT
 
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy")
 NETWORK_POLICY = "kube-router"  # its policy controller alone (netpol.py)

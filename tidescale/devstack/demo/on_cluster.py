@@ -37,7 +37,6 @@ from rich.console import Console
 from rich.live import Live
 
 from tidescale.contracts.promql import selector, triton_sum
-from tidescale.contracts.tools import REPO_ROOT, helm
 from tidescale.devstack.cluster import addons, lifecycle
 from tidescale.devstack.cluster.config import ClusterConfig
 from tidescale.devstack.cluster.kubectl import kubectl
@@ -59,6 +58,7 @@ from tidescale.devstack.fleet.model_repo import DEFAULT_MODELS, ModelSpec, susta
 from tidescale.devstack.localstack import NotificationSink
 from tidescale.devstack.node.kubeapi import KubeApi
 from tidescale.devstack.node.podspec import POD_RESOURCES, kubelet_root
+from tidescale.devstack.tools import REPO_ROOT, helm
 from tidescale.sim.traffic import Scenario
 
 SERVING, RELEASE, RELEASE_NS, DEPLOYMENT = "inference", "tidescale", "tidescale", "triton"

@@ -12,11 +12,11 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from tidescale.autoscaler.hpa import HpaStatus
 from tidescale.contracts import catalog
 from tidescale.contracts.errors import UsageError
 from tidescale.devstack.fleet.exposition import render_family
 from tidescale.devstack.fleet.httpserve import LoopbackHttpServer, ServesHttp, text_response
+from tidescale.sim.hpa_controller import HpaStatus
 
 CONTAINER = "triton"
 Labels = list[tuple[str, str]]

@@ -13,8 +13,8 @@ import shutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tidescale.autoscaler.servicecurve import ServiceCurve
 from tidescale.contracts.errors import UsageError
+from tidescale.sim.servicecurve import ServiceCurve
 
 INPUT_NAME = "INPUT0"
 OUTPUT_NAME = "OUTPUT0"

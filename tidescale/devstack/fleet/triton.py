@@ -10,8 +10,8 @@ from typing import Any, Literal
 
 import httpx
 
-from tidescale.contracts import tools
 from tidescale.contracts.errors import TidescaleError, UsageError
+from tidescale.devstack import tools
 from tidescale.devstack.fleet.model_repo import SLOWDOWN_ENV, model_names
 from tidescale.devstack.ports import LOOPBACK, free_ports
 from tidescale.devstack.procs import ManagedProcess

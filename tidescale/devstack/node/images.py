@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tidescale.contracts.tools import TOOLS_BIN
+from tidescale.devstack.tools import TOOLS_BIN
 
 
 class ImageNotMapped(Exception):
@@ -62,7 +62,7 @@ def _venv_bin() -> Path:
 
 
 def _triton() -> HostImage:
-    from tidescale.contracts.tools import triton
+    from tidescale.devstack.tools import triton
 
     install = triton()
     env = install.env()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -370,10 +369,6 @@ def _sub_path(mount: Json, env: dict[str, str]) -> str:
         raise PodSpecError(f"volumeMount {mount['name']}: subPathExpr must be a relative path inside the "
                            f"volume, got {sub!r}")
     return sub
-
-
-def remove_tree(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def as_json(value: Any) -> Json:

@@ -1,32 +1,21 @@
-"""promtool and amtool runs: rule checks, rule unit tests, Alertmanager config and route checks."""
+"""promtool and amtool on the committed files: rule checks, rule unit tests, Alertmanager config and routes.
+
+The dev stack's side of `tidescale.alerts.check`: the files are the repository's (what the chart
+ships, what the promtool tests in `alerts/tests` name), and the tools may come from `.tools/bin`.
+"""
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-from tidescale.contracts import tools
-from tidescale.contracts.tools import CHART_FILES, REPO_ROOT
+from tidescale.alerts.check import ToolRun, run_tool
+from tidescale.devstack import tools
+from tidescale.devstack.tools import CHART_FILES, REPO_ROOT
 
 RULES_DIR = CHART_FILES / "rules"
 TESTS_DIR = REPO_ROOT / "alerts" / "tests"
 ALERTMANAGER_CONFIG = CHART_FILES / "alertmanager" / "alertmanager.yaml"
-
-
-@dataclass(frozen=True)
-class ToolRun:
-    ok: bool
-    output: str  # stdout and stderr
-    stdout: str
-
-
-def _run(argv: Sequence[str | Path], timeout_s: float = 300) -> ToolRun:
-    proc = subprocess.run(
-        [str(a) for a in argv], capture_output=True, text=True, timeout=timeout_s, check=False
-    )
-    return ToolRun(proc.returncode == 0, proc.stdout + proc.stderr, proc.stdout)
 
 
 def rule_files(rules_dir: Path = RULES_DIR) -> list[Path]:
@@ -38,21 +27,21 @@ def test_files(tests_dir: Path = TESTS_DIR) -> list[Path]:
 
 
 def check_rules(files: Sequence[Path]) -> ToolRun:
-    return _run([tools.promtool(), "check", "rules", *files])
+    return run_tool([tools.promtool(), "check", "rules", *files])
 
 
 def test_rules(files: Sequence[Path]) -> ToolRun:
-    return _run([tools.promtool(), "test", "rules", *files])
+    return run_tool([tools.promtool(), "test", "rules", *files])
 
 
 def check_alertmanager(config: Path = ALERTMANAGER_CONFIG) -> ToolRun:
-    return _run([tools.amtool(), "check-config", config])
+    return run_tool([tools.amtool(), "check-config", config])
 
 
 def route_receivers(labels: dict[str, str], config: Path = ALERTMANAGER_CONFIG) -> list[str]:
     """Receivers an alert with *labels* reaches (`amtool config routes test`)."""
     pairs = [f"{k}={v}" for k, v in labels.items()]
-    run = _run([tools.amtool(), "config", "routes", "test", f"--config.file={config}", *pairs])
+    run = run_tool([tools.amtool(), "config", "routes", "test", f"--config.file={config}", *pairs])
     if not run.ok:
         raise RuntimeError(f"amtool config routes test failed: {run.output}")
     return [r.strip() for r in run.stdout.strip().split(",") if r.strip()]

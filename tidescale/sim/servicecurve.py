@@ -92,3 +92,12 @@ class ServiceCurve:
 
     def to_pairs(self) -> list[list[float]]:
         return [[b, s] for b, s in self.points]
+
+
+def curve_capacity(curve: ServiceCurve, headroom: float = 0.85) -> float:
+    """Capacity of a replica on *curve* with queueing headroom: a fraction of its peak batch throughput.
+
+    Used when no profile is given (the simulator knows its own curve); 0.85 keeps the queue short
+    enough that P99 stays within a few executions of the largest batch.
+    """
+    return curve.max_throughput() * headroom
