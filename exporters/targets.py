@@ -267,11 +267,10 @@ class TargetSet:
                 del self._pods[key]
                 self._by_ip.pop(target_host(old), None)
                 removed.append(old)
-            if target is not None:
-                if len(self._pods) < self.max_targets:  # past the cap a pod waits for a free slot
-                    self._pods[key] = target
-                    self._by_ip[target_host(target)] = (target, deployment_of(pod))
-                    added.append(target)
+            if target is not None and len(self._pods) < self.max_targets:  # past the cap a pod waits
+                self._pods[key] = target
+                self._by_ip[target_host(target)] = (target, deployment_of(pod))
+                added.append(target)
         self._notify(added, removed)
 
     def replace_pods(self, pods: Iterable[Any]) -> None:

@@ -9,7 +9,8 @@ echo "== mypy"
 # mypy cannot follow setuptools' package-dir mapping, so it checks a tree of links laid out as installed.
 rm -rf .typecheck && mkdir -p .typecheck/tidescale
 for entry in tidescale/*; do ln -s "../../$entry" .typecheck/tidescale/; done
-for folder in exporters alerts autoscaler dashboards; do ln -s "../../$folder" ".typecheck/tidescale/$folder"; done
+product=$(python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["tool"]["tidescale"]["layout"]["product"])')
+for folder in $product; do ln -s "../../$folder" ".typecheck/tidescale/$folder"; done
 (cd .typecheck && mypy --config-file ../pyproject.toml --no-error-summary -p tidescale)
 echo "== generated artifacts"; tidescale generate --check
 echo "== unit tests"; pytest -q -m "not integration and not e2e" "$@"

@@ -64,8 +64,9 @@ from tidescale.benches.common import Progress, bench_main
 from tidescale.benches.histogram import histogram_quantile
 from tidescale.benches.report import BENCH_DIR, json_block, markdown_table
 from tidescale.benches.tracefile import ServerWindows, read_text, server_windows
-from tidescale.contracts import catalog, tools
+from tidescale.contracts import catalog
 from tidescale.contracts.errors import MissingToolError, TidescaleError, UsageError
+from tidescale.devstack import tools
 from tidescale.devstack.exporter import spawn_exporter
 from tidescale.devstack.fleet.exposition import parse
 from tidescale.devstack.fleet.model_repo import DEFAULT_MODELS, ModelSpec, write_model_repository

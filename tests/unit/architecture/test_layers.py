@@ -2,12 +2,18 @@
 
 contracts ← product (exporters, alerts, autoscaler, dashboards) ← sim ← devstack, benches ← cli:
 a module may import its own layer or a lower one, never a higher one, and no modules import each
-other in a circle.
+other in a circle. Inside the product, exporters, alerts and autoscaler are independent of each other;
+dashboards may read the alerts' config (the thresholds they draw), nothing else of them. A string
+naming a module in a file that uses importlib (what `import_module` and the CLI's lazy commands load)
+counts as an import; `python -m tidescale.cli` in a child process is another process, not an import.
+The folder lists come from `[tool.tidescale.layout]` in pyproject.toml, as setup.py's do.
 """
 
 from __future__ import annotations
 
 import ast
+import re
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +21,10 @@ import pytest
 
 from tests.paths import REPO
 
-PRODUCT = ("exporters", "alerts", "autoscaler", "dashboards")
+MODULE_NAME = re.compile(r"tidescale(\.[a-z_][a-z0-9_]*)+")
+
+LAYOUT = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["tidescale"]["layout"]
+PRODUCT = tuple(LAYOUT["product"])
 LAYERS = {  # top-level name under `tidescale` -> rank
     "contracts": 0,
     **dict.fromkeys(PRODUCT, 1),
@@ -24,6 +33,8 @@ LAYERS = {  # top-level name under `tidescale` -> rank
     "benches": 3,
     "cli": 4,
 }
+# What one product folder may read of another: (importer, imported module or package).
+PRODUCT_READS = {("dashboards", "tidescale.alerts.config")}
 
 
 def module_files() -> Iterator[tuple[str, Path]]:
@@ -61,6 +72,10 @@ def imports_of(module: str, path: Path) -> set[str]:
                 base = ".".join([*anchor, base] if base else anchor)
             found.add(base)
             found.update(f"{base}.{a.name}" for a in node.names)
+    if "importlib" in found:  # a file that loads modules by name: every string naming one counts
+        found.update(node.value for node in ast.walk(tree)
+                     if isinstance(node, ast.Constant) and isinstance(node.value, str)
+                     and MODULE_NAME.fullmatch(node.value))
     return {m for m in found if m.split(".")[0] == "tidescale"}
 
 
@@ -97,6 +112,29 @@ def test_imports_only_run_down_the_layers() -> None:
         if layer_of(target) > layer_of(module)
     )
     assert upward == []
+
+
+def _area(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_product_folders_are_independent_but_for_the_listed_reads() -> None:
+    crossing = sorted(
+        f"{module} imports {target}"
+        for module, targets in graph().items() for target in targets
+        if _area(module) in PRODUCT and _area(target) in PRODUCT and _area(target) != _area(module)
+        and not any(_area(module) == reader and (target == read or target.startswith(read + "."))
+                    for reader, read in PRODUCT_READS)
+    )
+    assert crossing == []
+
+
+def test_the_layout_lists_every_area_once() -> None:
+    areas = {p.name for p in (REPO / "tidescale").iterdir() if (p / "__init__.py").is_file()}
+    assert areas == {"contracts", *LAYOUT["dev"]}
+    assert set(LAYERS) == {"contracts", "cli", *PRODUCT, *LAYOUT["dev"]}
+    assert all((REPO / folder / "__init__.py").is_file() for folder in PRODUCT)
 
 
 def test_the_product_never_imports_the_dev_stack_or_test_helpers() -> None:
@@ -159,8 +197,12 @@ def test_cycle_finder(edges: dict[str, set[str]], expected: list[list[str]]) -> 
     assert _cycles(edges) == expected
 
 
-def test_layer_rule_catches_an_upward_import(tmp_path: Path) -> None:
+@pytest.mark.parametrize("source", [
+    "from tidescale.devstack.procs import ManagedProcess\n",
+    "import importlib\nMOD = importlib.import_module('tidescale.sim.fleet')\n",
+])
+def test_layer_rule_catches_an_upward_import(tmp_path: Path, source: str) -> None:
     bad = tmp_path / "bad.py"
-    bad.write_text("from tidescale.devstack.procs import ManagedProcess\n")
+    bad.write_text(source)
     targets = {known(n) for n in imports_of("tidescale.exporters.bad", bad)}
     assert any(t and layer_of(t) > layer_of("tidescale.exporters.bad") for t in targets)
