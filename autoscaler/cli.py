@@ -80,7 +80,8 @@ def recommend_command(
                                       help="Print the effective settings (tuning resolved, per target) as JSON, exit."),
 ) -> None:
     """Run the recommender service (`/metrics`, `/healthz`), or one evaluation with --once."""
-    from tidescale.autoscaler.service import RecommenderService, RecommenderSettings
+    from tidescale.autoscaler.service import RecommenderService
+    from tidescale.autoscaler.settings import RecommenderSettings
     from tidescale.contracts.settings import load_settings
 
     settings = load_settings(RecommenderSettings, config, prometheus_url=prometheus_url, host=host, port=port,

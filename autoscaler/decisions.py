@@ -19,6 +19,8 @@ SCALE_UP: Final = {"rate": "scale_up_rate", "lookahead": "scale_up_lookahead", "
 HOLDS: Final = {"hold-down": "hold_down_delay", "saturated": "hold_saturated", "replicas": "hold_replicas_disagree"}
 DECISIONS: Final = (*SCALE_UP.values(), "scale_down", "scale_down_min", "hold_steady", *HOLDS.values(),
                     "hold_at_max", "hold_missing_data")
+# Why the last good answer is held (`hold_missing_data`): `tidescale_recommender_failsafe{reason}`.
+FAILSAFE_REASONS: Final = ("prometheus_down", "missing", "nan", "stale", "stuck")
 
 
 def decision(desired: int, current: int, reason: str, failsafe: str | None) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tidescale.autoscaler.service import RecommenderTuning
+from tidescale.autoscaler.settings import RecommenderTuning
 from tidescale.devstack.fleet.loadgen import LoadGenerator
 from tidescale.devstack.fleet.running import running_stack
 from tidescale.devstack.live_autoscaler import LiveAutoscaler

@@ -14,12 +14,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tidescale.autoscaler.app import make_app
-from tidescale.autoscaler.service import (
-    RecommenderService,
-    RecommenderSettings,
-    RecommenderTuning,
-    TargetSettings,
-)
+from tidescale.autoscaler.service import RecommenderService
+from tidescale.autoscaler.settings import RecommenderSettings, RecommenderTuning, TargetSettings
 from tidescale.devstack.ports import LOOPBACK
 from tidescale.devstack.promstack import PrometheusServer, ScrapeTarget
 

@@ -399,7 +399,7 @@ def test_keda_reading_the_recommender_lets_keda_in_and_needs_no_prometheus_crede
 def test_the_cluster_value_scopes_the_recommender_keda_and_the_hpa_to_this_cluster(tmp: Path, mode: str) -> None:
     """autoscaling.cluster, for a Prometheus API holding several clusters: the recommender's series, KEDA's
     query and the HPA's external-metric selector all match <clusterLabel>="<cluster>"."""
-    from tidescale.autoscaler.service import RecommenderSettings
+    from tidescale.autoscaler.settings import RecommenderSettings
     from tidescale.contracts.settings import load_settings
 
     values = {**FULL_VALUES, "clusterLabel": "k8s_cluster",  # KEDA's cluster matcher: on its Prometheus query
@@ -473,7 +473,7 @@ def test_prescale_outside_keda_mode_is_refused(tmp: Path) -> None:
 
 
 def test_direct_mode_renders_no_hpa_and_lets_one_recommender_patch_only_the_targets_scale(tmp: Path) -> None:
-    from tidescale.autoscaler.service import RecommenderSettings
+    from tidescale.autoscaler.settings import RecommenderSettings
     from tidescale.contracts.settings import load_settings
 
     values = {**FULL_VALUES, "autoscaling": {**FULL_VALUES["autoscaling"], "mode": "direct"},
@@ -639,7 +639,7 @@ def test_commands_tokens_and_storage(default_docs: list[dict[str, Any]], full_do
 def test_the_configmap_sections_load_with_the_components_settings(full_docs: list[dict[str, Any]],
                                                                     tmp: Path) -> None:
     """The chart's `exporter:` and `recommender:` sections are accepted by the services' own settings."""
-    from tidescale.autoscaler.service import RecommenderSettings
+    from tidescale.autoscaler.settings import RecommenderSettings
     from tidescale.contracts.settings import load_settings
     from tidescale.exporters.settings import ExporterSettings
 
@@ -1354,7 +1354,7 @@ def test_a_numeric_triton_port_uses_the_field_the_operator_has(tmp: Path, choice
 
 
 def test_the_recommender_reaches_an_authenticated_prometheus_with_what_the_chart_mounts(tmp: Path) -> None:
-    from tidescale.autoscaler.service import RecommenderSettings
+    from tidescale.autoscaler.settings import RecommenderSettings
 
     values = {**FULL_VALUES, "recommender": {**FULL_VALUES["recommender"], "replicas": 2, "prometheusAuth": {
         "basicAuthSecret": {"name": "mimir-basic", "usernameKey": "user", "passwordKey": "pass"},

@@ -9,7 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tidescale.autoscaler.service import TargetQueries, TargetSettings
+from tidescale.autoscaler.queries import TargetQueries
+from tidescale.autoscaler.settings import TargetSettings
 from tidescale.contracts.promql import metric_names
 from tidescale.devstack.fleet.exposition import parse
 from tidescale.devstack.fleet.model_repo import INPUT_NAME, ModelSpec, render_config

@@ -10,13 +10,9 @@ from collections.abc import Callable
 from tidescale.autoscaler import adapter
 from tidescale.autoscaler.hpa import HpaSpec
 from tidescale.autoscaler.manifests import Target, tidescale_hpa_spec
-from tidescale.autoscaler.service import (
-    RecommenderService,
-    RecommenderSettings,
-    RecommenderTuning,
-    TargetSettings,
-    TargetState,
-)
+from tidescale.autoscaler.service import RecommenderService
+from tidescale.autoscaler.settings import RecommenderSettings, RecommenderTuning, TargetSettings
+from tidescale.autoscaler.state import TargetState
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.prometheus import PrometheusClient
 from tidescale.contracts.slo import SLO_P99_S
@@ -27,7 +23,8 @@ LIVE_POLICIES = ("tidescale",)
 
 
 class LiveAutoscaler:
-    """Every `step(now)`: the recommender reads Prometheus, the emulated HPA scales the fleet.
+    """The recommender's passes as the service runs them (`RecommenderService.tick`: the fast path every
+    2 s, the evaluation every interval), and the emulated HPA scaling the fleet every sync period.
 
     `fleet_scale_fn(n)` sets the Deployment's replicas; `current_fn()` / `ready_fn()` return the
     spec and Ready replica counts (what kube-state-metrics would report). `status()` is the HPA
@@ -62,9 +59,13 @@ class LiveAutoscaler:
         return next(iter(self.service.states.values()))
 
     def step(self, now: float | None = None) -> int:
-        """One sync: recommend, then reconcile the HPA; scales the fleet when the count changes."""
+        """The recommender's due passes, then one HPA sync; scales the fleet when the count changes."""
         now = time.time() if now is None else now
-        self.service.evaluate(now)
+        self.service.tick(now)
+        return self.sync(now)
+
+    def sync(self, now: float) -> int:
+        """One HPA sync on the published count."""
         current, ready = self.current_fn(), self.ready_fn()
         self.hpa.replicas = current  # the Deployment is the source of truth (someone may have scaled it)
         published = self.target_state.published
@@ -77,14 +78,20 @@ class LiveAutoscaler:
         return self.hpa.status
 
     def start(self) -> LiveAutoscaler:
-        """Step every sync period in a daemon thread."""
+        """Tick the recommender whenever a pass is due and sync the HPA every sync period, in a daemon thread."""
         def loop() -> None:
+            next_sync = time.time()
             while not self._stop.is_set():
+                now = time.time()
                 try:
-                    self.step()
+                    next_pass = self.service.tick(now)
+                    if now >= next_sync:
+                        next_sync = now + self.interval_s
+                        self.sync(now)
                 except Exception:  # keep syncing, as the controller would
                     log.exception("live autoscaler step failed")
-                self._stop.wait(self.interval_s)
+                    next_pass = now + self.interval_s
+                self._stop.wait(max(0.0, min(next_pass, next_sync) - time.time()))
 
         self._thread = threading.Thread(target=loop, name="live-autoscaler", daemon=True)
         self._thread.start()

@@ -265,7 +265,8 @@ class LocalStack:
         return sustainable_rps(next((m for m in models if m.name == self.opts.autoscale_model), models[0]))
 
     def _start_autoscaler(self) -> None:
-        from tidescale.autoscaler.service import RecommenderTuning
+        from tidescale.autoscaler.app import RecommenderCollector
+        from tidescale.autoscaler.settings import RecommenderTuning
         from tidescale.devstack.live_autoscaler import LiveAutoscaler
 
         o = self.opts
@@ -278,7 +279,7 @@ class LocalStack:
             slo_p99_s=o.slo_p99_s, cold_start_s=max(o.cold_start_s, 1.0),
             tuning=RecommenderTuning(rate_window_s=o.autoscale_rate_window_s, fast_window_s=o.autoscale_fast_window_s),
         )
-        self.autoscaler_metrics = MetricsEndpoint("recommender", self.autoscaler.service)
+        self.autoscaler_metrics = MetricsEndpoint("recommender", RecommenderCollector(self.autoscaler.service))
         self.autoscaler_metrics.server.start()
         self.autoscaler.start()
 

@@ -10,7 +10,7 @@ import pytest
 
 from tests.hostile import NUMBERS
 from tidescale import cli
-from tidescale.autoscaler.service import RecommenderSettings
+from tidescale.autoscaler.settings import RecommenderSettings
 from tidescale.benches.autoscale import policies as pol
 from tidescale.benches.autoscale import report as benchreport
 from tidescale.benches.autoscale import scenarios as bench

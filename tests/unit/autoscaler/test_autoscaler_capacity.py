@@ -95,7 +95,7 @@ def test_capacity_is_the_best_row_within_slo(rows: list[tuple[int, float, float]
 def test_each_target_is_sized_at_its_own_models_slo(tmp_path: Path) -> None:
     """A target's slo_p99_s (the chart fills it from the model's SLO group) picks its capacity from
     the same profile; a target without one takes the recommender's default SLO."""
-    from tidescale.autoscaler.service import RecommenderSettings
+    from tidescale.autoscaler.settings import RecommenderSettings
 
     p = tmp_path / "profile.csv"
     p.write_text(PROFILE)

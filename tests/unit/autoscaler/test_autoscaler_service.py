@@ -17,18 +17,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.clocks import ManualClock
 from tests.kube_events import FakeEventApi
-from tidescale.autoscaler import service as service_module
-from tidescale.autoscaler.app import make_app
+from tidescale.autoscaler import events as events_module
+from tidescale.autoscaler.app import RecommenderCollector, answer_for, make_app
+from tidescale.autoscaler.events import event_twin_window_s
 from tidescale.autoscaler.fastpath import PodCounters
 from tidescale.autoscaler.manifests import DESIRED_FIELD
-from tidescale.autoscaler.service import (
-    RecommenderService,
-    RecommenderSettings,
-    RecommenderTuning,
-    TargetQueries,
-    TargetSettings,
-    event_twin_window_s,
-)
+from tidescale.autoscaler.queries import TargetQueries
+from tidescale.autoscaler.service import RecommenderService
+from tidescale.autoscaler.settings import RecommenderSettings, RecommenderTuning, TargetSettings
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.prometheus import PrometheusClient, PrometheusUnavailable
 from tidescale.contracts.settings import load_settings
@@ -85,7 +81,7 @@ def make(**kw: object) -> tuple[RecommenderService, FakeProm]:
 
 def exported(svc: RecommenderService) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(svc)  # type: ignore[arg-type]
+    reg.register(RecommenderCollector(svc))
     out = {}
     for fam in text_string_to_metric_families(generate_latest(reg).decode()):
         for s in fam.samples:
@@ -420,7 +416,7 @@ def test_the_service_posts_with_the_twin_window_of_its_tuning(monkeypatch: pytes
     """Under a 10 s scale-down delay the same change can come again 12 s later, a real repeat: the
     post must not take the minute-long window that would call it another replica's twin."""
     windows: list[float] = []
-    monkeypatch.setattr(service_module, "post_event_once",
+    monkeypatch.setattr(events_module, "post_event_once",
                         lambda api, body, now, twin_window_s: windows.append(twin_window_s) or "created")
     target = TargetSettings(deployment="triton", namespace="ml", model="resnet", min_replicas=1, max_replicas=50)
     fake = FakeProm()
@@ -667,7 +663,7 @@ def test_an_evaluation_that_does_not_end_is_held_as_stuck_and_says_so() -> None:
         clock.sleep(2.0)
         assert failsafe(svc)["stuck"] == 1.0 and sum(failsafe(svc).values()) == 1.0
         assert decisions(svc)["hold_missing_data"] == 1.0
-        answer = svc.answer("ml", "triton")
+        answer = answer_for(svc, "ml", "triton")
         assert answer is not None and answer.failsafe == "stuck" and answer.desired_replicas == 5
         assert TestClient(make_app(svc)).get("/healthz").json()["failsafe"] == {"ml/triton": "stuck"}
     finally:
@@ -683,3 +679,49 @@ def test_the_stuck_limit_follows_the_interval_unless_set() -> None:
     assert RecommenderSettings(targets=[target], interval_s=30.0).stuck_after() == 120.0
     assert RecommenderSettings(targets=[target], interval_s=5.0).stuck_after() == 60.0
     assert RecommenderSettings(targets=[target], stuck_after_s=20.0).stuck_after() == 20.0
+
+
+# --- tick: whichever pass is due --------------------------------------------------------------------
+
+def test_tick_runs_the_fast_path_every_2_s_and_the_evaluation_every_interval() -> None:
+    svc, _fake, reader = fast_service()
+    ran: list[tuple[str, float]] = []
+    real_fast, real_eval = svc.evaluate_fast, svc.evaluate
+    svc._passes["fast"] = (lambda now: (ran.append(("fast", now)), real_fast(now)), 2.0, svc.fast_path_heartbeat)
+    svc._passes["evaluation"] = (lambda now: (ran.append(("evaluation", now)), real_eval(now)), 15.0,
+                                 svc.evaluation_heartbeat)
+    assert svc.tick(0.0) == 2.0  # both due at the start, the panic check first
+    assert ran == [("fast", 0.0), ("evaluation", 0.0)]
+    assert svc.tick(1.0) == 2.0 and len(ran) == 2  # nothing due yet
+    for t in (2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0):
+        svc.tick(t)
+    assert [name for name, _ in ran[2:]] == ["fast"] * 7
+    svc.tick(16.0)
+    assert ran[-2:] == [("fast", 16.0), ("evaluation", 16.0)]
+    assert svc.tick(17.0, passes=("evaluation",)) == 31.0  # one pass alone: when it is next due
+    assert desired(svc) == 5 and reader.rounds  # the real passes ran: published, pods read
+
+
+def test_tick_runs_the_panic_users_run_and_a_failing_pass_leaves_its_heartbeat_unbeaten() -> None:
+    svc, _fake, reader = fast_service()
+    svc.tick(0.0)  # the evaluation discovers the pods: 450 req/s on 5 replicas
+    for k in range(1, 4):
+        reader.served(90.0, 2.0 * k)
+        svc.tick(2.0 * k)
+    reader.counters = {p: PodCounters(90.0 * 6 + 400.0 * 2, 0.0, 0.0) for p in reader.counters}
+    svc.tick(8.0)
+    assert desired(svc) == 45 and decisions(svc)["scale_up_panic"] == 1.0
+
+    def broken(now: float) -> None:
+        raise RuntimeError("a bug")
+
+    heartbeat = svc.fast_path_heartbeat
+    assert heartbeat is not None
+    beats = heartbeat.beats
+    svc._passes["fast"] = (broken, 2.0, heartbeat)
+    svc.tick(10.0)  # logged, not raised
+    assert heartbeat.beats == beats
+    evaluations = svc.evaluation_heartbeat.beats
+    svc.tick(16.0)  # the evaluation still runs when due
+    assert svc.evaluation_heartbeat.beats == evaluations + 1
+    assert desired(svc) == 45

@@ -10,7 +10,8 @@ import pytest
 from tests.clocks import ManualClock
 from tests.unit.autoscaler.test_autoscaler_service import FakeProm, exported
 from tidescale.autoscaler.coldstart import MAX_TRACKED_PODS, FirstReadyTracker
-from tidescale.autoscaler.service import RecommenderService, RecommenderSettings, TargetSettings
+from tidescale.autoscaler.service import RecommenderService
+from tidescale.autoscaler.settings import RecommenderSettings, TargetSettings
 
 NOW = 1_800_000_000.0  # the recommender's start, Unix time as kube-state-metrics reports
 

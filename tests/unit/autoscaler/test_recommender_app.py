@@ -11,7 +11,6 @@ from fastapi.testclient import TestClient
 
 from tests.unit.autoscaler.test_autoscaler_service import make
 from tidescale.autoscaler.app import make_app
-from tidescale.autoscaler.service import RecommenderService
 from tidescale.contracts.heartbeat import Heartbeat
 
 
@@ -57,12 +56,14 @@ def test_a_round_beats_only_when_it_returns(fails: bool, beats: int) -> None:
     rounds = []
     heartbeat = Heartbeat("evaluation", 60.0)
 
-    def step() -> None:
-        rounds.append(1)
+    def step(now: float) -> None:
+        rounds.append(now)
         if len(rounds) == 3:
             stop.set()
         if fails:
             raise RuntimeError("a bug in every round")
 
-    RecommenderService._loop(stop, step, 0.0, heartbeat)
+    svc, _ = make(fast_path={"enabled": False})
+    svc._passes["evaluation"] = (step, 0.0, heartbeat)
+    svc._ticking(stop, ("evaluation",))  # the loop run_loop runs: a failing round neither stops it nor beats
     assert len(rounds) == 3 and heartbeat.beats == beats

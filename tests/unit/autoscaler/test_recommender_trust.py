@@ -9,7 +9,8 @@ import pytest
 
 from tests.unit.autoscaler.test_autoscaler_service import FakeProm, FakeScaler, decisions, desired, exported
 from tidescale.autoscaler.recommend import Observation, Recommender, RecommenderConfig
-from tidescale.autoscaler.service import RecommenderService, RecommenderSettings, TargetSettings
+from tidescale.autoscaler.service import RecommenderService
+from tidescale.autoscaler.settings import RecommenderSettings, TargetSettings
 
 SLO = 0.5
 

@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 
 from tests.paths import REPO
 from tidescale.autoscaler.recommend import Observation, RecommenderConfig
-from tidescale.autoscaler.service import (
+from tidescale.autoscaler.service import RecommenderService
+from tidescale.autoscaler.settings import (
     NOT_TUNING,
-    RecommenderService,
     RecommenderSettings,
     RecommenderTuning,
     TargetSettings,

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from tests.paths import REPO
 from tidescale.alerts.config import default_config
-from tidescale.autoscaler.service import RecommenderSettings
+from tidescale.autoscaler.settings import RecommenderSettings
 from tidescale.benches.autoscale.scenarios import DEFAULT_SLO_S
 from tidescale.contracts.slo import SLO_P99_S, SLO_THRESHOLDS_S, threshold_problems
 from tidescale.exporters.latency import log_buckets

@@ -123,7 +123,8 @@ def test_the_check_catches_an_unknown_metric() -> None:
 def recommender_queries() -> list[tuple[str, str]]:
     from dataclasses import asdict
 
-    from tidescale.autoscaler.service import TargetQueries, TargetSettings
+    from tidescale.autoscaler.queries import TargetQueries
+    from tidescale.autoscaler.settings import TargetSettings
 
     queries = TargetQueries.for_target(TargetSettings(deployment="triton", namespace="ml", model="resnet"),
                                        None, {"cluster": "east"})

@@ -141,7 +141,7 @@ def test_a_fifo_or_a_directory_as_config_is_refused_without_blocking(tmp_path: P
 
 def test_a_username_from_the_environment_joins_the_files_of_the_config(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """The chart sets the basic-auth username from a Secret (env) and the file paths in config.yaml."""
-    from tidescale.autoscaler.service import RecommenderSettings
+    from tidescale.autoscaler.settings import RecommenderSettings
     from tidescale.contracts.settings import load_settings
 
     config = tmp_path / "config.yaml"

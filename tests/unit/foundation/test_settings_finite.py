@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 from tests.hostile import JSON_DOCUMENTS, NUMBERS, URLS_WITH_CREDENTIALS, deep_json
 from tidescale.alerts.config import AlertsConfig
 from tidescale.alerts.reviews.settings import ReviewsSettings
-from tidescale.autoscaler.service import RecommenderSettings
+from tidescale.autoscaler.settings import RecommenderSettings
 from tidescale.cli import main
 from tidescale.contracts.settings import ComponentSettings
 from tidescale.devstack.demo.settings import DemoSettings

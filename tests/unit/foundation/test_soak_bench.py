@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from tidescale import cli
-from tidescale.autoscaler.service import TargetQueries, TargetSettings
+from tidescale.autoscaler.queries import TargetQueries
+from tidescale.autoscaler.settings import TargetSettings
 from tidescale.benches.soak import attacks, fakes, monitor, report, stats
 from tidescale.benches.soak import run as soak
 from tidescale.benches.soak.stats import Probe, Sample

@@ -151,7 +151,7 @@ def test_chart_schema_lists_every_recommender_knob() -> None:
     import json
 
     from tests.paths import REPO
-    from tidescale.autoscaler.service import RecommenderTuning
+    from tidescale.autoscaler.settings import RecommenderTuning
 
     schema = json.loads((REPO / "deploy" / "helm" / "tidescale" / "values.schema.json").read_text())
     tuning = schema["properties"]["recommender"]["properties"]["tuning"]

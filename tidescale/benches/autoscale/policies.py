@@ -19,7 +19,7 @@ from tidescale.autoscaler.fastpath import FastWindow, PodCounters
 from tidescale.autoscaler.hpa import HpaSpec, MetricSpec
 from tidescale.autoscaler.manifests import Target, tidescale_hpa_spec
 from tidescale.autoscaler.recommend import Observation, Recommender, asked_replicas
-from tidescale.autoscaler.service import RecommenderSettings, TargetSettings
+from tidescale.autoscaler.settings import RecommenderSettings, TargetSettings
 from tidescale.contracts.errors import UsageError
 from tidescale.sim import FleetSim, MetricsLag
 from tidescale.sim.hpa_controller import HpaEmulator, MetricValue, Pod

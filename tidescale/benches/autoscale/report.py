@@ -15,7 +15,7 @@ import numpy as np
 
 from tidescale.autoscaler.queue_policy import recommended_queue_policy
 from tidescale.autoscaler.recommend import check_headroom
-from tidescale.autoscaler.service import RecommenderSettings
+from tidescale.autoscaler.settings import RecommenderSettings
 from tidescale.benches.autoscale import policies as pol
 from tidescale.benches.autoscale import scenarios as bench
 from tidescale.benches.autoscale.closedloop import RunResult, SimParams, recorded_offsets, with_seed

@@ -206,7 +206,7 @@ def recommender(workdir: Path) -> Started:
     import yaml
 
     from tidescale.autoscaler.manifests import DESIRED_PATH
-    from tidescale.autoscaler.service import RecommenderSettings
+    from tidescale.autoscaler.settings import RecommenderSettings
 
     fake_port, port, health = free_ports(3)
     fake = ManagedProcess("fake-prometheus", [sys.executable, "-m", "tidescale.benches.soak.fakes", str(fake_port)],

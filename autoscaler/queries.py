@@ -1,0 +1,201 @@
+"""What the recommender reads from Prometheus: the PromQL of each target, and its answers read safely.
+
+Every input to a decision is a query here (`TargetQueries`); `value` and `pod_values` turn an answer
+into a number or say why it cannot be one (`DataProblem`: missing, NaN, stale), which the service
+turns into a hold instead of a scale-down.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from tidescale.autoscaler.coldstart import FirstReadyTracker
+from tidescale.autoscaler.recommend import Observation
+from tidescale.autoscaler.settings import RecommenderSettings, RecommenderTuning, TargetSettings, promql_range
+from tidescale.contracts import catalog
+from tidescale.contracts import recorded as names
+from tidescale.contracts.prometheus import PrometheusClient, PrometheusUnavailable
+from tidescale.contracts.promql import matcher, regex_escape, selector, triton_sum, triton_sum_rate
+from tidescale.contracts.slo import QUANTILE_WINDOW_S
+
+
+class DataProblem(Exception):
+    """A value is missing, NaN or stale; `reason` is one of FAILSAFE_REASONS."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class TargetQueries:
+    """PromQL for one target; every label value escaped, counters summed before any division."""
+
+    completions: str
+    fast_completions: str
+    rejections: str
+    fast_rejections: str
+    queue: str
+    max_pod_queue: str
+    queue_age: str
+    p99: str
+    spec_replicas: str
+    ready_replicas: str
+    model_load: str
+    pod_started: str  # per pod: kube_pod_start_time
+    pod_ready_at: str  # per pod: kube_pod_status_ready_time (the Ready condition's *last* transition)
+    pending: str  # the pending gauge's selector: its series name the pods the fast path reads
+    hpa_current: str  # the replicas the HPA scaling the Deployment last found, and asked for
+    hpa_desired: str
+
+    @staticmethod
+    def _of_deployment(t: TargetSettings, scope: Mapping[str, str]) -> str:
+        """Matchers for the target Deployment's pods (`<deployment>-<replicaset hash>-<suffix>`; PromQL
+        regexes are anchored, so `triton` never takes `triton-canary`'s pods), within *scope*."""
+        of_deployment = f"{regex_escape(t.deployment)}-[a-z0-9]+-[a-z0-9]+"
+        return ",".join([matcher("namespace", t.namespace), *(matcher(k, v) for k, v in scope.items()),
+                         matcher("pod", of_deployment, "=~")])
+
+    @classmethod
+    def _per_pod(cls, name: str, t: TargetSettings, scope: Mapping[str, str]) -> str:
+        """A kube-state-metrics series of each of the Deployment's pods, once per pod (however many
+        jobs scrape kube-state-metrics): their start and Ready times make the cold start as the
+        cluster measured it, image pull, server start and model load included (coldstart.py)."""
+        return f"max by (namespace, pod) ({catalog.get(name).name}{{{cls._of_deployment(t, scope)}}})"
+
+    @staticmethod
+    def _hpa(name: str, t: TargetSettings, scope: Mapping[str, str]) -> str:
+        """A status series of the HPA whose target is the Deployment (kube-state-metrics' info names
+        it: the chart's, the user's or KEDA's `keda-hpa-…`), each series once."""
+        info = selector(catalog.get("kube_horizontalpodautoscaler_info").name, namespace=t.namespace, **scope,
+                        scaletargetref_kind="Deployment", scaletargetref_name=t.deployment)
+        status = selector(catalog.get(name).name, namespace=t.namespace, **scope)
+        return (f"max({status} * on (namespace, horizontalpodautoscaler) group_left "
+                f"max by (namespace, horizontalpodautoscaler) ({info}))")
+
+    @staticmethod
+    def _p99(t: TargetSettings, scope: Mapping[str, str]) -> str:
+        """The model's P99 on the target Deployment's pods (the exporter attributes each span to its
+        sending pod's Deployment), over the recording rules' window; else, for spans the exporter
+        could not attribute, the model's P99 across Deployments."""
+        buckets = selector(f"{catalog.get('tidescale_request_duration_seconds').name}_bucket", namespace=t.namespace,
+                           **scope, deployment=t.deployment, model=t.model, stage="request")
+        own = f"histogram_quantile(0.99, sum by (le) (rate({buckets}[{promql_range(QUANTILE_WINDOW_S)}])))"
+        return f'{own} or max({selector(names.P99, namespace=t.namespace, **scope, model=t.model, stage="request")})'
+
+    @classmethod
+    def _triton(cls, name: str, t: TargetSettings, scope: Mapping[str, str], **labels: str) -> str:
+        """A Triton series of the target's model on the target Deployment's pods only: two Deployments
+        serving the same model (a canary, another GPU pool) are sized apart."""
+        extra = "".join(f",{matcher(k, v)}" for k, v in labels.items())
+        return f'{catalog.get(name).name}{{{cls._of_deployment(t, scope)},{matcher("model", t.model)}{extra}}}'
+
+    @classmethod
+    def for_target(cls, t: TargetSettings, tuning: RecommenderTuning | None = None,
+                   scope: Mapping[str, str] | None = None) -> TargetQueries:
+        """*scope*: label matchers on every series (`series_matchers`, e.g. this cluster's label)."""
+        tuning, scope = tuning or RecommenderTuning(), scope or {}
+        slow, fast = promql_range(tuning.rate_window_s), promql_range(tuning.fast_window_s)
+        dep = {"namespace": t.namespace, **scope, "deployment": t.deployment}
+        success = cls._triton("nv_inference_request_success", t, scope)
+        pending = cls._triton("nv_inference_pending_request_count", t, scope)
+        # Queue-policy timeouts (REJECTED; the reason label exists since Triton 24.08): demand that
+        # never completes. Absent on older servers, and then read as 0.
+        rejected = cls._triton("nv_inference_request_failure", t, scope, reason="REJECTED")
+        # Each Triton series once, however many jobs scrape the pods (the chart's PodMonitor and the
+        # platform team's own monitor): a sum over both copies would ask for twice the replicas.
+        return cls(
+            completions=triton_sum_rate(success, None, slow),
+            fast_completions=triton_sum_rate(success, None, fast),
+            rejections=triton_sum_rate(rejected, None, slow),
+            fast_rejections=triton_sum_rate(rejected, None, fast),
+            queue=triton_sum(pending),
+            max_pod_queue=f"max({triton_sum(pending, 'pod')})",
+            queue_age=f"time() - max(timestamp({pending}))",
+            p99=cls._p99(t, scope),
+            spec_replicas=f"max({selector(catalog.get('kube_deployment_spec_replicas').name, **dep)})",
+            ready_replicas=f"max({selector(catalog.get('kube_deployment_status_replicas_ready').name, **dep)})",
+            model_load=f"max({cls._triton('nv_model_load_duration_secs', t, scope)})",
+            pod_started=cls._per_pod("kube_pod_start_time", t, scope),
+            pod_ready_at=cls._per_pod("kube_pod_status_ready_time", t, scope),
+            pending=pending,
+            hpa_current=cls._hpa("kube_horizontalpodautoscaler_status_current_replicas", t, scope),
+            hpa_desired=cls._hpa("kube_horizontalpodautoscaler_status_desired_replicas", t, scope),
+        )
+
+
+
+
+def value(client: PrometheusClient, expr: str, what: str, required: bool = True) -> float | None:
+    """The first sample of *expr*; a missing or non-finite one is a DataProblem when *required*, else None."""
+    rows = client.instant(expr)
+    if not rows:
+        if required:
+            raise DataProblem("missing", f"{what}: no series")
+        return None
+    sample = rows[0][1]
+    if math.isnan(sample) or math.isinf(sample):
+        if required:
+            raise DataProblem("nan", f"{what}: {sample}")
+        return None
+    return sample
+
+
+def pod_values(client: PrometheusClient, expr: str) -> dict[str, float]:
+    """pod -> value of a per-pod query (rows without a pod name or a finite value are skipped)."""
+    out: dict[str, float] = {}
+    for row in client.query(expr):
+        labels = row.get("metric") if isinstance(row, dict) else None
+        pod = labels.get("pod") if isinstance(labels, dict) else None
+        try:
+            sample = float(row["value"][1])
+        except (KeyError, IndexError, TypeError, ValueError, OverflowError):
+            continue
+        if isinstance(pod, str) and pod and math.isfinite(sample):
+            out[pod] = sample
+    return out
+
+
+def observe(client: PrometheusClient, q: TargetQueries, now: float, replicas: Callable[[], tuple[int, int]],
+            slo_p99_s: float, stale_after_s: float) -> Observation:
+    """One Observation of a target: raises PrometheusUnavailable, or DataProblem when a required input is
+    missing, NaN or stale. *replicas* gives (spec, Ready) replicas (kube-state-metrics, or the demo's)."""
+    completions = value(client, q.completions, "completion rate")
+    queue = value(client, q.queue, "queue depth")
+    age = value(client, q.queue_age, "queue sample age")
+    if age is not None and age > stale_after_s:
+        raise DataProblem("stale", f"newest queue sample is {age:.0f}s old")
+    current, ready = replicas()
+    p99 = value(client, q.p99, "p99", required=False)
+    rejected = value(client, q.rejections, "rejection rate", required=False)
+    fast = value(client, q.fast_completions, "short-window completion rate", required=False)
+    fast_rejected = value(client, q.fast_rejections, "short-window rejection rate", required=False)
+    worst = value(client, q.max_pod_queue, "worst pod's queue", required=False)
+    return Observation(now, completions or 0.0, queue or 0.0, ready, current, p99, slo_p99_s,
+                       fast_arrival_rps=fast, max_pod_queue=worst, rejected_rps=rejected or 0.0,
+                       fast_rejected_rps=fast_rejected)
+
+
+def read_cold_start(client: PrometheusClient, q: TargetQueries, tracker: FirstReadyTracker,
+                    settings: RecommenderSettings) -> tuple[float, str] | None:
+    """Cold start as measured: the median of recent pods' *first* start-to-Ready times
+    (kube-state-metrics, tracked across evaluations by *tracker*), else the server's own model load
+    time plus the pod start overhead, else the configured value; with where it came from. A measured
+    one is clamped to [cold_start_min_s, cold_start_max_s]. None when Prometheus cannot say (the
+    recommender keeps what it has)."""
+    lo, hi = settings.cold_start_min_s, settings.cold_start_max_s
+    try:
+        started = pod_values(client, q.pod_started)
+        ready = pod_values(client, q.pod_ready_at)
+        tracker.observe({pod: (start, ready.get(pod)) for pod, start in started.items()})
+        measured = tracker.cold_start()
+        load = None if measured is not None else value(client, q.model_load, "model load time", required=False)
+    except PrometheusUnavailable:
+        return None
+    if measured is not None:
+        return min(hi, max(lo, measured)), "pod_ready"
+    if load is not None and load >= 0:
+        return min(hi, max(lo, load + settings.pod_start_overhead_s)), "model_load"
+    return settings.cold_start_s, "configured"
