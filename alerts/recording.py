@@ -118,6 +118,9 @@ def latency_group(cfg: AlertsConfig) -> Group:
         rules.append(record(name, f"histogram_quantile({q}, {sum_rate(hist, f'{NM}, stage, le', QUANTILE_WINDOW)})"))
     by_deployment = sum_rate(f'{hist}{{stage="request", deployment!=""}}', "namespace, deployment, le", QUANTILE_WINDOW)
     rules.append(record(n.DEPLOYMENT_P99, f"histogram_quantile(0.99, {by_deployment})"))
+    by_target = sum_rate(f'{hist}{{stage="request", deployment!=""}}', "namespace, deployment, model, le",
+                         QUANTILE_WINDOW)
+    rules.append(record(n.TARGET_P99, f"histogram_quantile(0.99, {by_target})"))
     first = bucket("nv_inference_first_response_histogram_ms")
     rules.append(record(n.FIRST_RESPONSE_P99,
                         f"histogram_quantile(0.99, {triton_sum_rate(first, f'{NM}, le', QUANTILE_WINDOW)}) / 1000"))
@@ -169,6 +172,11 @@ def queue_group(cfg: AlertsConfig) -> Group:
         # Little's law: request-µs accumulated per second = average requests in flight.
         record(n.POD_INFLIGHT, f"{triton_sum_rate(req_us, NP, '5m')} / 1e6"),
         record(n.DEPLOYMENT_INFLIGHT_PER_REPLICA, by_deployment(n.POD_INFLIGHT, cfg)),
+        # The adapter's per-pod inputs, recorded so that a dashboard shows what the HPA is served.
+        record(n.MODEL_POD_REQUEST_US_RATE1M, triton_sum_rate(req_us, NMP, "1m")),
+        record(n.MODEL_POD_QUEUE_US_RATE1M, triton_sum_rate(queue_us, NMP, "1m")),
+        record(n.MODEL_POD_COMPUTE_US_RATE1M,
+               " + ".join(triton_sum_rate(metric(c), NMP, "1m") for _, c in COMPUTE_COUNTERS)),
         record(n.POD_QUEUE_SECONDS_RATE5M,
                f"{triton_sum_rate(queue_us, NP, '5m')}\n/\n{triton_sum_rate(ok, NP, '5m')}\n/ 1e6"),
     ]

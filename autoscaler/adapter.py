@@ -1,10 +1,11 @@
 """prometheus-adapter rules (the prometheus-community chart's `rules.custom` / `rules.external`).
 
-Every rule sums counters before dividing (never an average of per-pod ratios, no `1+` in a
-denominator), takes the namespace from the HPA's request (`<<.LabelMatchers>>`, never
-hard-coded) and lets the HPA pick a model with its metric selector (`model: NAME`), which
-the adapter turns into label matchers. Metric names come from the catalog or from the
-recording rules in `tidescale.contracts.recorded`.
+Every rule reads a recorded series (the ratios' 1m rates are recorded per pod and model, so a
+dashboard shows what the HPA is served) or a raw gauge, sums before dividing (never an average of
+per-pod ratios, no `1+` in a denominator), takes the namespace from the HPA's request
+(`<<.LabelMatchers>>`, never hard-coded) and lets the HPA pick a model with its metric selector
+(`model: NAME`), which the adapter turns into label matchers. Metric names come from the catalog
+or from the recording rules in `tidescale.contracts.recorded`.
 """
 
 from __future__ import annotations
@@ -12,10 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from tidescale.contracts import recorded as names
-from tidescale.contracts.promql import metric, triton_sum, triton_sum_rate
+from tidescale.contracts.promql import metric, triton_sum
 from tidescale.contracts.yamlout import dump
-
-RATE_WINDOW = "1m"
 
 # Names the HPA uses (custom.metrics.k8s.io / external.metrics.k8s.io).
 QUEUE_DEPTH = "triton_queue_depth"
@@ -33,17 +32,14 @@ def _series(metric: str) -> str:
     return f'{metric}{{namespace!="",pod!=""}}'
 
 
-def _sum_rate(metric: str) -> str:
-    """Triton's counter summed over the selected pods, each series once however often it is scraped."""
-    return triton_sum_rate(f"{metric}{{<<.LabelMatchers>>}}", "<<.GroupBy>>", RATE_WINDOW)
+def _summed(recorded: str) -> str:
+    """A recorded per-pod series summed over the selected pods (and models, unless one is selected)."""
+    return f"sum by (<<.GroupBy>>) ({recorded}{{<<.LabelMatchers>>}})"
 
 
 def custom_rules() -> list[dict[str, Any]]:
     """Per-pod metrics (HPA `type: Pods`): the HPA averages them over the Deployment's pods."""
     pending = metric("nv_inference_pending_request_count")
-    request_us = metric("nv_inference_request_duration_us")
-    queue_us = metric("nv_inference_queue_duration_us")
-    compute = [metric(f"nv_inference_compute_{s}_duration_us") for s in ("input", "infer", "output")]
     return [
         {   # Requests waiting in Triton's scheduler queue on this pod (all models unless selected).
             "seriesQuery": _series(pending),
@@ -52,16 +48,17 @@ def custom_rules() -> list[dict[str, Any]]:
             "metricsQuery": triton_sum(f"{pending}{{<<.LabelMatchers>>}}", "<<.GroupBy>>"),
         },
         {   # Little's law: request-seconds completed per second = average requests in flight.
-            "seriesQuery": _series(request_us),
+            "seriesQuery": _series(names.MODEL_POD_REQUEST_US_RATE1M),
             "resources": _POD_RESOURCES,
-            "name": {"matches": f"^{request_us}$", "as": INFLIGHT},
-            "metricsQuery": f"{_sum_rate(request_us)} / 1e6",
+            "name": {"matches": f"^{names.MODEL_POD_REQUEST_US_RATE1M}$", "as": INFLIGHT},
+            "metricsQuery": f"{_summed(names.MODEL_POD_REQUEST_US_RATE1M)} / 1e6",
         },
         {   # Queue time over compute time: > 1 means requests wait longer than they run.
-            "seriesQuery": _series(queue_us),
+            "seriesQuery": _series(names.MODEL_POD_QUEUE_US_RATE1M),
             "resources": _POD_RESOURCES,
-            "name": {"matches": f"^{queue_us}$", "as": QUEUE_TO_COMPUTE},
-            "metricsQuery": f"{_sum_rate(queue_us)} / (" + " + ".join(_sum_rate(c) for c in compute) + ")",
+            "name": {"matches": f"^{names.MODEL_POD_QUEUE_US_RATE1M}$", "as": QUEUE_TO_COMPUTE},
+            "metricsQuery": (f"{_summed(names.MODEL_POD_QUEUE_US_RATE1M)} / "
+                             f"{_summed(names.MODEL_POD_COMPUTE_US_RATE1M)}"),
         },
         {   # DCGM utilisation joined to the Triton pod (recording rule; accepts exported_* labels).
             "seriesQuery": _series(names.POD_GPU_UTILIZATION),

@@ -18,7 +18,6 @@ from tidescale.contracts import catalog
 from tidescale.contracts import recorded as names
 from tidescale.contracts.prometheus import PrometheusClient, PrometheusUnavailable
 from tidescale.contracts.promql import matcher, regex_escape, selector, triton_sum, triton_sum_rate
-from tidescale.contracts.slo import QUANTILE_WINDOW_S
 
 
 class DataProblem(Exception):
@@ -77,13 +76,12 @@ class TargetQueries:
 
     @staticmethod
     def _p99(t: TargetSettings, scope: Mapping[str, str]) -> str:
-        """The model's P99 on the target Deployment's pods (the exporter attributes each span to its
-        sending pod's Deployment), over the recording rules' window; else, for spans the exporter
-        could not attribute, the model's P99 across Deployments."""
-        buckets = selector(f"{catalog.get('tidescale_request_duration_seconds').name}_bucket", namespace=t.namespace,
-                           **scope, deployment=t.deployment, model=t.model, stage="request")
-        own = f"histogram_quantile(0.99, sum by (le) (rate({buckets}[{promql_range(QUANTILE_WINDOW_S)}])))"
-        return f'{own} or max({selector(names.P99, namespace=t.namespace, **scope, model=t.model, stage="request")})'
+        """The recorded P99 of the model on the target Deployment's pods (the exporter attributes each span
+        to its sending pod's Deployment); else, for spans the exporter could not attribute, the recorded
+        P99 of the model across Deployments. Both are the series the dashboards draw."""
+        own = selector(names.TARGET_P99, namespace=t.namespace, **scope, deployment=t.deployment, model=t.model)
+        across = selector(names.P99, namespace=t.namespace, **scope, model=t.model, stage="request")
+        return f"max({own}) or max({across})"
 
     @classmethod
     def _triton(cls, name: str, t: TargetSettings, scope: Mapping[str, str], **labels: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard as dash_b
 
+from tidescale.contracts import recorded
 from tidescale.contracts.promql import metric
 from tidescale.dashboards.base import AUTOSCALING, new_dashboard, query_variable
 from tidescale.dashboards.panels import Query, Threshold, graph, row, single_stat
@@ -75,6 +76,28 @@ def build() -> dash_b.Dashboard:
             "the recommendation is also a Kubernetes Event on the Deployment (`kubectl describe`).",
             "short", [Query(f"{_by_deployment('tidescale_recommender_decision', ', reason')} == 1",
                             "{{deployment}} {{reason}}")], span=24, min_value=0))
+        .with_row(row("What the decisions read"))
+        .with_panel(graph(
+            "P99 the recommender holds each target to",
+            "The recorded P99 of each model on each Deployment's pods (the exporter attributes every span to "
+            "its sending pod's Deployment), the series the recommender reads to hold a scale-down while the "
+            "SLO burns; dashed, the Deployment's SLO threshold.",
+            "s", [Query(_by_deployment(recorded.TARGET_P99, ", model"), "{{deployment}} {{model}}"),
+                  Query(_by_deployment(recorded.DEPLOYMENT_SLO_LATENCY_THRESHOLD), "{{deployment}} SLO")],
+            span=8, min_value=0))
+        .with_panel(graph(
+            "Requests in flight per pod (adapter: triton_inflight_requests)",
+            "What prometheus-adapter serves the HPA as triton_inflight_requests: request-seconds completed per "
+            "second on each pod over 1m (Little's law), from the recorded per-pod rate.",
+            "short", [Query(f"sum by (pod) ({sel(recorded.MODEL_POD_REQUEST_US_RATE1M, POD_OF_DEPLOYMENT)}) / 1e6",
+                            "{{pod}}")], span=8, min_value=0))
+        .with_panel(graph(
+            "Queue time over compute time per pod (adapter: triton_queue_to_compute_ratio)",
+            "What prometheus-adapter serves the HPA as triton_queue_to_compute_ratio: queue-µs over compute-µs "
+            "accumulated on each pod over 1m; above 1, requests wait longer than they run.",
+            "short", [Query(ratio(f"sum by (pod) ({sel(recorded.MODEL_POD_QUEUE_US_RATE1M, POD_OF_DEPLOYMENT)})",
+                                  f"sum by (pod) ({sel(recorded.MODEL_POD_COMPUTE_US_RATE1M, POD_OF_DEPLOYMENT)})"),
+                            "{{pod}}")], thresholds=[Threshold(1, "red")], span=8, min_value=0))
         .with_row(row("Control loop health"))
         .with_panel(graph(
             "Cold-start time",

@@ -55,6 +55,8 @@ P99: Final = "namespace_model:tidescale_request_duration_seconds:p99"
 # the time to the first response, in seconds; absent on older servers. A cross-check of P99 above.
 # P99 per Deployment, from the `deployment` the exporter attributes each span to (its sending pod's).
 DEPLOYMENT_P99: Final = "namespace_deployment:tidescale_request_duration_seconds:p99"
+# P99 of one model on one Deployment's pods: what the recommender holds each target to.
+TARGET_P99: Final = "namespace_deployment_model:tidescale_request_duration_seconds:p99"
 FIRST_RESPONSE_P99: Final = "namespace_model:nv_inference_first_response_seconds:p99"
 # P99 per model version (stage="request"), the input of the version-regression review.
 VERSION_P99: Final = "namespace_model_version:tidescale_request_duration_seconds:p99"
@@ -84,6 +86,11 @@ DEPLOYMENT_QUEUE_DEPTH_PER_REPLICA: Final = "namespace_deployment:triton_queue_d
 MODEL_QUEUE_DEPTH_PER_REPLICA: Final = "namespace_model:triton_queue_depth_per_replica:avg"
 POD_INFLIGHT: Final = "namespace_pod:triton_inflight_requests:rate5m"
 DEPLOYMENT_INFLIGHT_PER_REPLICA: Final = "namespace_deployment:triton_inflight_per_replica:avg"
+# Per pod and model over 1m (what prometheus-adapter serves the HPA as triton_inflight_requests and
+# triton_queue_to_compute_ratio): request-, queue- and compute-µs accumulated per second.
+MODEL_POD_REQUEST_US_RATE1M: Final = "namespace_model_pod:nv_inference_request_duration_us:rate1m"
+MODEL_POD_QUEUE_US_RATE1M: Final = "namespace_model_pod:nv_inference_queue_duration_us:rate1m"
+MODEL_POD_COMPUTE_US_RATE1M: Final = "namespace_model_pod:nv_inference_compute_duration_us:rate1m"
 # Average queue time per request in seconds, per pod (the queue-time alert input).
 POD_QUEUE_SECONDS_RATE5M: Final = "namespace_pod:nv_inference_queue_duration_seconds:avg_rate5m"
 # One series per Triton pod serving a model (value 1): the join key for GPU series.

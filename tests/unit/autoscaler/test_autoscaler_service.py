@@ -36,7 +36,7 @@ class FakeProm:
     def __init__(self) -> None:
         self.values: dict[str, float | None] = {"horizontalpodautoscaler_status_current": None,
                                                 "horizontalpodautoscaler_status_desired": None,
-                                                "kube_pod_status_ready_time": None, "histogram_quantile": None,
+                                                "kube_pod_status_ready_time": None, "tidescale_request_duration_seconds:p99": None,
                                                 "nv_inference_request_failure": None, "rate(": 450.0,  # first match
                                                 "version) (nv_inference_pending": 0.0, "sum by (pod)": 0.0,
                                                 "time()": 5.0,
@@ -117,7 +117,8 @@ def test_queries_read_only_the_target_deployments_pods() -> None:
                  q.model_load, q.pending):
         assert pods in expr and 'model="resnet"' in expr, expr
     own, fallback = q.p99.split(" or ")
-    assert 'deployment="triton.a100"' in own and 'model="resnet"' in own and "[300s]" in own
+    assert own == ('max(namespace_deployment_model:tidescale_request_duration_seconds:p99'
+                   '{namespace="ml",deployment="triton.a100",model="resnet"})')  # the recorded series
     assert fallback == ('max(namespace_model:tidescale_request_duration_seconds:p99'
                         '{namespace="ml",model="resnet",stage="request"})')
 

@@ -33,7 +33,7 @@ POD_MATCHER = re.compile(r'pod=~"([a-z0-9]+)-')
 # (substring of the query, value): the first that the query contains answers it; None: no series.
 VALUES: list[tuple[str, float | None]] = [
     ("nv_model_load_duration_secs", None),
-    ("histogram_quantile", P99_S),
+    ("tidescale_request_duration_seconds:p99", P99_S),
     ("time() - max(timestamp(", 5.0),
     ("horizontalpodautoscaler_status_current", float(PODS)),
     ("horizontalpodautoscaler_status_desired", float(PODS)),
