@@ -3,6 +3,7 @@ recommender and the emulated HPA scale the Deployment up; with Prometheus gone i
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -37,7 +38,11 @@ def test_live_autoscaler_scales_real_replicas(tmp_path: Path) -> None:
             prom.wait_for_targets_up()
             prom.wait_for(f'sum(rate(nv_inference_request_success{{model="resnet50"}}[10s])) > {RPS * 0.6}',
                           timeout=60)
-            assert live.step() == 3  # ceil(30 / (10 * 0.9)) = 4, clamped to maxReplicas
+            start = time.time()
+            assert live.step(start) == 3  # ceil(30 / (10 * 0.9)) = 4, clamped to maxReplicas
+            live.service.tick(start + 2.0)  # the fast path, as the recommender pod runs it: the pods read
+            reading = live.target_state.fast_reading
+            assert reading is not None and reading.pods >= 1 and not reading.missing
             status = live.status()
             assert (status.current_replicas, status.desired_replicas, status.max_replicas) == (1, 3, 3)
             stack.kube.set_hpa(fleet.deployment, status.min_replicas, status.max_replicas,
@@ -45,7 +50,8 @@ def test_live_autoscaler_scales_real_replicas(tmp_path: Path) -> None:
             assert fleet.spec_replicas == 3
             fleet.wait_ready(3, timeout=120)
             prom.stop()
-            assert live.step() == 3  # Prometheus gone: the recommendation holds, no scale-down
+            # the next evaluation is due one interval on: Prometheus gone, the recommendation holds
+            assert live.step(start + live.interval_s) == 3
             assert live.target_state.failsafe == "prometheus_down"
         finally:
             load.stop()
