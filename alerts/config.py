@@ -7,16 +7,23 @@ Change a threshold here (or in the `alerts:` section of a tidescale YAML file, r
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Annotated, ClassVar
 
-from prometheus_client.utils import floatToGoString
 from pydantic import AfterValidator, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from tidescale.contracts.promql import LABEL_NAME
 from tidescale.contracts.settings import ComponentSettings, SettingsModel
-from tidescale.contracts.slo import SLO_P99_S, SLO_THRESHOLDS_S
+from tidescale.contracts.slo import (
+    DEFAULT_SLO_NAME,
+    SLO_P99_S,
+    SLO_THRESHOLDS_S,
+    Regex,
+    ResolvedSlo,
+    SloGroup,
+    le_value,
+    resolve_slos,
+)
 
 # SLO latency thresholds (seconds) that must be exact bucket boundaries of
 # tidescale_request_duration_seconds: the exporter adds them to its buckets.
@@ -25,16 +32,6 @@ DEFAULT_SLO_THRESHOLDS_S: tuple[float, ...] = SLO_THRESHOLDS_S
 _DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
 _OP_CLASS = re.compile(r"^[a-z][a-z0-9_]*$")
 _JOB = re.compile(r"^[A-Za-z0-9_.:/-]{1,128}$")
-_SLO_NAME = re.compile(r"^[a-z0-9]([a-z0-9_.-]{0,61}[a-z0-9])?$")
-# The name of the SLO that models matched by no group get (the `slo` label of its series).
-DEFAULT_SLO_NAME = "default"
-
-
-def le_value(threshold_s: float) -> str:
-    """The `le` label value prometheus_client writes for a bucket boundary (1.0 → "1.0")."""
-    return str(floatToGoString(threshold_s))
-
-
 def check_duration(value: str) -> str:
     if not _DURATION.match(value):
         raise ValueError(f"{value!r} is not a Prometheus duration such as 30s, 5m or 1h")
@@ -42,17 +39,6 @@ def check_duration(value: str) -> str:
 
 
 Duration = Annotated[str, AfterValidator(check_duration)]
-
-
-def check_regex(value: str) -> str:
-    try:
-        re.compile(value)
-    except re.error as exc:
-        raise ValueError(f"{value!r} is not a valid regular expression: {exc}") from None
-    return value
-
-
-Regex = Annotated[str, AfterValidator(check_regex)]
 
 
 class ForDurations(SettingsModel):
@@ -91,30 +77,6 @@ class AlertmanagerRouting(SettingsModel):
     group_interval: Duration = "5m"
     repeat_interval: Duration = "4h"
     resolve_timeout: Duration = "5m"
-
-
-class SloGroup(SettingsModel):
-    """The SLO of the models whose name (and namespace) match: one model or a group of them.
-
-    Groups are tried in order and the first match wins; a field left out takes the default SLO's
-    value. Matching happens in PromQL (RE2, fully anchored), so a model that appears later is
-    covered without a redeploy."""
-
-    name: str
-    model: Regex
-    namespace: Regex = ""
-    latency_threshold_s: float | None = Field(None, gt=0)
-    latency_objective: float | None = Field(None, gt=0, lt=1)
-    availability_objective: float | None = Field(None, gt=0, lt=1)
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not _SLO_NAME.match(v) or v == DEFAULT_SLO_NAME:
-            raise ValueError(f"SLO name {v!r} must be lower-case letters, digits, '.', '_' or '-' "
-                             f"(at most 63) and not {DEFAULT_SLO_NAME!r}")
-        return v
-
 
 
 class AlertsConfig(ComponentSettings):
@@ -205,15 +167,8 @@ class AlertsConfig(ComponentSettings):
 
     def resolved_slos(self) -> list[ResolvedSlo]:
         """Each SLO group with the defaults filled in, then the default SLO (matching every model)."""
-        out = [ResolvedSlo(
-            g.name, g.model, g.namespace,
-            g.latency_threshold_s if g.latency_threshold_s is not None else self.slo_latency_threshold_s,
-            g.latency_objective if g.latency_objective is not None else self.latency_slo_target,
-            g.availability_objective if g.availability_objective is not None else self.availability_slo_target,
-        ) for g in self.slos]
-        out.append(ResolvedSlo(DEFAULT_SLO_NAME, "", "", self.slo_latency_threshold_s, self.latency_slo_target,
-                               self.availability_slo_target))
-        return out
+        return resolve_slos(self.slos, ResolvedSlo(DEFAULT_SLO_NAME, "", "", self.slo_latency_threshold_s,
+                                                   self.latency_slo_target, self.availability_slo_target))
 
     def threshold_les(self) -> list[str]:
         """Every SLO bucket boundary and configured threshold as an `le` value, sorted numerically."""
@@ -222,18 +177,6 @@ class AlertsConfig(ComponentSettings):
 
     def runbook_url(self, alertname: str) -> str:
         return f"{self.runbook_base_url.rstrip('/')}/{alertname.lower()}.md"
-
-
-@dataclass(frozen=True)
-class ResolvedSlo:
-    """One SLO with every value set; empty `model`/`namespace` patterns match every model."""
-
-    name: str
-    model: str
-    namespace: str
-    latency_threshold_s: float
-    latency_objective: float
-    availability_objective: float
 
 
 def default_config() -> AlertsConfig:

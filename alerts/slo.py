@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from tidescale.alerts.config import AlertsConfig, ResolvedSlo, le_value
+from tidescale.alerts.config import AlertsConfig
 from tidescale.contracts import recorded as n
 from tidescale.contracts.promql import count, escape_label_value, keep_labels, metric
+from tidescale.contracts.slo import ResolvedSlo, le_value
 
 GROUP_NAME = "tidescale.rules.slo"
 # Placeholders of the committed clause patterns (templates/prometheusrule.yaml replaces the same).

@@ -23,7 +23,7 @@ from tidescale.contracts.prometheus import MAX_ANSWER_BYTES, PrometheusAuth
 from tidescale.contracts.promql import LABEL_NAME
 from tidescale.contracts.redact import redact_url
 from tidescale.contracts.settings import Host, InfOff, ServingSettings, SettingsModel
-from tidescale.contracts.slo import SLO_P99_S
+from tidescale.contracts.slo import SLO_P99_S, SloValues, slo_of
 
 # Labels the target's queries match on themselves: a series matcher may not override them.
 QUERY_LABELS = frozenset({"namespace", "deployment", "pod", "model", "reason", "stage", "le", "__name__"})
@@ -105,7 +105,7 @@ class TargetSettings(SettingsModel):
     min_replicas: int = Field(default=1, ge=1)
     max_replicas: int = Field(default=20, ge=1)
     capacity_rps: float | None = Field(default=None, gt=0)  # overrides the profile for this target
-    # The P99 this model's SLO allows (the chart fills it from the model's `slo` group); None: slo_p99_s.
+    # The P99 this target is sized for, set here; None: its model's SLO (`slo`), else slo_p99_s.
     slo_p99_s: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
@@ -137,6 +137,9 @@ class RecommenderSettings(ServingSettings):
     # least 3 of its intervals): a round stuck in a call that never returns, not only a dead thread.
     stall_after_s: float = Field(default=300.0, gt=0, le=86400, allow_inf_nan=False)
     slo_p99_s: float = Field(default=SLO_P99_S, gt=0)
+    # The chart's `slo` values as they are: each target is sized for the latency threshold of the first
+    # SLO its model matches, resolved by the function the alert rules' SLO group is made with.
+    slo: SloValues | None = None
     profile: Path | None = None  # perf_analyzer CSV: capacity at the SLO
     capacity_rps: float | None = Field(default=None, gt=0)
     cold_start_s: float = Field(default=60.0, ge=0)
@@ -206,7 +209,12 @@ class RecommenderSettings(ServingSettings):
         return self.stuck_after_s if self.stuck_after_s is not None else max(60.0, 4 * self.interval_s)
 
     def slo_for(self, t: TargetSettings) -> float:
-        return t.slo_p99_s if t.slo_p99_s is not None else self.slo_p99_s
+        """The P99 target *t* is sized for: its own, else its model's SLO, else the default."""
+        if t.slo_p99_s is not None:
+            return t.slo_p99_s
+        if self.slo is not None:
+            return slo_of(self.slo.resolved(), t.namespace, t.model).latency_threshold_s
+        return self.slo_p99_s
 
     def capacity_for(self, t: TargetSettings) -> float:
         if t.capacity_rps is not None:

@@ -220,10 +220,13 @@ def test_the_slo_group_is_rendered_from_values_as_the_generator_renders_it(tmp: 
 def test_each_target_is_sized_for_its_models_slo(tmp: Path) -> None:
     [config] = [d for d in template(tmp, SLO_VALUES)
                 if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-config")]
+    from tidescale.autoscaler.settings import RecommenderSettings
+
     recommender = yaml.safe_load(config["data"]["config.yaml"])["recommender"]
-    assert recommender["slo_p99_s"] == 1.0
+    assert recommender["slo"]["models"] == SLO_VALUES["slo"]["models"]  # the values as they are: Python resolves them
+    settings = RecommenderSettings.model_validate(recommender)
     # ctr_ranker is a ranker (0.25 s); embedder matches `offline` only in batch-* namespaces, so the default.
-    assert {t["model"]: t["slo_p99_s"] for t in recommender["targets"]} == {"ctr_ranker": 0.25, "embedder": 1.0}
+    assert {t.model: settings.slo_for(t) for t in settings.targets} == {"ctr_ranker": 0.25, "embedder": 1.0}
 
 
 def test_an_slo_threshold_the_exporter_has_no_boundary_for_is_refused(tmp: Path) -> None:

@@ -4,12 +4,24 @@ The exporter's histogram places a bucket boundary exactly on each threshold, the
 count requests below `le="<threshold>"`, the recommender sizes for the P99 target and the chart
 ships the same defaults. A threshold that is not a bucket boundary cannot be measured (the rules
 would interpolate), so `threshold_problems` is checked wherever thresholds and buckets meet.
+
+Per model or model group, an SLO may differ from the default (`SloGroup`, first match wins).
+`resolve_slos` fills each group from the default and `slo_of` finds a model's: the alert rules'
+SLO group (alerts/slo.py) and the recommender's per-target threshold both come from them, and
+`SloValues` reads the chart's `slo` values as they are, so no template resolves an SLO.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Final
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Final
+
+from prometheus_client.utils import floatToGoString
+from pydantic import AfterValidator, Field, field_validator, model_validator
+
+from tidescale.contracts.settings import SettingsModel
 
 # The P99 latency a model must stay under (seconds): alerts page on its burn, the recommender
 # scales for it, dashboards draw it.
@@ -31,3 +43,121 @@ def threshold_problems(thresholds: Iterable[float], boundaries: Iterable[float])
 
 
 assert not threshold_problems([SLO_P99_S], SLO_THRESHOLDS_S), "the SLO must be one of the bucket boundaries"
+
+_SLO_NAME = re.compile(r"^[a-z0-9]([a-z0-9_.-]{0,61}[a-z0-9])?$")
+# The name of the SLO that models matched by no group get (the `slo` label of its series).
+DEFAULT_SLO_NAME = "default"
+
+
+def le_value(threshold_s: float) -> str:
+    """The `le` label value prometheus_client writes for a bucket boundary (1.0 → "1.0")."""
+    return str(floatToGoString(threshold_s))
+
+
+def check_regex(value: str) -> str:
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"{value!r} is not a valid regular expression: {exc}") from None
+    return value
+
+
+Regex = Annotated[str, AfterValidator(check_regex)]
+
+
+class SloGroup(SettingsModel):
+    """The SLO of the models whose name (and namespace) match: one model or a group of them.
+
+    Groups are tried in order and the first match wins; a field left out takes the default SLO's
+    value. The rules match in PromQL (RE2, fully anchored), so a model that appears later is
+    covered without a redeploy; `slo_of` matches the same way for one model."""
+
+    name: str
+    model: Regex
+    namespace: Regex = ""
+    latency_threshold_s: float | None = Field(None, gt=0)
+    latency_objective: float | None = Field(None, gt=0, lt=1)
+    availability_objective: float | None = Field(None, gt=0, lt=1)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _SLO_NAME.match(v) or v == DEFAULT_SLO_NAME:
+            raise ValueError(f"SLO name {v!r} must be lower-case letters, digits, '.', '_' or '-' "
+                             f"(at most 63) and not {DEFAULT_SLO_NAME!r}")
+        return v
+
+
+@dataclass(frozen=True)
+class ResolvedSlo:
+    """One SLO with every value set; empty `model`/`namespace` patterns match every model."""
+
+    name: str
+    model: str
+    namespace: str
+    latency_threshold_s: float
+    latency_objective: float
+    availability_objective: float
+
+    def matches(self, namespace: str, model: str) -> bool:
+        """Whether this SLO covers *model* in *namespace*, anchored as PromQL's `=~` is."""
+        return all(not pattern or re.fullmatch(pattern, value) is not None
+                   for pattern, value in ((self.model, model), (self.namespace, namespace)))
+
+
+def resolve_slos(groups: Sequence[SloGroup], default: ResolvedSlo) -> list[ResolvedSlo]:
+    """Each group with the *default*'s values filled in where it leaves one out, then the default."""
+    out = [ResolvedSlo(
+        g.name, g.model, g.namespace,
+        g.latency_threshold_s if g.latency_threshold_s is not None else default.latency_threshold_s,
+        g.latency_objective if g.latency_objective is not None else default.latency_objective,
+        g.availability_objective if g.availability_objective is not None else default.availability_objective,
+    ) for g in groups]
+    return [*out, default]
+
+
+def slo_of(resolved: Sequence[ResolvedSlo], namespace: str, model: str) -> ResolvedSlo:
+    """The first SLO that covers *model* in *namespace* (the default covers every model)."""
+    return next(s for s in resolved if s.matches(namespace, model))
+
+
+class _Latency(SettingsModel):
+    thresholdSeconds: float | None = Field(default=None, gt=0)
+    objective: float | None = Field(default=None, gt=0, lt=1)
+
+
+class _Availability(SettingsModel):
+    objective: float | None = Field(default=None, gt=0, lt=1)
+
+
+class _ModelSlo(SettingsModel):
+    name: str
+    model: Regex
+    namespace: Regex = ""
+    latency: _Latency = Field(default_factory=lambda: _Latency())
+    availability: _Availability = Field(default_factory=lambda: _Availability())
+
+
+class SloValues(SettingsModel):
+    """The chart's `slo` values, as the chart holds them (camelCase), read by the same functions."""
+
+    latency: _Latency = Field(default_factory=lambda: _Latency(thresholdSeconds=SLO_P99_S, objective=0.99))
+    availability: _Availability = Field(default_factory=lambda: _Availability(objective=0.999))
+    models: list[_ModelSlo] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _groups_are_valid(self) -> SloValues:
+        names = [m.name for m in self.models]
+        if len(set(names)) != len(names):
+            raise ValueError(f"SLO names must be unique, got {names}")
+        self.resolved()  # each group as SloGroup validates it (its name above all)
+        return self
+
+    def resolved(self) -> list[ResolvedSlo]:
+        default = ResolvedSlo(DEFAULT_SLO_NAME, "", "",
+                              self.latency.thresholdSeconds or SLO_P99_S, self.latency.objective or 0.99,
+                              self.availability.objective or 0.999)
+        groups = [SloGroup(name=m.name, model=m.model, namespace=m.namespace,
+                           latency_threshold_s=m.latency.thresholdSeconds, latency_objective=m.latency.objective,
+                           availability_objective=m.availability.objective) for m in self.models]
+        return resolve_slos(groups, default)

@@ -36,7 +36,8 @@ class FakeProm:
     def __init__(self) -> None:
         self.values: dict[str, float | None] = {"horizontalpodautoscaler_status_current": None,
                                                 "horizontalpodautoscaler_status_desired": None,
-                                                "kube_pod_status_ready_time": None, "tidescale_request_duration_seconds:p99": None,
+                                                "kube_pod_status_ready_time": None,
+                                                "tidescale_request_duration_seconds:p99": None,
                                                 "nv_inference_request_failure": None, "rate(": 450.0,  # first match
                                                 "version) (nv_inference_pending": 0.0, "sum by (pod)": 0.0,
                                                 "time()": 5.0,

@@ -604,18 +604,6 @@ spec:
 {{- toYaml $out -}}
 {{- end -}}
 
-{{/* The P99 an autoscaling target is sized for: the threshold of the first SLO its model matches. */}}
-{{- define "tidescale.targetSlo" -}}
-{{- $t := .target -}}{{- $ns := include "tidescale.servingNamespace" .root -}}
-{{- $found := "" -}}
-{{- range include "tidescale.slos" .root | fromYamlArray -}}
-{{- if and (not $found) (or (not .model) (regexMatch (printf "^(?:%s)$" .model) $t.model)) (or (not .namespace) (regexMatch (printf "^(?:%s)$" .namespace) $ns)) -}}
-{{- $found = include "tidescale.goFloat" .latency_threshold_s -}}
-{{- end -}}
-{{- end -}}
-{{- $found -}}
-{{- end -}}
-
 {{/* The recorded SLO group (AlertsConfig.slos in Python) from values `slo`: the committed clause
      patterns with each SLO's values filled in, in the same order as alerts/slo.py fills them. */}}
 {{- define "tidescale.sloGroup" -}}
