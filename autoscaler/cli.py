@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from tidescale.contracts.prometheus import DEFAULT_PROMETHEUS_URL
 from tidescale.contracts.serveopts import HEALTH_PORT_OPTION
 from tidescale.contracts.slo import SLO_P99_S
 
@@ -22,7 +23,7 @@ def render_command(
     max_replicas: int = typer.Option(20, "--max-replicas"),
     keda: bool = typer.Option(False, "--keda", help="A KEDA ScaledObject instead of HPA + prometheus-adapter."),
     slo_p99: float | None = typer.Option(None, "--slo-p99", help="Latency SLO (P99 seconds) for the recommender."),
-    prometheus_url: str = typer.Option("http://prometheus-operated.monitoring:9090", "--prometheus-url",
+    prometheus_url: str = typer.Option(DEFAULT_PROMETHEUS_URL, "--prometheus-url",
                                        help="Prometheus as KEDA reaches it."),
     recommender_url: str | None = typer.Option(
         None, "--recommender-url", help="With --keda: the recommender's Service as KEDA reaches it "

@@ -20,6 +20,7 @@ from tidescale.autoscaler.hpa import Behavior, HpaSpec, MetricSpec, ScalingPolic
 from tidescale.autoscaler.queue_policy import recommended_queue_policy
 from tidescale.contracts import catalog
 from tidescale.contracts.errors import UsageError
+from tidescale.contracts.prometheus import DEFAULT_PROMETHEUS_URL
 from tidescale.contracts.promql import selector
 from tidescale.contracts.slo import SLO_P99_S
 from tidescale.contracts.yamlout import dump, dump_all
@@ -227,7 +228,7 @@ def recommender_config_snippet(target: Target, legacy: bool) -> dict[str, Any]:
                             **({"slo_p99_s": target.slo_p99_s} if target.slo_p99_s else {})}}
 
 
-def render(target: Target, keda: bool = False, prometheus_url: str = "http://prometheus-operated:9090",
+def render(target: Target, keda: bool = False, prometheus_url: str = DEFAULT_PROMETHEUS_URL,
            legacy: bool = False, adapter_namespace: str = "monitoring", max_batch_exec_s: float | None = None,
            recommender_url: str | None = None) -> str:
     """The multi-document YAML `tidescale autoscale render` prints."""

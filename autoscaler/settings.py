@@ -19,7 +19,7 @@ from pydantic_settings import SettingsConfigDict
 from tidescale.autoscaler.capacity import load_capacity
 from tidescale.autoscaler.recommend import RecommenderConfig
 from tidescale.contracts.errors import UsageError
-from tidescale.contracts.prometheus import MAX_ANSWER_BYTES, PrometheusAuth
+from tidescale.contracts.prometheus import DEFAULT_PROMETHEUS_URL, MAX_ANSWER_BYTES, PrometheusAuth
 from tidescale.contracts.promql import LABEL_NAME
 from tidescale.contracts.redact import redact_url
 from tidescale.contracts.settings import Host, InfOff, ServingSettings, SettingsModel
@@ -121,7 +121,7 @@ class RecommenderSettings(ServingSettings):
     section: ClassVar[str] = "recommender"
     model_config = SettingsConfigDict(env_prefix="TIDESCALE_RECOMMENDER_", extra="forbid")
 
-    prometheus_url: str = "http://localhost:9090"
+    prometheus_url: str = DEFAULT_PROMETHEUS_URL
     prometheus_auth: PrometheusAuth = Field(default_factory=PrometheusAuth)
     host: Host = "0.0.0.0"
     port: int = Field(default=9108, ge=0, le=65535)

@@ -27,6 +27,10 @@ MAX_DETAIL_CHARS = 200
 # An instant vector of a few thousand series is well under a megabyte; a range query for a preview
 # a few megabytes. Decoded into Python objects an answer takes about 20 times its size.
 MAX_ANSWER_BYTES = 16 << 20
+# Where Prometheus answers by default: kube-prometheus-stack at its defaults, the operator's governing
+# Service `prometheus-operated` in the `monitoring` namespace. The chart's `prometheusUrl` defaults to
+# the same (tests/unit/helm holds the two equal).
+DEFAULT_PROMETHEUS_URL = "http://prometheus-operated.monitoring.svc:9090"
 
 
 class PrometheusUnavailable(TidescaleError):

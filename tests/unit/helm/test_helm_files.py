@@ -175,3 +175,21 @@ def test_schema_accepts_the_escape_hatches(schema: dict[str, Any], good: dict[st
     for key, value in good.items():
         values[key] = {**values[key], **value} if isinstance(value, dict) else value
     jsonschema.validate(values, schema)
+
+
+def test_one_default_prometheus_url() -> None:
+    """The chart's default and every Python default are the one DEFAULT_PROMETHEUS_URL."""
+    import inspect
+
+    from tidescale.autoscaler import manifests
+    from tidescale.autoscaler.settings import RecommenderSettings
+    from tidescale.contracts.prometheus import DEFAULT_PROMETHEUS_URL
+
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["recommender"]["prometheusUrl"] == DEFAULT_PROMETHEUS_URL
+    assert RecommenderSettings.model_fields["prometheus_url"].default == DEFAULT_PROMETHEUS_URL
+    assert inspect.signature(manifests.render).parameters["prometheus_url"].default == DEFAULT_PROMETHEUS_URL
+    url = re.compile(r'"https?://(?!tidescale-placeholder)[^"]*:9090"')  # the generator's placeholder aside
+    literals = [p for root in ("autoscaler", "alerts", "exporters", "dashboards", "tidescale/contracts")
+                for p in (REPO / root).rglob("*.py") if url.search(p.read_text())]
+    assert [p.relative_to(REPO).as_posix() for p in literals] == ["tidescale/contracts/prometheus.py"]
