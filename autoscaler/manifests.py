@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,10 +161,11 @@ def hpa_manifest(target: Target, legacy: bool = False) -> dict[str, Any]:
             "spec": spec}
 
 
-def keda_query(target: Target) -> str:
-    """One series: the recommender's desired replicas for this Deployment (max over duplicates)."""
+def keda_query(target: Target, scope: Mapping[str, str] | None = None) -> str:
+    """One series: the recommender's desired replicas for this Deployment (max over duplicates), within
+    *scope* (this cluster's label, where one Prometheus API holds several clusters)."""
     desired = catalog.get("tidescale_desired_replicas").name
-    return f"max({selector(desired, namespace=target.namespace, deployment=target.deployment)})"
+    return f"max({selector(desired, namespace=target.namespace, deployment=target.deployment, **(scope or {}))})"
 
 
 def recommender_trigger(target: Target, recommender_url: str) -> dict[str, Any]:
