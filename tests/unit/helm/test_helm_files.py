@@ -193,3 +193,22 @@ def test_one_default_prometheus_url() -> None:
     literals = [p for root in ("autoscaler", "alerts", "exporters", "dashboards", "tidescale/contracts")
                 for p in (REPO / root).rglob("*.py") if url.search(p.read_text())]
     assert [p.relative_to(REPO).as_posix() for p in literals] == ["tidescale/contracts/prometheus.py"]
+
+
+def test_the_charts_recommender_defaults_are_pythons() -> None:
+    """values.yaml re-declares the recommender's defaults in camelCase (a twin, docs/architecture.md):
+    each must be RecommenderSettings' own."""
+    from tidescale.autoscaler.settings import FastPathSettings, RecommenderSettings
+
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["recommender"]
+    fields, fast = RecommenderSettings.model_fields, FastPathSettings.model_fields
+    twins = {
+        "intervalSeconds": fields["interval_s"].default, "coldStartSeconds": fields["cold_start_s"].default,
+        "headroom": fields["headroom"].default, "capacityRps": fields["capacity_rps"].default, "tuning": {},
+    }
+    assert {key: values[key] for key in twins} == twins
+    # The one difference on purpose: in the cluster the recommender posts its Events (its own account
+    # may), run by hand outside one it has no API server to post to.
+    assert values["kubeEvents"] is True and fields["kube_events"].default is False
+    assert values["fastPath"] == {"enabled": fast["enabled"].default, "intervalSeconds": fast["interval_s"].default,
+                                  "timeoutSeconds": fast["timeout_s"].default}
