@@ -40,8 +40,8 @@ def values(mode: str) -> dict[str, Any]:
         # Triton's OTLP exporter sends no bearer token: the exporter accepts its spans as those of watched
         # Triton pods, by their address (the default, traces_require_token: true, is kept).
         # KEDA mode with two recommenders, as an HA install runs them: the trigger reads the max of both.
-        "recommender": {"intervalSeconds": 5, "replicas": 2 if mode == "keda" else 1,
-                        "tuning": {"down_delay_s": 30, "rate_window_s": 30, "fast_window_s": 15}},
+        "recommender": {"replicas": 2 if mode == "keda" else 1, "settings": {
+            "interval_s": 5, "tuning": {"down_delay_s": 30, "rate_window_s": 30, "fast_window_s": 15}}},
         "autoscaling": {"mode": mode, "targets": [{"deployment": "triton", "model": "resnet50", "minReplicas": 1,
                                                    "maxReplicas": MAX_REPLICAS, "capacityRps": 40}]},
         **KPS_VALUES,

@@ -182,7 +182,8 @@ def test_keda_mode_reads_the_installed_keda_crd_for_the_tolerance_field(cluster:
     addons.install_keda(cluster.config, cluster.api)  # idempotent; this module must not rely on another's
     [scaled] = rendered_against_the_cluster(
         cluster, "probe", "autoscaling.yaml", "ScaledObject", "autoscaling.mode=keda",
-        "autoscaling.targets[0].deployment=triton", "autoscaling.targets[0].model=m", "recommender.capacityRps=10")
+        "autoscaling.targets[0].deployment=triton", "autoscaling.targets[0].model=m",
+        "recommender.settings.capacity_rps=10")
     behavior = scaled["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
     assert str(behavior["scaleUp"]["tolerance"]) == str(behavior["scaleDown"]["tolerance"]) == "0"
 

@@ -217,6 +217,30 @@ def test_the_slo_group_is_rendered_from_values_as_the_generator_renders_it(tmp: 
     assert 'model=~"ctr_.*|a\\"b\\\\d"' in expected["rules"][0]["expr"]
 
 
+def test_recommender_settings_pass_through_with_pythons_defaults(tmp: Path) -> None:
+    """recommender.settings reaches the recommender as it is; the keys values had before it are still
+    read, and settings wins over them; what is set nowhere takes RecommenderSettings' default."""
+    from tidescale.autoscaler.settings import RecommenderSettings
+
+    values = {**FULL_VALUES, "recommender": {
+        "settings": {"interval_s": 5, "fast_path": {"interval_s": 1}, "tuning": {"down_delay_s": 30},
+                     "stale_after_s": 60},
+        "intervalSeconds": 9, "coldStartSeconds": 45, "fastPath": {"timeoutSeconds": 0.5}, "capacityRps": 50.0}}
+    def recommender(docs: list[dict[str, Any]]) -> RecommenderSettings:
+        [config] = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-config")]
+        return RecommenderSettings.model_validate(yaml.safe_load(config["data"]["config.yaml"])["recommender"])
+
+    settings = recommender(template(tmp, values))
+    s = settings
+    assert (s.interval_s, s.cold_start_s, s.stale_after_s, s.capacity_rps) == (5, 45, 60, 50)
+    assert (settings.fast_path.interval_s, settings.fast_path.timeout_s) == (1, 0.5)
+    assert settings.tuning.down_delay_s == 30
+    defaults, fields = recommender(template(tmp, FULL_VALUES)), RecommenderSettings.model_fields
+    assert (defaults.interval_s, defaults.cold_start_s, defaults.headroom) == (
+        fields["interval_s"].default, fields["cold_start_s"].default, fields["headroom"].default)
+    assert defaults.fast_path.enabled and defaults.kube_events
+
+
 def test_each_target_is_sized_for_its_models_slo(tmp: Path) -> None:
     [config] = [d for d in template(tmp, SLO_VALUES)
                 if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-config")]
@@ -687,6 +711,10 @@ def test_network_policies_and_no_pdb(default_docs: list[dict[str, Any]], full_do
     ({"recommender": {"replicas": 4}}, "/recommender/replicas"),
     ({"recommender": {"fastPath": {"intervalSeconds": 0.1}}}, "/recommender/fastPath/intervalSeconds"),
     ({"recommender": {"fastPath": {"every": 2}}}, "/recommender/fastPath"),
+    ({"recommender": {"settings": {"intervall_s": 5}}}, "/recommender/settings"),
+    ({"recommender": {"settings": {"port": 9000}}}, "/recommender/settings"),  # the chart's own
+    ({"recommender": {"settings": {"fast_path": {"interval_s": 0.1}}}}, "/recommender/settings/fast_path/interval_s"),
+    ({"recommender": {"settings": {"tuning": {"down_delay": 30}}}}, "/recommender/settings/tuning"),
     ({"reviews": {"replicas": 0}}, "/reviews/replicas"),
     ({"reviews": {"kubeEvents": {"modelDeployments": {"m": "Bad_Name"}}}}, "/reviews/kubeEvents/modelDeployments/m"),
     ({"recommender": {"prometheusAuth": {"headers": {"X Bad": "1"}}}}, "/recommender/prometheusAuth/headers"),

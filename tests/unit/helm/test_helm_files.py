@@ -154,8 +154,9 @@ def test_chart_schema_lists_every_recommender_knob() -> None:
     from tidescale.autoscaler.settings import RecommenderTuning
 
     schema = json.loads((REPO / "deploy" / "helm" / "tidescale" / "values.schema.json").read_text())
-    tuning = schema["properties"]["recommender"]["properties"]["tuning"]
-    assert set(tuning["properties"]) == set(RecommenderTuning.model_fields)
+    recommender = schema["properties"]["recommender"]["properties"]
+    for tuning in (recommender["settings"]["properties"]["tuning"], recommender["tuning"]):  # and its old key
+        assert set(tuning["properties"]) == set(RecommenderTuning.model_fields)
 
 
 def test_every_schema_reference_resolves(schema: dict[str, Any]) -> None:
@@ -195,20 +196,17 @@ def test_one_default_prometheus_url() -> None:
     assert [p.relative_to(REPO).as_posix() for p in literals] == ["tidescale/contracts/prometheus.py"]
 
 
-def test_the_charts_recommender_defaults_are_pythons() -> None:
-    """values.yaml re-declares the recommender's defaults in camelCase (a twin, docs/architecture.md):
-    each must be RecommenderSettings' own."""
-    from tidescale.autoscaler.settings import FastPathSettings, RecommenderSettings
+def test_the_chart_leaves_the_recommenders_defaults_to_python() -> None:
+    """recommender.settings passes through with Python's defaults: values.yaml re-declares none of them
+    (not in settings, not under the keys it had before), and its schema is RecommenderSettings'."""
+    from tidescale.autoscaler.settings import RecommenderSettings
+    from tidescale.devstack.chart import RECOMMENDER_OWNED
 
     values = yaml.safe_load((CHART / "values.yaml").read_text())["recommender"]
-    fields, fast = RecommenderSettings.model_fields, FastPathSettings.model_fields
-    twins = {
-        "intervalSeconds": fields["interval_s"].default, "coldStartSeconds": fields["cold_start_s"].default,
-        "headroom": fields["headroom"].default, "capacityRps": fields["capacity_rps"].default, "tuning": {},
-    }
-    assert {key: values[key] for key in twins} == twins
-    # The one difference on purpose: in the cluster the recommender posts its Events (its own account
-    # may), run by hand outside one it has no API server to post to.
-    assert values["kubeEvents"] is True and fields["kube_events"].default is False
-    assert values["fastPath"] == {"enabled": fast["enabled"].default, "intervalSeconds": fast["interval_s"].default,
-                                  "timeoutSeconds": fast["timeout_s"].default}
+    assert values["settings"] == {}
+    assert not {"intervalSeconds", "coldStartSeconds", "headroom", "capacityRps", "tuning", "fastPath"} & set(values)
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    settings = schema["properties"]["recommender"]["properties"]["settings"]
+    assert set(settings["properties"]) == set(RecommenderSettings.model_fields) - RECOMMENDER_OWNED
+    assert settings["additionalProperties"] is False
+    assert settings["properties"]["fast_path"]["additionalProperties"] is False

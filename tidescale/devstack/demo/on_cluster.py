@@ -134,8 +134,8 @@ def chart_values(s: DemoSettings, mode: str, capacity_rps: float) -> dict[str, A
     return {
         "serving": {"namespace": SERVING},
         "slo": {"latency": {"thresholdSeconds": s.slo_p99_s}},
-        "recommender": {"intervalSeconds": 5,
-                        "tuning": {"down_delay_s": 30, "rate_window_s": 30, "fast_window_s": 15}},
+        "recommender": {"settings": {"interval_s": 5,
+                                     "tuning": {"down_delay_s": 30, "rate_window_s": 30, "fast_window_s": 15}}},
         "autoscaling": {"mode": mode, "keda": {"pollingInterval": 5},
                         "targets": [{"deployment": DEPLOYMENT, "model": AUTOSCALED_MODEL,
                                      "minReplicas": s.min_replicas, "maxReplicas": s.max_replicas,
