@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.paths import REPO
-from tests.unit.foundation.test_catalog_promql import promql_in_repo
+from tests.unit.contracts.test_catalog_promql import promql_in_repo
 from tidescale.alerts.config import default_config
 from tidescale.alerts.generate import RECORDING
 from tidescale.alerts.recording import gpu_group, recording_groups
