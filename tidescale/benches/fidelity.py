@@ -28,6 +28,7 @@ from tidescale.benches.report import BENCH_DIR, markdown_table, write_page
 from tidescale.benches.tracefile import TracedRequests, read_trace
 from tidescale.contracts.errors import UsageError
 from tidescale.sim import BatcherConfig, FleetSim
+from tidescale.sim.samples import sample_quantile
 from tidescale.sim.servicecurve import ServiceCurve
 
 MODEL = "fidelity"
@@ -45,6 +46,10 @@ Log = Callable[..., None]
 # 2.8 ms per execution). An earlier run recorded 11.7 to 20.1 ms on a loaded machine: the cost is
 # the machine's state more than the model's, so each run reports how far it sits from this.
 BACKEND_OVERHEAD_S = (0.0011, 0.00004)  # (a, b): seconds per execution, seconds per request in it
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(1e3 * seconds, 2)
 
 
 def model_curve() -> ServiceCurve:
@@ -88,8 +93,8 @@ class SideResult:
         lat = self.latency
         return {
             "requests": len(lat),
-            "p50_ms": round(1e3 * float(np.quantile(lat, 0.5)), 2) if len(lat) else None,
-            "p99_ms": round(1e3 * float(np.quantile(lat, 0.99)), 2) if len(lat) else None,
+            "p50_ms": _ms(sample_quantile(lat, 0.5)),
+            "p99_ms": _ms(sample_quantile(lat, 0.99)),
             "mean_queue_ms": round(1e3 * float(self.queue.mean()), 2) if len(lat) else None,
             "batches": compare.batch_distribution(self.batch_counts),
         }
@@ -154,7 +159,7 @@ def run_real(arrivals: np.ndarray, workdir: Path, log: Log, client: str = "lean"
     counts = compare.counts_from_batch_stats(before, after, cfg.max_batch_size)
     side = SideResult(traced.queue_start, traced.latency, traced.queue, counts)
     return RealRun(side, compare.exec_seconds_from_batch_stats(before, after, cfg.max_batch_size),
-                   round(1e3 * float(np.quantile(ok, 0.99)), 2) if len(ok) else None, errors)
+                   _ms(sample_quantile(ok, 0.99)), errors)
 
 
 def _play_loadgen(arrivals: np.ndarray, endpoints: Callable[[], list[str]]) -> tuple[np.ndarray, int]:

@@ -72,6 +72,7 @@ from tidescale.devstack.fleet.exposition import parse
 from tidescale.devstack.fleet.model_repo import DEFAULT_MODELS, ModelSpec, write_model_repository
 from tidescale.devstack.fleet.triton import OTLP_SCHEDULE_DELAY_S, ReplicaPorts, TraceSettings, TritonReplica
 from tidescale.exporters.tracefile import trace_files
+from tidescale.sim.samples import sample_quantile
 
 RESULT_MD = BENCH_DIR / "overhead.md"
 RESULT_PNG = RESULT_MD.with_suffix(".png")
@@ -892,7 +893,7 @@ def _rel(value: float | None, truth: float | None) -> float | None:
 
 
 def _p99(latencies: np.ndarray) -> float | None:
-    return float(np.quantile(latencies, 0.99)) if latencies.size else None
+    return sample_quantile(latencies, 0.99)
 
 
 def _per_request(cpu_s: float, requests: float) -> float | None:

@@ -35,6 +35,7 @@ from tidescale.contracts.promql import selector
 from tidescale.devstack.fleet.httpserve import LoopbackHttpServer, text_response
 from tidescale.devstack.promstack import PrometheusServer, ScrapeTarget
 from tidescale.exporters.latency import BucketHistogram, log_buckets
+from tidescale.sim.samples import sample_quantile
 from tidescale.sim.servicecurve import ServiceCurve
 
 QUANTILES = {"p50": 0.5, "p95": 0.95, "p99": 0.99}
@@ -86,7 +87,7 @@ class _PodPage(Collector):
     def __init__(self, values: np.ndarray, bounds: tuple[float, ...], with_summary: bool) -> None:
         self.hist = BucketHistogram(bounds)
         self.hist.observe_many(values)
-        self.summary = ({q: float(np.quantile(values, q)) * 1e6 for q in QUANTILES.values()}
+        self.summary = ({q: float(sample_quantile(values, q) or 0.0) * 1e6 for q in QUANTILES.values()}
                         if with_summary else None)
         self.sum_us = float(values.sum()) * 1e6
         self.count = int(values.size)
@@ -155,7 +156,7 @@ def run(seed: int = 7, quick: bool = False, progress: Callable[[str], None] = la
     progress(f"generating {PODS} × {per_pod:,} latencies")
     pods = workload(seed, per_pod)
     everything = np.concatenate(pods)
-    truth = {k: float(np.quantile(everything, q)) for k, q in QUANTILES.items()}
+    truth = {k: float(sample_quantile(everything, q) or 0.0) for k, q in QUANTILES.items()}
     bounds = log_buckets(*BUCKET_RANGE_S, SLO_THRESHOLDS, 60)
     with tempfile.TemporaryDirectory(prefix="tidescale-bench-percentiles-") as tmp:
         estimates = prometheus_quantiles(pods, bounds, Path(tmp), progress)

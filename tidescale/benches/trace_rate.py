@@ -36,6 +36,7 @@ from tidescale.benches.report import BENCH_DIR, save_figure
 from tidescale.contracts.errors import UsageError
 from tidescale.exporters.latency import log_buckets
 from tidescale.exporters.settings import ExporterSettings
+from tidescale.sim.samples import sample_quantile
 
 RESULT_MD = BENCH_DIR / "trace-rate.md"
 RESULT_PNG = RESULT_MD.with_suffix(".png")
@@ -57,7 +58,7 @@ def exporter_bounds() -> tuple[float, ...]:
 def p99_errors(population: np.ndarray, bounds: Sequence[float], traced: int, trials: int,
                rng: np.random.Generator) -> np.ndarray:
     """Relative errors of the bucketed P99 of *trials* samples of *traced* requests each."""
-    truth = float(np.quantile(population, 0.99))
+    truth = float(sample_quantile(population, 0.99) or 0.0)
     bucket_of = np.searchsorted(np.asarray(bounds), population, side="left")  # "le" buckets
     picks = bucket_of[rng.integers(0, len(population), size=(trials, traced))]
     counts = np.stack([np.bincount(row, minlength=len(bounds) + 1) for row in picks]).astype(float)
@@ -72,7 +73,7 @@ def error_curve(population: np.ndarray, bounds: Sequence[float], traced_counts: 
     for n in traced_counts:
         errors = p99_errors(population, bounds, int(n), trials, rng)
         curve.append({"traced": int(n), "median_error": float(np.median(errors)),
-                      "p95_error": float(np.quantile(errors, 0.95))})
+                      "p95_error": float(sample_quantile(errors, 0.95) or 0.0)})
     return curve
 
 
@@ -115,7 +116,7 @@ def run(quick: bool = False, target: float = TARGET_ERROR, progress: Callable[[s
         curve = error_curve(population, bounds, counts, trials)
         needed = traced_needed(curve, target)
         result["populations"][name] = {
-            "p99_s": float(np.quantile(population, 0.99)), "curve": curve, "traced_needed": needed,
+            "p99_s": sample_quantile(population, 0.99), "curve": curve, "traced_needed": needed,
             "advised_rate": None if needed is None else {
                 f"{rps:g}": advised_rate(rps, needed) for rps in REQUEST_RATES}}
     hard = result["populations"]["fleet_heavy_tail"]["traced_needed"]

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tidescale.sim.batcher import BatchRecords
+from tidescale.sim.samples import sample_quantile
 
 
 @dataclass
@@ -92,4 +93,5 @@ class CompletedRequests:
                                  self.batch_size[mask], self.completion[mask])
 
     def latency_quantile(self, q: float) -> float:
-        return float(np.quantile(self.latency, q)) if len(self) else float("nan")
+        found = sample_quantile(self.latency, q)
+        return float("nan") if found is None else found

@@ -22,6 +22,7 @@ from tidescale.benches.autoscale.policies import HPA_SYNC_S, Policy, tick_after
 from tidescale.sim import BatcherConfig, FleetSim, MetricsLag
 from tidescale.sim.lag import DEFAULT_EXTRACTORS
 from tidescale.sim.results import FleetCounters
+from tidescale.sim.samples import sample_quantile
 from tidescale.sim.servicecurve import ServiceCurve
 
 SCRAPE_INTERVAL_S = 15.0
@@ -144,7 +145,7 @@ def window_p99(arrivals: np.ndarray, latency: np.ndarray, window_s: float, durat
     for k in range(n):
         chunk = latency[order[bounds[k]:bounds[k + 1]]]
         if len(chunk):
-            out[k] = np.quantile(chunk, 0.99, method="higher")
+            out[k] = sample_quantile(chunk, 0.99, "higher")
     return out
 
 

@@ -11,10 +11,11 @@ of the settled samples after the warm-up is reported with the verdict (per minut
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from tidescale.sim.samples import sample_quantile
 
 WARMUP_SHARE = 0.2
 RSS_MARGIN = 0.10  # the rest's largest RSS may exceed its first by this share
@@ -30,12 +31,9 @@ Window = tuple[float, float]
 def percentile(values: Sequence[float], q: float) -> float | None:
     """The nearest-rank *q*-th percentile (0 < q <= 100): the smallest value with at least q % of the
     values at or below it; None for no values."""
-    if not values:
-        return None
     if not 0 < q <= 100:
         raise ValueError(f"percentile {q} is not in (0, 100]")
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+    return sample_quantile(values, q / 100, "inverted_cdf")
 
 
 def slope_per_min(points: Sequence[tuple[float, float]]) -> float | None:

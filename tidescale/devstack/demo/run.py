@@ -22,6 +22,7 @@ from tidescale.devstack.demo.settings import DemoSettings
 from tidescale.devstack.demo.timeline import Sample, Timeline
 from tidescale.devstack.fleet.fleet import ReplicaCrash
 from tidescale.devstack.localstack import LocalStack, StackOptions
+from tidescale.sim.samples import sample_quantile
 from tidescale.sim.traffic import Scenario, replay, scenario
 
 FAULT_MODEL, FAULT_VERSION = "ctr_ranker", "1"
@@ -185,10 +186,8 @@ def error_breakdown(records: list[Any]) -> dict[str, int]:
 
 
 def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return 0.0
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
+    """The demo's client-side latency quantile (a latency some request had); 0.0 for none."""
+    return sample_quantile(values, q, "nearest") or 0.0
 
 
 def crash_rows(crashes: list[ReplicaCrash], started_at: float) -> list[dict[str, Any]]:

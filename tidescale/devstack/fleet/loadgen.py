@@ -23,6 +23,7 @@ import numpy as np
 
 from tidescale.contracts.errors import UsageError
 from tidescale.devstack.fleet.model_repo import INPUT_NAME
+from tidescale.sim.samples import sample_quantiles
 from tidescale.sim.traffic import Scenario
 
 STATUS_DROPPED = -1  # max_in_flight reached: not sent
@@ -68,7 +69,7 @@ def summarize(records: Sequence[RequestRecord], now: float, window_s: float, in_
     ok = [r.latency_s for r in recent if r.ok]
     dropped = sum(1 for r in recent if r.status == STATUS_DROPPED)
     errors = len(recent) - len(ok) - dropped
-    p50, p95, p99 = (float(q) for q in np.percentile(ok, [50, 95, 99])) if ok else (None, None, None)
+    p50, p95, p99 = sample_quantiles(ok, (0.5, 0.95, 0.99))
     return LoadStats(window_s, len(ok) / window_s, len(ok), errors, dropped, p50, p95, p99, in_flight,
                      total_sent, total_errors)
 
