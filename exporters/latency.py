@@ -1,34 +1,27 @@
-"""Latency structures: SLO-aware log buckets, a classic histogram, Triton stamps → stage durations.
-
-Why only a histogram: Prometheus can add histograms across pods and across exporter replicas
-(`sum by (le)`), so one bucket layout serves every dashboard, alert and the recommender through
-the recording rules (`namespace_model:tidescale_request_duration_seconds:p50/p95/p99`). Per-replica
-quantile gauges could not be aggregated (each replica sees a different subset of spans), so the
-exporter publishes none. The pure structures come first; `LatencyAggregator` (the Prometheus
-collector the service registers) keeps one histogram per (model, version, stage, namespace).
+"""`LatencyAggregator`, the collector the exporter registers: one histogram per (model, version, stage,
+namespace, pod, deployment) of the stage samples (`exporters/stages.py`), in the bucket layout of
+`exporters/buckets.py`, with the series capped and idle ones dropped.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import threading
 import time
-from bisect import bisect_left
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
-import msgspec
-import numpy as np
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from tidescale.contracts import catalog
+from tidescale.exporters.buckets import BucketHistogram
 from tidescale.exporters.cardinality import SeriesCap, clean_label_value
 from tidescale.exporters.sample_rate import RateKey, SampleRateDetector
+from tidescale.exporters.stages import StageSample
 
 
 class SeriesDrops(Protocol):
@@ -36,170 +29,6 @@ class SeriesDrops(Protocol):
 
     def drop_series(self, family: str, n: int = 1) -> None: ...
 
-
-def log_buckets(min_s: float, max_s: float, slo_thresholds: Sequence[float] = (),
-                max_buckets: int = 60) -> tuple[float, ...]:
-    """Finite upper bounds: log-spaced from min_s to max_s with every SLO threshold exact.
-
-    `max_buckets` counts the implicit +Inf bucket, so at most `max_buckets - 1` finite bounds
-    are returned. min_s, max_s and the SLO thresholds are anchors; the remaining budget goes to
-    the segments between anchors so that the largest ratio between neighbouring bounds is as
-    small as possible (a threshold never sits in a sliver bucket and no gap is wider than needed).
-    """
-    if not (0.0 < min_s < max_s) or not math.isfinite(max_s):
-        raise ValueError(f"need 0 < min_s < max_s, got min_s={min_s}, max_s={max_s}")
-    slos = sorted({float(s) for s in slo_thresholds})
-    if any(not math.isfinite(s) or s <= 0.0 for s in slos):
-        raise ValueError(f"SLO thresholds must be positive and finite, got {slos}")
-    anchors = sorted({min_s, max_s, *(s for s in slos if min_s < s < max_s)})
-    outside = [s for s in slos if not min_s <= s <= max_s]
-    spare = max_buckets - 1 - len(anchors) - len(outside)
-    if spare < 0:
-        raise ValueError(f"{len(slos)} SLO thresholds do not fit in {max_buckets} buckets")
-    lengths = [math.log(b / a) for a, b in itertools.pairwise(anchors)]
-    interior = [0] * len(lengths)
-    for _ in range(spare):
-        widest = max(range(len(lengths)), key=lambda i: lengths[i] / (interior[i] + 1))
-        interior[widest] += 1
-    bounds = set(anchors) | set(outside)
-    for a, n in zip(anchors, interior, strict=False):
-        step = lengths[anchors.index(a)] / (n + 1)
-        bounds.update(float(f"{a * math.exp(step * k):.6g}") for k in range(1, n + 1))
-    return tuple(sorted(bounds))
-
-
-@dataclass
-class BucketHistogram:
-    """A classic Prometheus histogram: per-bucket counts (non-cumulative), sum and count."""
-
-    bounds: tuple[float, ...]
-    counts: list[float] = field(default_factory=list)
-    total: float = 0.0
-    count: float = 0.0
-
-    def __post_init__(self) -> None:
-        if not self.counts:
-            self.counts = [0.0] * (len(self.bounds) + 1)
-
-    def observe(self, value: float, weight: float = 1.0) -> None:
-        # Prometheus buckets are "le": a value equal to a bound belongs to that bucket.
-        self.counts[bisect_left(self.bounds, value)] += weight
-        self.total += value * weight
-        self.count += weight
-
-    def observe_each(self, values: Sequence[float], weight: float) -> None:
-        """`observe` of each value in turn (the same sums, in the same order), with the lookups
-        hoisted out of the loop: the ingest path's per-series update."""
-        counts, bounds, total, count = self.counts, self.bounds, self.total, self.count
-        for value in values:
-            counts[bisect_left(bounds, value)] += weight
-            total += value * weight
-            count += weight
-        self.total, self.count = total, count
-
-    def observe_many(self, values: np.ndarray) -> None:
-        arr = np.asarray(values, dtype=np.float64)
-        idx = np.searchsorted(np.asarray(self.bounds), arr, side="left")
-        for i, c in enumerate(np.bincount(idx, minlength=len(self.counts)).tolist()):
-            self.counts[i] += c
-        self.total += float(arr.sum())
-        self.count += float(arr.size)
-
-    def cumulative(self) -> list[tuple[str, float]]:
-        """(le, cumulative count) pairs including +Inf, as Prometheus exposes them."""
-        out: list[tuple[str, float]] = []
-        running = 0.0
-        for bound, c in zip((*self.bounds, math.inf), self.counts, strict=True):
-            running += c
-            out.append(("+Inf" if math.isinf(bound) else repr(bound), running))
-        return out
-
-
-# --- Triton timestamps → stage durations ------------------------------------------------------
-
-STAGES: tuple[str, ...] = ("request", "queue", "compute_input", "compute_infer", "compute_output")
-# stage → (start stamp, end stamp), Triton's TIMESTAMPS names (mode=triton and OTLP events alike).
-STAGE_STAMPS: dict[str, tuple[str, str]] = {
-    "request": ("REQUEST_START", "REQUEST_END"),
-    "queue": ("QUEUE_START", "COMPUTE_START"),
-    "compute_input": ("COMPUTE_START", "COMPUTE_INPUT_END"),
-    "compute_infer": ("COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START"),
-    "compute_output": ("COMPUTE_OUTPUT_START", "COMPUTE_END"),
-}
-# The only stamps a stage reads; the frontend's (HTTP_*, GRPC_*, INFER_RESPONSE_COMPLETE) are not kept.
-STAMP_NAMES = frozenset(name for pair in STAGE_STAMPS.values() for name in pair)
-_STAGE_STAMP_ROWS = tuple((stage, start, end) for stage, (start, end) in STAGE_STAMPS.items())
-
-
-class StageSample(msgspec.Struct, frozen=True, gc=False):
-    """One request's duration in one stage of one model version. A msgspec Struct, built in C: the
-    ingest path makes five per traced request, and a Struct is built about 3x faster than a named
-    tuple (whose `__new__` is Python) and 5x faster than a frozen dataclass. Untracked by the cyclic
-    GC (`gc=False`): it holds only strings and a float, so it can never be part of a cycle."""
-
-    model: str
-    version: str
-    stage: str
-    seconds: float
-    namespace: str = ""
-    pod: str = ""  # the Triton pod that served the request (empty when the sender is unknown)
-    deployment: str = ""  # the Deployment that owns that pod
-
-
-# (namespace, pod, deployment) of the Triton pod that served a request: who sent its spans, or
-# whose trace file it came from; empty when unknown.
-Sender = tuple[str, str, str]
-NO_SENDER: Sender = ("", "", "")
-
-# Triton's clock is a uint64 of nanoseconds: a stamp outside it is not one (both trace readers).
-MAX_STAMP_NS = (1 << 64) - 1
-# A stage longer than this is a broken clock or a forged stamp, never a request: a request with
-# such a stage is rejected whole and counted (`duration_too_long`), by both trace readers.
-MAX_STAGE_SECONDS = 3600
-MAX_STAGE_NS = MAX_STAGE_SECONDS * 1_000_000_000
-
-
-def interval_problem(start: int, end: int) -> str | None:
-    """Why *start* to *end* (ns) cannot be a stage of a request, nor a span's own time:
-    "end_before_start" or "duration_too_long"; None when it can. Integers throughout, so a
-    400-digit stamp never meets a float."""
-    if end < start:
-        return "end_before_start"
-    if end - start > MAX_STAGE_NS:
-        return "duration_too_long"
-    return None
-
-
-def measure_stages(stamps: Mapping[str, int]) -> dict[str, float] | str:
-    """Stage → seconds for every stage whose two stamps (ns) are present, or why the stamps cannot
-    be measured (`interval_problem` of any stage), which rejects the request whole (half a request
-    would skew the stages against each other). One pass serves both the check and the measurement
-    on the ingest path."""
-    out: dict[str, float] = {}
-    for stage, start, end in _STAGE_STAMP_ROWS:
-        t0 = stamps.get(start)
-        if t0 is None:
-            continue
-        t1 = stamps.get(end)
-        if t1 is None:
-            continue
-        # `interval_problem`, written out: this runs for every stage of every traced request
-        if t1 < t0:
-            return "end_before_start"
-        if t1 - t0 > MAX_STAGE_NS:
-            return "duration_too_long"
-        out[stage] = (t1 - t0) / 1e9
-    return out
-
-
-def stage_samples(model: str, version: str, stages: Mapping[str, float], namespace: str = "", pod: str = "",
-                  deployment: str = "") -> list[StageSample]:
-    """One request's measured stages as samples of its model version (both trace readers)."""
-    return [StageSample(model, version, stage, seconds, namespace, pod, deployment)
-            for stage, seconds in stages.items()]
-
-
-# --- the collector -----------------------------------------------------------------------------
 
 SeriesKey = tuple[str, str, str, str, str, str]  # model, version, stage, namespace, pod, deployment
 SERIES_LABELS = ("model", "version", "stage", "namespace", "pod", "deployment")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tidescale.contracts.errors import UsageError
-from tidescale.exporters.latency import log_buckets
+from tidescale.exporters.buckets import log_buckets
 
 FAMILY = "nv_inference_first_response_histogram_ms"
 

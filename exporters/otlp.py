@@ -37,7 +37,7 @@ from prometheus_client.registry import Collector
 from tidescale.contracts import catalog, jsonio
 from tidescale.exporters.cardinality import MAX_LABEL_VALUE_CHARS, cut_label_value
 from tidescale.exporters.errors import BadInput
-from tidescale.exporters.latency import (
+from tidescale.exporters.stages import (
     MAX_STAMP_NS,
     STAMP_NAMES,
     StageSample,

@@ -21,7 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from tidescale.contracts import catalog
-from tidescale.exporters.latency import BucketHistogram
+from tidescale.exporters.buckets import BucketHistogram
 
 POLL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 MAX_TARGET_SERIES = 1000

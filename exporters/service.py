@@ -33,8 +33,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from tidescale.contracts.heartbeat import Heartbeat, stall_after, stalled
 from tidescale.contracts.http import bearer_matches, configured_token, install_error_boundary, read_capped
+from tidescale.exporters.buckets import log_buckets
 from tidescale.exporters.errors import BadInput
-from tidescale.exporters.latency import LatencyAggregator, Sender, StageSample, log_buckets
+from tidescale.exporters.latency import LatencyAggregator
 from tidescale.exporters.otlp import (
     PROTOBUF_TYPES,
     Span,
@@ -48,6 +49,7 @@ from tidescale.exporters.profiles.store import MAX_NAME_CHARS, ProfileStore
 from tidescale.exporters.sample_rate import SampleRateDetector
 from tidescale.exporters.selfmetrics import SelfMetrics, configure_logging, self_tracer
 from tidescale.exporters.settings import ExporterSettings
+from tidescale.exporters.stages import Sender, StageSample
 from tidescale.exporters.stats_poller import StatsPoller
 from tidescale.exporters.supervisor import TaskSupervisor, job_name
 from tidescale.exporters.targets import TargetSet

@@ -32,9 +32,9 @@ from prometheus_client.registry import Collector
 from tidescale.contracts import catalog, jsonio
 from tidescale.contracts.heartbeat import Heartbeat
 from tidescale.contracts.redact import redact_urls
+from tidescale.exporters.buckets import BucketHistogram
 from tidescale.exporters.cardinality import SeriesCap, clean_label_value
 from tidescale.exporters.errors import BadInput
-from tidescale.exporters.latency import BucketHistogram
 from tidescale.exporters.selfmetrics import SelfMetrics
 from tidescale.exporters.targets import Target, TargetSet
 from tidescale.exporters.tritonstats import (

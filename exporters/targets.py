@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 from tidescale.contracts import jsonio
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.redact import redact_url, redact_urls
-from tidescale.exporters.latency import Sender
+from tidescale.exporters.stages import Sender
 
 log = logging.getLogger(__name__)
 

@@ -43,8 +43,8 @@ from pathlib import Path
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from tidescale.contracts import catalog
-from tidescale.exporters.latency import Sender, StageSample
 from tidescale.exporters.selfmetrics import labelled_counter
+from tidescale.exporters.stages import Sender, StageSample
 from tidescale.exporters.tracefile import TraceFileTailer
 
 log = logging.getLogger(__name__)

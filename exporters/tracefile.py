@@ -33,7 +33,7 @@ from typing import Any, BinaryIO
 
 import msgspec
 
-from tidescale.exporters.latency import (
+from tidescale.exporters.stages import (
     MAX_STAMP_NS,
     NO_SENDER,
     STAMP_NAMES,

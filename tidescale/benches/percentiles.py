@@ -34,7 +34,7 @@ from tidescale.contracts import catalog
 from tidescale.contracts.promql import selector
 from tidescale.devstack.fleet.httpserve import LoopbackHttpServer, text_response
 from tidescale.devstack.promstack import PrometheusServer, ScrapeTarget
-from tidescale.exporters.latency import BucketHistogram, log_buckets
+from tidescale.exporters.buckets import BucketHistogram, log_buckets
 from tidescale.sim.samples import sample_quantile
 from tidescale.sim.servicecurve import ServiceCurve
 

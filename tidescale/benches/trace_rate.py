@@ -34,7 +34,7 @@ from tidescale.benches.histogram import histogram_quantiles
 from tidescale.benches.percentiles import workload
 from tidescale.benches.report import BENCH_DIR, save_figure
 from tidescale.contracts.errors import UsageError
-from tidescale.exporters.latency import log_buckets
+from tidescale.exporters.buckets import log_buckets
 from tidescale.exporters.settings import ExporterSettings
 from tidescale.sim.samples import sample_quantile
 

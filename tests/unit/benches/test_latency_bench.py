@@ -15,7 +15,7 @@ from tidescale.benches.percentiles import (
     relative_errors,
     workload,
 )
-from tidescale.exporters.latency import log_buckets
+from tidescale.exporters.buckets import log_buckets
 
 
 def test_workload_has_the_advertised_shapes() -> None:

@@ -12,7 +12,7 @@ from tidescale.alerts.config import default_config
 from tidescale.autoscaler.settings import RecommenderSettings
 from tidescale.benches.autoscale.scenarios import DEFAULT_SLO_S
 from tidescale.contracts.slo import SLO_P99_S, SLO_THRESHOLDS_S, threshold_problems
-from tidescale.exporters.latency import log_buckets
+from tidescale.exporters.buckets import log_buckets
 from tidescale.exporters.settings import ExporterSettings
 
 

@@ -206,7 +206,7 @@ def test_op_share_panel_draws_the_review_threshold(boards: dict[str, dict[str, A
 def test_stage_labels_are_the_exporters_stages(boards: dict[str, dict[str, Any]]) -> None:
     import re
 
-    from tidescale.exporters.latency import STAGES
+    from tidescale.exporters.stages import STAGES
 
     used = {m for board in boards.values() for _, expr in lint.targets(board)
             for m in re.findall(r'stage="([^"]+)"', expr)}

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from tests.hostile import JSON_DOCUMENTS, LABEL_VALUES, TIMESTAMPS
 from tests.unit.exporters.test_service_api import JSON, make_client, model_span, samples, span_body
 from tidescale.exporters.cardinality import MAX_LABEL_VALUE_CHARS, clean_label_value, cut_label_value
-from tidescale.exporters.latency import MAX_STAMP_NS
 from tidescale.exporters.otlp import STAGES_BYTES, Span, SpanJoiner, decode_json, span_bytes
+from tidescale.exporters.stages import MAX_STAMP_NS
 
 FOUR_MB = dict(LABEL_VALUES)["4-MB"]
 

@@ -7,9 +7,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tidescale.contracts import catalog
+from tidescale.exporters.buckets import log_buckets
 from tidescale.exporters.cardinality import MAX_LABEL_VALUE_CHARS, clean_label_value
-from tidescale.exporters.latency import LatencyAggregator, StageSample, log_buckets
+from tidescale.exporters.latency import LatencyAggregator
 from tidescale.exporters.selfmetrics import SelfMetrics
+from tidescale.exporters.stages import StageSample
 
 
 def exposition(agg: LatencyAggregator) -> dict[str, list[tuple[dict[str, str], float]]]:

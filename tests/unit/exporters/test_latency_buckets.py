@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidescale.exporters.latency import BucketHistogram, log_buckets
+from tidescale.exporters.buckets import BucketHistogram, log_buckets
 
 
 @settings(max_examples=150, deadline=None)

@@ -19,10 +19,12 @@ from hypothesis import strategies as st
 from tests.paths import FIXTURES
 from tidescale.contracts import jsonio
 from tidescale.exporters import otlp
+from tidescale.exporters.buckets import log_buckets
 from tidescale.exporters.errors import BadInput
-from tidescale.exporters.latency import MAX_STAGE_NS, LatencyAggregator, StageSample, log_buckets
+from tidescale.exporters.latency import LatencyAggregator
 from tidescale.exporters.otlp import Span, SpanJoiner, decode_json, measure_stages
 from tidescale.exporters.sample_rate import SampleRateDetector
+from tidescale.exporters.stages import MAX_STAGE_NS, StageSample
 
 OTLP = FIXTURES / "triton" / "real-2.51" / "otlp"
 REAL_DOCS = [json.loads(p.read_bytes()) for p in sorted(OTLP.glob("*.json"))]

@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidescale.exporters.latency import LatencyAggregator, StageSample
+from tidescale.exporters.latency import LatencyAggregator
 from tidescale.exporters.sample_rate import SampleRateDetector, estimate
+from tidescale.exporters.stages import StageSample
 
 KEY = ("serving", "triton-a", "ranker", "1")
 

@@ -21,8 +21,8 @@ from tests.clocks import ManualClock
 from tests.paths import FIXTURES
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.settings import load_settings
-from tidescale.exporters.latency import Sender, StageSample
 from tidescale.exporters.settings import ExporterSettings
+from tidescale.exporters.stages import Sender, StageSample
 from tidescale.exporters.targets import TargetSet
 from tidescale.exporters.tracedir import POD_DIR, GoneLookups, PodTraceDirectory, open_for_writers
 
