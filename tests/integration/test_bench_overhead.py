@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tidescale.benches import overhead as ov
+from tidescale.benches import overhead_page as ovp
 from tidescale.benches import overhead_paired as op
 from tidescale.contracts.errors import MissingToolError
 
@@ -60,7 +61,7 @@ def test_perf_analyzer_measures_no_tracing_and_otlp_rate_10(tmp_path: Path) -> N
     assert otlp["exporter_counted_requests"] == pytest.approx(requests, rel=0.02)
     assert otlp["detected_rate"] is None or otlp["detected_rate"] == 10
     assert otlp["triton_added_cpu_us_vs_none"] is not None
-    assert "otlp-10" in result["goals"] and "| otlp-10 | 8,000 |" in ov.markdown(result)
+    assert "otlp-10" in result["goals"] and "| otlp-10 | 8,000 |" in ovp.markdown(result)
 
 
 def test_the_load_generator_drives_the_bench_when_perf_analyzer_is_not_used(tmp_path: Path) -> None:

@@ -129,7 +129,8 @@ def _register_overhead_bench(bench: typer.Typer) -> None:
                                    "(their spread is the machine's noise)."),
     ) -> None:
         """Triton's and the exporter's CPU per request by tracing mode, and the P99 error vs the client's."""
-        from tidescale.benches.overhead import DEFAULT_MODES, run_command
+        from tidescale.benches.overhead import DEFAULT_MODES
+        from tidescale.benches.overhead_page import run_command
 
         run_command(json_only=json_only, quick=quick, modes=tuple(mode) or DEFAULT_MODES, requests=requests,
                     client=client, concurrency=concurrency, rounds=rounds)

@@ -37,6 +37,7 @@ import numpy as np
 
 from tidescale.benches import overhead as ov
 from tidescale.benches.common import Progress, bench_main
+from tidescale.benches.overhead_page import number
 from tidescale.benches.report import BENCH_DIR, json_block, markdown_table, save_figure
 from tidescale.contracts.errors import UsageError
 from tidescale.devstack.exporter import spawn_exporter
@@ -296,14 +297,14 @@ def markdown(result: dict[str, Any]) -> str:
     header = ("mode", "round", "traced slot", "window s", "traced: requests", "µs/req", "untraced: requests",
               "µs/req", "added µs/req")
     rows = [(m["mode"], str(k + 1), str(r["traced_slot"]), f"{r['window_s']:.1f}",
-             f"{r['traced_requests_served']:,.0f}", ov._num(r["traced_cpu_us_per_request"]),
-             f"{r['untraced_requests_served']:,.0f}", ov._num(r["untraced_cpu_us_per_request"]),
-             ov._num(r["added_cpu_us_per_request"], "+.1f"))
+             f"{r['traced_requests_served']:,.0f}", number(r["traced_cpu_us_per_request"]),
+             f"{r['untraced_requests_served']:,.0f}", number(r["untraced_cpu_us_per_request"]),
+             number(r["added_cpu_us_per_request"], "+.1f"))
             for m in result["modes"] for k, r in enumerate(m["rounds"])]
     summary = markdown_table(
         ("mode", "rounds", "traced µs/req", "untraced µs/req", "added µs/req (95 % interval)"),
-        [(m["mode"], str(len(m["rounds"])), ov._num(m["traced_cpu_us_per_request"]),
-          ov._num(m["untraced_cpu_us_per_request"]), _figure(m)) for m in result["modes"]])
+        [(m["mode"], str(len(m["rounds"])), number(m["traced_cpu_us_per_request"]),
+          number(m["untraced_cpu_us_per_request"]), _figure(m)) for m in result["modes"]])
     settings = result["client_settings"]
     how = (f"perf_analyzer {settings['version']} over HTTP at concurrency {settings['concurrency']} per replica"
            if result["client"] == "perf_analyzer" else

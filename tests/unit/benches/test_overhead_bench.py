@@ -21,6 +21,7 @@ from tests.clocks import ManualClock
 from tests.paths import FIXTURES
 from tidescale import cli
 from tidescale.benches import overhead as ov
+from tidescale.benches import overhead_page as ovp
 from tidescale.benches.histogram import histogram_quantile
 from tidescale.contracts.errors import MissingToolError, TidescaleError, UsageError
 from tidescale.devstack import tools
@@ -403,7 +404,7 @@ def test_mode_results_divide_cpu_time_by_requests_and_compare_p99s() -> None:
         "us": 140.0, "net_us": 20.0, "live_us": 16.0, "live_us_by_round": [16.0],
         # one 5 s stats poll at 10 ms/s of idle, over 5,000 traced requests: how far the round can be off
         "noise_us_by_round": [10.0], "within_noise": False, "met": True, "ingest_us": 12.0}}
-    page = ov.markdown(page_of(results, goals))
+    page = ovp.markdown(page_of(results, goals))
     assert "| otlp-10 | 50,000 |" in page and "Triton's own summary P99 (its last round) 9.80 ms" in page
     assert "Triton's added CPU ≤ 10 µs per request: 8.0 µs — met" in page
     assert "its ingest threads, by its own count, 12.0 µs) — met" in page
@@ -438,7 +439,7 @@ def test_a_live_figure_within_the_noise_of_what_was_taken_off_is_not_judged() ->
     ov.against_none([result])
     judged = ov.goals([result])["exporter_cpu_per_traced_request"]["otlp-10"]
     assert judged["within_noise"] is True and judged["met"] is None  # ... but not "met"
-    page = ov.markdown(page_of([result], ov.goals([result])))
+    page = ovp.markdown(page_of([result], ov.goals([result])))
     assert "(rounds: 20.0 ± 10.0, -4.0 ± 10.0;" in page and "not judged: a round's live CPU is within the noise" in page
 
 
@@ -667,7 +668,7 @@ def test_modes_whose_triton_crashed_keep_the_rounds_that_completed_and_say_why()
     assert retried["triton_added_cpu_us_vs_none"] == 8.0
     goals = ov.goals(results)
     assert goals["otlp-10"]["requests"] == 50_000 and "otlp-1" not in goals["exporter_cpu_per_traced_request"]
-    page = ov.markdown(page_of(results, goals))
+    page = ovp.markdown(page_of(results, goals))
     assert "| otlp-1 | Triton failed |" in page and "server#7795" in page and "| otlp-10 | 50,000 |" in page
     assert "`otlp-1`: Triton crashed or stopped answering in 2 of 2 attempts" in page
     assert "after about 20,512, 20,512 requests" in page
@@ -676,8 +677,8 @@ def test_modes_whose_triton_crashed_keep_the_rounds_that_completed_and_say_why()
     down = [base, ov.with_crashes(ov.mode_result(otlp10, []), [crash])]
     ov.against_none(down)
     assert ov.goals(down)["otlp-10"] == {"error": crash.error}
-    assert "- OTLP rate=10: not measured, tritonserver 2.51.0 died" in ov.markdown(page_of(down, ov.goals(down)))
-    ov.plot({"modes": results}, Path(os.devnull))
+    assert "- OTLP rate=10: not measured, tritonserver 2.51.0 died" in ovp.markdown(page_of(down, ov.goals(down)))
+    ovp.plot({"modes": results}, Path(os.devnull))
 
 
 def test_rounds_add_up_and_their_spread_is_reported() -> None:
@@ -705,19 +706,19 @@ def test_rounds_add_up_and_their_spread_is_reported() -> None:
     goals = ov.goals(results)
     # none's rounds moved by 10 µs: +15 ± 5 touches the goal of 10, so it is not judged
     assert goals["otlp-10"]["triton_added_cpu_noise_us"] == 5.0 and goals["otlp-10"]["triton_added_cpu_met"] is None
-    page = ov.markdown({**page_of(results, goals), "rounds": 2})
+    page = ovp.markdown({**page_of(results, goals), "rounds": 2})
     assert "in 2 rounds of 25,000 requests, in ABBA order" in page and "by 0.0 to 10.0 µs" in page
     # a quieter run: rounds 8 µs apart make +15 ± 4 all over it
     base["triton_cpu_spread_us"] = 8.0
     goals = ov.goals(results)
     assert goals["otlp-10"]["triton_added_cpu_met"] is False
-    assert "Triton's added CPU ≤ 10 µs per request: 15.0 ± 4.0 µs — not met" in ov.markdown(
+    assert "Triton's added CPU ≤ 10 µs per request: 15.0 ± 4.0 µs — not met" in ovp.markdown(
         {**page_of(results, goals), "rounds": 2})
     # a noisier run: none's rounds 40 µs apart make the same +15 neither met nor missed
     base["triton_cpu_spread_us"] = 40.0
     goals = ov.goals(results)
     assert goals["otlp-10"]["triton_added_cpu_met"] is None
-    assert "15.0 ± 20.0 µs — not judged: the noise bound" in ov.markdown({**page_of(results, goals), "rounds": 2})
+    assert "15.0 ± 20.0 µs — not judged: the noise bound" in ovp.markdown({**page_of(results, goals), "rounds": 2})
 
 
 @pytest.mark.parametrize(("value", "noise", "met"), [
@@ -761,7 +762,7 @@ def test_plot_draws_every_mode(tmp_path: Path) -> None:
     results = [one(none, mode_run(15.0, 0.5, 50.0, {0.005: 0.0, 0.01: 0.0, math.inf: 0.0})),
                one(otlp, mode_run(15.4, 0.7, 60.0, {0.005: 0.0, 0.01: 50_000.0, math.inf: 50_000.0}))]
     ov.against_none(results)
-    ov.plot({"modes": results}, tmp_path / "overhead.png")
+    ovp.plot({"modes": results}, tmp_path / "overhead.png")
     assert (tmp_path / "overhead.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -815,9 +816,9 @@ def test_the_p99_error_splits_into_buckets_frontend_and_client_side() -> None:
     plain = one(tracefile, run)
     ov.against_none([result, plain])
     assert result["trace_frontend_p99_s"] is not None and plain["trace_frontend_p99_s"] is None
-    page = ov.markdown(page_of([result], ov.goals([result])))
+    page = ovp.markdown(page_of([result], ov.goals([result])))
     assert "## Where the P99 error comes from" in page and "| tracefile-10 | 9.95 |" in page
-    assert "## Where the P99 error comes from" not in ov.markdown(page_of([plain], ov.goals([plain])))
+    assert "## Where the P99 error comes from" not in ovp.markdown(page_of([plain], ov.goals([plain])))
 
 
 def test_a_failed_round_names_the_triton_version_that_died() -> None:
