@@ -342,13 +342,23 @@ def test_keda_mode_scales_up_under_load_holds_while_prometheus_is_down_then_scal
             # exited, may still have theirs for a scrape or two).
             traced = wait_for(lambda: (lambda s: s if {m.get("pod") for m in s} & serving_now else None)(
                 latency_series(cluster)), 60, "latency series of the current Triton pods in Prometheus")
-            gpus = wait_for(lambda: gpu_series(cluster), 60, "dcgm-exporter series of the Triton pods' GPUs")
+            def triton_pods_now() -> set[tuple[str, str]]:
+                return {(p["metadata"]["name"], p["spec"]["nodeName"])
+                        for p in cluster.pods(SERVING, "app.kubernetes.io/name=triton")}
+
+            def gpus_of_running_pods() -> tuple[list[dict[str, str]], set[tuple[str, str]]] | None:
+                # The fleet keeps scaling under the load: a GPU series may still name a pod that went a
+                # scrape ago. Series and pods are read together until they agree; a wrong pod mapping
+                # never does, and fails the wait.
+                series, pods = gpu_series(cluster), triton_pods_now()
+                return (series, pods) if series and {(m["pod"], m["Hostname"]) for m in series} <= pods else None
+
+            gpus, triton_pods = wait_for(gpus_of_running_pods, 60,
+                                         "dcgm-exporter series of the running Triton pods' GPUs")
             # Both recommenders export their answer (the dashboards read it); KEDA asks both and takes the max.
             writers = wait_for(lambda: len({m.get("pod") for m in prometheus_series(
                 cluster, f'tidescale_desired_replicas{{namespace="{SERVING}"}}')}) == 2 or None, 60,
                 "a tidescale_desired_replicas series from each of the two recommenders")
-            triton_pods = {(p["metadata"]["name"], p["spec"]["nodeName"])
-                           for p in cluster.pods(SERVING, "app.kubernetes.io/name=triton")}
             set_prometheus_replicas(cluster, 0)
         # Triton's OTLP spans reached the exporter and came out labelled with the serving namespace and model,
         # and with the Triton pod that sent them (recognised by its address, as k8sattributes does).
