@@ -12,6 +12,7 @@ from typing import Annotated, ClassVar
 from pydantic import AfterValidator, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from tidescale.contracts.placeholders import DEFAULT_CLUSTER_LABEL
 from tidescale.contracts.promql import LABEL_NAME
 from tidescale.contracts.settings import ComponentSettings, SettingsModel
 from tidescale.contracts.slo import (
@@ -101,7 +102,7 @@ class AlertsConfig(ComponentSettings):
     burn_min_request_rate: float = Field(0.05, ge=0)
     # Labels every aggregation and join keeps (kubernetes-mixin's clusterLabel): the external label
     # that tells clusters apart in a Thanos or Mimir holding several.
-    aggregation_labels: list[str] = Field(default_factory=lambda: ["cluster"])
+    aggregation_labels: list[str] = Field(default_factory=lambda: [DEFAULT_CLUSTER_LABEL])
     pod_restarts_limit: int = Field(3, ge=1)
     gpu_memory_predict_hours: float = Field(4.0, gt=0)
     gpu_memory_lookback: Duration = "6h"

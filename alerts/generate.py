@@ -5,6 +5,7 @@ from __future__ import annotations
 from tidescale.alerts.config import AlertsConfig, default_config
 from tidescale.alerts.render import alertmanager_yaml, alerts_yaml, dump, recording_yaml
 from tidescale.alerts.slo import slo_clauses
+from tidescale.contracts.placeholders import CLUSTER_LABEL
 
 # Committed once, in the chart's files/ (what the chart ships, promtool tests and the dev stack read).
 RECORDING = "deploy/helm/tidescale/files/rules/tidescale-recording.yaml"
@@ -23,12 +24,19 @@ def rendered(cfg: AlertsConfig) -> dict[str, str]:
     }
 
 
+def chart_config() -> AlertsConfig:
+    """The default configuration with the cluster label as the placeholder the chart fills in
+    (values `clusterLabel`; tidescale.contracts.placeholders)."""
+    return default_config().model_copy(update={"aggregation_labels": [CLUSTER_LABEL]})
+
+
 def artifacts() -> dict[str, str]:
     """Repository-relative path -> full file content."""
-    files = rendered(default_config())
+    cfg = chart_config()
+    files = rendered(cfg)
     return {
         RECORDING: files["tidescale-recording.yaml"],
         ALERTING: files["tidescale-alerts.yaml"],
         ALERTMANAGER: files["alertmanager.yaml"],
-        SLO_CLAUSES: dump(slo_clauses(default_config())),
+        SLO_CLAUSES: dump(slo_clauses(cfg)),
     }

@@ -4,8 +4,9 @@ The SLO is data, not a constant baked into every alert: the group records one th
 objectives per serving model, and the alerts divide by `1 - objective` of each model. So one rule
 file serves any number of per-model SLOs, and a model that starts serving later gets its SLO at
 once. The chart renders this group from its `slo` values with the clause patterns that
-`slo_clauses()` commits (files/slo/clauses.yaml): the PromQL is written here only, and the chart
-only fills in the placeholders.
+`slo_clauses()` commits (files/slo/clauses.yaml): the PromQL, the first-match order and the
+thresholds the rules can measure are decided here only; the chart fills in each SLO's values
+(templates/prometheusrule.yaml) and its schema refuses a threshold the rules do not record.
 """
 
 from __future__ import annotations
@@ -37,8 +38,6 @@ def slo_clauses(cfg: AlertsConfig) -> dict[str, Any]:
     return {
         "group": GROUP_NAME,
         "interval": cfg.evaluation_interval,
-        # The `le` values the recorded slow ratios cover: the only thresholds an SLO may have.
-        "thresholds": cfg.threshold_les(),
         # `or on (namespace, model)`: a model already matched by an earlier SLO is not matched again.
         "joiner": keep_labels(f"\nor on ({_NM})\n", keep),
         "records": [

@@ -15,6 +15,7 @@ from grafana_foundation_sdk.builders import dashboard as dash_b
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import dashboard as dash_m
 
+from tidescale.contracts.placeholders import CLUSTER_LABEL
 from tidescale.contracts.promql import metric
 from tidescale.dashboards.panels import DATASOURCE
 from tidescale.dashboards.queries import CLUSTER, NS
@@ -59,7 +60,7 @@ def variables() -> list[dash_b.DatasourceVariable | dash_b.QueryVariable]:
     return [
         dash_b.DatasourceVariable("datasource").label("Data source").type("prometheus")
         .description("Prometheus that scrapes Triton, dcgm-exporter and the tidescale exporter."),
-        query_variable("cluster", "Cluster", f"label_values({metric(MODEL_SOURCE)}, cluster)",
+        query_variable("cluster", "Cluster", f"label_values({metric(MODEL_SOURCE)}, {CLUSTER_LABEL})",
                        "The `cluster` external label of a Thanos or Mimir holding several clusters "
                        "(All also matches series without it)."),
         query_variable("namespace", "Namespace", f"label_values({metric(MODEL_SOURCE)}{{{CLUSTER}}}, namespace)",

@@ -1,10 +1,14 @@
-"""`tidescale dashboards`: list and lint the generated Grafana dashboards (`preview` is in the dev stack)."""
+"""`tidescale dashboards`: list, lint and export the generated Grafana dashboards (`preview` is in the dev stack)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
-app = typer.Typer(help="Grafana dashboards: list, lint, preview panels as PNG.", no_args_is_help=True)
+from tidescale.contracts.placeholders import DEFAULT_CLUSTER_LABEL
+
+app = typer.Typer(help="Grafana dashboards: list, lint, export, preview panels as PNG.", no_args_is_help=True)
 
 
 @app.command("list")
@@ -29,3 +33,23 @@ def lint_command() -> None:
     if problems:
         raise TidescaleError("dashboard lint failed:\n  " + "\n  ".join(problems))
     typer.echo(f"{len(boards)} dashboards pass the linter rules")
+
+
+@app.command("export")
+def export_command(
+    out: Path = typer.Option(..., "--out", help="Folder to write <uid>.json into (created)."),
+    cluster_label: str = typer.Option(DEFAULT_CLUSTER_LABEL, "--cluster-label",
+                                      help="The label that tells clusters apart (the chart's clusterLabel)."),
+) -> None:
+    """Write every dashboard as Grafana imports it, for a Grafana the chart does not feed."""
+    from tidescale.contracts.errors import UsageError
+    from tidescale.contracts.promql import LABEL_NAME
+    from tidescale.dashboards.base import to_json
+    from tidescale.dashboards.registry import build_all
+
+    if not LABEL_NAME.match(cluster_label):
+        raise UsageError(f"--cluster-label {cluster_label!r} is not a Prometheus label name")
+    out.mkdir(parents=True, exist_ok=True)
+    for uid, board in build_all(cluster_label).items():
+        (out / f"{uid}.json").write_text(to_json(board))
+        typer.echo(f"wrote {out / f'{uid}.json'}")

@@ -10,12 +10,14 @@ variables (`$cluster`, `$namespace`, `$model`), which Grafana substitutes and re
 from __future__ import annotations
 
 from tidescale.contracts import catalog, recorded
+from tidescale.contracts.placeholders import CLUSTER_LABEL
 from tidescale.contracts.promql import join_serving_pods, metric
 
 RATE_INTERVAL = "$__rate_interval"
-# `cluster` is the external label of a Thanos or Mimir holding several clusters; "All" (.*) also
-# matches series without it, so one Prometheus per cluster needs nothing.
-CLUSTER = 'cluster=~"$cluster"'
+# The label that tells clusters apart (values `clusterLabel`, filled in by the chart) against the
+# `$cluster` variable; "All" (.*) also matches series without it, so one Prometheus per cluster
+# needs nothing.
+CLUSTER = f'{CLUSTER_LABEL}=~"$cluster"'
 NS = f'{CLUSTER}, namespace=~"$namespace"'
 NS_MODEL = f'{NS}, model=~"$model"'
 # Profiles carry model and version only: the exporter's own namespace would be wrong for the model.

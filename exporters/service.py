@@ -98,7 +98,7 @@ class ExporterState:
 def build_state(settings: ExporterSettings) -> ExporterState:
     registry = CollectorRegistry(auto_describe=False)
     selfmetrics = SelfMetrics()
-    bounds = log_buckets(settings.bucket_min_s, settings.bucket_max_s, settings.slo_thresholds_s,
+    bounds = log_buckets(settings.bucket_min_s, settings.bucket_max_s, settings.boundary_thresholds_s(),
                          settings.max_buckets)
     rates = SampleRateDetector(configured=settings.trace_sample_rate)
     latency = LatencyAggregator(bounds, max_series=settings.max_series, sample_rate=settings.trace_sample_rate,

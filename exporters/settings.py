@@ -10,7 +10,7 @@ from pydantic_settings import SettingsConfigDict
 
 from tidescale.contracts.redact import redact_url
 from tidescale.contracts.settings import Host, ServingSettings
-from tidescale.contracts.slo import SLO_THRESHOLDS_S
+from tidescale.contracts.slo import SLO_THRESHOLDS_S, SloValues
 
 
 class ExporterSettings(ServingSettings):
@@ -36,6 +36,9 @@ class ExporterSettings(ServingSettings):
     poll_interval_s: float = Field(5.0, gt=0, le=3600)
     # Latency aggregation.
     slo_thresholds_s: list[float] = Field(default_factory=lambda: list(SLO_THRESHOLDS_S))
+    # The chart's `slo` values (set by the chart): each SLO's threshold is a bucket boundary too, so
+    # the rules never interpolate an SLO that a custom slo_thresholds_s left out.
+    slo: SloValues | None = None
     bucket_min_s: float = Field(0.001, gt=0)
     bucket_max_s: float = Field(20.0, gt=0)
     max_buckets: int = Field(60, ge=4, le=60)
@@ -78,6 +81,11 @@ class ExporterSettings(ServingSettings):
         if any(v <= 0 for v in value):
             raise ValueError("SLO thresholds must be positive seconds")
         return sorted(set(value))
+
+    def boundary_thresholds_s(self) -> list[float]:
+        """Where the latency histogram must have a boundary: slo_thresholds_s and every SLO's threshold."""
+        own = {s.latency_threshold_s for s in self.slo.resolved()} if self.slo is not None else set()
+        return sorted({*self.slo_thresholds_s, *own})
 
     @field_validator("token")
     @classmethod

@@ -6,6 +6,7 @@ from grafana_foundation_sdk.builders import dashboard as dash_b
 
 from tidescale.alerts.config import default_config
 from tidescale.contracts import recorded as rules
+from tidescale.contracts.placeholders import CLUSTER_LABEL
 from tidescale.contracts.promql import sum_rate
 from tidescale.dashboards.base import FLEET, new_dashboard
 from tidescale.dashboards.boards.autoscaling import replica_queries
@@ -30,13 +31,13 @@ EXPORTER = f'{CLUSTER}, job="{default_config().exporter_job}"'
 
 def own_slow_ratio(window: str) -> str:
     """Each model's slow ratio at its own SLO threshold (the `le` of its SLO series)."""
-    return (f"max without (le) ({sel(rules.SLOW_RATIO[window])} and on (cluster, namespace, model, le) "
+    return (f"max without (le) ({sel(rules.SLOW_RATIO[window])} and on ({CLUSTER_LABEL}, namespace, model, le) "
             f"{sel(rules.SLO_LATENCY_THRESHOLD)})")
 
 
 def burn(window: str) -> str:
     """Slow ratio over the model's own latency budget (1 - its objective), worst namespace per model."""
-    return (f"max by (model) ({own_slow_ratio(window)} / on (cluster, namespace, model) "
+    return (f"max by (model) ({own_slow_ratio(window)} / on ({CLUSTER_LABEL}, namespace, model) "
             f"(1 - {sel(rules.SLO_LATENCY_OBJECTIVE)}))")
 
 
@@ -109,7 +110,7 @@ def build() -> dash_b.Dashboard:
         .with_row(row("Alerts and reviews"))
         .with_panel(table_of(
             "Firing alerts", "Alerts firing now in Prometheus (ALERTS), by name, severity and model.",
-            "short", [Query(f"sum by (cluster, alertname, severity, namespace, model) ({FIRING})",
+            "short", [Query(f"sum by ({CLUSTER_LABEL}, alertname, severity, namespace, model) ({FIRING})",
                             instant=True)], span=16))
         .with_panel(single_stat(
             "Open model reviews",

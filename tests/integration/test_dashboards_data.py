@@ -62,7 +62,7 @@ def prometheus_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with running_stack(work / "fleet", replicas=2, gpus_per_node=2, trace=trace, namespace=NAMESPACE,
                        deployment=DEPLOYMENT) as stack:
         exporter = _start_exporter(work, exporter_port, stack)
-        prom = PrometheusServer(work / "prom", rule_files=rulecheck.rule_files())
+        prom = PrometheusServer(work / "prom", rule_files=rulecheck.filled_rule_files(work / "rules"))
         services = {"tidescale-recommender": free_port(), "tidescale-reviews": free_port()}
         prom.set_targets(_targets(stack, exporter_port, services))
         load: LoadGenerator | None = None

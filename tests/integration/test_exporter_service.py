@@ -67,13 +67,13 @@ def prometheus(exporter: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 @pytest.fixture(scope="module")
 def fleet(exporter: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonFleet]:
-    """Two real Triton 2.51 replicas posting OTLP/HTTP JSON to the exporter, with the bearer token
-    passed the way opentelemetry-cpp reads it (OTEL_EXPORTER_OTLP_TRACES_HEADERS)."""
-    trace = TraceSettings(mode="opentelemetry", rate=1, url=f"{exporter}/v1/traces")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", f"Authorization=Bearer {TOKEN}")
-        with running_fleet(tmp_path_factory.mktemp("fleet"), replicas=2, trace=trace) as running:
-            yield running
+    """Two real Triton 2.51 replicas posting OTLP/HTTP JSON to the exporter, with the bearer token in
+    each replica's own environment, where opentelemetry-cpp reads it (OTEL_EXPORTER_OTLP_TRACES_HEADERS):
+    the exporter refuses spans without it, so every counted span shows it arrived."""
+    trace = TraceSettings(mode="opentelemetry", rate=1, url=f"{exporter}/v1/traces",
+                          headers=f"Authorization=Bearer {TOKEN}")
+    with running_fleet(tmp_path_factory.mktemp("fleet"), replicas=2, trace=trace) as running:
+        yield running
 
 
 def test_real_triton_spans_become_aggregatable_latency(fleet: TritonFleet, prometheus: PrometheusServer) -> None:

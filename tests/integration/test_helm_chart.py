@@ -253,23 +253,37 @@ def test_each_target_is_sized_for_its_models_slo(tmp: Path) -> None:
     assert {t.model: settings.slo_for(t) for t in settings.targets} == {"ctr_ranker": 0.25, "embedder": 1.0}
 
 
-def test_an_slo_threshold_the_exporter_has_no_boundary_for_is_refused(tmp: Path) -> None:
-    path = tmp / "slo-bad-exporter.yaml"
+def test_the_exporter_places_a_boundary_on_every_slo_threshold(tmp: Path) -> None:
+    """A custom exporter bucket layout that leaves out an SLO's threshold still gets a boundary on it:
+    the exporter reads the chart's `slo` as the recommender does (no template compares the two)."""
+    from tidescale.exporters.settings import ExporterSettings
+
     fast = {"name": "fast", "model": "m", "latency": {"thresholdSeconds": 0.25}}
-    path.write_text(yaml.safe_dump({"exporter": {"settings": {"slo_thresholds_s": [0.5, 1.0]}},
-                                    "slo": {"models": [fast]}}))
-    result = helm("template", "t", str(CHART), "-f", str(path), *MONITORING_API)
-    assert result.returncode != 0
-    assert "slo.models[0] (fast): latency threshold 0.25s is not in exporter.settings.slo_thresholds_s" in result.stderr
+    docs = template(tmp, {"exporter": {"settings": {"slo_thresholds_s": [0.5, 1.0]}}, "slo": {"models": [fast]}})
+    [config] = [d for d in kinds(docs)["ConfigMap"] if d["metadata"]["name"] == "t-tidescale-config"]
+    settings = ExporterSettings.model_validate(yaml.safe_load(config["data"]["config.yaml"])["exporter"])
+    assert settings.slo_thresholds_s == [0.5, 1.0]
+    assert settings.boundary_thresholds_s() == [0.25, 0.5, 1.0]
 
 
 def test_the_schema_offers_exactly_the_thresholds_the_rules_record() -> None:
-    from tidescale.contracts.slo import SLO_THRESHOLDS_S
+    from tidescale.alerts.config import default_config
+    from tidescale.contracts.slo import SLO_THRESHOLDS_S, le_value
 
     schema = json.loads((CHART / "values.schema.json").read_text())["properties"]["slo"]["properties"]
-    clauses = yaml.safe_load((CHART / "files" / "slo" / "clauses.yaml").read_text())
-    assert schema["latency"]["properties"]["thresholdSeconds"]["enum"] == list(SLO_THRESHOLDS_S)
-    assert clauses["thresholds"] == ["0.1", "0.25", "0.5", "1.0"]
+    models = schema["models"]["items"]["properties"]
+    for threshold in (schema["latency"]["properties"]["thresholdSeconds"],
+                      models["latency"]["properties"]["thresholdSeconds"]):
+        assert threshold["enum"] == list(SLO_THRESHOLDS_S)
+    assert [le_value(t) for t in SLO_THRESHOLDS_S] == default_config().threshold_les()
+
+
+def test_no_placeholder_is_left_in_any_rendered_object(tmp: Path) -> None:
+    """Every token of files/placeholders.yaml is filled, whatever the mode and cluster values."""
+    elsewhere = {**KEDA_VALUES, "clusterLabel": "kc", "autoscaling": {**KEDA_VALUES["autoscaling"], "cluster": "w"}}
+    for values in ({}, FULL_VALUES, KEDA_VALUES, {**SLO_VALUES, "clusterLabel": "k8s_cluster"}, elsewhere):
+        text = yaml.safe_dump_all(template(tmp, values, *MONITORING_API))
+        assert "tidescale_placeholder" not in text and "tidescale-placeholder" not in text
 
 
 def test_daemonset_mode_runs_one_exporter_per_node_for_the_pods_on_its_node(tmp: Path) -> None:

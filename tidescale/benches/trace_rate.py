@@ -52,7 +52,7 @@ MAX_ADVISED_RATE = 1_000
 def exporter_bounds() -> tuple[float, ...]:
     """The bucket bounds the exporter serves by default (its settings' SLO thresholds and range)."""
     s = ExporterSettings.model_validate({})
-    return log_buckets(s.bucket_min_s, s.bucket_max_s, s.slo_thresholds_s, s.max_buckets)
+    return log_buckets(s.bucket_min_s, s.bucket_max_s, s.boundary_thresholds_s(), s.max_buckets)
 
 
 def p99_errors(population: np.ndarray, bounds: Sequence[float], traced: int, trials: int,

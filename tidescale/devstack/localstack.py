@@ -32,9 +32,7 @@ from tidescale.devstack.fleet.triton import TraceSettings
 from tidescale.devstack.ports import LOOPBACK, free_port
 from tidescale.devstack.procs import ManagedProcess, stop_all
 from tidescale.devstack.promstack import AlertmanagerServer, PrometheusServer, ScrapeTarget
-from tidescale.devstack.tools import CHART_FILES
-
-RULES_DIR = CHART_FILES / "rules"
+from tidescale.devstack.rulecheck import filled_rule_files
 
 
 @dataclass
@@ -180,29 +178,26 @@ class LocalStack:
         routing = AlertmanagerRouting(
             pager_url=self.sink.url("pager"), tickets_url=self.sink.url("tickets"),
             reviews_url=f"{self.reviews_url}/api/v1/alertmanager", reviews_token_file=str(token_file),
+            # Local receivers answer at once: short group timers so a demo run sees its notifications.
+            group_wait="2s", group_interval="10s",
         )
         cfg = default_config().model_copy(update={"alertmanager": routing})
         path = self.workdir / "alertmanager.yaml"
-        text = alertmanager_yaml(cfg)
-        # Local receivers answer at once: short group timers so a demo run sees its notifications.
-        text = text.replace("group_wait: 30s", "group_wait: 2s").replace("group_interval: 5m", "group_interval: 10s")
-        path.write_text(text)
+        path.write_text(alertmanager_yaml(cfg))
         return path
 
     def _rule_files(self) -> list[Path]:
-        """The chart's rule files with every group evaluated at the stack's own pace: a run of a minute
-        sees an alert that reads a recorded series (GPUXidErrors) within seconds, not two 30 s rounds."""
+        """The chart's rule files as the chart fills them, with every group evaluated at the stack's own
+        pace: a run of a minute sees an alert that reads a recorded series (GPUXidErrors) within seconds,
+        not two 30 s rounds."""
         if self.opts.rule_files is not None:
             return list(self.opts.rule_files)
-        out = []
-        for source in sorted(RULES_DIR.glob("*.yaml")):
-            doc = yaml.safe_load(source.read_text())
+        out = filled_rule_files(self.workdir / "rules")
+        for path in out:
+            doc = yaml.safe_load(path.read_text())
             for group in doc.get("groups", []):
                 group["interval"] = self.opts.scrape_interval
-            path = self.workdir / "rules" / source.name
-            path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(yaml.safe_dump(doc, sort_keys=False))
-            out.append(path)
         return out
 
     def start(self) -> LocalStack:
@@ -228,9 +223,8 @@ class LocalStack:
         )
         self.alertmanager = AlertmanagerServer(self.workdir / "alertmanager", self._alertmanager_config())
         self.alertmanager.start()
-        # Triton's OTLP exporter (opentelemetry-cpp) takes its auth header from the environment.
-        os.environ["OTEL_EXPORTER_OTLP_TRACES_HEADERS"] = f"Authorization=Bearer {self.exporter_token}"
-        trace = TraceSettings(mode="opentelemetry", rate=o.trace_rate, url=f"{self.exporter_url}/v1/traces")
+        trace = TraceSettings(mode="opentelemetry", rate=o.trace_rate, url=f"{self.exporter_url}/v1/traces",
+                              headers=f"Authorization=Bearer {self.exporter_token}")
         self.fleet_stack = FleetStack(
             self.workdir / "fleet", self.models(), replicas=o.replicas,
             namespace=o.namespace, deployment=o.deployment, trace=trace, gpu_poll_interval=0.5, seed=o.seed,

@@ -45,3 +45,32 @@ def test_preview_without_prometheus_is_a_runtime_error(tmp_path: Path, capsys: p
         main(["dashboards", "preview", "--prometheus", f"http://127.0.0.1:{free_port()}", "--out", str(tmp_path)])
     assert exit_info.value.code == 1
     assert "cannot reach Prometheus" in capsys.readouterr().err
+
+
+def test_export_writes_the_chart_dashboards_filled_for_a_cluster_label(tmp_path: Path) -> None:
+    """What another Grafana imports equals what the chart renders for the same clusterLabel."""
+    import json
+
+    from tidescale.contracts.placeholders import CLUSTER_LABEL
+    from tidescale.dashboards.generate import CHART_DIR, artifacts
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["dashboards", "export", "--out", str(tmp_path), "--cluster-label", "k8s_cluster"])
+    assert exit_info.value.code == 0
+    for path, committed in artifacts().items():
+        exported = (tmp_path / Path(path).name).read_text()
+        assert CLUSTER_LABEL in committed and CLUSTER_LABEL not in exported
+        assert exported == committed.replace(CLUSTER_LABEL, "k8s_cluster")
+        assert path.startswith(CHART_DIR)
+    fleet = json.loads((tmp_path / "tidescale-fleet.json").read_text())
+    [cluster] = [v for v in fleet["templating"]["list"] if v["name"] == "cluster"]
+    assert str(cluster["query"]).endswith(", k8s_cluster)")
+
+
+def test_export_refuses_a_cluster_label_that_is_no_label_name(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["dashboards", "export", "--out", str(tmp_path), "--cluster-label", 'a"b'])
+    assert exit_info.value.code == 2
+    assert "not a Prometheus label name" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -50,6 +50,9 @@ class TraceSettings:
     # mode=triton: 0 writes the file at exit; N writes `file.0`, `file.1`, … every N traces.
     log_frequency: int = 0
     url: str = "http://127.0.0.1:4318/v1/traces"  # mode=opentelemetry
+    # mode=opentelemetry: headers of every OTLP post (`Authorization=Bearer …`); Triton's exporter
+    # (opentelemetry-cpp) reads them from its environment only.
+    headers: str = field(default="", repr=False)
 
     def __post_init__(self) -> None:
         if self.mode not in ("triton", "opentelemetry"):
@@ -167,6 +170,8 @@ class TritonReplica:
         install = tools.triton()
         self.workdir.mkdir(parents=True, exist_ok=True)
         env = {**install.env(), SLOWDOWN_ENV: str(self.slowdown_file)}
+        if self.trace is not None and self.trace.headers:
+            env["OTEL_EXPORTER_OTLP_TRACES_HEADERS"] = self.trace.headers
         self.started_at, self.ready_at = time.time(), None
         self._proc = ManagedProcess(f"tritonserver[{self.pod}]", self.argv(install), self.log_path,
                                     env=env, cwd=self.workdir).start()

@@ -570,62 +570,6 @@ spec:
 {{- . | replace "\\" "\\\\" | replace "\"" "\\\"" | replace "\n" "\\n" | replace "\r" "\\r" | replace "\t" "\\t" -}}
 {{- end -}}
 
-{{/* The SLO groups of values `slo` with the default's values filled in, then the default SLO
-     itself: a YAML list (AlertsConfig.resolved_slos). A threshold that the recorded slow ratios do
-     not cover (files/slo/clauses.yaml `thresholds`), or that a custom exporter bucket layout lacks,
-     fails the render with the value named. */}}
-{{- define "tidescale.slos" -}}
-{{- $d := .Values.slo -}}
-{{- $menu := (.Files.Get "files/slo/clauses.yaml" | fromYaml).thresholds -}}
-{{- $exporter := .Values.exporter.settings.slo_thresholds_s -}}
-{{- $out := list -}}
-{{- range $i, $g := $d.models -}}
-{{- $out = append $out (dict "path" (printf "slo.models[%d] (%s)" $i $g.name) "name" $g.name "model" $g.model
-    "namespace" ($g.namespace | default "")
-    "latency_threshold_s" (dig "latency" "thresholdSeconds" $d.latency.thresholdSeconds $g)
-    "latency_objective" (dig "latency" "objective" $d.latency.objective $g)
-    "availability_objective" (dig "availability" "objective" $d.availability.objective $g)) -}}
-{{- end -}}
-{{- $out = append $out (dict "path" "slo.latency" "name" "default" "model" "" "namespace" ""
-    "latency_threshold_s" $d.latency.thresholdSeconds "latency_objective" $d.latency.objective
-    "availability_objective" $d.availability.objective) -}}
-{{- range $out -}}
-{{- $le := include "tidescale.goFloat" .latency_threshold_s -}}
-{{- if not (has $le $menu) -}}
-{{- fail (printf "%s: latency threshold %ss is not a histogram bucket boundary that the rules record (one of %s)" .path $le (join ", " $menu)) -}}
-{{- end -}}
-{{- if $exporter -}}
-{{- $bounds := list -}}{{- range $exporter }}{{ $bounds = append $bounds (include "tidescale.goFloat" .) }}{{ end -}}
-{{- if not (has $le $bounds) -}}
-{{- fail (printf "%s: latency threshold %ss is not in exporter.settings.slo_thresholds_s (%s), so the exporter would not place a bucket boundary on it" .path $le (join ", " $bounds)) -}}
-{{- end -}}
-{{- end -}}
-{{- end -}}
-{{- toYaml $out -}}
-{{- end -}}
-
-{{/* The recorded SLO group (AlertsConfig.slos in Python) from values `slo`: the committed clause
-     patterns with each SLO's values filled in, in the same order as alerts/slo.py fills them. */}}
-{{- define "tidescale.sloGroup" -}}
-{{- $spec := .Files.Get "files/slo/clauses.yaml" | fromYaml -}}
-{{- $slos := include "tidescale.slos" . | fromYamlArray -}}
-{{- $rules := list -}}
-{{- range $r := $spec.records -}}
-{{- $clauses := list -}}
-{{- range $s := $slos -}}
-{{- $sel := list -}}
-{{- if $s.model }}{{ $sel = append $sel (printf "model=~\"%s\"" (include "tidescale.promqlString" $s.model)) }}{{ end -}}
-{{- if $s.namespace }}{{ $sel = append $sel (printf "namespace=~\"%s\"" (include "tidescale.promqlString" $s.namespace)) }}{{ end -}}
-{{- $selector := "" }}{{ if $sel }}{{ $selector = printf "{%s}" (join ", " $sel) }}{{ end -}}
-{{- $c := $r.clause | replace "__VALUE__" (include "tidescale.goFloat" (get $s $r.value)) | replace "__NAME__" $s.name -}}
-{{- $c = $c | replace "__LE__" (include "tidescale.goFloat" $s.latency_threshold_s) | replace "__SELECTOR__" $selector -}}
-{{- $clauses = append $clauses $c -}}
-{{- end -}}
-{{- $rules = append $rules (dict "record" $r.record "expr" (join $spec.joiner $clauses)) -}}
-{{- end -}}
-{{- toYaml (dict "name" $spec.group "interval" $spec.interval "rules" $rules) -}}
-{{- end -}}
-
 {{/* Least privilege for a component that posts Events: Events in one namespace, nothing else.
      Takes root, ctx (component labels), name, namespace, account, and verbs (default: create only;
      the recommender also reads and patches the one Event its replicas share per change). */}}
@@ -703,15 +647,9 @@ subjects:
 {{- end -}}
 {{- end -}}
 
-{{/* PromQL or dashboard JSON with the label that tells clusters apart renamed from `cluster` (what the
-     generator writes into every by/on, matcher and variable) to values `clusterLabel`. */}}
-{{- define "tidescale.clusterLabel" -}}
-{{- $text := .text -}}
-{{- $label := .root.Values.clusterLabel -}}
-{{- if ne $label "cluster" -}}
-{{- $text = regexReplaceAll "\\b(by|on) \\(cluster([,)])" $text (printf "${1} (%s${2}" $label) -}}
-{{- $text = regexReplaceAll "\\bcluster=~(\\\\?)\"\\$cluster" $text (printf "%s=~${1}\"$$cluster" $label) -}}
-{{- $text = regexReplaceAll "label_values\\(([^,()]+), cluster\\)" $text (printf "label_values(${1}, %s)" $label) -}}
-{{- end -}}
-{{- $text -}}
+{{/* Generated PromQL or dashboard JSON with the placeholders of files/placeholders.yaml
+     (tidescale.contracts.placeholders) replaced whole by the values they stand for. */}}
+{{- define "tidescale.fill" -}}
+{{- $tokens := .root.Files.Get "files/placeholders.yaml" | fromYaml -}}
+{{- .text | replace $tokens.clusterLabel .root.Values.clusterLabel -}}
 {{- end -}}
