@@ -17,7 +17,7 @@ from tidescale.contracts.promql import LABEL_NAME
 from tidescale.contracts.settings import ComponentSettings, SettingsModel
 from tidescale.contracts.slo import (
     DEFAULT_SLO_NAME,
-    SLO_P99_S,
+    SLO_LATENCY_THRESHOLD_S,
     SLO_THRESHOLDS_S,
     Regex,
     ResolvedSlo,
@@ -87,7 +87,7 @@ class AlertsConfig(ComponentSettings):
     model_config = SettingsConfigDict(env_prefix="TIDESCALE_ALERTS_", extra="forbid")
 
     # The default SLO, and per model or model group the SLOs that differ from it (first match wins).
-    slo_latency_threshold_s: float = Field(SLO_P99_S, gt=0)
+    slo_latency_threshold_s: float = Field(SLO_LATENCY_THRESHOLD_S, gt=0)
     latency_slo_target: float = Field(0.99, gt=0, lt=1)
     availability_slo_target: float = Field(0.999, gt=0, lt=1)
     slos: list[SloGroup] = Field(default_factory=list)

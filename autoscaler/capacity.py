@@ -58,25 +58,26 @@ def _rows(reader: csv.DictReader[str], source: str) -> list[ProfileRow]:
     return rows
 
 
-def capacity_at_slo(rows: list[ProfileRow], slo_p99_s: float, source: str = "profile") -> float:
+def capacity_at_slo(rows: list[ProfileRow], slo_latency_threshold_s: float, source: str = "profile") -> float:
     """Highest throughput whose P99 is within the SLO; UsageError when none (or zero) qualifies."""
-    if slo_p99_s <= 0:
-        raise UsageError(f"SLO P99 must be > 0 s, got {slo_p99_s}")
-    ok = [r.throughput_rps for r in rows if r.p99_s <= slo_p99_s]
+    if slo_latency_threshold_s <= 0:
+        raise UsageError(f"SLO P99 must be > 0 s, got {slo_latency_threshold_s}")
+    ok = [r.throughput_rps for r in rows if r.p99_s <= slo_latency_threshold_s]
     if not ok:
         best = min(r.p99_s for r in rows)
-        raise UsageError(f"{source}: no row has P99 within {slo_p99_s:g}s (best {best:g}s)")
+        raise UsageError(f"{source}: no row has P99 within {slo_latency_threshold_s:g}s (best {best:g}s)")
     capacity = max(ok)
     if capacity <= 0:
         raise UsageError(f"{source}: capacity at the SLO is zero req/s")
     return capacity
 
 
-def load_capacity(path: Path, slo_p99_s: float) -> float:
+def load_capacity(path: Path, slo_latency_threshold_s: float) -> float:
     """Capacity (req/s per replica) at the SLO from a perf_analyzer CSV file."""
     if not path.is_file():
         raise UsageError(f"profile {path} does not exist")
     if path.stat().st_size > MAX_PROFILE_BYTES:
         raise UsageError(f"profile {path} is larger than {MAX_PROFILE_BYTES} bytes")
-    return capacity_at_slo(parse_profile(path.read_text(errors="replace"), str(path)), slo_p99_s, str(path))
+    return capacity_at_slo(parse_profile(path.read_text(errors="replace"), str(path)), slo_latency_threshold_s,
+                           str(path))
 

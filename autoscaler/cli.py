@@ -9,7 +9,7 @@ import typer
 
 from tidescale.contracts.prometheus import DEFAULT_PROMETHEUS_URL
 from tidescale.contracts.serveopts import HEALTH_PORT_OPTION
-from tidescale.contracts.slo import SLO_P99_S
+from tidescale.contracts.slo import SLO_LATENCY_THRESHOLD_S
 
 app = typer.Typer(help="Custom metrics, HPA/KEDA manifests, the recommender.", no_args_is_help=True)
 
@@ -22,7 +22,8 @@ def render_command(
     min_replicas: int = typer.Option(1, "--min-replicas"),
     max_replicas: int = typer.Option(20, "--max-replicas"),
     keda: bool = typer.Option(False, "--keda", help="A KEDA ScaledObject instead of HPA + prometheus-adapter."),
-    slo_p99: float | None = typer.Option(None, "--slo-p99", help="Latency SLO (P99 seconds) for the recommender."),
+    slo_latency_threshold: float | None = typer.Option(None, "--slo-latency-threshold", "--slo-p99",
+                                                       help="Latency SLO (P99 seconds) for the recommender."),
     prometheus_url: str = typer.Option(DEFAULT_PROMETHEUS_URL, "--prometheus-url",
                                        help="Prometheus as KEDA reaches it."),
     recommender_url: str | None = typer.Option(
@@ -46,7 +47,7 @@ def render_command(
     """Print the HPA (or KEDA ScaledObject) and the prometheus-adapter config as YAML."""
     from tidescale.autoscaler.manifests import PreScale, Target, render
 
-    target = Target(deployment, namespace, model, min_replicas, max_replicas, slo_p99,
+    target = Target(deployment, namespace, model, min_replicas, max_replicas, slo_latency_threshold,
                     tuple(PreScale.parse(p) for p in prescale), hpa_name=hpa_name)
     typer.echo(render(target, keda=keda, prometheus_url=prometheus_url, legacy=legacy_tolerance,
                       adapter_namespace=adapter_namespace, recommender_url=recommender_url,
@@ -56,13 +57,14 @@ def render_command(
 @app.command("capacity")
 def capacity_command(
     profile: Path = typer.Option(..., "--profile", help="perf_analyzer CSV (-f)."),
-    slo_p99: float = typer.Option(SLO_P99_S, "--slo-p99", help="Latency SLO, P99 seconds."),
+    slo_latency_threshold: float = typer.Option(SLO_LATENCY_THRESHOLD_S, "--slo-latency-threshold", "--slo-p99",
+                                                help="Latency SLO, P99 seconds."),
 ) -> None:
     """Per-replica capacity at the SLO from a load-test profile."""
     from tidescale.autoscaler.capacity import load_capacity
 
-    typer.echo(json.dumps({"profile": str(profile), "slo_p99_s": slo_p99,
-                           "capacity_rps": load_capacity(profile, slo_p99)}))
+    typer.echo(json.dumps({"profile": str(profile), "slo_latency_threshold_s": slo_latency_threshold,
+                           "capacity_rps": load_capacity(profile, slo_latency_threshold)}))
 
 
 @app.command("recommend")
@@ -75,7 +77,7 @@ def recommend_command(
     interval: float | None = typer.Option(None, "--interval", help="Seconds between evaluations."),
     profile: Path | None = typer.Option(None, "--profile", help="perf_analyzer CSV for the capacity."),
     capacity_rps: float | None = typer.Option(None, "--capacity-rps", help="Capacity per replica at the SLO."),
-    slo_p99: float | None = typer.Option(None, "--slo-p99"),
+    slo_latency_threshold: float | None = typer.Option(None, "--slo-latency-threshold", "--slo-p99"),
     once: bool = typer.Option(False, "--once", help="Evaluate once, print JSON, exit."),
     print_config: bool = typer.Option(False, "--print-config",
                                       help="Print the effective settings (tuning resolved, per target) as JSON, exit."),
@@ -87,7 +89,7 @@ def recommend_command(
 
     settings = load_settings(RecommenderSettings, config, prometheus_url=prometheus_url, host=host, port=port,
                              health_port=health_port, interval_s=interval, profile=profile,
-                             capacity_rps=capacity_rps, slo_p99_s=slo_p99)
+                             capacity_rps=capacity_rps, slo_latency_threshold_s=slo_latency_threshold)
     if print_config:
         typer.echo(json.dumps(settings.effective_config(), indent=2, sort_keys=True))
         return

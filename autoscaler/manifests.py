@@ -23,7 +23,7 @@ from tidescale.contracts import catalog
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.prometheus import DEFAULT_PROMETHEUS_URL
 from tidescale.contracts.promql import selector
-from tidescale.contracts.slo import SLO_P99_S
+from tidescale.contracts.slo import SLO_LATENCY_THRESHOLD_S
 from tidescale.contracts.yamlout import dump, dump_all
 
 _LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"  # RFC 1123 label: a namespace's or a Deployment's name
@@ -99,7 +99,7 @@ class Target:
     model: str
     min_replicas: int = 1
     max_replicas: int = 20
-    slo_p99_s: float | None = None
+    slo_latency_threshold_s: float | None = None
     prescale: tuple[PreScale, ...] = ()  # known peaks (KEDA cron triggers)
     # The HPA that scales the Deployment (KEDA's too); default the Deployment's name. One that exists
     # already (the user's own) is taken over in place: KEDA adopts it, Helm does once annotated.
@@ -120,8 +120,8 @@ class Target:
         if self.min_replicas > self.max_replicas:
             raise UsageError(f"--min-replicas ({self.min_replicas}) must not exceed --max-replicas "
                              f"({self.max_replicas})")
-        if self.slo_p99_s is not None and self.slo_p99_s <= 0:
-            raise UsageError(f"--slo-p99 must be > 0 seconds, got {self.slo_p99_s}")
+        if self.slo_latency_threshold_s is not None and self.slo_latency_threshold_s <= 0:
+            raise UsageError(f"--slo-latency-threshold must be > 0 seconds, got {self.slo_latency_threshold_s}")
         for p in self.prescale:
             if p.replicas > self.max_replicas:
                 raise UsageError(f"--prescale: {p.replicas} replicas exceed --max-replicas ({self.max_replicas})")
@@ -226,8 +226,10 @@ def recommender_config_snippet(target: Target, legacy: bool) -> dict[str, Any]:
     """The recommender's settings section for this target (so the two never disagree)."""
     entry: dict[str, Any] = {"deployment": target.deployment, "namespace": target.namespace, "model": target.model,
                              "min_replicas": target.min_replicas, "max_replicas": target.max_replicas}
-    return {"recommender": {"targets": [entry], "hpa_tolerance_rounding": legacy,
-                            **({"slo_p99_s": target.slo_p99_s} if target.slo_p99_s else {})}}
+    section: dict[str, Any] = {"targets": [entry], "hpa_tolerance_rounding": legacy}
+    if target.slo_latency_threshold_s:
+        section["slo_latency_threshold_s"] = target.slo_latency_threshold_s
+    return {"recommender": section}
 
 
 def render(target: Target, keda: bool = False, prometheus_url: str = DEFAULT_PROMETHEUS_URL,
@@ -243,7 +245,7 @@ def render(target: Target, keda: bool = False, prometheus_url: str = DEFAULT_PRO
     head = f"# tidescale autoscaling for {target.namespace}/{target.deployment} (model {target.model})\n"
     head += "# recommender settings for this target:\n" + "".join(
         f"#   {line}\n" for line in dump(recommender_config_snippet(target, legacy)).splitlines())
-    slo = target.slo_p99_s if target.slo_p99_s is not None else SLO_P99_S
+    slo = target.slo_latency_threshold_s if target.slo_latency_threshold_s is not None else SLO_LATENCY_THRESHOLD_S
     head += "# shed what cannot meet the SLO (docs/autoscaler.md#surges-queue-timeouts-and-standing-headroom):\n"
     if max_batch_exec_s is not None:
         policy = recommended_queue_policy(target.model, slo, max_batch_exec_s)

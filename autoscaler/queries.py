@@ -157,7 +157,7 @@ def pod_values(client: PrometheusClient, expr: str) -> dict[str, float]:
 
 
 def observe(client: PrometheusClient, q: TargetQueries, now: float, replicas: Callable[[], tuple[int, int]],
-            slo_p99_s: float, stale_after_s: float) -> Observation:
+            slo_latency_threshold_s: float, stale_after_s: float) -> Observation:
     """One Observation of a target: raises PrometheusUnavailable, or DataProblem when a required input is
     missing, NaN or stale. *replicas* gives (spec, Ready) replicas (kube-state-metrics, or the demo's)."""
     completions = value(client, q.completions, "completion rate")
@@ -171,7 +171,7 @@ def observe(client: PrometheusClient, q: TargetQueries, now: float, replicas: Ca
     fast = value(client, q.fast_completions, "short-window completion rate", required=False)
     fast_rejected = value(client, q.fast_rejections, "short-window rejection rate", required=False)
     worst = value(client, q.max_pod_queue, "worst pod's queue", required=False)
-    return Observation(now, completions or 0.0, queue or 0.0, ready, current, p99, slo_p99_s,
+    return Observation(now, completions or 0.0, queue or 0.0, ready, current, p99, slo_latency_threshold_s,
                        fast_arrival_rps=fast, max_pod_queue=worst, rejected_rps=rejected or 0.0,
                        fast_rejected_rps=fast_rejected)
 

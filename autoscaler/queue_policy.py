@@ -29,15 +29,16 @@ class QueuePolicy:
                 f"    default_timeout_microseconds: {self.timeout_us}\n  }}\n}}\n")
 
 
-def recommended_queue_policy(model: str, slo_p99_s: float, max_batch_exec_s: float) -> QueuePolicy:
+def recommended_queue_policy(model: str, slo_latency_threshold_s: float, max_batch_exec_s: float) -> QueuePolicy:
     """Timeout = SLO − the largest batch's P99 execution time; an SLO that leaves no queue time is an error."""
-    for what, value in (("SLO P99", slo_p99_s), ("largest batch's execution time", max_batch_exec_s)):
+    for what, value in (("SLO P99", slo_latency_threshold_s), ("largest batch's execution time", max_batch_exec_s)):
         if not math.isfinite(value) or value <= 0:
             raise UsageError(f"{what} must be a finite number of seconds > 0, got {value}")
-    timeout_us = round((slo_p99_s - max_batch_exec_s) * 1e6)  # whole µs; floor would turn 166000 into 165999
+    # whole µs; floor would turn 166000 into 165999
+    timeout_us = round((slo_latency_threshold_s - max_batch_exec_s) * 1e6)
     if timeout_us <= 0:
         raise UsageError(
-            f"impossible queue policy for model {model}: the SLO of {slo_p99_s * 1e3:g} ms minus the largest "
-            f"batch's execution time of {max_batch_exec_s * 1e3:g} ms leaves no time to queue; lower the "
+            f"impossible queue policy for model {model}: the SLO of {slo_latency_threshold_s * 1e3:g} ms minus "
+            f"the largest batch's execution time of {max_batch_exec_s * 1e3:g} ms leaves no time to queue; lower the "
             "max batch size or raise the SLO")
     return QueuePolicy(model, timeout_us)

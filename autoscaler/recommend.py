@@ -109,7 +109,7 @@ class Observation:
     ready_replicas: int
     current_replicas: int
     p99_s: float | None = None  # observed P99 (for capacity refinement), if known
-    slo_p99_s: float | None = None
+    slo_latency_threshold_s: float | None = None
     fast_arrival_rps: float | None = None  # completions over a short rate window (reacts sooner), if known
     max_pod_queue: float | None = None  # max by pod of the pending gauge, if known (else queue / ready)
     rejected_rps: float = 0.0  # requests/s the queue policy rejected (timed out): demand too, never completed
@@ -222,7 +222,8 @@ class Recommender:
     @staticmethod
     def burning(obs: Observation) -> bool:
         """Whether the latency SLO burns: the observed P99 beyond the SLO's."""
-        return obs.p99_s is not None and obs.slo_p99_s is not None and obs.p99_s > obs.slo_p99_s
+        slo = obs.slo_latency_threshold_s
+        return obs.p99_s is not None and slo is not None and obs.p99_s > slo
 
     def refine_capacity(self, obs: Observation) -> None:
         """AIMD on the capacity: cut it by 10 % while fully Ready replicas miss the SLO (bursty traffic,
@@ -236,10 +237,10 @@ class Recommender:
         arrivals read as completions and the queue stays short, and only the latency tells.
         Bounded to [min_capacity_ratio, max_capacity_gain] × the profile."""
         cfg = self.config
-        if obs.p99_s is None or obs.slo_p99_s is None or obs.ready_replicas <= 0:
+        if obs.p99_s is None or obs.slo_latency_threshold_s is None or obs.ready_replicas <= 0:
             return
         lo, hi = cfg.capacity_rps * cfg.min_capacity_ratio, cfg.capacity_rps * cfg.max_capacity_gain
-        if obs.queue_depth > obs.arrival_rps * obs.slo_p99_s or obs.ready_replicas < obs.current_replicas:
+        if obs.queue_depth > obs.arrival_rps * obs.slo_latency_threshold_s or obs.ready_replicas < obs.current_replicas:
             self._disturbed_at = obs.t  # a backlog or missing replicas explain misses for a P99 window
         settled = obs.t - self._disturbed_at > cfg.p99_window_s
         if self.burning(obs) and settled:
@@ -247,7 +248,7 @@ class Recommender:
             if plateau is not None:
                 self.ceiling = (obs.t, plateau)
             self.capacity_rps = max(lo, min(self.capacity_rps * 0.9, plateau or math.inf))
-        elif obs.p99_s < 0.5 * obs.slo_p99_s:
+        elif obs.p99_s < 0.5 * obs.slo_latency_threshold_s:
             self.capacity_rps = min(hi, self.capacity_rps + 0.01 * cfg.capacity_rps)
 
     def track_completions(self, obs: Observation) -> float | None:
@@ -322,7 +323,7 @@ class Recommender:
         """Queued requests on the worst pod beyond what it serves within the SLO (0 if none)."""
         even = obs.queue_depth / max(1, obs.ready_replicas)  # round robin spreads it over Ready pods
         worst = even if obs.max_pod_queue is None else obs.max_pod_queue
-        slo = obs.slo_p99_s if obs.slo_p99_s is not None else 0.0
+        slo = obs.slo_latency_threshold_s if obs.slo_latency_threshold_s is not None else 0.0
         return max(0.0, worst - self.capacity_rps * slo)
 
     def panic(self, t: float, arrival_rps: float | None, asked: int, newest_rps: float | None = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -23,7 +24,7 @@ from tidescale.contracts.prometheus import DEFAULT_PROMETHEUS_URL, MAX_ANSWER_BY
 from tidescale.contracts.promql import LABEL_NAME
 from tidescale.contracts.redact import redact_url
 from tidescale.contracts.settings import Host, InfOff, ServingSettings, SettingsModel
-from tidescale.contracts.slo import SLO_P99_S, SloValues, slo_of
+from tidescale.contracts.slo import SLO_LATENCY_THRESHOLD_S, SloValues, slo_of
 
 # Labels the target's queries match on themselves: a series matcher may not override them.
 QUERY_LABELS = frozenset({"namespace", "deployment", "pod", "model", "reason", "stage", "le", "__name__"})
@@ -99,14 +100,16 @@ class FastPathSettings(SettingsModel):
 class TargetSettings(SettingsModel):
     """One Deployment to recommend for."""
 
+    renamed: ClassVar[Mapping[str, str]] = {"slo_p99_s": "slo_latency_threshold_s"}
+
     deployment: str
     namespace: str
     model: str
     min_replicas: int = Field(default=1, ge=1)
     max_replicas: int = Field(default=20, ge=1)
     capacity_rps: float | None = Field(default=None, gt=0)  # overrides the profile for this target
-    # The P99 this target is sized for, set here; None: its model's SLO (`slo`), else slo_p99_s.
-    slo_p99_s: float | None = Field(default=None, gt=0)
+    # The P99 this target is sized for, set here; None: its model's SLO (`slo`), else slo_latency_threshold_s.
+    slo_latency_threshold_s: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _min_le_max(self) -> TargetSettings:
@@ -120,6 +123,7 @@ class RecommenderSettings(ServingSettings):
 
     section: ClassVar[str] = "recommender"
     model_config = SettingsConfigDict(env_prefix="TIDESCALE_RECOMMENDER_", extra="forbid")
+    renamed: ClassVar[Mapping[str, str]] = {"slo_p99_s": "slo_latency_threshold_s"}
 
     prometheus_url: str = DEFAULT_PROMETHEUS_URL
     prometheus_auth: PrometheusAuth = Field(default_factory=PrometheusAuth)
@@ -136,7 +140,7 @@ class RecommenderSettings(ServingSettings):
     # Liveness fails when the evaluation or the fast path has not finished a round for this long (at
     # least 3 of its intervals): a round stuck in a call that never returns, not only a dead thread.
     stall_after_s: float = Field(default=300.0, gt=0, le=86400, allow_inf_nan=False)
-    slo_p99_s: float = Field(default=SLO_P99_S, gt=0)
+    slo_latency_threshold_s: float = Field(default=SLO_LATENCY_THRESHOLD_S, gt=0)
     # The chart's `slo` values as they are: each target is sized for the latency threshold of the first
     # SLO its model matches, resolved by the function the alert rules' SLO group is made with.
     slo: SloValues | None = None
@@ -210,11 +214,11 @@ class RecommenderSettings(ServingSettings):
 
     def slo_for(self, t: TargetSettings) -> float:
         """The P99 target *t* is sized for: its own, else its model's SLO, else the default."""
-        if t.slo_p99_s is not None:
-            return t.slo_p99_s
+        if t.slo_latency_threshold_s is not None:
+            return t.slo_latency_threshold_s
         if self.slo is not None:
             return slo_of(self.slo.resolved(), t.namespace, t.model).latency_threshold_s
-        return self.slo_p99_s
+        return self.slo_latency_threshold_s
 
     def capacity_for(self, t: TargetSettings) -> float:
         if t.capacity_rps is not None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import typer
 
-from tidescale.contracts.slo import SLO_P99_S
+from tidescale.contracts.slo import SLO_LATENCY_THRESHOLD_S
 
 app = typer.Typer(help="Benchmarks against the peers, JSON on stdout (results in docs/benchmarks/).",
                   no_args_is_help=True)
@@ -204,7 +204,8 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
         policy: list[str] = typer.Option([], "--policy", help="Policy name (repeatable); default all."),
         trace: Path | None = typer.Option(None, "--trace", help="CSV whose first column is a timestamp."),
         target_rps: float | None = typer.Option(None, "--target-rps", help="Mean rate the trace is rescaled to."),
-        slo_p99: float = typer.Option(SLO_P99_S, "--slo-p99", help="Latency SLO, P99 seconds."),
+        slo_latency_threshold: float = typer.Option(SLO_LATENCY_THRESHOLD_S, "--slo-latency-threshold", "--slo-p99",
+                                                    help="Latency SLO, P99 seconds."),
         seed: int = typer.Option(0, "--seed"),
         queue_policy: str = typer.Option(
             "recommended", "--queue-policy", help="Triton's queue policy on every replica: recommended (the SLO "
@@ -231,7 +232,8 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
         from tidescale.benches.autoscale import report as benchreport
         from tidescale.benches.autoscale.policies import ALL_POLICIES
 
-        opts = benchreport.BenchOptions(scenario or None, tuple(policy) or ALL_POLICIES, quick, seed, slo_p99,
+        opts = benchreport.BenchOptions(scenario or None, tuple(policy) or ALL_POLICIES, quick, seed,
+                                        slo_latency_threshold,
                                         trace, target_rps, queue_policy=queue_policy, queue_timeout_s=queue_timeout,
                                         headroom=headroom,
                                         headroom_sweep=tuple(headroom_sweep), sweep=sweep,

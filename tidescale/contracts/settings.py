@@ -17,6 +17,7 @@ import os
 import re
 import reprlib
 import stat
+from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, TypeVar, get_args
@@ -79,10 +80,43 @@ Host = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=r"
 socket layer as a traceback)."""
 
 
+def renamed_keys(data: Any, renamed: Mapping[str, str]) -> Any:
+    """*data* with each old key of *renamed* moved to its new name (the new one wins when both are set):
+    a setting keeps its old name as an alias when it is renamed."""
+    if not renamed or not isinstance(data, dict):
+        return data
+    out = dict(data)
+    for old, new in renamed.items():
+        if old in out:
+            value = out.pop(old)
+            out.setdefault(new, value)
+    return out
+
+
 class SettingsModel(BaseModel):
     """Base of every nested settings section: unknown keys and non-finite floats refused."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    # Old name -> current name of each renamed setting, still read.
+    renamed: ClassVar[Mapping[str, str]] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_old_names(cls, data: Any) -> Any:
+        return renamed_keys(data, cls.renamed)
+
+
+class _RenamedEnvSource(PydanticBaseSettingsSource):
+    """`<prefix><OLD NAME>` environment variables of renamed settings, read under the new name."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        renamed: Mapping[str, str] = getattr(self.settings_cls, "renamed", {})
+        prefix = str(self.config.get("env_prefix", "")).lower()
+        env = {k.lower(): v for k, v in os.environ.items()}
+        return {new: env[f"{prefix}{old}".lower()] for old, new in renamed.items() if f"{prefix}{old}".lower() in env}
 
 
 class ComponentSettings(BaseSettings):
@@ -92,6 +126,12 @@ class ComponentSettings(BaseSettings):
     model_config = SettingsConfigDict(extra="forbid", env_nested_delimiter="__", validate_default=True,
                                       allow_inf_nan=False)
     section: ClassVar[str] = ""
+    renamed: ClassVar[Mapping[str, str]] = {}  # as SettingsModel.renamed; old env names are read too
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_old_names(cls, data: Any) -> Any:
+        return renamed_keys(data, cls.renamed)
 
     @classmethod
     def settings_customise_sources(
@@ -102,7 +142,7 @@ class ComponentSettings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings, _YamlSectionSource(settings_cls))
+        return (init_settings, env_settings, _RenamedEnvSource(settings_cls), _YamlSectionSource(settings_cls))
 
 
 class ServingSettings(ComponentSettings):

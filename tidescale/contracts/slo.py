@@ -25,8 +25,8 @@ from tidescale.contracts.settings import SettingsModel
 
 # The P99 latency a model must stay under (seconds): alerts page on its burn, the recommender
 # scales for it, dashboards draw it.
-SLO_P99_S: Final = 0.5
-# Histogram boundaries the burn-rate rules may select (`le`): SLO_P99_S and the usual per-model
+SLO_LATENCY_THRESHOLD_S: Final = 0.5
+# Histogram boundaries the burn-rate rules may select (`le`): SLO_LATENCY_THRESHOLD_S and the usual per-model
 # alternatives. Per-model thresholds must be one of these.
 SLO_THRESHOLDS_S: Final[tuple[float, ...]] = (0.1, 0.25, 0.5, 1.0)
 # The window of the recorded P50/P95/P99 (`namespace_model:…:p99`).
@@ -42,7 +42,8 @@ def threshold_problems(thresholds: Iterable[float], boundaries: Iterable[float])
             for t in sorted(set(thresholds)) if float(t) not in bounds]
 
 
-assert not threshold_problems([SLO_P99_S], SLO_THRESHOLDS_S), "the SLO must be one of the bucket boundaries"
+assert not threshold_problems([SLO_LATENCY_THRESHOLD_S],
+                              SLO_THRESHOLDS_S), "the SLO must be one of the bucket boundaries"
 
 _SLO_NAME = re.compile(r"^[a-z0-9]([a-z0-9_.-]{0,61}[a-z0-9])?$")
 # The name of the SLO that models matched by no group get (the `slo` label of its series).
@@ -141,7 +142,8 @@ class _ModelSlo(SettingsModel):
 class SloValues(SettingsModel):
     """The chart's `slo` values, as the chart holds them (camelCase), read by the same functions."""
 
-    latency: _Latency = Field(default_factory=lambda: _Latency(thresholdSeconds=SLO_P99_S, objective=0.99))
+    latency: _Latency = Field(default_factory=lambda: _Latency(thresholdSeconds=SLO_LATENCY_THRESHOLD_S,
+                                                               objective=0.99))
     availability: _Availability = Field(default_factory=lambda: _Availability(objective=0.999))
     models: list[_ModelSlo] = Field(default_factory=list)
 
@@ -155,7 +157,7 @@ class SloValues(SettingsModel):
 
     def resolved(self) -> list[ResolvedSlo]:
         default = ResolvedSlo(DEFAULT_SLO_NAME, "", "",
-                              self.latency.thresholdSeconds or SLO_P99_S, self.latency.objective or 0.99,
+                              self.latency.thresholdSeconds or SLO_LATENCY_THRESHOLD_S, self.latency.objective or 0.99,
                               self.availability.objective or 0.999)
         groups = [SloGroup(name=m.name, model=m.model, namespace=m.namespace,
                            latency_threshold_s=m.latency.thresholdSeconds, latency_objective=m.latency.objective,

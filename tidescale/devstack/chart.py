@@ -39,7 +39,7 @@ EXPORTER_OWNED = frozenset({
 # What the chart sets from its own values (recommender.port, prometheusUrl, prometheusAuth, kubeEvents, `slo`,
 # autoscaling.*): refused in recommender.settings for the same reason.
 RECOMMENDER_OWNED = frozenset({
-    "host", "port", "health_port", "prometheus_url", "prometheus_auth", "slo_p99_s", "slo", "kube_events",
+    "host", "port", "health_port", "prometheus_url", "prometheus_auth", "slo_latency_threshold_s", "slo", "kube_events",
     "scale_mode", "series_matchers", "hpa_tolerance_rounding", "targets",
 })
 # JSON Schema keywords worth keeping from pydantic's output; the rest (title, format, writeOnly) is noise

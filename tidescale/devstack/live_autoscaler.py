@@ -15,7 +15,7 @@ from tidescale.autoscaler.settings import RecommenderSettings, RecommenderTuning
 from tidescale.autoscaler.state import TargetState
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.prometheus import PrometheusClient
-from tidescale.contracts.slo import SLO_P99_S
+from tidescale.contracts.slo import SLO_LATENCY_THRESHOLD_S
 from tidescale.sim.hpa_controller import SYNC_PERIOD_S, HpaEmulator, HpaStatus, pods_for
 
 log = logging.getLogger(__name__)
@@ -35,16 +35,18 @@ class LiveAutoscaler:
                  ready_fn: Callable[[], int], hpa_spec: HpaSpec | None = None, policy: str = "tidescale", *,
                  deployment: str = "triton", namespace: str = "tidescale-demo", model: str = "resnet50",
                  min_replicas: int = 1, max_replicas: int = 8, capacity_rps: float = 100.0,
-                 slo_p99_s: float = SLO_P99_S, cold_start_s: float = 30.0, interval_s: float = SYNC_PERIOD_S,
+                 slo_latency_threshold_s: float = SLO_LATENCY_THRESHOLD_S, cold_start_s: float = 30.0,
+                 interval_s: float = SYNC_PERIOD_S,
                  tuning: RecommenderTuning | None = None) -> None:
         if policy not in LIVE_POLICIES:
             raise UsageError(f"unknown live policy {policy!r}; choose one of {', '.join(LIVE_POLICIES)}")
-        target = Target(deployment, namespace, model, min_replicas, max_replicas, slo_p99_s)
+        target = Target(deployment, namespace, model, min_replicas, max_replicas, slo_latency_threshold_s)
         self.spec = hpa_spec or tidescale_hpa_spec(target)
         self.fleet_scale_fn, self.current_fn, self.ready_fn = fleet_scale_fn, current_fn, ready_fn
         self.interval_s = interval_s
         settings = RecommenderSettings(
-            prometheus_url=prometheus_url, slo_p99_s=slo_p99_s, capacity_rps=capacity_rps, cold_start_s=cold_start_s,
+            prometheus_url=prometheus_url, slo_latency_threshold_s=slo_latency_threshold_s, capacity_rps=capacity_rps,
+            cold_start_s=cold_start_s,
             interval_s=interval_s, tuning=tuning or RecommenderTuning(),
             targets=[TargetSettings(deployment=deployment, namespace=namespace, model=model,
                                     min_replicas=self.spec.min_replicas, max_replicas=self.spec.max_replicas)])

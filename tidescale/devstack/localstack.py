@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from tidescale.contracts.slo import SLO_P99_S
+from tidescale.contracts.slo import SLO_LATENCY_THRESHOLD_S
 from tidescale.devstack.fleet.httpserve import LoopbackHttpServer, json_response, text_response
 from tidescale.devstack.fleet.model_repo import DEFAULT_MODELS, ModelSpec, sustainable_rps, with_load_seconds
 from tidescale.devstack.fleet.periodic import Periodic
@@ -51,7 +51,7 @@ class StackOptions:
     deployment: str = "triton"
     autoscale: bool = True
     autoscale_model: str = "resnet50"
-    slo_p99_s: float = SLO_P99_S
+    slo_latency_threshold_s: float = SLO_LATENCY_THRESHOLD_S
     capacity_rps: float | None = None  # per replica at the SLO; default from the model's curve
     trace_rate: int = 1
     scrape_interval: str = "1s"
@@ -270,7 +270,7 @@ class LocalStack:
             self.prometheus.url, fleet.scale_to, lambda: fleet.spec_replicas, lambda: len(fleet.ready_replicas()),
             deployment=o.deployment, namespace=o.namespace, model=o.autoscale_model,
             min_replicas=o.min_replicas, max_replicas=o.max_replicas, capacity_rps=self._capacity_rps(),
-            slo_p99_s=o.slo_p99_s, cold_start_s=max(o.cold_start_s, 1.0),
+            slo_latency_threshold_s=o.slo_latency_threshold_s, cold_start_s=max(o.cold_start_s, 1.0),
             tuning=RecommenderTuning(rate_window_s=o.autoscale_rate_window_s, fast_window_s=o.autoscale_fast_window_s),
         )
         self.autoscaler_metrics = MetricsEndpoint("recommender", RecommenderCollector(self.autoscaler.service))

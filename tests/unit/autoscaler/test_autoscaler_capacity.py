@@ -93,15 +93,16 @@ def test_capacity_is_the_best_row_within_slo(rows: list[tuple[int, float, float]
 
 
 def test_each_target_is_sized_at_its_own_models_slo(tmp_path: Path) -> None:
-    """A target's slo_p99_s (the chart fills it from the model's SLO group) picks its capacity from
+    """A target's slo_latency_threshold_s (the chart fills it from the model's SLO group) picks its capacity from
     the same profile; a target without one takes the recommender's default SLO."""
     from tidescale.autoscaler.settings import RecommenderSettings
 
     p = tmp_path / "profile.csv"
     p.write_text(PROFILE)
-    strict = {"deployment": "triton-ctr", "namespace": "ml", "model": "ctr", "slo_p99_s": 0.1}
+    strict = {"deployment": "triton-ctr", "namespace": "ml", "model": "ctr", "slo_latency_threshold_s": 0.1}
     default = {"deployment": "triton-emb", "namespace": "ml", "model": "emb"}
-    settings = RecommenderSettings.model_validate({"profile": p, "slo_p99_s": 0.5, "targets": [strict, default]})
+    settings = RecommenderSettings.model_validate({"profile": p, "slo_latency_threshold_s": 0.5, "targets": [strict,
+                                                                                                             default]})
     ctr, emb = settings.targets
     assert (settings.slo_for(ctr), settings.slo_for(emb)) == (0.1, 0.5)
     assert settings.capacity_for(ctr) == pytest.approx(210.5)

@@ -161,7 +161,7 @@ def test_config_errors(kwargs: dict, message: str) -> None:
 
 
 def miss(t: float, p99: float, queue: float = 0.0, ready: int = 5) -> Observation:
-    return Observation(t, 400.0, queue, ready, 5, p99_s=p99, slo_p99_s=0.5)
+    return Observation(t, 400.0, queue, ready, 5, p99_s=p99, slo_latency_threshold_s=0.5)
 
 
 def test_capacity_aimd_cuts_on_misses_and_recovers_slowly_within_bounds() -> None:
@@ -289,17 +289,18 @@ def test_a_dip_in_the_short_window_within_the_down_delay_does_not_scale_down() -
 
 def test_a_backlogged_pod_asks_for_replicas_that_divert_its_arrivals() -> None:
     r = rec(cold_start_s=0.0, lookahead_extra_s=0.0, pod_drain_s=100.0, max_replicas=40)
-    out = r.recommend(Observation(0, 300.0, 5000.0, 3, 3, slo_p99_s=0.5, max_pod_queue=5050.0))
+    out = r.recommend(Observation(0, 300.0, 5000.0, 3, 3, slo_latency_threshold_s=0.5, max_pod_queue=5050.0))
     # worst pod 5050 - 50 served within the SLO = 5000 -> 50 req/s to spare -> 300 / 50 = 6
     assert out.desired == 6 and out.reason == "drain"
     even = rec(cold_start_s=0.0, lookahead_extra_s=0.0, pod_drain_s=100.0, max_replicas=40)
-    assert even.recommend(Observation(0, 300.0, 15150.0, 3, 3, slo_p99_s=0.5)).desired == 6  # queue / ready
+    assert even.recommend(Observation(0, 300.0, 15150.0, 3, 3,
+                                      slo_latency_threshold_s=0.5)).desired == 6  # queue / ready
 
 
 def test_the_drain_term_at_most_doubles_the_rates_need() -> None:
     """A backlog no count can clear within the horizon asks for at most max_drain_factor × the rate's need."""
     r = rec(cold_start_s=0.0, lookahead_extra_s=0.0, pod_drain_s=100.0, max_replicas=40, max_drain_factor=2.0)
-    out = r.recommend(Observation(0, 300.0, 60000.0, 3, 3, slo_p99_s=0.5, max_pod_queue=20000.0))
+    out = r.recommend(Observation(0, 300.0, 60000.0, 3, 3, slo_latency_threshold_s=0.5, max_pod_queue=20000.0))
     assert out.desired == 2 * math.ceil(300 / 90) and out.reason == "drain"
 
 

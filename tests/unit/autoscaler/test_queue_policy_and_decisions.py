@@ -82,7 +82,7 @@ def test_render_refuses_an_impossible_queue_policy_with_exit_2(capsys: pytest.Ca
 
     with pytest.raises(SystemExit) as exit_:
         main(["autoscale", "render", "--deployment", "triton", "--namespace", "ml", "--model", "resnet50",
-              "--slo-p99", "0.5", "--max-batch-exec-ms", "500"])
+              "--slo-latency-threshold", "0.5", "--max-batch-exec-ms", "500"])
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("error: impossible queue policy for model resnet50") and "Traceback" not in err

@@ -36,9 +36,10 @@ def beyond_max_replicas(t: float) -> Observation:
     scaled the fleet from 3 to 4 (one replica starting until 90 s); from then on the P99 burns."""
     if t < 170:
         ready = 3 if t < 90 else 4
-        return Observation(t, 150.0, 1.0, ready, 4, p99_s=0.3, slo_p99_s=SLO, fast_arrival_rps=150.0)
+        return Observation(t, 150.0, 1.0, ready, 4, p99_s=0.3, slo_latency_threshold_s=SLO, fast_arrival_rps=150.0)
     wobble = math.sin(t / 20.0)  # completions hold near 140 req/s over the minute, near 128 over 30 s
-    return Observation(t, 140.0 + wobble, 1.0, 4, 4, p99_s=1.4, slo_p99_s=SLO, fast_arrival_rps=128.0 + wobble)
+    return Observation(t, 140.0 + wobble, 1.0, 4, 4, p99_s=1.4, slo_latency_threshold_s=SLO,
+                       fast_arrival_rps=128.0 + wobble)
 
 
 def test_no_scale_down_while_the_latency_slo_burns_beyond_max_replicas() -> None:
@@ -63,7 +64,8 @@ def test_the_measured_ceiling_holds_the_fleet_while_the_p99_dips_under_the_slo()
         r.recommend(beyond_max_replicas(t))
     assert r.ceiling is not None
     r.capacity_rps = 56.0  # as if it had recovered: the rates alone would now ask for 3
-    calm = [r.recommend(Observation(t, 138.0, 0.0, 4, 4, p99_s=0.45, slo_p99_s=SLO, fast_arrival_rps=132.0))
+    calm = [r.recommend(Observation(t, 138.0, 0.0, 4, 4, p99_s=0.45, slo_latency_threshold_s=SLO,
+                                    fast_arrival_rps=132.0))
             for t in range(600, 780, 15)]
     assert {a.desired for a in calm} == {4}
     assert "saturated" in {a.reason for a in calm}
@@ -73,7 +75,8 @@ def test_once_the_overload_is_over_the_fleet_comes_down_after_the_delay() -> Non
     r = Recommender(RecommenderConfig(56.0, min_replicas=1, max_replicas=4, cold_start_s=30.0))
     for t in range(0, 600, 15):
         r.recommend(beyond_max_replicas(t))
-    quiet = [(t, r.recommend(Observation(t, 20.0, 0.0, 4, 4, p99_s=0.1, slo_p99_s=SLO, fast_arrival_rps=20.0)))
+    quiet = [(t, r.recommend(Observation(t, 20.0, 0.0, 4, 4, p99_s=0.1, slo_latency_threshold_s=SLO,
+                                         fast_arrival_rps=20.0)))
              for t in range(600, 900, 15)]
     assert [a.desired for t, a in quiet if t < 660] == [4] * 4  # the down delay
     assert quiet[-1][1].desired == 1

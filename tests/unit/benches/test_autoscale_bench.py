@@ -122,7 +122,7 @@ def test_measure_capacity_is_below_peak_throughput() -> None:
     (["--scenario", "nope"], "unknown scenario nope"),
     (["--policy", "magic"], "unknown policy magic"),
     (["--target-rps", "5"], "--target-rps needs --trace"),
-    (["--slo-p99", "0"], "--slo-p99 must be > 0"),
+    (["--slo-p99", "0"], "--slo-latency-threshold must be > 0"),
     (["--headroom", "0.5"], "--headroom must be a finite factor >= 1"),
     (["--headroom-sweep", "nan"], "--headroom must be a finite factor >= 1"),
     (["--queue-timeout", "0"], "--queue-timeout must be > 0"),

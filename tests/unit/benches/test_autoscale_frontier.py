@@ -113,7 +113,7 @@ def fake_doc(tidescale: dict[str, Any]) -> dict[str, Any]:
     judged = benchreport.judge(scores, SWEEPS)
     knobs = {p: {"knob": pol.KNOBS[p].knob, "unit": pol.KNOBS[p].unit, "fixed": pol.KNOBS[p].fixed,
                  "documented": pol.KNOBS[p].documented, "settings": list(v)} for p, v in SWEEPS.items()}
-    setup = {"quick": True, "base_rps": 800.0, "duration_s": 1200.0, "slo_p99_s": 0.5, "curve": "V100",
+    setup = {"quick": True, "base_rps": 800.0, "duration_s": 1200.0, "slo_latency_threshold_s": 0.5, "curve": "V100",
              "batcher": "max 32", "capacity_rps_per_replica": 375.9, "scrape_interval_s": 15, "hpa_sync_s": 15,
              "min_replicas": 1, "max_replicas": 40, "queue_timeout_s": 0.415789, "queue_policy": "recommended",
              "tidescale_headroom": 1.0,

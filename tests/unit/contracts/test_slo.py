@@ -11,7 +11,7 @@ from tests.paths import REPO
 from tidescale.alerts.config import default_config
 from tidescale.autoscaler.settings import RecommenderSettings
 from tidescale.benches.autoscale.scenarios import DEFAULT_SLO_S
-from tidescale.contracts.slo import SLO_P99_S, SLO_THRESHOLDS_S, threshold_problems
+from tidescale.contracts.slo import SLO_LATENCY_THRESHOLD_S, SLO_THRESHOLDS_S, threshold_problems
 from tidescale.exporters.buckets import log_buckets
 from tidescale.exporters.settings import ExporterSettings
 
@@ -23,11 +23,11 @@ def exporter_boundaries() -> tuple[float, ...]:
 
 def test_every_component_defaults_to_the_one_slo() -> None:
     cfg = default_config()
-    assert cfg.slo_latency_threshold_s == SLO_P99_S
-    assert RecommenderSettings().slo_p99_s == SLO_P99_S
-    assert DEFAULT_SLO_S == SLO_P99_S
+    assert cfg.slo_latency_threshold_s == SLO_LATENCY_THRESHOLD_S
+    assert RecommenderSettings().slo_latency_threshold_s == SLO_LATENCY_THRESHOLD_S
+    assert DEFAULT_SLO_S == SLO_LATENCY_THRESHOLD_S
     values = yaml.safe_load((REPO / "deploy" / "helm" / "tidescale" / "values.yaml").read_text())
-    assert values["slo"]["latency"]["thresholdSeconds"] == SLO_P99_S
+    assert values["slo"]["latency"]["thresholdSeconds"] == SLO_LATENCY_THRESHOLD_S
 
 
 def test_every_alert_threshold_is_an_exporter_bucket_boundary() -> None:

@@ -37,13 +37,14 @@ def test_a_model_gets_the_first_slo_that_covers_it(namespace: str, model: str, e
 
 
 def test_the_recommender_sizes_each_target_for_its_models_slo() -> None:
-    settings = RecommenderSettings.model_validate({"slo": CHART_SLO, "slo_p99_s": 0.5, "targets": [
+    settings = RecommenderSettings.model_validate({"slo": CHART_SLO, "slo_latency_threshold_s": 0.5, "targets": [
         {"deployment": "a", "namespace": "ml", "model": "ctr_ranker"},
         {"deployment": "b", "namespace": "ml", "model": "other"},
-        {"deployment": "c", "namespace": "ml", "model": "ctr_x", "slo_p99_s": 0.1},  # set on the target: kept
+        {"deployment": "c", "namespace": "ml", "model": "ctr_x",
+         "slo_latency_threshold_s": 0.1},  # set on the target: kept
     ]})
     assert [settings.slo_for(t) for t in settings.targets] == [0.25, 1.0, 0.1]
-    without = RecommenderSettings.model_validate({"slo_p99_s": 0.5, "targets": [
+    without = RecommenderSettings.model_validate({"slo_latency_threshold_s": 0.5, "targets": [
         {"deployment": "a", "namespace": "ml", "model": "ctr_ranker"}]})
     assert without.slo_for(without.targets[0]) == 0.5  # no `slo`: the default threshold
 

@@ -39,7 +39,7 @@ class SimParams:
     curve: ServiceCurve
     batcher: BatcherConfig
     cold_start_s: float
-    slo_p99_s: float
+    slo_latency_threshold_s: float
     seed: int = 0
     hold_s: float = 60.0  # no decisions until the rate windows hold real data
     scrape_offset_s: float = 0.0  # Prometheus scrapes at this offset + k x SCRAPE_INTERVAL_S

@@ -267,7 +267,7 @@ class TidescalePolicy:
         self.slo_s = slo_s
         target = Target("triton", "bench", "model", min_r, max_r)
         self.hpa = HpaEmulator(tidescale_hpa_spec(target), initial)
-        settings = RecommenderSettings(cold_start_s=cold_start_s, headroom=headroom, slo_p99_s=slo_s,
+        settings = RecommenderSettings(cold_start_s=cold_start_s, headroom=headroom, slo_latency_threshold_s=slo_s,
                                        targets=[TargetSettings(deployment="triton", namespace="bench", model="model",
                                                                min_replicas=min_r, max_replicas=max_r,
                                                                capacity_rps=capacity_rps)])

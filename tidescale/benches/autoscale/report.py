@@ -75,7 +75,7 @@ class BenchOptions:
 
     def __post_init__(self) -> None:
         if self.slo_s <= 0:
-            raise UsageError(f"--slo-p99 must be > 0, got {self.slo_s}")
+            raise UsageError(f"--slo-latency-threshold must be > 0, got {self.slo_s}")
         if self.target_rps is not None and self.trace is None:
             raise UsageError("--target-rps needs --trace")
         for h in (self.headroom, *self.headroom_sweep):
@@ -222,7 +222,8 @@ def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
     params = with_seed(SimParams(curve, cfg, bench.DEFAULT_COLD_START_S, opts.slo_s), opts.seed)
     doc: dict[str, Any] = {
         "benchmark": "autoscale",
-        "setup": {"duration_s": duration, "base_rps": opts.base_rps, "slo_p99_s": opts.slo_s, "seed": opts.seed,
+        "setup": {"duration_s": duration, "base_rps": opts.base_rps, "slo_latency_threshold_s": opts.slo_s,
+                  "seed": opts.seed,
                   "capacity_rps_per_replica": round(capacity, 1), "quick": opts.quick,
                   "curve": "V100 (ServiceCurve.v100)", "batcher": "max 32, preferred 8/16, 2 ms delay",
                   "min_replicas": bench.MIN_REPLICAS, "max_replicas": bench.MAX_REPLICAS,
@@ -295,7 +296,7 @@ def markdown(doc: dict[str, Any]) -> str:
         "(closed loop on the fast simulator; every policy sees the same arrivals and seed).",
         "",
         f"- traffic: base {s['base_rps']:g} req/s, {s['duration_s']:g} s per scenario (plus a 120 s unscored "
-        f"warm-up); SLO: P99 ≤ {s['slo_p99_s']:g} s",
+        f"warm-up); SLO: P99 ≤ {s['slo_latency_threshold_s']:g} s",
         f"- replica: {s['curve']}, batcher {s['batcher']}; capacity at the SLO (simulated load test) "
         f"{s['capacity_rps_per_replica']:g} req/s",
         f"- lags: scrape {s['scrape_interval_s']} s, HPA sync {s['hpa_sync_s']} s, rate windows 1 m (30 s for "

@@ -20,12 +20,12 @@ import numpy as np
 from tidescale.benches.autoscale import policies as pol
 from tidescale.benches.autoscale.closedloop import RunResult, SimParams, run_policy, score
 from tidescale.contracts.errors import UsageError
-from tidescale.contracts.slo import SLO_P99_S
+from tidescale.contracts.slo import SLO_LATENCY_THRESHOLD_S
 from tidescale.sim import BatcherConfig, FleetSim
 from tidescale.sim.servicecurve import ServiceCurve
 from tidescale.sim.traffic import Scenario, flash_crowd, replay, scenario, surge
 
-DEFAULT_SLO_S = SLO_P99_S
+DEFAULT_SLO_S = SLO_LATENCY_THRESHOLD_S
 DEFAULT_BASE_RPS = 800.0
 MIN_REPLICAS, MAX_REPLICAS = 1, 40
 DEFAULT_COLD_START_S = 60.0
@@ -175,10 +175,11 @@ def run_scenario(sc: BenchScenario, policy_names: list[str], params: SimParams, 
     runs_to_do += [(headroom_variant(h), "tidescale", h, None) for h in headroom_sweep]
     for k, (name, kind, factor, setting) in enumerate(runs_to_do):
         progress(f"{sc.name}: {name} ({k + 1}/{len(runs_to_do)})")
-        policy = make_policy(kind, initial, capacity_rps, sc.cold_start_s, needed, params.slo_p99_s, factor, setting,
+        policy = make_policy(kind, initial, capacity_rps, sc.cold_start_s, needed, params.slo_latency_threshold_s,
+                             factor, setting,
                              p.sync_offset_s)
         run = run_policy(policy, arrivals, end, initial, p)
-        scores[name] = score(run, params.slo_p99_s, WARMUP_S, end, surge_at)
+        scores[name] = score(run, params.slo_latency_threshold_s, WARMUP_S, end, surge_at)
         runs[name] = dataclasses.replace(run, latency=np.empty(0))
     oracle_hours = scores.get("oracle", {}).get("replica_hours")
     for s in scores.values():

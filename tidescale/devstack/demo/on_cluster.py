@@ -133,7 +133,7 @@ def chart_values(s: DemoSettings, mode: str, capacity_rps: float) -> dict[str, A
     """The values the demo installs the chart with: a user's, with the alert windows shortened."""
     return {
         "serving": {"namespace": SERVING},
-        "slo": {"latency": {"thresholdSeconds": s.slo_p99_s}},
+        "slo": {"latency": {"thresholdSeconds": s.slo_latency_threshold_s}},
         "recommender": {"settings": {"interval_s": 5,
                                      "tuning": {"down_delay_s": 30, "rate_window_s": 30, "fast_window_s": 15}}},
         "autoscaling": {"mode": mode, "keda": {"pollingInterval": 5},
@@ -334,12 +334,12 @@ def summarise(stack: ClusterStack, s: DemoSettings, mode: str, sc: Scenario, tim
     def pct(q: float) -> float | None:
         return percentile(ok, q) if ok else None
 
-    within = sum(1 for v in ok if v <= s.slo_p99_s)
+    within = sum(1 for v in ok if v <= s.slo_latency_threshold_s)
     by_phase: dict[str, list[int]] = {p.name: [0, 0] for p in story_phases()}
     for r in records:
         counts = by_phase[phase_at(r.t_send, s.duration_s).name]
         counts[0] += 1
-        counts[1] += int(r.ok and r.latency_s <= s.slo_p99_s)
+        counts[1] += int(r.ok and r.latency_s <= s.slo_latency_threshold_s)
     status = json.loads(run_helm(stack.config, "status", RELEASE, "--namespace", RELEASE_NS, "-o", "json"))
     firing_now: set[str] = set()
     with contextlib.suppress(Exception):
@@ -372,7 +372,7 @@ def summarise(stack: ClusterStack, s: DemoSettings, mode: str, sc: Scenario, tim
         "requests_within_slo": round(within / len(records), 4) if records else None,
         "requests_within_slo_by_phase": {name: round(good / sent, 4) if sent else None
                                          for name, (sent, good) in by_phase.items()},
-        "slo_p99_s": s.slo_p99_s,
+        "slo_latency_threshold_s": s.slo_latency_threshold_s,
         "alerts_fired": sorted(sampler.alerts_seen | firing_now | set(timeline.alerts_seen())),
         "notifications": sink.alert_names(),
         "faults_injected": faults,
@@ -446,7 +446,7 @@ def run_cluster_demo(s: DemoSettings, out: Path, mode: str = "keda") -> dict[str
             time.sleep(10)  # one more scrape, evaluation and notification
             sampler.sample(elapsed)
             summary = summarise(stack, s, mode, sc, timeline, sampler, loadgen, sink, faults, elapsed)
-            summary["plots"] = [p.name for p in write_plots(timeline, out, s.slo_p99_s)]
+            summary["plots"] = [p.name for p in write_plots(timeline, out, s.slo_latency_threshold_s)]
             (out / "timeline.json").write_text(json.dumps(timeline.to_rows(), indent=1))
             (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True))
             return summary

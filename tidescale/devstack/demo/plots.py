@@ -11,7 +11,7 @@ def _nan(v: float | None) -> float:
     return float("nan") if v is None else v
 
 
-def write_plots(timeline: Timeline, out: Path, slo_p99_s: float) -> list[Path]:
+def write_plots(timeline: Timeline, out: Path, slo_latency_threshold_s: float) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -44,7 +44,7 @@ def write_plots(timeline: Timeline, out: Path, slo_p99_s: float) -> list[Path]:
     fig, ax = plt.subplots(figsize=(9, 4))
     for attr, label in (("p50_s", "P50"), ("p95_s", "P95"), ("p99_s", "P99")):
         ax.plot(t, [_nan(getattr(x, attr)) * 1000 for x in s], label=label)
-    ax.axhline(slo_p99_s * 1000, color="red", linestyle=":", label="P99 SLO")
+    ax.axhline(slo_latency_threshold_s * 1000, color="red", linestyle=":", label="P99 SLO")
     ax.set_xlabel("time (s)")
     ax.set_ylabel("latency (ms)")
     ax.set_title("Client latency percentiles (10 s window)")

@@ -222,7 +222,7 @@ def summarise(s: DemoSettings, sc: Scenario, stack: LocalStack, timeline: Timeli
         "alerts_fired": sorted(sampler.alerts_seen | set(timeline.alerts_seen())),
         "notifications": stack.sink.alert_names(),
         "faults_injected": faults,
-        "slo_p99_s": s.slo_p99_s,
+        "slo_latency_threshold_s": s.slo_latency_threshold_s,
     }
     with contextlib.suppress(Exception):
         # The recording rule over the exporter's histogram, as the dashboards read it.
@@ -243,7 +243,7 @@ def run_demo(s: DemoSettings, out: Path) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     console = Console(stderr=True)
     opts = StackOptions(replicas=s.min_replicas, min_replicas=s.min_replicas, max_replicas=s.max_replicas,
-                        cold_start_s=s.cold_start_s, slo_p99_s=s.slo_p99_s, seed=s.seed,
+                        cold_start_s=s.cold_start_s, slo_latency_threshold_s=s.slo_latency_threshold_s, seed=s.seed,
                         curve_scale=s.curve_scale)
     stack = LocalStack(out / "run", opts)
     timeline = Timeline()
@@ -285,7 +285,7 @@ def run_demo(s: DemoSettings, out: Path) -> dict[str, Any]:
             time.sleep(settle_seconds(elapsed, faults.get("at_s")))
             sampler.final_read()
             summary = summarise(s, sc, stack, timeline, sampler, loadgen, faults, elapsed, started_at)
-            summary["plots"] = [p.name for p in write_plots(timeline, out, s.slo_p99_s)]
+            summary["plots"] = [p.name for p in write_plots(timeline, out, s.slo_latency_threshold_s)]
             summary["dashboard_previews"] = _dashboard_previews(stack, out, console)
             (out / "timeline.json").write_text(json.dumps(timeline.to_rows(), indent=1))
             (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True))

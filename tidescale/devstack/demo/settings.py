@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -9,7 +10,7 @@ from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from tidescale.contracts.settings import ComponentSettings
-from tidescale.contracts.slo import SLO_P99_S
+from tidescale.contracts.slo import SLO_LATENCY_THRESHOLD_S
 from tidescale.sim.traffic import SCENARIOS
 
 
@@ -19,6 +20,7 @@ class DemoSettings(ComponentSettings):
 
     model_config = SettingsConfigDict(env_prefix="TIDESCALE_DEMO_", extra="forbid")
     section: ClassVar[str] = "demo"
+    renamed: ClassVar[Mapping[str, str]] = {"slo_p99_s": "slo_latency_threshold_s"}
 
     duration_s: float = Field(300.0, gt=0, le=24 * 3600)
     scenario: str = "diurnal-surge"
@@ -28,7 +30,7 @@ class DemoSettings(ComponentSettings):
     min_replicas: int = Field(1, ge=1, le=16)
     max_replicas: int = Field(4, ge=1, le=16)
     cold_start_s: float = Field(8.0, ge=0, le=600)
-    slo_p99_s: float = Field(SLO_P99_S, gt=0)
+    slo_latency_threshold_s: float = Field(SLO_LATENCY_THRESHOLD_S, gt=0)
     # Service curves 4x slower than the V100 calibration, so one replica saturates near 80 req/s.
     curve_scale: float = Field(4.0, ge=1.0, le=100.0)
     model_mix: dict[str, float] = Field(default_factory=lambda: {"resnet50": 0.8, "ctr_ranker": 0.2})
