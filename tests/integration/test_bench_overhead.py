@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tidescale.benches import loadclients as lc
 from tidescale.benches import overhead as ov
 from tidescale.benches import overhead_page as ovp
 from tidescale.benches import overhead_paired as op
@@ -41,7 +42,7 @@ def check_traced(mode: dict[str, Any], requests: int, rate: int) -> None:
 
 def test_perf_analyzer_measures_no_tracing_and_otlp_rate_10(tmp_path: Path) -> None:
     try:
-        ov.choose_client("perf_analyzer")
+        lc.choose_client("perf_analyzer", ov.MODEL_SPEC)
     except MissingToolError as exc:
         pytest.skip(f"perf_analyzer cannot run here ({exc}); the load generator test covers the bench")
     requests = 8_000  # ~8 s of traffic at concurrency 8: the exporter polls Triton at least once during it
@@ -67,7 +68,7 @@ def test_perf_analyzer_measures_no_tracing_and_otlp_rate_10(tmp_path: Path) -> N
 def test_the_load_generator_drives_the_bench_when_perf_analyzer_is_not_used(tmp_path: Path) -> None:
     requests = 1_500
     result = ov.run(["otlp-10"], requests=requests, client="loadgen", workdir=tmp_path, rounds=1, idle_s=2.0)
-    assert result["client"] == "loadgen" and result["client_settings"]["rps"] == ov.LOADGEN_RPS
+    assert result["client"] == "loadgen" and result["client_settings"]["rps"] == lc.LOADGEN_RPS
     [otlp] = result["modes"]
     assert set(otlp) >= MODE_KEYS
     assert otlp["client_requests"] == requests
@@ -96,7 +97,7 @@ def test_the_trace_file_mode_reads_the_pods_directory_as_the_chart_deploys_it(tm
 
 def test_paired_rounds_load_a_traced_and_an_untraced_replica_at_once(tmp_path: Path) -> None:
     try:
-        ov.choose_client("perf_analyzer")
+        lc.choose_client("perf_analyzer", ov.MODEL_SPEC)
     except MissingToolError as exc:
         pytest.skip(f"perf_analyzer cannot run here ({exc})")
     requests = 2_000

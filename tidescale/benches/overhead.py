@@ -41,31 +41,30 @@ is over exactly the requests the client sent.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import json
 import math
 import os
 import re
 import signal
-import subprocess
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import httpx
 import numpy as np
 
 from tidescale.benches.common import Progress
 from tidescale.benches.histogram import histogram_quantile
+from tidescale.benches.loadclients import CONCURRENCY, Client, ClientRun, ServerStoppedAnswering, choose_client
+from tidescale.benches.proccpu import process_cpu_seconds, process_tree, read_proc_stats, tree_cpu_seconds
 from tidescale.benches.report import BENCH_DIR
 from tidescale.benches.tracefile import ServerWindows, read_text, server_windows
 from tidescale.contracts import catalog
-from tidescale.contracts.errors import MissingToolError, TidescaleError, UsageError
+from tidescale.contracts.errors import TidescaleError, UsageError
 from tidescale.devstack import tools
 from tidescale.devstack.exporter import spawn_exporter
 from tidescale.devstack.fleet.exposition import parse
@@ -85,8 +84,6 @@ DEFAULT_REQUESTS = 50_000
 QUICK_REQUESTS = 3_000
 ROUNDS = 2  # each mode twice, in ABBA order, half the requests each time
 ATTEMPTS = 2  # a round whose replica crashed (2.51 does, tracing) is tried once more on a fresh one
-CONCURRENCY = 8  # perf_analyzer's concurrency, as in the hand measurement of issue 15
-LOADGEN_RPS = 300.0  # the fallback client's fixed open-loop rate (a Python client on a small machine)
 WARMUP_REQUESTS = 500
 SETTLE_S = OTLP_SCHEDULE_DELAY_S + 0.5  # after the last request: Triton's OTLP posts what it holds every 5 s
 QUIET_S = 2.0  # ... and no new exporter sample for this long (the trace-file tailer reads every second)
@@ -240,79 +237,6 @@ class RotationKeeper:
             self._linked.add(name)
 
 
-# --- CPU time from /proc --------------------------------------------------------------------------
-
-def parse_stat(text: str) -> tuple[int, int]:
-    """(ppid, CPU ticks) of one /proc/<pid>/stat: utime + stime + cutime + cstime, so a child that
-    exited and was reaped still counts, in its parent."""
-    fields = text.rsplit(")", 1)[1].split()  # the command name may hold spaces and parentheses
-    return int(fields[1]), sum(int(f) for f in fields[11:15])
-
-
-def process_tree(root: int, stats: Mapping[int, str]) -> dict[int, int]:
-    """pid -> CPU ticks of *root* and every descendant among *stats* (pid -> stat text); empty if root is gone."""
-    parsed: dict[int, tuple[int, int]] = {}
-    for pid, text in stats.items():
-        try:
-            parsed[pid] = parse_stat(text)
-        except (IndexError, ValueError):
-            continue
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in parsed.items():
-        children.setdefault(ppid, []).append(pid)
-    tree: dict[int, int] = {}
-    todo = [root]
-    while todo:
-        pid = todo.pop()
-        if pid in tree or pid not in parsed:
-            continue
-        tree[pid] = parsed[pid][1]
-        todo.extend(children.get(pid, ()))
-    return tree
-
-
-def tree_ticks(root: int, stats: Mapping[int, str]) -> int:
-    """CPU ticks of *root* and every descendant; 0 if root is gone."""
-    return sum(process_tree(root, stats).values())
-
-
-def read_proc_stats(proc: Path = Path("/proc")) -> dict[int, str]:
-    """pid -> /proc/<pid>/stat text for every process readable now."""
-    out: dict[int, str] = {}
-    for entry in proc.iterdir():
-        if entry.name.isdigit():
-            try:
-                out[int(entry.name)] = (entry / "stat").read_text()
-            except OSError:  # exited meanwhile
-                continue
-    return out
-
-
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")  # per second, usually 100
-
-
-def tree_cpu_seconds(roots: Sequence[int]) -> list[float]:
-    """CPU seconds of each root's process tree, from one pass over /proc."""
-    stats = read_proc_stats()
-    return [tree_ticks(root, stats) / CLOCK_TICKS for root in roots]
-
-
-_LIBC = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-
-
-def process_cpu_seconds(pid: int) -> float:
-    """CPU seconds of one process (all its threads, exited ones included) from its CPU-time clock
-    (`clock_getcpuclockid`, nanoseconds), where /proc counts in 10 ms ticks: a round of the exporter's
-    ingest is a few dozen ticks, so ticks alone would move its figure by several µs per traced request.
-    Falls back to /proc's ticks where the clock cannot be had."""
-    clock = ctypes.c_int()
-    if _LIBC.clock_getcpuclockid(pid, ctypes.byref(clock)) == 0:
-        with contextlib.suppress(OSError):
-            return time.clock_gettime(clock.value)
-    [ticks] = tree_cpu_seconds([pid])
-    return ticks
-
-
 # --- metrics -------------------------------------------------------------------------------------
 
 Sample = tuple[str, dict[str, str], float]
@@ -389,179 +313,6 @@ class Snapshot:
     triton: TritonView
     exporter: ExporterView
     t: float = field(default_factory=time.monotonic)
-
-
-# --- clients -------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class ClientRun:
-    latencies_s: np.ndarray  # of the requests answered
-    errors: int
-    wall_s: float  # first request sent to last answer received, by the client's own clock
-
-
-Abort = Callable[[], bool]  # asked every WATCH_S while a client runs: stop now (the server crashed)? (or raises)
-WATCH_S = 1.0
-
-
-class Aborted(TidescaleError):
-    """The client was stopped because `abort()` said so."""
-
-
-class Client(Protocol):
-    name: str
-
-    def settings(self) -> dict[str, Any]: ...
-
-    def play(self, url: str, requests: int, workdir: Path, abort: Abort = lambda: False) -> ClientRun: ...
-
-
-def profile_run(export: Mapping[str, Any]) -> ClientRun:
-    """Latencies of perf_analyzer's `--profile-export-file` (2.51: experiments[].requests[] with a
-    send `timestamp` and `response_timestamps`, nanoseconds)."""
-    sent, done, errors = [], [], 0
-    for experiment in export.get("experiments", []):
-        for request in experiment.get("requests", []):
-            responses = request.get("response_timestamps") or []
-            if not responses:
-                errors += 1
-                continue
-            sent.append(int(request["timestamp"]))
-            done.append(int(responses[-1]))
-    if not sent:
-        return ClientRun(np.empty(0), errors, 0.0)
-    latencies = (np.asarray(done, dtype=np.int64) - np.asarray(sent, dtype=np.int64)) / 1e9
-    return ClientRun(latencies, errors, (max(done) - min(sent)) / 1e9)
-
-
-# perf_analyzer 2.51 prints this when a worker thread got an error answer (seen: "Not Found" from a
-# live tritonserver that had stopped serving while tracing at rate 1), then exits 99 or waits forever.
-GAVE_UP = "Failed to maintain requested inference load"
-
-
-class ServerStoppedAnswering(TidescaleError):
-    """The server stopped serving while it still runs: a failure of that attempt, like a crash."""
-
-
-class ClientGaveUp(ServerStoppedAnswering):
-    """The client reported errors from a server that is still running, and stopped sending."""
-
-
-def client_errors(output: str, most: int = 3) -> str:
-    """perf_analyzer's distinct error lines (one per thread, mostly the same), or its last line."""
-    found: list[str] = []
-    for line in output.splitlines():
-        text = re.sub(r"^Thread \[\d+\] had error: ", "", line.strip())
-        if "error" in line.lower() and text and text not in found:
-            found.append(text)
-    lines = [line.strip() for line in output.splitlines() if line.strip()]
-    return "; ".join(found[:most]) or (lines[-1] if lines else "no output")
-
-
-@dataclass
-class PerfAnalyzerClient:
-    install: tools.PerfAnalyzerInstall
-    concurrency: int = CONCURRENCY
-    name: str = "perf_analyzer"
-    version: str = ""
-
-    def settings(self) -> dict[str, Any]:
-        binary = self.install.binary
-        shown = binary.relative_to(tools.REPO_ROOT) if binary.is_relative_to(tools.REPO_ROOT) else binary
-        return {"binary": str(shown), "version": self.version, "protocol": "http",
-                "concurrency": self.concurrency, "input_data": "zero"}
-
-    def check(self) -> PerfAnalyzerClient:
-        """Runs `--version`; TidescaleError with its output when it cannot run (a missing library)."""
-        try:
-            out = subprocess.run([str(self.install.binary), "--version"], env=self.install.env(),
-                                 capture_output=True, text=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise TidescaleError(f"perf_analyzer does not run: {exc}") from exc
-        if out.returncode != 0:
-            raise TidescaleError(f"perf_analyzer does not run: {(out.stderr or out.stdout).strip()[-300:]}")
-        found = re.search(r"Version (\S+)", out.stdout + out.stderr)  # 2.51 prints it on stderr
-        self.version = found.group(1) if found else ""
-        return self
-
-    def play(self, url: str, requests: int, workdir: Path, abort: Abort = lambda: False) -> ClientRun:
-        export, log = workdir / "perf_analyzer.json", workdir / "perf_analyzer.log"
-        export.unlink(missing_ok=True)
-        argv = [str(self.install.binary), "-u", url.removeprefix("http://"), "-i", "http", "-m", MODEL,
-                "--concurrency-range", str(self.concurrency), "--request-count", str(requests),
-                "--input-data", "zero", "--profile-export-file", str(export)]
-        with log.open("wb") as out:
-            proc = subprocess.Popen(argv, env=self.install.env(), stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL)
-        try:
-            while True:
-                try:
-                    code = proc.wait(timeout=WATCH_S)
-                    break
-                except subprocess.TimeoutExpired:
-                    if abort():
-                        raise Aborted("perf_analyzer stopped: the server crashed") from None
-                    output = log.read_text(errors="replace")
-                    if GAVE_UP in output:
-                        raise ClientGaveUp(f"perf_analyzer gave up: {client_errors(output)}") from None
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        if code != 0:
-            output = log.read_text(errors="replace")
-            if GAVE_UP in output:  # error answers from the server, which may still run: its failure
-                raise ClientGaveUp(f"perf_analyzer gave up ({code}): {client_errors(output)}")
-            raise TidescaleError(f"perf_analyzer failed ({code}): {client_errors(output)}")
-        return profile_run(json.loads(export.read_text()))
-
-
-@dataclass
-class LoadgenClient:
-    rps: float = LOADGEN_RPS
-    name: str = "loadgen"
-
-    def settings(self) -> dict[str, Any]:
-        return {"rps": self.rps, "open_loop": True, "body": "JSON"}
-
-    def play(self, url: str, requests: int, workdir: Path, abort: Abort = lambda: False) -> ClientRun:
-        from tidescale.devstack.fleet.loadgen import LoadGenerator
-        from tidescale.sim.traffic import Scenario
-
-        arrivals = np.arange(requests) / self.rps
-        duration = float(arrivals[-1]) + 1e-6
-        gen = LoadGenerator(Scenario("overhead", duration, lambda t: 0.0, timestamps=arrivals), lambda: [url],
-                            models=[MODEL], max_in_flight=4096, input_dims=MODEL_SPEC.input_dims, timeout_s=60.0)
-        gen.start()
-        deadline = time.monotonic() + duration + 120.0
-        try:
-            while not (finished := gen.wait(WATCH_S)) and time.monotonic() < deadline:
-                if abort():
-                    raise Aborted("the load generator stopped: the server crashed")
-        finally:
-            gen.stop()
-        if not finished or gen.error is not None:
-            raise TidescaleError(f"the load generator did not finish: {gen.error!r}")
-        records = gen.records()
-        ok = [r for r in records if r.ok]
-        wall = max(r.t_send + r.latency_s for r in records) - min(r.t_send for r in records) if records else 0.0
-        return ClientRun(np.asarray([r.latency_s for r in ok]), len(records) - len(ok), wall)
-
-
-def choose_client(kind: str, concurrency: int = CONCURRENCY) -> tuple[Client, str | None]:
-    """(client, why perf_analyzer was not used): `auto` falls back to the load generator."""
-    if kind not in ("auto", "perf_analyzer", "loadgen"):
-        raise UsageError(f"unknown client {kind!r}: use auto, perf_analyzer or loadgen")
-    if concurrency < 1:
-        raise UsageError(f"--concurrency must be >= 1, got {concurrency}")
-    if kind == "loadgen":
-        return LoadgenClient(), "asked for the load generator"
-    try:
-        return PerfAnalyzerClient(tools.perf_analyzer(), concurrency).check(), None
-    except (MissingToolError, TidescaleError) as exc:
-        if kind == "perf_analyzer":
-            raise MissingToolError(f"{exc} ({tools.SETUP_HINT})") from exc
-        return LoadgenClient(), str(exc)
 
 
 # --- one mode ------------------------------------------------------------------------------------
@@ -1145,7 +896,7 @@ def run(modes: Sequence[str] = DEFAULT_MODES, requests: int | None = None, quick
     parsed = parse_modes(modes)
     n = check_requests(requests if requests is not None else QUICK_REQUESTS if quick else DEFAULT_REQUESTS)
     check_rounds(rounds)
-    chosen, fallback = choose_client(client, concurrency)
+    chosen, fallback = choose_client(client, MODEL_SPEC, concurrency)
     if fallback and client == "auto":
         progress(f"perf_analyzer unavailable ({fallback}); using the load generator")
     started = time.monotonic()

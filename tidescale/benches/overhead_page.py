@@ -12,9 +12,8 @@ from typing import Any
 import numpy as np
 
 from tidescale.benches.common import bench_main
+from tidescale.benches.loadclients import CONCURRENCY
 from tidescale.benches.overhead import (
-    CLOCK_TICKS,
-    CONCURRENCY,
     CRASH_NOTE,
     DEFAULT_MODES,
     GOAL_RATE,
@@ -31,6 +30,7 @@ from tidescale.benches.overhead import (
     parse_modes,
     run,
 )
+from tidescale.benches.proccpu import CLOCK_TICKS
 from tidescale.benches.report import json_block, markdown_table
 
 

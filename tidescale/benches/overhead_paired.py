@@ -37,6 +37,7 @@ import numpy as np
 
 from tidescale.benches import overhead as ov
 from tidescale.benches.common import Progress, bench_main
+from tidescale.benches.loadclients import CONCURRENCY, ClientRun, choose_client
 from tidescale.benches.overhead_page import number
 from tidescale.benches.report import BENCH_DIR, json_block, markdown_table, save_figure
 from tidescale.contracts.errors import UsageError
@@ -163,7 +164,7 @@ def _both(pool: ThreadPoolExecutor, client: ov.Client, replicas: Sequence[Triton
     dirs = [workdir / f"client-{k}" for k in range(len(replicas))]
     for d in dirs:
         d.mkdir(parents=True, exist_ok=True)
-    futures: list[Future[ov.ClientRun]] = [pool.submit(ov.play, client, replica, requests, d)
+    futures: list[Future[ClientRun]] = [pool.submit(ov.play, client, replica, requests, d)
                                            for replica, d in zip(replicas, dirs, strict=True)]
     reading = None
     while since is not None and reading is None:
@@ -234,13 +235,13 @@ def check_paired_modes(texts: Sequence[str]) -> list[ov.Mode]:
 
 
 def run(modes: Sequence[str] = (DEFAULT_MODE,), requests: int | None = None, quick: bool = False,
-        client: str = "auto", concurrency: int = ov.CONCURRENCY, rounds: int = DEFAULT_ROUNDS,
+        client: str = "auto", concurrency: int = CONCURRENCY, rounds: int = DEFAULT_ROUNDS,
         progress: Progress = lambda _: None, workdir: Path | None = None) -> dict[str, Any]:
     """*rounds* rounds per traced mode, each on two fresh replicas (that mode beside none); the JSON result."""
     parsed = check_paired_modes(modes)
     n = ov.check_requests(requests if requests is not None else QUICK_REQUESTS if quick else DEFAULT_REQUESTS)
     check_paired_rounds(rounds)
-    chosen, fallback = ov.choose_client(client, concurrency)
+    chosen, fallback = choose_client(client, ov.MODEL_SPEC, concurrency)
     if fallback and client == "auto":
         progress(f"perf_analyzer unavailable ({fallback}); using the load generator")
     started = time.monotonic()
@@ -392,7 +393,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 
 def run_command(json_only: bool = False, quick: bool = False, modes: Sequence[str] = (DEFAULT_MODE,),
-                requests: int | None = None, client: str = "auto", concurrency: int = ov.CONCURRENCY,
+                requests: int | None = None, client: str = "auto", concurrency: int = CONCURRENCY,
                 rounds: int = DEFAULT_ROUNDS) -> None:
     """Check the input, run the rounds, write docs/benchmarks/overhead-paired.md and .png, print the JSON."""
     check_paired_modes(modes)

@@ -20,8 +20,10 @@ import yaml
 from tests.clocks import ManualClock
 from tests.paths import FIXTURES
 from tidescale import cli
+from tidescale.benches import loadclients as lc
 from tidescale.benches import overhead as ov
 from tidescale.benches import overhead_page as ovp
+from tidescale.benches import proccpu as pc
 from tidescale.benches.histogram import histogram_quantile
 from tidescale.contracts.errors import MissingToolError, TidescaleError, UsageError
 from tidescale.devstack import tools
@@ -38,9 +40,9 @@ def stat(pid: int, ppid: int, utime: int, stime: int, cutime: int = 0, cstime: i
 # --- CPU of a process tree ------------------------------------------------------------------------
 
 def test_parse_stat_reads_ppid_and_all_four_cpu_fields_even_with_odd_command_names() -> None:
-    assert ov.parse_stat(stat(42, 7, 100, 20, 3, 4, comm="triton_python_b")) == (7, 127)
+    assert pc.parse_stat(stat(42, 7, 100, 20, 3, 4, comm="triton_python_b")) == (7, 127)
     # a command name with spaces and a closing parenthesis does not shift the fields
-    assert ov.parse_stat(stat(43, 42, 5, 6, comm="a b) (c")) == (42, 11)
+    assert pc.parse_stat(stat(43, 42, 5, 6, comm="a b) (c")) == (42, 11)
 
 
 def test_tree_ticks_sums_the_root_and_every_descendant_and_nothing_else() -> None:
@@ -52,10 +54,10 @@ def test_tree_ticks_sums_the_root_and_every_descendant_and_nothing_else() -> Non
         201: stat(201, 200, 5, 5),
         300: "garbage without fields",
     }
-    assert ov.tree_ticks(100, stats) == 1250 + 330 + 10
-    assert ov.tree_ticks(200, stats) == 19998 + 10
-    assert ov.tree_ticks(101, stats) == 340
-    assert ov.tree_ticks(999, stats) == 0  # gone
+    assert pc.tree_ticks(100, stats) == 1250 + 330 + 10
+    assert pc.tree_ticks(200, stats) == 19998 + 10
+    assert pc.tree_ticks(101, stats) == 340
+    assert pc.tree_ticks(999, stats) == 0  # gone
 
 
 def test_read_proc_stats_reads_numeric_entries_only(tmp_path: Path) -> None:
@@ -64,9 +66,9 @@ def test_read_proc_stats_reads_numeric_entries_only(tmp_path: Path) -> None:
         (tmp_path / str(pid) / "stat").write_text(stat(pid, ppid, pid, 1))
     (tmp_path / "self").mkdir()
     (tmp_path / "34").mkdir()  # exited between the listing and the read: no stat file
-    stats = ov.read_proc_stats(tmp_path)
+    stats = pc.read_proc_stats(tmp_path)
     assert sorted(stats) == [1, 12]
-    assert ov.tree_ticks(1, stats) == 2 + 13
+    assert pc.tree_ticks(1, stats) == 2 + 13
 
 
 def test_stub_regions_are_read_from_the_stubs_under_the_server(tmp_path: Path) -> None:
@@ -80,7 +82,7 @@ def test_stub_regions_are_read_from_the_stubs_under_the_server(tmp_path: Path) -
         (tmp_path / str(pid) / "stat").write_text(stat(pid, ppid, 1, 1))
         (tmp_path / str(pid) / "cmdline").write_bytes(b"\0".join(argv) + b"\0")
     assert ov.stub_regions(100, tmp_path) == [region]  # another server's stub is not ours
-    assert ov.process_tree(100, ov.read_proc_stats(tmp_path)) == {100: 2, 101: 2}
+    assert pc.process_tree(100, pc.read_proc_stats(tmp_path)) == {100: 2, 101: 2}
     # the server crashed and exited: init adopted the stub, which its region still finds
     (tmp_path / "101" / "stat").write_text(stat(101, 1, 1, 1))
     shutil.rmtree(tmp_path / "100")
@@ -95,18 +97,18 @@ def test_the_process_clock_reads_another_process_to_the_microsecond() -> None:
     try:
         assert child.stdin is not None and child.stdout is not None
         assert child.stdout.readline().strip() == "ready"  # started, and waiting
-        before = ov.process_cpu_seconds(child.pid)
+        before = pc.process_cpu_seconds(child.pid)
         child.stdin.write("\n")
         child.stdin.flush()
         after = before
         for _ in range(200):
             time.sleep(0.01)
-            after = ov.process_cpu_seconds(child.pid)
+            after = pc.process_cpu_seconds(child.pid)
             if after - before > 0.001:
                 break
         assert after - before > 0.001
-        assert after != round(after * ov.CLOCK_TICKS) / ov.CLOCK_TICKS  # not a whole number of ticks
-        [ticks] = ov.tree_cpu_seconds([child.pid])
+        assert after != round(after * pc.CLOCK_TICKS) / pc.CLOCK_TICKS  # not a whole number of ticks
+        [ticks] = pc.tree_cpu_seconds([child.pid])
         assert abs(after - ticks) < 0.1
     finally:
         child.kill()
@@ -114,11 +116,11 @@ def test_the_process_clock_reads_another_process_to_the_microsecond() -> None:
 
 
 def test_tree_cpu_seconds_of_this_process_grows_with_work() -> None:
-    [before] = ov.tree_cpu_seconds([os.getpid()])
+    [before] = pc.tree_cpu_seconds([os.getpid()])
     after = before
     for _ in range(2_000):  # ~1 ms of CPU a round; a clock tick is 10 ms
         sum(range(20_000))
-        [after] = ov.tree_cpu_seconds([os.getpid()])
+        [after] = pc.tree_cpu_seconds([os.getpid()])
         if after > before:
             break
     assert after > before > 0
@@ -237,11 +239,11 @@ def test_client_choice_falls_back_to_the_load_generator_only_when_asked_to_choos
         raise MissingToolError("perf_analyzer not found on PATH or in .tools/bin")
 
     monkeypatch.setattr(tools, "perf_analyzer", missing)
-    client, why = ov.choose_client("auto")
+    client, why = lc.choose_client("auto", ov.MODEL_SPEC)
     assert client.name == "loadgen" and why is not None and "not found" in why
     with pytest.raises(MissingToolError, match="perf_analyzer not found"):
-        ov.choose_client("perf_analyzer")
-    assert ov.choose_client("loadgen")[0].name == "loadgen"
+        lc.choose_client("perf_analyzer", ov.MODEL_SPEC)
+    assert lc.choose_client("loadgen", ov.MODEL_SPEC)[0].name == "loadgen"
 
 
 def test_a_perf_analyzer_that_cannot_run_is_not_chosen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -249,7 +251,7 @@ def test_a_perf_analyzer_that_cannot_run_is_not_chosen(tmp_path: Path, monkeypat
     broken.write_text("#!/bin/sh\necho 'error while loading shared libraries: libb64.so.0d' >&2\nexit 127\n")
     broken.chmod(0o755)
     monkeypatch.setattr(tools, "perf_analyzer", lambda: tools.PerfAnalyzerInstall(broken, None))
-    client, why = ov.choose_client("auto")
+    client, why = lc.choose_client("auto", ov.MODEL_SPEC)
     assert client.name == "loadgen" and why is not None and "libb64" in why
 
 
@@ -266,10 +268,10 @@ def test_profile_export_gives_latencies_errors_and_the_clients_own_wall_time() -
         {"timestamp": 1_001_000_000, "response_timestamps": [1_003_000_000, 1_011_000_000]},
         {"timestamp": 1_002_000_000, "response_timestamps": []},
     ]}]}
-    run = ov.profile_run(export)
+    run = lc.profile_run(export)
     assert run.latencies_s.tolist() == pytest.approx([0.004, 0.010])
     assert run.errors == 1 and run.wall_s == pytest.approx(0.011)
-    assert ov.profile_run({}).latencies_s.size == 0
+    assert lc.profile_run({}).latencies_s.size == 0
 
 
 # --- the replica's flags and the exporter's settings -------------------------------------------------
@@ -345,7 +347,7 @@ def mode_run(triton_cpu_s: float, exporter_cpu_s: float, seconds: float, buckets
     after = snap(10.0 + triton_cpu_s, 2.0 + exporter_cpu_s, 50_500,
                  {le: before.exporter.buckets[le] + n for le, n in buckets.items()}, 100.0 + seconds,
                  ingest_cpu=0.5 + ingest_cpu_s)
-    client = ov.ClientRun(np.linspace(0.005, 0.010, 50_000), 0, seconds - 7.0)
+    client = lc.ClientRun(np.linspace(0.005, 0.010, 50_000), 0, seconds - 7.0)
     end = (ov.TritonView(50_500, summary_p99), ov.ExporterView({}, 0.0, detected, 0.9 if detected else None))
     return ov.ModeRun(before, after, client, end, idle=idle, reads=reads, read_cpu_s=read_cpu_s)
 
@@ -553,7 +555,7 @@ class _Replica:
 class _FailingClient:
     name = "perf_analyzer"
 
-    def play(self, url: str, requests: int, workdir: Path, abort: ov.Abort = lambda: False) -> ov.ClientRun:
+    def play(self, url: str, requests: int, workdir: Path, abort: lc.Abort = lambda: False) -> lc.ClientRun:
         raise TidescaleError("perf_analyzer failed (99): HTTP client failed: Failure when receiving data")
 
 
@@ -575,10 +577,10 @@ def test_perf_analyzer_is_stopped_when_the_server_crashes(tmp_path: Path, monkey
     hanging = tmp_path / "perf_analyzer"
     hanging.write_text("#!/bin/sh\nexec sleep 60\n")  # a client waiting on a server that hangs
     hanging.chmod(0o755)
-    monkeypatch.setattr(ov, "WATCH_S", 0.05)
-    client = ov.PerfAnalyzerClient(tools.PerfAnalyzerInstall(hanging, None))
+    monkeypatch.setattr(lc, "WATCH_S", 0.05)
+    client = lc.PerfAnalyzerClient(tools.PerfAnalyzerInstall(hanging, None), ov.MODEL)
     asked = []
-    with pytest.raises(ov.Aborted, match="the server crashed"):
+    with pytest.raises(lc.Aborted, match="the server crashed"):
         client.play("http://127.0.0.1:9", 100, tmp_path, lambda: asked.append(1) is None and len(asked) >= 3)
     assert len(asked) == 3
 
@@ -588,12 +590,12 @@ def test_perf_analyzer_that_gave_up_on_a_live_server_is_stopped_and_the_mode_fai
     """perf_analyzer 2.51 prints its give-up line when a thread gets an error answer, then waits
     forever: seen with a tritonserver that answered "Not Found" while tracing at rate 1."""
     stuck = tmp_path / "perf_analyzer"
-    stuck.write_text(f"#!/bin/sh\necho '{ov.GAVE_UP}. Worker thread(s) failed to generate concurrent requests.'\n"
+    stuck.write_text(f"#!/bin/sh\necho '{lc.GAVE_UP}. Worker thread(s) failed to generate concurrent requests.'\n"
                      "echo 'Thread [0] had error: Not Found'\nexec sleep 60\n")
     stuck.chmod(0o755)
-    monkeypatch.setattr(ov, "WATCH_S", 0.05)
-    client = ov.PerfAnalyzerClient(tools.PerfAnalyzerInstall(stuck, None))
-    with pytest.raises(ov.ClientGaveUp, match="perf_analyzer gave up: Not Found"):
+    monkeypatch.setattr(lc, "WATCH_S", 0.05)
+    client = lc.PerfAnalyzerClient(tools.PerfAnalyzerInstall(stuck, None), ov.MODEL)
+    with pytest.raises(lc.ClientGaveUp, match="perf_analyzer gave up: Not Found"):
         client.play("http://127.0.0.1:9", 100, tmp_path)
     replica = _Replica(True, "I1126 serving\n")
     replica.http_url = "http://127.0.0.1:9"
@@ -603,9 +605,9 @@ def test_perf_analyzer_that_gave_up_on_a_live_server_is_stopped_and_the_mode_fai
 
 def test_perf_analyzer_that_gave_up_and_exited_is_the_servers_failure(tmp_path: Path) -> None:
     failing = tmp_path / "perf_analyzer"
-    failing.write_text(f"#!/bin/sh\necho '{ov.GAVE_UP}.'\necho 'Thread [0] had error: Not Found'\nexit 99\n")
+    failing.write_text(f"#!/bin/sh\necho '{lc.GAVE_UP}.'\necho 'Thread [0] had error: Not Found'\nexit 99\n")
     failing.chmod(0o755)
-    client = ov.PerfAnalyzerClient(tools.PerfAnalyzerInstall(failing, None))
+    client = lc.PerfAnalyzerClient(tools.PerfAnalyzerInstall(failing, None), ov.MODEL)
     replica = _Replica(True, "I1126 serving\n")
     with pytest.raises(ov.TritonDied, match=r"stopped answering; perf_analyzer gave up \(99\): Not Found"):
         ov.play(client, replica, 100, tmp_path)  # type: ignore[arg-type]
@@ -642,9 +644,9 @@ def test_stall_watch_counts_an_unreadable_server_as_no_progress() -> None:
 
 def test_the_load_generator_is_stopped_when_the_server_crashes(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ov, "WATCH_S", 0.05)
-    with pytest.raises(ov.Aborted, match="the server crashed"):
-        ov.LoadgenClient(rps=5.0).play("http://127.0.0.1:9", 100, tmp_path, lambda: True)
+    monkeypatch.setattr(lc, "WATCH_S", 0.05)
+    with pytest.raises(lc.Aborted, match="the server crashed"):
+        lc.LoadgenClient(ov.MODEL_SPEC, rps=5.0).play("http://127.0.0.1:9", 100, tmp_path, lambda: True)
 
 
 def test_modes_whose_triton_crashed_keep_the_rounds_that_completed_and_say_why() -> None:
@@ -742,10 +744,10 @@ def test_perf_analyzer_errors_are_told_once_not_once_per_thread() -> None:
               + "".join(f"Thread [{i}] had error: HTTP client failed: Send failed since rewinding of the data "
                         "stream failed\n\n" for i in range(8))
               + "Thread [3] had error: HTTP client failed: Failure when receiving data from the peer\n")
-    assert ov.client_errors(output) == ("HTTP client failed: Send failed since rewinding of the data stream failed; "
+    assert lc.client_errors(output) == ("HTTP client failed: Send failed since rewinding of the data stream failed; "
                                         "HTTP client failed: Failure when receiving data from the peer")
-    assert ov.client_errors("something odd\nlast words\n") == "last words"
-    assert ov.client_errors("") == "no output"
+    assert lc.client_errors("something odd\nlast words\n") == "last words"
+    assert lc.client_errors("") == "no output"
 
 
 def test_without_a_none_mode_nothing_is_compared_to_it() -> None:
