@@ -13,17 +13,18 @@ import logging
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
+from typing import Protocol
 
 import httpx
 
 from tidescale.autoscaler.fastpath import MAX_BODY_BYTES, ExpositionError, PodCounters, pod_counters, valid_address
 from tidescale.contracts import outbound
-from tidescale.contracts.prometheus import PrometheusClient
+from tidescale.contracts.prometheus import InstantQueries
 
 log = logging.getLogger(__name__)
 
 
-def discover_pods(client: PrometheusClient, pending_selector: str, max_pods: int) -> dict[str, str]:
+def discover_pods(client: InstantQueries, pending_selector: str, max_pods: int) -> dict[str, str]:
     """pod -> host:port of every pod with a scraped pending gauge for the model (at most *max_pods*,
     by name; an address that is not a plain host:port is skipped). Raises PrometheusUnavailable."""
     rows = client.query(f"group by (pod, instance) ({pending_selector})")
@@ -36,6 +37,14 @@ def discover_pods(client: PrometheusClient, pending_selector: str, max_pods: int
         if isinstance(pod, str) and pod and isinstance(address, str) and valid_address(address):
             found[pod] = address
     return dict(sorted(found.items())[:max_pods])
+
+
+class PodCounterReader(Protocol):
+    """One round of reading the pods' counters: `PodReader`, or the simulator's pods."""
+
+    def read(self, pods: Mapping[str, str], model: str) -> dict[str, PodCounters | None]: ...
+
+    def close(self) -> None: ...
 
 
 class PodReader:

@@ -16,7 +16,7 @@ from tidescale.autoscaler.recommend import Observation
 from tidescale.autoscaler.settings import RecommenderSettings, RecommenderTuning, TargetSettings, promql_range
 from tidescale.contracts import catalog
 from tidescale.contracts import recorded as names
-from tidescale.contracts.prometheus import PrometheusClient, PrometheusUnavailable
+from tidescale.contracts.prometheus import InstantQueries, PrometheusUnavailable
 from tidescale.contracts.promql import matcher, regex_escape, selector, triton_sum, triton_sum_rate
 
 
@@ -126,7 +126,7 @@ class TargetQueries:
 
 
 
-def value(client: PrometheusClient, expr: str, what: str, required: bool = True) -> float | None:
+def value(client: InstantQueries, expr: str, what: str, required: bool = True) -> float | None:
     """The first sample of *expr*; a missing or non-finite one is a DataProblem when *required*, else None."""
     rows = client.instant(expr)
     if not rows:
@@ -141,7 +141,7 @@ def value(client: PrometheusClient, expr: str, what: str, required: bool = True)
     return sample
 
 
-def pod_values(client: PrometheusClient, expr: str) -> dict[str, float]:
+def pod_values(client: InstantQueries, expr: str) -> dict[str, float]:
     """pod -> value of a per-pod query (rows without a pod name or a finite value are skipped)."""
     out: dict[str, float] = {}
     for row in client.query(expr):
@@ -156,7 +156,7 @@ def pod_values(client: PrometheusClient, expr: str) -> dict[str, float]:
     return out
 
 
-def observe(client: PrometheusClient, q: TargetQueries, now: float, replicas: Callable[[], tuple[int, int]],
+def observe(client: InstantQueries, q: TargetQueries, now: float, replicas: Callable[[], tuple[int, int]],
             slo_latency_threshold_s: float, stale_after_s: float) -> Observation:
     """One Observation of a target: raises PrometheusUnavailable, or DataProblem when a required input is
     missing, NaN or stale. *replicas* gives (spec, Ready) replicas (kube-state-metrics, or the demo's)."""
@@ -176,7 +176,7 @@ def observe(client: PrometheusClient, q: TargetQueries, now: float, replicas: Ca
                        fast_rejected_rps=fast_rejected)
 
 
-def read_cold_start(client: PrometheusClient, q: TargetQueries, tracker: FirstReadyTracker,
+def read_cold_start(client: InstantQueries, q: TargetQueries, tracker: FirstReadyTracker,
                     settings: RecommenderSettings) -> tuple[float, str] | None:
     """Cold start as measured: the median of recent pods' *first* start-to-Ready times
     (kube-state-metrics, tracked across evaluations by *tracker*), else the server's own model load

@@ -22,9 +22,9 @@ from collections.abc import Callable, Collection, Iterator
 from tidescale.autoscaler.coldstart import FirstReadyTracker
 from tidescale.autoscaler.decisions import decision
 from tidescale.autoscaler.events import event_twin_window_s, observation_detail, panic_detail, post_recommendation
-from tidescale.autoscaler.fastpath import FastWindow
+from tidescale.autoscaler.fastpath import FastReading, FastWindow
 from tidescale.autoscaler.manifests import Target
-from tidescale.autoscaler.podreader import PodReader, discover_pods
+from tidescale.autoscaler.podreader import PodCounterReader, PodReader, discover_pods
 from tidescale.autoscaler.queries import DataProblem, TargetQueries, observe, read_cold_start, value
 from tidescale.autoscaler.recommend import Observation, Recommender, asked_replicas, reachable_under_tolerance
 from tidescale.autoscaler.settings import RecommenderSettings, TargetSettings
@@ -32,7 +32,7 @@ from tidescale.autoscaler.state import TargetState, replica_lag_s
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.heartbeat import Heartbeat, stall_after
 from tidescale.contracts.kubeapi import EventSeriesApi, ScaleApi
-from tidescale.contracts.prometheus import PrometheusClient, PrometheusUnavailable
+from tidescale.contracts.prometheus import InstantQueries, PrometheusClient, PrometheusUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +42,25 @@ PASSES = (FAST, EVALUATION)  # the order `tick` runs them in when both are due: 
 ReplicasFn = Callable[[TargetSettings], tuple[int, int]]
 
 
+def silent_ready_pods(reading: FastReading | None, expected: int) -> tuple[str, ...]:
+    """The pods of the fast path's last round that did not answer and may still hold load.
+
+    A pod removed by a scale-down stops answering too, until the next evaluation discovers the pods
+    again; it is told apart by the count: when at least *expected* pods answered (the Deployment's
+    Ready replicas, or its replica count when that is lower: a scale-down that kube-state-metrics has
+    not yet seen through), every pod that should exist answered and the silent ones are gone. Fewer
+    answers (a hung pod that is still Ready, still sent requests) keep them all."""
+    if reading is None or not reading.missing:
+        return ()
+    return () if reading.pods - len(reading.missing) >= expected else reading.missing
+
+
 class RecommenderService:
     """Every target's decision path: `tick(now)` runs the pass that is due, `snapshot()` shows the state."""
 
-    def __init__(self, settings: RecommenderSettings, client: PrometheusClient | None = None,
+    def __init__(self, settings: RecommenderSettings, client: InstantQueries | None = None,
                  replicas_fn: ReplicasFn | None = None, clock: Callable[[], float] = time.time,
-                 events: EventSeriesApi | None = None, reader: PodReader | None = None,
+                 events: EventSeriesApi | None = None, reader: PodCounterReader | None = None,
                  scaler: ScaleApi | None = None) -> None:
         if not settings.targets:
             raise UsageError("the recommender needs at least one target (recommender.targets in the config file)")
@@ -190,7 +203,7 @@ class RecommenderService:
         desired = rec.desired
         if self.settings.hpa_tolerance_rounding:
             desired = min(st.settings.max_replicas, reachable_under_tolerance(obs.current_replicas, desired))
-        missing = st.fast_reading.missing if st.fast_reading is not None else ()
+        missing = silent_ready_pods(st.fast_reading, min(obs.ready_replicas, obs.current_replicas))
         if missing and desired < obs.current_replicas:
             # A pod that does not answer may be the one with the load: never scale down on that.
             self._hold(st, "missing", f"fast path: {len(missing)} pod(s) did not answer "
@@ -316,9 +329,12 @@ class RecommenderService:
         round that raises every time shows as a stalled `/healthz`, the exported values going stale."""
         now = self.clock() if now is None else now
         for name in passes:
-            if name in self._due and now >= self._due[name]:
+            if name in self._due and now >= self._due[name] - 1e-9:  # a float's worth early counts as due
                 step, interval_s, heartbeat = self._passes[name]
-                self._due[name] = now + interval_s
+                # On its own grid (a pass run a little late does not shift the next one), unless a whole
+                # interval was missed: then from now, with no burst of catch-up rounds.
+                nxt = self._due[name] + interval_s
+                self._due[name] = nxt if nxt > now else now + interval_s
                 try:
                     step(now)
                 except Exception:

@@ -13,7 +13,7 @@ import base64
 import ssl
 from collections.abc import Generator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 from pydantic import Field, model_validator
@@ -97,6 +97,17 @@ class _FileAuth(httpx.Auth):
             pair = f"{self.auth.basic_auth_username}:{self._read(self.auth.basic_auth_password_file)}"
             request.headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
         yield request
+
+
+class InstantQueries(Protocol):
+    """The instant queries a decision path reads: `PrometheusClient`, or the simulator's model of
+    Prometheus (the benchmark runs the recommender service on it)."""
+
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]: ...
+
+    def instant(self, expr: str) -> list[tuple[float, float]]: ...
+
+    def close(self) -> None: ...
 
 
 class PrometheusClient:

@@ -700,8 +700,12 @@ def test_tick_runs_the_fast_path_every_2_s_and_the_evaluation_every_interval() -
     assert [name for name, _ in ran[2:]] == ["fast"] * 7
     svc.tick(16.0)
     assert ran[-2:] == [("fast", 16.0), ("evaluation", 16.0)]
-    assert svc.tick(17.0, passes=("evaluation",)) == 31.0  # one pass alone: when it is next due
+    # One pass alone: when it is next due, on its grid (0, 15, 30: run at 16, it is not pushed to 31) ...
+    assert svc.tick(17.0, passes=("evaluation",)) == 30.0
     assert desired(svc) == 5 and reader.rounds  # the real passes ran: published, pods read
+    svc.tick(100.0, passes=("evaluation",))  # ... unless a whole interval was missed: then from now, once
+    assert ran[-1] == ("evaluation", 100.0)
+    assert svc.tick(100.5, passes=("evaluation",)) == 115.0 and ran[-1] == ("evaluation", 100.0)
 
 
 def test_tick_runs_the_panic_users_run_and_a_failing_pass_leaves_its_heartbeat_unbeaten() -> None:
@@ -727,3 +731,36 @@ def test_tick_runs_the_panic_users_run_and_a_failing_pass_leaves_its_heartbeat_u
     svc.tick(16.0)  # the evaluation still runs when due
     assert svc.evaluation_heartbeat.beats == evaluations + 1
     assert desired(svc) == 45
+
+
+def test_pods_a_scale_down_removed_do_not_hold_the_next_one() -> None:
+    """After a scale-down the removed pods stop answering until the next discovery: as many answers
+    as Ready replicas means every Ready pod answered, and the silent ones are gone."""
+    svc, fake, reader = fast_service()
+    svc.evaluate(0.0)
+    fake.values["rate("] = 50.0  # the load is gone
+    fake.values["replicas_ready"] = 3.0  # two of the five pods were removed ...
+    reader.silent = {"triton-abc-3", "triton-abc-4"}  # ... and no longer answer
+    svc.evaluate_fast(2.0)
+    for t in range(15, 400, 15):
+        svc.evaluate(float(t))
+    assert desired(svc) < 5 and "hold_missing_data" not in {k for k, v in decisions(svc).items() if v}
+
+
+def test_a_scale_down_not_yet_seen_through_does_not_hold_either() -> None:
+    """Direct mode removes pods at once while kube-state-metrics still counts them Ready: as many
+    answers as the Deployment's replicas is enough; a silent pod among those it keeps still holds."""
+    svc, fake, reader = fast_service()
+    svc.evaluate(0.0)
+    fake.values["rate("] = 50.0
+    fake.values["spec_replicas"] = 3.0  # scaled to 3; Ready still reads 5
+    reader.silent = {"triton-abc-3", "triton-abc-4"}
+    svc.evaluate_fast(2.0)
+    for t in range(15, 400, 15):
+        svc.evaluate(float(t))
+    assert desired(svc) < 3 and failsafe(svc).get("missing", 0.0) == 0.0
+    fake.values["spec_replicas"] = 5.0
+    reader.silent = {"triton-abc-2", "triton-abc-3", "triton-abc-4"}  # 2 answers of 5 replicas: held
+    svc.evaluate_fast(402.0)
+    svc.evaluate(405.0)
+    assert failsafe(svc)["missing"] == 1.0

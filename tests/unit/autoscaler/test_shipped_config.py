@@ -47,7 +47,8 @@ def test_the_benchmark_builds_the_recommender_the_service_builds() -> None:
     target = TargetSettings(deployment="d", namespace="n", model="m", min_replicas=1, max_replicas=40,
                             capacity_rps=375.9)
     shipped = RecommenderSettings(targets=[target]).config_for(target)
-    assert policy.config == shipped
+    assert policy.state.recommender.config == shipped  # the service's own target state, run by its tick
+    assert policy.service.settings.fast_path.enabled and policy.service.settings.scale_mode == "hpa"
 
 
 def test_recorded_benchmark_ran_the_printed_defaults() -> None:

@@ -15,14 +15,15 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from tidescale.autoscaler import adapter
-from tidescale.autoscaler.fastpath import FastWindow, PodCounters
 from tidescale.autoscaler.hpa import HpaSpec, MetricSpec
 from tidescale.autoscaler.manifests import Target, tidescale_hpa_spec
-from tidescale.autoscaler.recommend import Observation, Recommender, asked_replicas
+from tidescale.autoscaler.queries import TargetQueries
+from tidescale.autoscaler.service import RecommenderService
 from tidescale.autoscaler.settings import RecommenderSettings, TargetSettings
 from tidescale.contracts.errors import UsageError
 from tidescale.sim import FleetSim, MetricsLag
 from tidescale.sim.hpa_controller import HpaEmulator, MetricValue, Pod
+from tidescale.sim.recommender_io import SimPods, SimPrometheus, SimScale
 
 HPA_SYNC_S = 15.0
 PROXY_TICK_S = 2.0
@@ -246,17 +247,15 @@ class RayServe:
 
 
 class TidescalePolicy:
-    """The recommender feeding the HPA it renders (External AverageValue 1, tolerance 0).
+    """The recommender service itself, feeding the HPA it renders (External AverageValue 1, tolerance 0).
 
-    The recommender is built exactly as the service builds it (`RecommenderSettings.config_for`, the
-    shipped defaults), and it sees what the service queries: completion and rejection rates over
-    the long and the short window, the summed and the worst pod's queue, the 5-minute P99. It
-    evaluates every `interval_s` on scraped metrics; its answer reaches the HPA one scrape of the
-    recommender later (`publish_delay_s`: its ServiceMonitor's interval; the adapter then serves it).
-
-    With the fast path it also reads every Ready pod's own counters every `fast_interval_s` (as the
-    service does over HTTP) and panics on an overload (`Recommender.panic`). `direct` replaces the
-    HPA: the recommender writes the scale subresource itself, at once.
+    The service is built as it ships (`RecommenderSettings`, the shipped defaults) and run by its own
+    `tick`: the fast path every `fast_path.interval_s` over the pods it discovered at its last
+    evaluation, the evaluation every `interval_s` with its holds and fail-safes. It reads Prometheus
+    and the pods through the simulator (`tidescale.sim.recommender_io`): scraped series one scrape
+    late, each pod's counters as its `/metrics` shows them now. Its answer reaches the HPA one scrape
+    of the recommender later (`publish_delay_s`: its ServiceMonitor's interval; the adapter then
+    serves it). `direct` replaces the HPA: the service writes the scale subresource itself, at once.
     """
 
     name = "tidescale"
@@ -264,69 +263,55 @@ class TidescalePolicy:
     def __init__(self, initial: int, min_r: int, max_r: int, capacity_rps: float, cold_start_s: float,
                  slo_s: float, *, publish_delay_s: float, headroom: float = 1.0,
                  fast_path: bool | None = None, direct: bool = False, sync_offset_s: float = 0.0) -> None:
-        self.slo_s = slo_s
         target = Target("triton", "bench", "model", min_r, max_r)
         self.hpa = HpaEmulator(tidescale_hpa_spec(target), initial)
         settings = RecommenderSettings(cold_start_s=cold_start_s, headroom=headroom, slo_latency_threshold_s=slo_s,
+                                       kube_events=False, scale_mode="direct" if direct else "hpa",
                                        targets=[TargetSettings(deployment="triton", namespace="bench", model="model",
                                                                min_replicas=min_r, max_replicas=max_r,
                                                                capacity_rps=capacity_rps)])
         if fast_path is not None:  # None: as shipped
             settings.fast_path.enabled = fast_path
-        self.config = settings.config_for(settings.targets[0])
-        self.recommender = Recommender(self.config)
+        [target_settings] = settings.targets
+        config = settings.config_for(target_settings)
+        self.prometheus = SimPrometheus(TargetQueries.for_target(target_settings, settings.tuning), config)
+        self.pods = SimPods()
+        self.scale = SimScale()
+        self.now = 0.0
+        self.ready = 0
+        self.service = RecommenderService(settings, client=self.prometheus, replicas_fn=self._replicas,
+                                          clock=lambda: self.now, reader=self.pods,
+                                          scaler=self.scale if direct else None)
+        [self.state] = self.service.states.values()
         self.published: deque[tuple[float, int]] = deque()
         self.publish_delay = 0.0 if direct else publish_delay_s
-        self.interval_s = settings.interval_s
-        self.fast = FastWindow(self.config.panic_window_s) if settings.fast_path.enabled else None
-        self.period_s = settings.fast_path.interval_s if self.fast is not None else self.interval_s
+        self.period_s = settings.fast_path.interval_s if settings.fast_path.enabled else settings.interval_s
         self.direct = direct
         self.current = initial
-        self._next_slow = -math.inf
         self._sync_offset_s = sync_offset_s  # the HPA syncs at this offset + k x HPA_SYNC_S
         self._next_sync = -math.inf
 
-    def _slow(self, now: float, lag: MetricsLag, sim: FleetSim) -> None:
-        slow_s, fast_s = self.config.rate_window_s, self.config.fast_window_s
-        rate, pending = lag.rate("requests", slow_s), lag.gauge("pending")
-        fast = lag.rate("requests", fast_s)
-        rejected, fast_rejected = lag.rate("failures", slow_s), lag.rate("failures", fast_s)
-        worst = lag.gauge("pending_max") if "pending_max" in lag.series else None
-        ready = lag.gauge("replicas_ready")
-        if rate is not None and pending is not None and ready is not None:
-            recent = sim.completed(since_t=now - self.config.p99_window_s)  # the P99 recording rule's window
-            p99 = recent.latency_quantile(0.99) if len(recent) else None
-            rec = self.recommender.recommend(Observation(now, rate, pending, int(ready), self.current,
-                                                         p99, self.slo_s, fast, worst, rejected or 0.0,
-                                                         fast_rejected))
-            self.published.append((now, rec.desired))
-
-    def _fast(self, now: float, sim: FleetSim) -> None:
-        """One round of the fast path: every Ready pod's counters, as its `/metrics` shows them now."""
-        assert self.fast is not None
-        reads: dict[str, PodCounters | None] = {
-            r.name: PodCounters(r.requests, r.failures, r.pending)
-            for r in sim.counters().replicas if r.ready and not r.draining}
-        reading = self.fast.add(now, reads)
-        last = self.published[-1][1] if self.published else None
-        rec = self.recommender.panic(now, reading.arrival_rps, asked_replicas(last, self.current), reading.newest_rps)
-        if rec is not None:
-            self.published.append((now, rec.desired))
+    def _replicas(self, _target: TargetSettings) -> tuple[int, int]:
+        """(spec, Ready) replicas, as kube-state-metrics reports them."""
+        return self.current, self.ready
 
     def decide(self, now: float, lag: MetricsLag, sim: FleetSim) -> int:
-        if self.fast is not None:
-            self._fast(now, sim)
-        if now >= self._next_slow - 1e-9:  # on schedule, at the first tick at or after it
-            self._next_slow = max(self._next_slow + self.interval_s, now)
-            self._slow(now, lag, sim)
+        self.now, self.pods.sim = now, sim
+        ready = lag.gauge("replicas_ready")
+        self.ready = int(ready) if ready is not None else 0
+        self.prometheus.bind(now, lag, sim)
+        self.service.tick(now)
+        if self.direct:
+            if self.scale.replicas is not None:
+                self.current = self.scale.replicas
+            return self.current
+        published = self.state.published
+        if published is not None and (not self.published or self.published[-1][1] != published):
+            self.published.append((now, published))
         seen_at = now - self.publish_delay
         while len(self.published) > 1 and self.published[1][0] <= seen_at:
             self.published.popleft()
         visible = self.published[0][1] if self.published and self.published[0][0] <= seen_at else None
-        if self.direct:
-            if visible is not None:
-                self.current = visible
-            return self.current
         if now >= self._next_sync - 1e-9:  # at the first tick at or after each of the HPA's syncs
             self._next_sync = tick_after(now, HPA_SYNC_S, self._sync_offset_s)
             self.current = self.hpa.step(now, {adapter.DESIRED_REPLICAS: visible}, pods_of(sim))

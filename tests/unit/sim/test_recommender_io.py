@@ -1,0 +1,82 @@
+"""The benchmark runs the recommender service on the simulator: every query it sends has an answer,
+and its passes run (a pass that raised would be logged and the benchmark would score a frozen fleet)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from tidescale.autoscaler.fastpath import valid_address
+from tidescale.autoscaler.queries import TargetQueries
+from tidescale.autoscaler.settings import RecommenderSettings, TargetSettings
+from tidescale.benches.autoscale import policies as pol
+from tidescale.benches.autoscale.closedloop import SimParams, run_policy
+from tidescale.sim import BatcherConfig, FleetSim, MetricsLag
+from tidescale.sim.recommender_io import SimPods, SimPrometheus, SimScale
+from tidescale.sim.servicecurve import ServiceCurve
+
+CURVE = ServiceCurve.v100()
+CFG = BatcherConfig(max_batch_size=32, preferred_batch_sizes=(8, 16), max_queue_delay_s=0.002)
+
+
+def _prometheus() -> tuple[SimPrometheus, TargetQueries]:
+    settings = RecommenderSettings(targets=[TargetSettings(deployment="triton", namespace="bench", model="model",
+                                                                  capacity_rps=370.0)],
+                                   kube_events=False)
+    queries = TargetQueries.for_target(settings.targets[0], settings.tuning)
+    return SimPrometheus(queries, settings.config_for(settings.targets[0])), queries
+
+
+def _bound(replicas: int, seconds: float) -> tuple[SimPrometheus, TargetQueries, FleetSim]:
+    """A simulated fleet at 100 req/s for *seconds*, its Prometheus bound at the end."""
+    prom, queries = _prometheus()
+    sim = FleetSim(CURVE, CFG, replicas, 0.0)
+    lag = MetricsLag(sim, 15.0)
+    sim.offer(np.arange(0.0, seconds, 0.01))
+    lag.advance(seconds)
+    prom.bind(seconds, lag, sim)
+    return prom, queries, sim
+
+
+def test_every_query_of_a_target_is_answered_or_known_to_have_no_series() -> None:
+    prom, queries, _sim = _bound(2, 60.0)
+    for field in dataclasses.fields(queries):
+        expr = getattr(queries, field.name)
+        if field.name == "pending":  # a selector: the service asks for its pods (podreader.discover_pods)
+            assert prom.query(f"group by (pod, instance) ({expr})")
+            continue
+        prom.instant(expr)  # raises for a query the model does not know
+        prom.query(expr)
+    assert prom.instant(queries.completions)[0][1] > 50.0  # ~100 req/s, one scrape late
+    assert prom.instant(queries.hpa_current) == [] and prom.query(queries.pod_started) == []
+
+
+def test_the_fast_path_discovers_ready_pods_and_a_gone_pod_does_not_answer() -> None:
+    prom, queries, sim = _bound(3, 30.0)
+    rows = prom.query(f"group by (pod, instance) ({queries.pending})")
+    pods = {r["metric"]["pod"]: r["metric"]["instance"] for r in rows}
+    assert len(pods) == 3 and all(valid_address(a) for a in pods.values())
+    reader = SimPods()
+    reader.sim = sim
+    reads = reader.read({**pods, "gone-pod": "gone-pod:8002"}, "model")
+    assert reads["gone-pod"] is None
+    assert sum(c.success for c in reads.values() if c is not None) == sim.counters().requests
+
+
+def test_the_service_runs_every_pass_in_the_closed_loop() -> None:
+    params = SimParams(CURVE, CFG, 0.0, 0.5, hold_s=0.0)
+    policy = pol.TidescalePolicy(1, 1, 8, 370.0, 0.0, 0.5, publish_delay_s=0.0)
+    run_policy(policy, np.sort(np.random.default_rng(1).uniform(0.0, 120.0, 120 * 900)), 120.0, 1, params)
+    svc = policy.service
+    assert svc.evaluation_heartbeat.beats >= 7 and svc.fast_path_heartbeat is not None
+    assert svc.fast_path_heartbeat.beats >= 55  # every 2 s over 2 minutes
+    assert policy.state.failsafe is None and policy.state.pods  # it decided, on the pods it discovered
+    assert policy.current >= 3  # 900 req/s on 370 req/s replicas
+
+
+def test_direct_mode_writes_the_simulated_scale_subresource() -> None:
+    params = SimParams(CURVE, CFG, 0.0, 0.5, hold_s=0.0)
+    policy = pol.TidescalePolicy(1, 1, 8, 370.0, 0.0, 0.5, publish_delay_s=5.0, direct=True)
+    run_policy(policy, np.sort(np.random.default_rng(2).uniform(0.0, 90.0, 90 * 900)), 90.0, 1, params)
+    assert isinstance(policy.scale, SimScale) and policy.scale.replicas == policy.current >= 3

@@ -1,0 +1,116 @@
+"""What the recommender service reads and writes, answered by the simulator: the benchmark runs the
+service itself (`RecommenderService.tick`), not a copy of its decision path.
+
+- `SimPrometheus` answers each of a target's queries (`TargetQueries`) from the scraped series of a
+  `MetricsLag`, as Prometheus would one scrape late: the completion and rejection rates over the
+  long and short windows, the summed and the worst pod's queue, the P99 over the recording rule's
+  window, the Deployment's replicas, and the pods that expose a pending gauge (what the fast path
+  reads). Queries for series a
+  simulated fleet has no model of (kube-state-metrics' pod times and HPA status, the model load
+  time) answer nothing, as a Prometheus without them would: the service then uses its configured
+  cold start.
+- `SimPods` reads those pods' own counters as their `/metrics` shows them now (the fast path); a
+  pod that is gone does not answer.
+- `SimScale` is the Deployment's scale subresource (direct mode).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from tidescale.autoscaler.fastpath import PodCounters
+from tidescale.autoscaler.queries import TargetQueries
+from tidescale.autoscaler.recommend import RecommenderConfig
+from tidescale.contracts.errors import UsageError
+from tidescale.sim.fleet import FleetSim
+from tidescale.sim.lag import MetricsLag
+
+POD_PORT = 8002  # Triton's metrics port: the `instance` the fast path reads
+
+
+class SimPrometheus:
+    """One target's queries answered from the simulator (`bind` sets the instant they are asked at)."""
+
+    def __init__(self, queries: TargetQueries, config: RecommenderConfig) -> None:
+        self.queries = queries
+        self._at: tuple[float, MetricsLag, FleetSim] | None = None
+        slow, fast = config.rate_window_s, config.fast_window_s
+        self._values: dict[str, Callable[[MetricsLag, FleetSim, float], float | None]] = {
+            queries.completions: lambda lag, sim, now: lag.rate("requests", slow),
+            queries.fast_completions: lambda lag, sim, now: lag.rate("requests", fast),
+            queries.rejections: lambda lag, sim, now: lag.rate("failures", slow),
+            queries.fast_rejections: lambda lag, sim, now: lag.rate("failures", fast),
+            queries.queue: lambda lag, sim, now: lag.gauge("pending"),
+            queries.max_pod_queue: lambda lag, sim, now: (lag.gauge("pending_max") if "pending_max" in lag.series
+                                                          else None),
+            queries.queue_age: lambda lag, sim, now: 0.0 if lag.gauge("pending") is not None else None,
+            queries.p99: lambda lag, sim, now: _p99(sim, now - config.p99_window_s),
+            queries.spec_replicas: lambda lag, sim, now: lag.gauge("replicas_total"),
+            queries.ready_replicas: lambda lag, sim, now: lag.gauge("replicas_ready"),
+        }
+        self._silent = {queries.model_load, queries.hpa_current, queries.hpa_desired,
+                        queries.pod_started, queries.pod_ready_at}
+        self._discovery = f"group by (pod, instance) ({queries.pending})"
+
+    def bind(self, now: float, lag: MetricsLag, sim: FleetSim) -> None:
+        self._at = (now, lag, sim)
+
+    def _bound(self) -> tuple[float, MetricsLag, FleetSim]:
+        if self._at is None:
+            raise UsageError("SimPrometheus is asked before bind()")
+        return self._at
+
+    def instant(self, expr: str) -> list[tuple[float, float]]:
+        now, lag, sim = self._bound()
+        if expr in self._silent:
+            return []
+        if expr not in self._values:
+            raise UsageError(f"the simulated Prometheus has no model of the query {expr!r}")
+        got = self._values[expr](lag, sim, now)
+        return [] if got is None else [(now, got)]
+
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        now, _lag, sim = self._bound()
+        if expr in self._silent:
+            return []
+        if expr != self._discovery:
+            return [{"metric": {}, "value": [now, str(v)]} for _, v in self.instant(expr)]
+        # Every pod whose pending gauge is scraped: Ready ones, draining ones until they are gone.
+        return [{"metric": {"pod": r.name, "instance": f"{r.name}:{POD_PORT}"}, "value": [now, "1"]}
+                for r in sim.counters().replicas if r.ready]
+
+    def close(self) -> None:
+        self._at = None
+
+
+def _p99(sim: FleetSim, since_t: float) -> float | None:
+    recent = sim.completed(since_t=since_t)
+    return recent.latency_quantile(0.99) if len(recent) else None
+
+
+class SimPods:
+    """The fast path's read of each pod's own counters, at the instant the simulator is at."""
+
+    def __init__(self) -> None:
+        self.sim: FleetSim | None = None
+
+    def read(self, pods: Mapping[str, str], model: str) -> dict[str, PodCounters | None]:
+        if self.sim is None:
+            raise UsageError("SimPods is read before a simulator is bound")
+        alive = {r.name: r for r in self.sim.counters().replicas}
+        return {pod: (PodCounters(float(alive[pod].requests), float(alive[pod].failures), float(alive[pod].pending))
+                      if pod in alive else None) for pod in pods}
+
+    def close(self) -> None:
+        self.sim = None
+
+
+class SimScale:
+    """The Deployment's scale subresource: the count last written (direct mode)."""
+
+    def __init__(self) -> None:
+        self.replicas: int | None = None
+
+    def patch_namespaced_deployment_scale(self, name: str, namespace: str, body: Any) -> None:
+        self.replicas = int(body["spec"]["replicas"])
