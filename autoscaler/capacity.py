@@ -1,7 +1,9 @@
 """Per-replica capacity at the SLO from a load-test profile (perf_analyzer `-f` CSV).
 
-perf_analyzer writes one row per concurrency level with `Inferences/Second` and latency
-percentiles in microseconds (`p99 latency`). A replica's capacity at the SLO is the highest
+perf_analyzer writes one row per load level with `Inferences/Second` and latency percentiles in
+microseconds (`p99 latency`); the first column is the load: `Concurrency` (`--concurrency-range`,
+closed loop) or `Request Rate` (`--request-rate-range`, open loop: Poisson or constant arrivals,
+which is how production traffic arrives). A replica's capacity at the SLO is the highest
 throughput among the rows whose P99 is within the SLO: beyond it, queueing eats the budget.
 """
 
@@ -17,13 +19,14 @@ from tidescale.contracts.errors import UsageError
 
 THROUGHPUT_COLUMN = "Inferences/Second"
 P99_COLUMN = "p99 latency"
-CONCURRENCY_COLUMN = "Concurrency"
+# The load column of each mode perf_analyzer writes: closed loop, then open loop (rate or intervals).
+LOAD_COLUMNS = ("Concurrency", "Request Rate")
 MAX_PROFILE_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
 class ProfileRow:
-    concurrency: float
+    load: float  # the concurrency or the request rate the row was measured at
     throughput_rps: float
     p99_s: float
 
@@ -39,20 +42,24 @@ def parse_profile(text: str, source: str = "profile") -> list[ProfileRow]:
 
 def _rows(reader: csv.DictReader[str], source: str) -> list[ProfileRow]:
     header = [h.strip() for h in (reader.fieldnames or [])]
-    missing = [c for c in (CONCURRENCY_COLUMN, THROUGHPUT_COLUMN, P99_COLUMN) if c not in header]
-    if missing:
+    load_column = next((c for c in LOAD_COLUMNS if c in header), None)
+    missing = [c for c in (THROUGHPUT_COLUMN, P99_COLUMN) if c not in header]
+    if load_column is None:
+        missing.insert(0, " or ".join(LOAD_COLUMNS))
+    if missing or load_column is None:
         raise UsageError(f"{source}: missing column(s) {', '.join(missing)} (have: {', '.join(header) or 'none'})")
+    columns = (load_column, THROUGHPUT_COLUMN, P99_COLUMN)
     rows = []
     for lineno, raw in enumerate(reader, start=2):
         row = {(k or "").strip(): (v or "").strip() for k, v in raw.items() if isinstance(v, str)}
         try:
-            conc, thr, p99_us = (float(row[c]) for c in (CONCURRENCY_COLUMN, THROUGHPUT_COLUMN, P99_COLUMN))
+            load, thr, p99_us = (float(row[c]) for c in columns)
         except (KeyError, ValueError):
-            raise UsageError(f"{source}:{lineno}: {CONCURRENCY_COLUMN}, {THROUGHPUT_COLUMN} and {P99_COLUMN} "
+            raise UsageError(f"{source}:{lineno}: {', '.join(columns[:2])} and {P99_COLUMN} "
                              "must be numbers") from None
-        if not all(math.isfinite(x) and x >= 0 for x in (conc, thr, p99_us)):
+        if not all(math.isfinite(x) and x >= 0 for x in (load, thr, p99_us)):
             raise UsageError(f"{source}:{lineno}: values must be finite and >= 0")
-        rows.append(ProfileRow(conc, thr, p99_us / 1e6))
+        rows.append(ProfileRow(load, thr, p99_us / 1e6))
     if not rows:
         raise UsageError(f"{source}: no data rows")
     return rows

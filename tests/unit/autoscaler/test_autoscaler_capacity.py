@@ -23,6 +23,27 @@ Server Compute Infer,Server Compute Output,Client Recv,p50 latency,p90 latency,p
 """
 
 
+# perf_analyzer --request-rate-range (open loop, Poisson or constant arrivals): the load column is the
+# rate offered (report_writer.cc writes "Request Rate" where it writes "Concurrency" in closed loop).
+RATE_PROFILE = """Request Rate,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,\
+Server Compute Input,Server Compute Infer,Server Compute Output,Client Recv,p50 latency,p90 latency,p95 latency,\
+p99 latency,Avg latency
+100,99.8,20,300,900,30,17000,20,5,18000,24000,27000,41000,19000
+200,199.6,20,300,4000,30,30000,20,5,34000,52000,61000,97000,36000
+300,298.1,20,300,30000,30,52000,20,5,80000,150000,190000,260000,90000
+400,352.0,20,300,900000,30,84000,20,5,900000,1500000,1700000,2100000,950000
+"""
+
+
+def test_a_request_rate_profile_is_read_as_a_concurrency_one() -> None:
+    rows = parse_profile(RATE_PROFILE, "rate.csv")
+    assert [r.load for r in rows] == [100.0, 200.0, 300.0, 400.0]
+    assert capacity_at_slo(rows, 0.5) == pytest.approx(298.1)  # 400 req/s: the queue grows past the SLO
+    assert capacity_at_slo(rows, 0.1) == pytest.approx(199.6)
+    with pytest.raises(UsageError, match="missing column\\(s\\) Concurrency or Request Rate"):
+        parse_profile("Requests,Inferences/Second,p99 latency\n1,2,3\n")
+
+
 def test_highest_throughput_within_slo() -> None:
     rows = parse_profile(PROFILE)
     assert capacity_at_slo(rows, 0.5) == pytest.approx(381.0)
