@@ -17,13 +17,16 @@ SCALE_UP: Final = {"rate": "scale_up_rate", "lookahead": "scale_up_lookahead", "
 # at their measured ceiling), `replicas` (the replica reading disagrees with the HPA or with what was
 # asked for: the last answer stands).
 HOLDS: Final = {"hold-down": "hold_down_delay", "saturated": "hold_saturated", "replicas": "hold_replicas_disagree"}
+# Asking for at least the replicas there are while some of them cannot be scheduled (no node has a
+# free GPU): the count still goes out (a node autoscaler provisions for the Pending pods), and says so.
+UNSCHEDULABLE: Final = "wait_unschedulable"
 DECISIONS: Final = (*SCALE_UP.values(), "scale_down", "scale_down_min", "hold_steady", *HOLDS.values(),
-                    "hold_at_max", "hold_missing_data")
+                    "hold_at_max", "hold_missing_data", UNSCHEDULABLE)
 # Why the last good answer is held (`hold_missing_data`): `tidescale_recommender_failsafe{reason}`.
 FAILSAFE_REASONS: Final = ("prometheus_down", "missing", "nan", "stale", "stuck")
 
 
-def decision(desired: int, current: int, reason: str, failsafe: str | None) -> str:
+def decision(desired: int, current: int, reason: str, failsafe: str | None, unschedulable: int = 0) -> str:
     """The decision of one evaluation: *desired* published against *current* replicas, the
     recommender's *reason*, or the *failsafe* that made it hold its last good answer.
 
@@ -34,6 +37,8 @@ def decision(desired: int, current: int, reason: str, failsafe: str | None) -> s
         return "hold_missing_data"
     if reason in HOLDS:  # held at what was asked for, which may be more than the replicas read
         return HOLDS[reason]
+    if unschedulable > 0 and desired >= current:
+        return UNSCHEDULABLE
     if desired > current:
         return SCALE_UP.get(reason, "scale_up_rate")
     if desired < current:

@@ -59,4 +59,5 @@ def observation_detail(obs: Observation, capacity_rps: float) -> str:
     p99 = "unknown" if obs.p99_s is None else f"{obs.p99_s * 1e3:.0f} ms"
     return (f"arrival {obs.arrival_rps:.1f} req/s, rejected {obs.rejected_rps:.1f} req/s, queue "
             f"{obs.queue_depth:.0f}, P99 {p99}, capacity {capacity_rps:.1f} req/s per replica, "
-            f"{obs.ready_replicas}/{obs.current_replicas} replicas ready")
+            f"{obs.ready_replicas}/{obs.current_replicas} replicas ready"
+            + (f", {obs.unschedulable_pods} pod(s) cannot be scheduled" if obs.unschedulable_pods else ""))

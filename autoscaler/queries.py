@@ -48,6 +48,7 @@ class TargetQueries:
     pending: str  # the pending gauge's selector: its series name the pods the fast path reads
     hpa_current: str  # the replicas the HPA scaling the Deployment last found, and asked for
     hpa_desired: str
+    unschedulable: str  # the Deployment's pods the scheduler cannot place (no node with a free GPU)
 
     @staticmethod
     def _of_deployment(t: TargetSettings, scope: Mapping[str, str]) -> str:
@@ -121,6 +122,7 @@ class TargetQueries:
             pending=pending,
             hpa_current=cls._hpa("kube_horizontalpodautoscaler_status_current_replicas", t, scope),
             hpa_desired=cls._hpa("kube_horizontalpodautoscaler_status_desired_replicas", t, scope),
+            unschedulable=f"count({cls._per_pod('kube_pod_status_unschedulable', t, scope)} > 0)",
         )
 
 
@@ -171,9 +173,10 @@ def observe(client: InstantQueries, q: TargetQueries, now: float, replicas: Call
     fast = value(client, q.fast_completions, "short-window completion rate", required=False)
     fast_rejected = value(client, q.fast_rejections, "short-window rejection rate", required=False)
     worst = value(client, q.max_pod_queue, "worst pod's queue", required=False)
+    unschedulable = value(client, q.unschedulable, "unschedulable pods", required=False)
     return Observation(now, completions or 0.0, queue or 0.0, ready, current, p99, slo_latency_threshold_s,
                        fast_arrival_rps=fast, max_pod_queue=worst, rejected_rps=rejected or 0.0,
-                       fast_rejected_rps=fast_rejected)
+                       fast_rejected_rps=fast_rejected, unschedulable_pods=int(unschedulable or 0))
 
 
 def read_cold_start(client: InstantQueries, q: TargetQueries, tracker: FirstReadyTracker,

@@ -114,6 +114,7 @@ class Observation:
     max_pod_queue: float | None = None  # max by pod of the pending gauge, if known (else queue / ready)
     rejected_rps: float = 0.0  # requests/s the queue policy rejected (timed out): demand too, never completed
     fast_rejected_rps: float | None = None  # the same over the short window (else rejected_rps)
+    unschedulable_pods: int = 0  # the Deployment's pods the scheduler cannot place (kube-state-metrics)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Collection, Iterator
 
 from tidescale.autoscaler.coldstart import FirstReadyTracker
-from tidescale.autoscaler.decisions import decision
+from tidescale.autoscaler.decisions import UNSCHEDULABLE, decision
 from tidescale.autoscaler.events import event_twin_window_s, observation_detail, panic_detail, post_recommendation
 from tidescale.autoscaler.fastpath import FastReading, FastWindow
 from tidescale.autoscaler.manifests import Target
@@ -214,8 +214,12 @@ class RecommenderService:
             desired, reason, detail = before, "replicas", disagrees
         st.publish(desired, now, self._lag_s)
         st.failsafe, st.detail, st.last_success = None, detail, now
-        st.decision = decision(desired, obs.current_replicas, reason, None)
-        if before is None or desired == before:
+        previous, st.decision = st.decision, decision(desired, obs.current_replicas, reason, None,
+                                                        obs.unschedulable_pods)
+        # An Event on a change of the count, and when pods first cannot be scheduled: the count then
+        # stands, and the Event says why the replicas it asks for do not come.
+        newly_unschedulable = st.decision == UNSCHEDULABLE and previous != UNSCHEDULABLE
+        if before is None or (desired == before and not newly_unschedulable):
             return None
         return before, desired, st.decision, observation_detail(obs, st.recommender.capacity_rps)
 

@@ -72,8 +72,9 @@ def build() -> dash_b.Dashboard:
             "(a pod's backlog), scale_down, hold_down_delay, hold_saturated (the latency SLO burns, or the "
             "replicas serve their measured ceiling: no scale-down), hold_replicas_disagree (the replica reading "
             "disagrees with the HPA or with what was asked for: the last answer stands), "
-            "hold_steady, hold_missing_data (the fail-safe: never a scale-down on missing data). A change of "
-            "the recommendation is also a Kubernetes Event on the Deployment (`kubectl describe`).",
+            "hold_steady, hold_missing_data (the fail-safe: never a scale-down on missing data), "
+            "wait_unschedulable (some of the replicas asked for cannot be scheduled: no node has a free GPU). "
+            "A change of the recommendation is also a Kubernetes Event on the Deployment (`kubectl describe`).",
             "short", [Query(f"{_by_deployment('tidescale_recommender_decision', ', reason')} == 1",
                             "{{deployment}} {{reason}}")], span=24, min_value=0))
         .with_row(row("What the decisions read"))

@@ -6,8 +6,8 @@ service itself (`RecommenderService.tick`), not a copy of its decision path.
   long and short windows, the summed and the worst pod's queue, the P99 over the recording rule's
   window, the Deployment's replicas, and the pods that expose a pending gauge (what the fast path
   reads). Queries for series a
-  simulated fleet has no model of (kube-state-metrics' pod times and HPA status, the model load
-  time) answer nothing, as a Prometheus without them would: the service then uses its configured
+  simulated fleet has no model of (kube-state-metrics' pod times, HPA status and unschedulable
+  pods, the model load time) answer nothing, as a Prometheus without them would: the service then uses its configured
   cold start.
 - `SimPods` reads those pods' own counters as their `/metrics` shows them now (the fast path); a
   pod that is gone does not answer.
@@ -50,7 +50,7 @@ class SimPrometheus:
             queries.ready_replicas: lambda lag, sim, now: lag.gauge("replicas_ready"),
         }
         self._silent = {queries.model_load, queries.hpa_current, queries.hpa_desired,
-                        queries.pod_started, queries.pod_ready_at}
+                        queries.pod_started, queries.pod_ready_at, queries.unschedulable}
         self._discovery = f"group by (pod, instance) ({queries.pending})"
 
     def bind(self, now: float, lag: MetricsLag, sim: FleetSim) -> None:

@@ -42,7 +42,8 @@ class FakeProm:
                                                 "version) (nv_inference_pending": 0.0, "sum by (pod)": 0.0,
                                                 "time()": 5.0,
                                                 "spec_replicas": 5.0, "replicas_ready": 5.0,
-                                                "nv_model_load_duration_secs": None}
+                                                "nv_model_load_duration_secs": None,
+                                                "kube_pod_status_unschedulable": None}
         self.down = False
         self.queries: list[str] = []
         self.pods: dict[str, str] = {}  # what the fast path's discovery finds: pod -> instance
@@ -764,3 +765,27 @@ def test_a_scale_down_not_yet_seen_through_does_not_hold_either() -> None:
     svc.evaluate_fast(402.0)
     svc.evaluate(405.0)
     assert failsafe(svc)["missing"] == 1.0
+
+
+def test_pods_that_cannot_be_scheduled_are_said_once_in_an_event_and_the_count_still_goes_out() -> None:
+    """No node with a free GPU: the count stands (a node autoscaler provisions for the Pending pods), the
+    decision is wait_unschedulable and one Event says so, though the count did not change."""
+    events = FakeEventApi()
+    target = TargetSettings(deployment="triton", namespace="ml", model="resnet", min_replicas=1, max_replicas=50)
+    fake = FakeProm()
+    svc = RecommenderService(RecommenderSettings(targets=[target], capacity_rps=100.0), fake,  # type: ignore[arg-type]
+                             events=events)
+    svc.evaluate(0.0)  # 450 req/s on 5 replicas
+    fake.values.update({"replicas_ready": 3.0, "kube_pod_status_unschedulable": 2.0})
+    assert 'count(max by (namespace, pod) (kube_pod_status_unschedulable{namespace="ml"' in svc.states[
+        ("ml", "triton")].queries.unschedulable
+    svc.evaluate(15.0)
+    assert desired(svc) == 5 and decisions(svc)["wait_unschedulable"] == 1.0
+    [(_, body)] = events.posted
+    assert body["message"].startswith("tidescale recommends 5 replicas (was 5): wait_unschedulable;")
+    assert "3/5 replicas ready, 2 pod(s) cannot be scheduled" in body["message"]
+    svc.evaluate(30.0)
+    assert len(events.posted) == 1  # said once
+    fake.values["kube_pod_status_unschedulable"] = None  # placed at last
+    svc.evaluate(45.0)
+    assert decisions(svc)["wait_unschedulable"] == 0.0

@@ -52,6 +52,17 @@ def test_each_evaluation_has_one_decision_of_the_fixed_vocabulary(desired: int, 
     assert got == expected and got in DECISIONS
 
 
+@pytest.mark.parametrize(("desired", "current", "reason", "expected"), [
+    (8, 5, "rate", "wait_unschedulable"),  # asks for more while some cannot be placed: says so
+    (5, 5, "rate", "wait_unschedulable"),
+    (3, 5, "rate", "scale_down"),  # a scale-down removes the Pending pods first: nothing to wait for
+    (5, 5, "hold-down", "hold_down_delay"),
+])
+def test_unschedulable_pods_are_said(desired: int, current: int, reason: str, expected: str) -> None:
+    assert decision(desired, current, reason, None, unschedulable=2) == expected
+    assert expected in DECISIONS
+
+
 def test_the_event_message_says_the_change_and_why() -> None:
     message = event_message(3, 7, "scale_up_queue", "arrival 512 req/s, queue 40")
     assert message == "tidescale recommends 7 replicas (was 3): scale_up_queue; arrival 512 req/s, queue 40"

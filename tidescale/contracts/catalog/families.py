@@ -198,6 +198,8 @@ KUBE_STATE_METRICS: list[MetricFamily] = [
          "Start time in unix timestamp for a pod.", ("namespace", "pod", "uid")),
     _ksm("kube_pod_status_ready_time", "gauge", "seconds",
          "Readiness achieved time in unix timestamp for a pod.", ("namespace", "pod", "uid")),
+    _ksm("kube_pod_status_unschedulable", "gauge", "info",
+         "Describes the unschedulable status for the pod.", ("namespace", "pod", "uid")),
     _ksm("kube_pod_owner", "gauge", "info",
          "Information about the Pod's owner.", ("namespace", "pod", "owner_kind", "owner_name")),
     _ksm("kube_replicaset_owner", "gauge", "info",
