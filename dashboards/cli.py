@@ -49,7 +49,11 @@ def export_command(
 
     if not LABEL_NAME.match(cluster_label):
         raise UsageError(f"--cluster-label {cluster_label!r} is not a Prometheus label name")
-    out.mkdir(parents=True, exist_ok=True)
-    for uid, board in build_all(cluster_label).items():
-        (out / f"{uid}.json").write_text(to_json(board))
-        typer.echo(f"wrote {out / f'{uid}.json'}")
+    boards = build_all(cluster_label)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for uid, board in boards.items():
+            (out / f"{uid}.json").write_text(to_json(board))
+            typer.echo(f"wrote {out / f'{uid}.json'}")
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot write the dashboards there ({exc.strerror or exc})") from None

@@ -74,3 +74,13 @@ def test_export_refuses_a_cluster_label_that_is_no_label_name(tmp_path: Path,
     assert exit_info.value.code == 2
     assert "not a Prometheus label name" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+def test_export_to_a_place_that_is_no_folder_is_a_usage_error(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["dashboards", "export", "--out", str(blocker / "boards")])
+    assert exit_info.value.code == 2
+    assert "cannot write the dashboards there" in capsys.readouterr().err
