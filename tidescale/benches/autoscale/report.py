@@ -312,6 +312,8 @@ def markdown(doc: dict[str, Any]) -> str:
         "(`tidescale+headroomNx` rows: the same policy at N×, not a peer)",
         "- tidescale tuning, the service's shipped defaults (`tidescale autoscale recommend --print-config`): "
         f"`{json.dumps(s['tidescale_tuning'], sort_keys=True)}`",
+        "- tidescale is the recommender service itself (`RecommenderService`, run by its own `tick`), its "
+        "Prometheus queries and pod reads answered by the simulator (`tidescale/sim/recommender_io.py`)",
         *SWEEP_RULES,
         "",
     ]
