@@ -50,11 +50,12 @@ def product_commands(tmp: Path) -> list[list[str]]:
         ["alerts", "render", "--out", str(tmp / "alerts")],
         ["dashboards", "lint"],
         ["dashboards", "list"],
+        ["dashboards", "export", "--out", str(tmp / "boards"), "--cluster-label", "k8s_cluster"],
         ["profile", "report", str(profile)],
     ]
 
 
-@pytest.mark.parametrize("index", range(9))
+@pytest.mark.parametrize("index", range(10))
 def test_product_command_imports_no_dev_stack(tmp_path: Path, index: int) -> None:
     args = product_commands(tmp_path)[index]
     result = run_command(*args)
