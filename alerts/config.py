@@ -16,7 +16,9 @@ from tidescale.contracts.placeholders import DEFAULT_CLUSTER_LABEL
 from tidescale.contracts.promql import LABEL_NAME
 from tidescale.contracts.settings import ComponentSettings, SettingsModel
 from tidescale.contracts.slo import (
+    AVAILABILITY_OBJECTIVE,
     DEFAULT_SLO_NAME,
+    LATENCY_OBJECTIVE,
     SLO_LATENCY_THRESHOLD_S,
     SLO_THRESHOLDS_S,
     Regex,
@@ -88,8 +90,8 @@ class AlertsConfig(ComponentSettings):
 
     # The default SLO, and per model or model group the SLOs that differ from it (first match wins).
     slo_latency_threshold_s: float = Field(SLO_LATENCY_THRESHOLD_S, gt=0)
-    latency_slo_target: float = Field(0.99, gt=0, lt=1)
-    availability_slo_target: float = Field(0.999, gt=0, lt=1)
+    latency_slo_target: float = Field(LATENCY_OBJECTIVE, gt=0, lt=1)
+    availability_slo_target: float = Field(AVAILABILITY_OBJECTIVE, gt=0, lt=1)
     slos: list[SloGroup] = Field(default_factory=list)
     bucket_boundaries_s: tuple[float, ...] = DEFAULT_SLO_THRESHOLDS_S
     queue_depth_per_replica_limit: float = Field(8.0, gt=0)

@@ -190,7 +190,9 @@ def test_rendered_rules_equal_the_generated_rules(full_docs: list[dict[str, Any]
 SLO_VALUES: dict[str, Any] = {
     "slo": {"latency": {"thresholdSeconds": 1.0, "objective": 0.95}, "models": [
         {"name": "rankers", "model": 'ctr_.*|a"b\\d', "latency": {"thresholdSeconds": 0.25, "objective": 0.995}},
-        {"name": "offline", "model": "embedder", "namespace": "batch-.*", "availability": {"objective": 0.99}},
+        # null is "the default's", as a key left out is (Python reads None so; the template too).
+        {"name": "offline", "model": "embedder", "namespace": "batch-.*", "availability": {"objective": 0.99},
+         "latency": {"thresholdSeconds": None}},
     ]},
     "autoscaling": {"targets": [{"deployment": "triton-ctr", "model": "ctr_ranker", "capacityRps": 50},
                                 {"deployment": "triton-emb", "model": "embedder", "capacityRps": 50}]},
@@ -272,8 +274,9 @@ def test_the_schema_offers_exactly_the_thresholds_the_rules_record() -> None:
 
     schema = json.loads((CHART / "values.schema.json").read_text())["properties"]["slo"]["properties"]
     models = schema["models"]["items"]["properties"]
-    for threshold in (schema["latency"]["properties"]["thresholdSeconds"],
-                      models["latency"]["properties"]["thresholdSeconds"]):
+    group_threshold = models["latency"]["properties"]["thresholdSeconds"]  # a number of the enum, or null
+    assert group_threshold["anyOf"][1] == {"type": "null"}
+    for threshold in (schema["latency"]["properties"]["thresholdSeconds"], group_threshold["anyOf"][0]):
         assert threshold["enum"] == list(SLO_THRESHOLDS_S)
     assert [le_value(t) for t in SLO_THRESHOLDS_S] == default_config().threshold_les()
 

@@ -16,16 +16,19 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Final
+from typing import Annotated, Any, Final
 
 from prometheus_client.utils import floatToGoString
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_validator
 
 from tidescale.contracts.settings import SettingsModel
 
 # The P99 latency a model must stay under (seconds): alerts page on its burn, the recommender
 # scales for it, dashboards draw it.
 SLO_LATENCY_THRESHOLD_S: Final = 0.5
+# The default SLO's objectives: the share of requests under the threshold, and the share served.
+LATENCY_OBJECTIVE: Final = 0.99
+AVAILABILITY_OBJECTIVE: Final = 0.999
 # Histogram boundaries the burn-rate rules may select (`le`): SLO_LATENCY_THRESHOLD_S and the usual per-model
 # alternatives. Per-model thresholds must be one of these.
 SLO_THRESHOLDS_S: Final[tuple[float, ...]] = (0.1, 0.25, 0.5, 1.0)
@@ -122,29 +125,72 @@ def slo_of(resolved: Sequence[ResolvedSlo], namespace: str, model: str) -> Resol
     return next(s for s in resolved if s.matches(namespace, model))
 
 
+# What the chart's schema says of a threshold value (values.schema.json is generated from SloValues).
+_THRESHOLD_HELP = ("seconds; one of the histogram bucket boundaries that the exporter writes and the recorded "
+                   "slow ratios count (tidescale.contracts.slo.SLO_THRESHOLDS_S)")
+# A pattern the rules match with: long enough for any model list, short enough for a PromQL matcher.
+_PATTERN_MAX = 1024
+
+
+def _one_of_the_thresholds(value: float) -> float:
+    if value not in SLO_THRESHOLDS_S:
+        raise ValueError(f"SLO threshold {value:g}s is not one of the histogram bucket boundaries "
+                         f"{', '.join(f'{t:g}' for t in SLO_THRESHOLDS_S)} (seconds)")
+    return value
+
+
+def _every_field_required(schema: dict[str, Any]) -> None:
+    """The chart's values.yaml sets every field of the default SLO, so its schema requires them: a
+    value deleted with `null` is refused by `helm install` instead of rendering an empty threshold."""
+    schema["required"] = list(schema.get("properties", {}))
+
+
+Threshold = Annotated[float, AfterValidator(_one_of_the_thresholds),
+                      Field(json_schema_extra={"enum": list(SLO_THRESHOLDS_S), "description": _THRESHOLD_HELP})]
+Objective = Annotated[float, Field(gt=0, lt=1)]
+NameOfSlo = Annotated[str, Field(json_schema_extra={"pattern": _SLO_NAME.pattern,
+                                                    "not": {"const": DEFAULT_SLO_NAME}})]
+
+
 class _Latency(SettingsModel):
-    thresholdSeconds: float | None = Field(default=None, gt=0)
-    objective: float | None = Field(default=None, gt=0, lt=1)
+    """A group's latency SLO: a field left out is the default SLO's."""
+
+    thresholdSeconds: Threshold | None = None
+    objective: Objective | None = None
 
 
 class _Availability(SettingsModel):
-    objective: float | None = Field(default=None, gt=0, lt=1)
+    objective: Objective | None = None
+
+
+class _DefaultLatency(SettingsModel):
+    model_config = ConfigDict(json_schema_extra=_every_field_required)
+    thresholdSeconds: Threshold = SLO_LATENCY_THRESHOLD_S
+    objective: Objective = LATENCY_OBJECTIVE
+
+
+class _DefaultAvailability(SettingsModel):
+    model_config = ConfigDict(json_schema_extra=_every_field_required)
+    objective: Objective = AVAILABILITY_OBJECTIVE
 
 
 class _ModelSlo(SettingsModel):
-    name: str
-    model: Regex
-    namespace: Regex = ""
+    name: NameOfSlo
+    model: Annotated[Regex, Field(min_length=1, max_length=_PATTERN_MAX)]
+    namespace: Annotated[Regex, Field(max_length=_PATTERN_MAX)] = ""
     latency: _Latency = Field(default_factory=lambda: _Latency())
     availability: _Availability = Field(default_factory=lambda: _Availability())
 
 
 class SloValues(SettingsModel):
-    """The chart's `slo` values, as the chart holds them (camelCase), read by the same functions."""
+    """The chart's `slo` values, as the chart holds them (camelCase), read by the same functions.
 
-    latency: _Latency = Field(default_factory=lambda: _Latency(thresholdSeconds=SLO_LATENCY_THRESHOLD_S,
-                                                               objective=0.99))
-    availability: _Availability = Field(default_factory=lambda: _Availability(objective=0.999))
+    Its JSON schema is the `slo` part of the chart's values.schema.json (tidescale.devstack.chart),
+    so `helm install` refuses what the exporter and the recommender would refuse."""
+
+    model_config = ConfigDict(json_schema_extra=_every_field_required)
+    latency: _DefaultLatency = Field(default_factory=lambda: _DefaultLatency())
+    availability: _DefaultAvailability = Field(default_factory=lambda: _DefaultAvailability())
     models: list[_ModelSlo] = Field(default_factory=list)
 
     @model_validator(mode="after")
@@ -156,9 +202,8 @@ class SloValues(SettingsModel):
         return self
 
     def resolved(self) -> list[ResolvedSlo]:
-        default = ResolvedSlo(DEFAULT_SLO_NAME, "", "",
-                              self.latency.thresholdSeconds or SLO_LATENCY_THRESHOLD_S, self.latency.objective or 0.99,
-                              self.availability.objective or 0.999)
+        default = ResolvedSlo(DEFAULT_SLO_NAME, "", "", self.latency.thresholdSeconds, self.latency.objective,
+                              self.availability.objective)
         groups = [SloGroup(name=m.name, model=m.model, namespace=m.namespace,
                            latency_threshold_s=m.latency.thresholdSeconds, latency_objective=m.latency.objective,
                            availability_objective=m.availability.objective) for m in self.models]

@@ -4,6 +4,7 @@ Python is described by the Python that reads it, never a second time by hand.
 - `exporter.settings` and `recommender.settings` in values.schema.json are the schemas of
   `ExporterSettings` and `RecommenderSettings`, less the settings the chart sets itself, so a misspelt
   key is refused by `helm install` instead of crash-looping the component (which refuses unknown keys);
+  `slo` is the schema of `SloValues`, which both components read as the chart passes it;
 - files/placeholders.yaml: the tokens the chart replaces in the generated rules and dashboards;
 - Chart.yaml's version and appVersion are the project's version, so `helm package` gives a chart
   versioned like the image it deploys.
@@ -20,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from tidescale.contracts import placeholders, yamlout
+from tidescale.contracts.slo import SloValues
 from tidescale.devstack.tools import REPO_ROOT
 
 CHART = "deploy/helm/tidescale"
@@ -45,7 +47,8 @@ RECOMMENDER_OWNED = frozenset({
 # JSON Schema keywords worth keeping from pydantic's output; the rest (title, format, writeOnly) is noise
 # for a values file or a format the chart's validator would not check anyway.
 _KEEP = frozenset({"type", "anyOf", "items", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-                   "minLength", "maxLength", "pattern", "default", "description", "minItems", "maxItems"})
+                   "minLength", "maxLength", "pattern", "default", "description", "minItems", "maxItems",
+                   "required", "not", "const"})
 
 
 def _clean(schema: Any) -> Any:
@@ -68,7 +71,8 @@ def _inlined(schema: Any, defs: dict[str, Any]) -> Any:
     if "$ref" in schema:
         target = defs[schema["$ref"].rsplit("/", 1)[-1]]
         nested = {"type": "object", "additionalProperties": False,
-                  "properties": {k: _inlined(v, defs) for k, v in target.get("properties", {}).items()}}
+                  "properties": {k: _inlined(v, defs) for k, v in target.get("properties", {}).items()},
+                  **({"required": target["required"]} if "required" in target else {})}
         return {**nested, **({"description": schema["description"]} if "description" in schema else {})}
     return {k: _inlined(v, defs) for k, v in schema.items()}
 
@@ -106,7 +110,9 @@ def settings_schema(model: type[BaseModel], owned: frozenset[str], described_as:
     defs = full.get("$defs", {})
     properties = {name: _clean(_inlined(prop, defs)) for name, prop in full["properties"].items() if name not in owned}
     _infinity_as_text(properties, _inf_off(model))
-    return {"type": "object", "additionalProperties": False, "description": described_as, "properties": properties}
+    required = [name for name in full.get("required", []) if name not in owned]
+    return {"type": "object", "additionalProperties": False, "description": described_as, "properties": properties,
+            **({"required": required} if required else {})}
 
 
 def schema_text(current: str) -> str:
@@ -125,6 +131,10 @@ def schema_text(current: str) -> str:
         RecommenderSettings, RECOMMENDER_OWNED,
         "Recommender settings (docs/autoscaler.md), generated from RecommenderSettings; the chart sets "
         + ", ".join(sorted(RECOMMENDER_OWNED)) + " from its own values.")
+    schema["properties"]["slo"] = settings_schema(
+        SloValues, frozenset(),
+        "The latency and availability SLO (docs/alerts.md), generated from SloValues: the exporter, the recommender "
+        "and the rules read it as it is.")
     return json.dumps(schema, indent=2, allow_nan=False) + "\n"
 
 

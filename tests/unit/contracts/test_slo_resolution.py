@@ -54,7 +54,34 @@ def test_the_recommender_sizes_each_target_for_its_models_slo() -> None:
     {"models": [{"name": "default", "model": "m"}]},                 # the default's name
     {"latency": {"thresholdSeconds": -1}},
     {"models": [{"name": "x", "model": "m", "latencee": {}}]},       # a misspelt key
+    {"latency": {"thresholdSeconds": 0.3}},                          # not a bucket boundary
+    {"models": [{"name": "x", "model": "m", "latency": {"thresholdSeconds": 2.0}}]},
+    {"latency": {"thresholdSeconds": None}},                         # the default SLO has every value
+    {"models": [{"name": "x", "model": ""}]},                        # a group matches some model
+    {"models": [{"name": "x", "model": "m" * 1025}]},
+    {"models": [{"name": "Upper", "model": "m"}]},
+    {"models": [{"name": "a", "model": "m"}, {"name": "a", "model": "n"}]},
 ])
 def test_bad_slo_values_are_refused(bad: dict[str, object]) -> None:
     with pytest.raises(ValueError):
         SloValues.model_validate(bad)
+
+
+def test_a_group_value_set_to_null_is_the_defaults() -> None:
+    """Helm keeps a null inside a list item; the template and Python both read it as left out."""
+    [group, _] = SloValues.model_validate({"latency": {"thresholdSeconds": 1.0, "objective": 0.95}, "models": [
+        {"name": "x", "model": "m", "latency": {"thresholdSeconds": None, "objective": None}}]}).resolved()
+    assert (group.latency_threshold_s, group.latency_objective) == (1.0, 0.95)
+
+
+def test_the_charts_slo_schema_is_generated_from_slo_values() -> None:
+    """values.schema.json's `slo` is generated from SloValues (the drift check holds the file to it)."""
+    import json
+
+    from tidescale.devstack.chart import SCHEMA, schema_text
+    from tidescale.devstack.tools import REPO_ROOT
+
+    committed = json.loads((REPO_ROOT / SCHEMA).read_text())["properties"]["slo"]
+    assert committed == json.loads(schema_text((REPO_ROOT / SCHEMA).read_text()))["properties"]["slo"]
+    assert committed["required"] == ["latency", "availability", "models"]
+    assert committed["properties"]["models"]["items"]["properties"]["name"]["not"] == {"const": "default"}
