@@ -284,7 +284,12 @@ class RecommenderService:
             self._apply(st)
 
     def _send_event(self, st: TargetState, before: int, after: int, why: str, detail: str) -> None:
-        """The recommendation's Event (events.py), never under the lock."""
+        """The recommendation's Event (events.py), never under the lock. Read through a query layer
+        shared by clusters (`series_matchers`), it says which cluster's series it read: Events shipped
+        to one place from several clusters stay told apart, whatever the Deployments are called."""
+        scope = ", ".join(f'{k}="{v}"' for k, v in sorted(self.settings.series_matchers.items()))
+        if scope:
+            detail = f"{detail}; read from the series of {scope}"
         if self.events is not None:
             post_recommendation(self.events, st.settings.namespace, st.settings.deployment, (before, after), why,
                                 detail, event_twin_window_s(self.settings.interval_s,

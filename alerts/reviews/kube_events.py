@@ -14,8 +14,9 @@ COMPONENT = "tidescale-reviews"
 
 
 def event_body(namespace: str, deployment: str, review: dict[str, Any], now: datetime) -> dict[str, Any]:
-    message = (f"model {review['model']} version {review['version']} needs a review ({review['reason']}); "
-               f"review #{review['id']}")
+    cluster = f" in cluster {review['cluster']}" if review.get("cluster") else ""
+    message = (f"model {review['model']} version {review['version']}{cluster} needs a review "
+               f"({review['reason']}); review #{review['id']}")
     return deployment_event(namespace, deployment, reason="ModelReviewOpened", message=message,
                             component=COMPONENT, now=now, name_prefix="tidescale-review")
 

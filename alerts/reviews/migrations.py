@@ -5,8 +5,9 @@ runs in one transaction under a PostgreSQL advisory lock, so exactly one replica
 step and the others find it done. SQLite (one replica, one writer) needs no lock.
 
 Rules for a new step: append a `Migration` with the next version that brings a database of the
-previous version to the new one (ALTER, never a re-create), and update the `Review` model to the
-result; `tests/unit/alerts/test_reviews_migrations.py` checks that migrating an empty database
+previous version to the new one (ALTER, never a re-create; SQLite cannot alter a table's constraints,
+so a step that must copies the table once, in the same transaction), and update the `Review` model to
+the result; `tests/unit/alerts/test_reviews_migrations.py` checks that migrating an empty database
 gives exactly the model's columns. A database newer than this code is refused, not downgraded.
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy import Column, Connection, Integer, MetaData, Table, inspect, select, text
+from sqlalchemy import Column, Connection, Integer, MetaData, Table, UniqueConstraint, inspect, select, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.schema import CreateColumn
 
@@ -54,10 +55,53 @@ def _add_columns(*names: str) -> Callable[[Connection, MetaData], None]:
     return apply
 
 
+def _key_has(conn: Connection, name: str, columns: list[str]) -> bool:
+    return any(u["name"] == name and list(u["column_names"]) == columns
+               for u in inspect(conn).get_unique_constraints("reviews"))
+
+
+def _rebuild_sqlite(conn: Connection, table: Table) -> None:
+    """The table as *table* declares it, with every row and id: SQLite's way to change a constraint.
+    Columns the old table lacks take their server default."""
+    have = {c["name"] for c in inspect(conn).get_columns("reviews")}
+    old_indexes = [i["name"] for i in inspect(conn).get_indexes("reviews") if i["name"]]
+    conn.execute(text("ALTER TABLE reviews RENAME TO reviews_before_rebuild"))
+    for index in old_indexes:  # index names are per database: the new table's would clash
+        conn.execute(text(f'DROP INDEX "{index}"'))
+    table.create(conn)
+    kept = ", ".join(f'"{c.name}"' for c in table.columns if c.name in have)
+    conn.execute(text(f"INSERT INTO reviews ({kept}) SELECT {kept} FROM reviews_before_rebuild"))
+    conn.execute(text("DROP TABLE reviews_before_rebuild"))
+
+
+def _unique_key(name: str, add: str) -> Callable[[Connection, MetaData], None]:
+    """Add the column *add* and rebuild the unique constraint *name* to the model's columns (a
+    database created by this code at step 1 has both already)."""
+
+    def apply(conn: Connection, model: MetaData) -> None:
+        table = model.tables["reviews"]
+        [key] = [c for c in table.constraints if isinstance(c, UniqueConstraint) and c.name == name]
+        columns = [c.name for c in key.columns]
+        if _key_has(conn, name, columns):
+            return
+        if conn.dialect.name == "sqlite":
+            _rebuild_sqlite(conn, table)
+            return
+        _add_columns(add)(conn, model)
+        conn.execute(text(f'ALTER TABLE reviews DROP CONSTRAINT IF EXISTS "{name}"'))
+        # Written out: SQLAlchemy's AddConstraint would mark the model's constraint as added by ALTER, and
+        # a later CREATE TABLE in this process would leave it out.
+        conn.execute(text(f'ALTER TABLE reviews ADD CONSTRAINT "{name}" UNIQUE ({", ".join(columns)})'))
+
+    return apply
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "the reviews table (tidescale 0.1)", _create_reviews),
     Migration(2, "startsAt as sent (the clock-skew clamp is kept per alert instance) and the profile fetch "
                  "still to do (resumed at start-up)", _add_columns("sent_starts_at", "profile_pending")),
+    Migration(3, "the cluster of the alert in the review key, so clusters behind one Alertmanager keep their "
+                 "reviews apart (existing reviews: cluster '')", _unique_key("uq_review_key", "cluster")),
 )
 LATEST = MIGRATIONS[-1].version
 

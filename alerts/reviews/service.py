@@ -60,7 +60,8 @@ MAX_KEY_CHARS = 256
 BACKGROUND_WORKERS = 4
 BACKGROUND_CAPACITY = 1000
 SHUTDOWN_DRAIN_S = 10.0
-# Review-key columns and the label each comes from (reason: the `reason` label, else the alert name).
+# Stored columns that come from one label each (the review key's reason: the `reason` label, else the
+# alert name; its cluster: the settings' cluster_label).
 KEY_LABELS = {"namespace": "namespace", "model": "model", "version": "version", "alertname": "alertname"}
 PROBE_THREADS = 2  # liveness and readiness at once
 
@@ -93,7 +94,7 @@ def _clipped(text: str) -> str:
     return repr(text[:64]) + ("…" if len(text) > 64 else "")
 
 
-def fields_problem(alert: WebhookAlert) -> tuple[str, str] | None:
+def fields_problem(alert: WebhookAlert, cluster_label: str) -> tuple[str, str] | None:
     """(reason, detail) for a label or annotation the store cannot hold."""
     for kind, mapping in (("label", alert.labels), ("annotation", alert.annotations)):
         for key, value in mapping.items():
@@ -104,7 +105,8 @@ def fields_problem(alert: WebhookAlert) -> tuple[str, str] | None:
                 if problem:
                     return "invalid_text", f"{kind} {what} {_clipped(key if what == 'value' else text)} {problem}"
     limits = text_column_limits()
-    key_values = {column: alert.labels.get(label, "") for column, label in KEY_LABELS.items()}
+    key_values = {column: alert.labels.get(label, "")
+                  for column, label in {**KEY_LABELS, "cluster": cluster_label}.items()}
     key_values["reason"] = review_reason(alert.labels)
     for column, value in key_values.items():
         if len(value) > limits[column]:
@@ -123,14 +125,14 @@ def normalised_times(alert: WebhookAlert) -> WebhookAlert | tuple[str, str]:
     return alert.model_copy(update={"startsAt": starts, "endsAt": ends})
 
 
-def alert_problem(alert: WebhookAlert) -> tuple[str, str] | None:
+def alert_problem(alert: WebhookAlert, cluster_label: str) -> tuple[str, str] | None:
     """(reason, detail) when an alert cannot become a review, else None."""
     missing = [k for k in ("model", "version") if not alert.labels.get(k)]
     if missing:
         name = alert.labels.get("alertname", "(no alertname)")
         detail = f"alert {name[:64]} has no {' or '.join(missing)} label; reviews are per model version"
         return "missing_model_version", detail
-    return fields_problem(alert)
+    return fields_problem(alert, cluster_label)
 
 
 @dataclass(frozen=True)
@@ -216,7 +218,7 @@ class ReviewService:
         result = WebhookResult(accepted=0, opened=0, reopened=0, cleared=0, rejected=[])
         now = self.clock()
         for index, raw in enumerate(payload.alerts):
-            checked = alert_problem(raw) or normalised_times(raw)
+            checked = alert_problem(raw, self.settings.cluster_label) or normalised_times(raw)
             if isinstance(checked, tuple):
                 self._reject(result, index, *checked)
                 continue
@@ -239,11 +241,25 @@ class ReviewService:
         review_id, outcome = self.store.apply_firing(alert, now, want_profile=bool(self.settings.exporter_url))
         result.opened += outcome == "opened"
         result.reopened += outcome == "reopened"
-        if outcome in ("opened", "reopened") and (self.settings.exporter_url or self.events is not None):
+        if outcome not in ("opened", "reopened"):
+            return
+        cluster = alert.labels.get(self.settings.cluster_label, "")
+        if self.of_another_cluster(cluster):
+            if self.settings.exporter_url:
+                self.store.attach_profile(review_id, None, f"not fetched: the review is of cluster {cluster!r}, "
+                                                           f"this service's is {self.settings.cluster!r}")
+            return
+        if self.settings.exporter_url or self.events is not None:
             opened = Opened(review_id, alert.labels["model"], alert.labels["version"])
             if not self.background.submit(opened):
                 self.store.attach_profile(review_id, None, f"not fetched: {BACKGROUND_CAPACITY} reviews were "
                                                            "already waiting for their evidence")
+
+    def of_another_cluster(self, cluster: str) -> bool:
+        """Whether a review of *cluster* belongs to another cluster than this service's: one
+        Alertmanager may serve several, and this cluster's exporter and Deployments are not that
+        cluster's (same names or not), so its review gets neither a profile nor an Event here."""
+        return bool(self.settings.cluster and cluster and cluster != self.settings.cluster)
 
     def on_open(self, opened: Opened) -> None:
         """Evidence and notice for a newly (re)opened review: the profile report, a Kubernetes Event.
@@ -288,7 +304,7 @@ def create_app(
 ) -> FastAPI:
     """The FastAPI app; refuses to build without a token (write endpoints are never open)."""
     token = bearer_token(settings)
-    service = ReviewService(settings, store or ReviewStore(settings.database), events)
+    service = ReviewService(settings, store or ReviewStore(settings.database, settings.cluster_label), events)
     probe_threads = anyio.CapacityLimiter(PROBE_THREADS)
 
     @asynccontextmanager
@@ -314,13 +330,14 @@ def create_app(
     @app.get("/api/v1/reviews")
     def list_reviews(
         state: str | None = Query(None), model: str | None = Query(None, max_length=255),
-        limit: int = Query(500, ge=1, le=5000),
+        limit: int = Query(500, ge=1, le=5000), cluster: str | None = Query(None, max_length=253),
     ) -> dict[str, Any]:
         if state is not None and state not in STATES:
             raise HTTPException(400, detail=f"state: must be one of {', '.join(STATES)}, got {_clipped(state)}")
-        if model is not None and (problem := text_problem(model)):
-            raise HTTPException(400, detail=f"model: {problem}")
-        return {"items": service.store.list(state=state, model=model, limit=limit)}
+        for name, value in (("model", model), ("cluster", cluster)):
+            if value is not None and (problem := text_problem(value)):
+                raise HTTPException(400, detail=f"{name}: {problem}")
+        return {"items": service.store.list(state=state, model=model, limit=limit, cluster=cluster)}
 
     review_id_path = Path(ge=1, le=MAX_REVIEW_ID, description="a review id (a positive 32-bit integer)")
 

@@ -7,6 +7,8 @@ from typing import ClassVar
 from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
+from tidescale.contracts.placeholders import DEFAULT_CLUSTER_LABEL
+from tidescale.contracts.promql import LABEL_NAME
 from tidescale.contracts.settings import Host, ServingSettings
 
 
@@ -30,3 +32,10 @@ class ReviewsSettings(ServingSettings):
     kube_events: bool = False
     # model -> "namespace/deployment", for alerts without a `deployment` label.
     model_deployments: dict[str, str] = Field(default_factory=dict)
+    # The alert label that names the cluster (the chart's `clusterLabel`; Prometheus adds it to the alerts
+    # it sends when it is an external label): part of the review key, so clusters behind one
+    # Alertmanager keep their reviews apart.
+    cluster_label: str = Field(DEFAULT_CLUSTER_LABEL, pattern=LABEL_NAME.pattern)
+    # This cluster's value of cluster_label (the chart's `autoscaling.cluster`): a review of another
+    # cluster gets no Event here, where its Deployment is not. Empty: every review gets its Event.
+    cluster: str = Field("", max_length=253)

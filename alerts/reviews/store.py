@@ -1,12 +1,16 @@
 """Durable reviews in SQL (SQLite with WAL by default, PostgreSQL through the same URL).
 
-One row per (namespace, model, version, reason). Alertmanager re-sends and group notifications
+One row per (cluster, namespace, model, version, reason): the cluster is the value of the alert's
+cluster label (the chart's `clusterLabel`, which Prometheus adds to the alerts it sends as an
+external label), so one Alertmanager behind several clusters keeps their reviews apart; empty
+where the alert has none. Alertmanager re-sends and group notifications
 update that row; alert instances are told apart by `startsAt`, so an old re-send never reopens a
 review and a resolved notification never deletes one.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -34,6 +38,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sess
 from tidescale.alerts.reviews.migrations import migrate
 from tidescale.alerts.reviews.schema import WebhookAlert, review_reason, to_float
 from tidescale.contracts.errors import TidescaleError, UsageError
+from tidescale.contracts.placeholders import DEFAULT_CLUSTER_LABEL
 from tidescale.contracts.redact import redact_url, redact_urls
 
 STATES = ("open", "acknowledged", "closed")
@@ -58,11 +63,28 @@ class Base(DeclarativeBase):
     pass
 
 
+@dataclass(frozen=True)
+class ReviewKey:
+    """What tells one review from another: the alert's cluster, namespace, model, version and reason."""
+
+    cluster: str
+    namespace: str
+    model: str
+    version: str
+    reason: str
+
+
+# The unique key of a review, by its columns (migration 3 rebuilt it when `cluster` joined).
+REVIEW_KEY = "uq_review_key"
+REVIEW_KEY_COLUMNS = tuple(f.name for f in dataclasses.fields(ReviewKey))
+
+
 class Review(Base):
     __tablename__ = "reviews"
-    __table_args__ = (UniqueConstraint("namespace", "model", "version", "reason", name="uq_review_key"),)
+    __table_args__ = (UniqueConstraint(*REVIEW_KEY_COLUMNS, name=REVIEW_KEY),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = mapped_column(String(253), default="", server_default="")
     namespace: Mapped[str] = mapped_column(String(253))
     model: Mapped[str] = mapped_column(String(255), index=True)
     version: Mapped[str] = mapped_column(String(64))
@@ -93,8 +115,8 @@ class Review(Base):
             return d.replace(tzinfo=UTC).isoformat() if d else None
 
         return {
-            "id": self.id, "namespace": self.namespace, "model": self.model, "version": self.version,
-            "reason": self.reason, "alertname": self.alertname, "state": self.state,
+            "id": self.id, "cluster": self.cluster, "namespace": self.namespace, "model": self.model,
+            "version": self.version, "reason": self.reason, "alertname": self.alertname, "state": self.state,
             "condition": self.condition, "starts_at": iso(self.starts_at), "cleared_at": iso(self.cleared_at),
             "opened_at": iso(self.opened_at), "updated_at": iso(self.updated_at),
             "times_reopened": self.times_reopened, "labels": self.labels, "annotations": self.annotations,
@@ -113,17 +135,10 @@ def text_column_limits() -> dict[str, int]:
             if isinstance(c.type, String) and c.type.length is not None}
 
 
-@dataclass(frozen=True)
-class ReviewKey:
-    namespace: str
-    model: str
-    version: str
-    reason: str
-
-
-def key_of(alert: WebhookAlert) -> ReviewKey:
+def key_of(alert: WebhookAlert, cluster_label: str = DEFAULT_CLUSTER_LABEL) -> ReviewKey:
     labels = alert.labels
-    return ReviewKey(labels.get("namespace", ""), labels["model"], labels["version"], review_reason(labels))
+    return ReviewKey(labels.get(cluster_label, ""), labels.get("namespace", ""), labels["model"], labels["version"],
+                     review_reason(labels))
 
 
 def utc_naive(d: datetime) -> datetime:
@@ -157,7 +172,8 @@ class ReviewStore:
     """All review reads and writes; writes are serialised so concurrent re-sends cannot race, within
     one process by a lock and across replicas by row locks and the unique key."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, cluster_label: str = DEFAULT_CLUSTER_LABEL) -> None:
+        self.cluster_label = cluster_label
         self.engine = make_engine(url)
         try:
             migrate(self.engine, Base.metadata)
@@ -173,9 +189,7 @@ class ReviewStore:
     def _find(self, s: Session, key: ReviewKey) -> Review | None:
         """The review of *key*, row-locked until the transaction ends (PostgreSQL: SELECT … FOR UPDATE),
         so two replicas never both reopen it; SQLite serialises writers anyway."""
-        return s.scalars(select(Review).filter_by(
-            namespace=key.namespace, model=key.model, version=key.version, reason=key.reason
-        ).with_for_update()).one_or_none()
+        return s.scalars(select(Review).filter_by(**dataclasses.asdict(key)).with_for_update()).one_or_none()
 
     @staticmethod
     def _starts(review: Review | None, sent: datetime, at: datetime) -> datetime:
@@ -191,7 +205,7 @@ class ReviewStore:
                      want_profile: bool = False) -> tuple[int, FiringOutcome]:
         """Store a firing alert at *at* (naive UTC, default now). *want_profile*: an opened or
         reopened review owes a profile fetch (`profile_pending`), in the same transaction."""
-        key, sent, at = key_of(alert), utc_naive(alert.startsAt), at or now()
+        key, sent, at = key_of(alert, self.cluster_label), utc_naive(alert.startsAt), at or now()
         with self._write_lock:
             for _ in range(2):  # a second try after a unique-key race with another process
                 try:
@@ -215,8 +229,8 @@ class ReviewStore:
     def _new(self, key: ReviewKey, alert: WebhookAlert, starts: datetime, sent: datetime) -> Review:
         t = now()
         review = Review(
-            namespace=key.namespace, model=key.model, version=key.version, reason=key.reason,
-            alertname=alert.labels.get("alertname", ""), state="open", condition="firing",
+            **dataclasses.asdict(key), alertname=alert.labels.get("alertname", ""), state="open",
+            condition="firing",
             starts_at=starts, sent_starts_at=sent, opened_at=t, updated_at=t, times_reopened=0,
         )
         self._record_values(review, alert)
@@ -248,7 +262,7 @@ class ReviewStore:
             review.p99_before_s, review.p99_after_s = before, after
 
     def apply_resolved(self, alert: WebhookAlert, at: datetime | None = None) -> ResolvedOutcome:
-        key, sent, at = key_of(alert), utc_naive(alert.startsAt), at or now()
+        key, sent, at = key_of(alert, self.cluster_label), utc_naive(alert.startsAt), at or now()
         with self._write_lock, self._session.begin() as s:
             review = self._find(s, key)
             if review is None:
@@ -277,12 +291,15 @@ class ReviewStore:
             review = s.get(Review, review_id)
             return review.to_dict() if review else None
 
-    def list(self, state: str | None = None, model: str | None = None, limit: int = 500) -> list[dict[str, Any]]:
+    def list(self, state: str | None = None, model: str | None = None, limit: int = 500,
+             cluster: str | None = None) -> list[dict[str, Any]]:
         query = select(Review).order_by(Review.id).limit(limit)
         if state:
             query = query.where(Review.state == state)
         if model:
             query = query.where(Review.model == model)
+        if cluster is not None:
+            query = query.where(Review.cluster == cluster)
         with self._session() as s:
             return [r.to_dict() for r in s.scalars(query)]
 

@@ -626,6 +626,23 @@ def test_least_privilege_rbac(full_docs: list[dict[str, Any]]) -> None:
         assert spec["automountServiceAccountToken"] is (component in accounts)
 
 
+def test_the_review_service_keys_reviews_by_the_cluster_label_and_knows_its_own_cluster(tmp: Path) -> None:
+    from tidescale.alerts.reviews.settings import ReviewsSettings
+
+    def reviews_settings(values: dict[str, Any]) -> ReviewsSettings:
+        [reviews] = [d for d in template(tmp, values)
+                     if d["kind"] == "Deployment" and d["metadata"]["name"] == "t-tidescale-reviews"]
+        env = {e["name"]: e["value"] for e in reviews["spec"]["template"]["spec"]["containers"][0]["env"]
+               if e["name"] in ("TIDESCALE_REVIEWS_CLUSTER_LABEL", "TIDESCALE_REVIEWS_CLUSTER")}
+        return ReviewsSettings(**{k.removeprefix("TIDESCALE_REVIEWS_").lower(): v for k, v in env.items()})
+
+    default = reviews_settings(FULL_VALUES)
+    assert (default.cluster_label, default.cluster) == ("cluster", "")
+    named = reviews_settings({**FULL_VALUES, "clusterLabel": "k8s_cluster",
+                              "autoscaling": {**FULL_VALUES["autoscaling"], "cluster": "west"}})
+    assert (named.cluster_label, named.cluster) == ("k8s_cluster", "west")
+
+
 def test_review_events_name_each_model_deployment_and_are_granted_where_it_runs(tmp: Path) -> None:
     from tidescale.alerts.reviews.settings import ReviewsSettings
 

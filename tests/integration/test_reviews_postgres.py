@@ -14,6 +14,7 @@ from tests.hostile import DATETIMES, LABEL_VALUES
 from tests.integration.test_reviews_reliability import kill_9_mid_stream
 from tests.postgres import create_database, running_postgres
 from tests.unit.alerts import test_reviews_hostile as hostile
+from tests.unit.alerts import test_reviews_migrations as migrations_test
 from tests.unit.alerts import test_reviews_service as behaviour
 from tests.unit.alerts.reviews_helpers import TOKEN
 from tidescale.alerts.reviews.service import create_app
@@ -82,6 +83,10 @@ def test_ids_beyond_the_integer_column_on_postgresql(database: str) -> None:
         for review_id in (2**31, 2**63):
             assert client.get(f"/api/v1/reviews/{review_id}").status_code == 422
         assert client.get(f"/api/v1/reviews/{2**31 - 1}").status_code == 404
+
+
+def test_a_version_2_database_gets_the_cluster_in_its_review_key_on_postgresql(database: str) -> None:
+    migrations_test.check_version_2_migrates_to_a_key_with_the_cluster(database)
 
 
 def test_replicas_starting_at_once_migrate_once(database: str) -> None:

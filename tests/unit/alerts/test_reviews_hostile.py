@@ -27,7 +27,7 @@ from tidescale.alerts.reviews.settings import ReviewsSettings
 from tidescale.alerts.reviews.store import MAX_CLOCK_SKEW, text_column_limits
 from tidescale.contracts.errors import UsageError
 
-FIELDS = ["model", "version", "namespace", "annotation", "label-name"]
+FIELDS = ["model", "version", "namespace", "cluster", "annotation", "label-name"]
 STORE_REASONS = {"oversized_field", "invalid_text", "missing_model_version"}
 
 
@@ -51,7 +51,7 @@ def post_raw(client: TestClient, body: Any) -> httpx.Response:
 
 def hostile_alert(field: str, value: str) -> dict[str, Any]:
     a = alert(model="hostile")
-    if field in ("model", "version", "namespace"):
+    if field in ("model", "version", "namespace", "cluster"):
         a["labels"][field] = value
     elif field == "annotation":
         a["annotations"]["description"] = value
@@ -83,7 +83,7 @@ def check_one_bad_alert_never_blocks_the_payload(client: TestClient, field: str,
         return
     assert body["accepted"] == 3
     review = stored[value if field == "model" else "hostile"]
-    if field in ("model", "version", "namespace"):
+    if field in ("model", "version", "namespace", "cluster"):
         assert review[field] == value
     elif field == "annotation":
         assert review["annotations"]["description"] == value
@@ -103,6 +103,7 @@ def check_the_store_limits_are_enforced(client: TestClient) -> None:
         hostile_alert("model", "m" * (limits["model"] + 1)),
         hostile_alert("version", "9" * (limits["version"] + 1)),
         hostile_alert("namespace", "n" * (limits["namespace"] + 1)),
+        hostile_alert("cluster", "c" * (limits["cluster"] + 1)),
         hostile_alert("model", "a\x00b"),
         hostile_alert("annotation", "a\x00b"),
         hostile_alert("label-name", "a\x00b"),
@@ -111,12 +112,12 @@ def check_the_store_limits_are_enforced(client: TestClient) -> None:
     body = post_raw(client, payload(alert(model="ok"), *bad)).json()
     assert body["accepted"] == 1
     assert [(r["index"], r["reason"]) for r in body["rejected"]] == [
-        (1, "oversized_field"), (2, "oversized_field"), (3, "oversized_field"),
-        (4, "invalid_text"), (5, "invalid_text"), (6, "invalid_text"), (7, "invalid_text"),
+        (1, "oversized_field"), (2, "oversized_field"), (3, "oversized_field"), (4, "oversized_field"),
+        (5, "invalid_text"), (6, "invalid_text"), (7, "invalid_text"), (8, "invalid_text"),
     ]
     assert "longer than 255 characters" in body["rejected"][0]["detail"]
-    assert "NUL" in body["rejected"][3]["detail"]
-    assert metric(client, "oversized_field") == 3 and metric(client, "invalid_text") == 4
+    assert "cluster" in body["rejected"][3]["detail"] and "NUL" in body["rejected"][4]["detail"]
+    assert metric(client, "oversized_field") == 4 and metric(client, "invalid_text") == 4
     assert [r["model"] for r in client.get("/api/v1/reviews").json()["items"]] == ["ok"]
 
 

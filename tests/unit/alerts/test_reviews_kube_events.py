@@ -6,10 +6,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 from tests.kube_events import FakeEventApi
 from tests.unit.alerts.reviews_helpers import AUTH, TOKEN, alert, payload
+from tidescale.alerts.reviews import service as service_mod
 from tidescale.alerts.reviews.kube_events import KubeEventPoster, deployment_of, event_body
 from tidescale.alerts.reviews.service import create_app
 from tidescale.alerts.reviews.settings import ReviewsSettings
@@ -49,3 +51,30 @@ def test_the_deployment_comes_from_the_alert_label_or_the_mapping() -> None:
     assert deployment_of({**review, "labels": {}}, {"ctr": "no-slash"}) is None
     body = event_body("ml", "triton", review, datetime(2026, 11, 21, 12, tzinfo=UTC))
     assert body["firstTimestamp"] == "2026-11-21T12:00:00Z" and body["metadata"]["namespace"] == "ml"
+
+
+def test_clusters_behind_one_alertmanager_keep_their_reviews_and_events_apart(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 46: the cluster label is part of the review key, the Event names the cluster, and a
+    review of another cluster gets neither this cluster's profile nor an Event on its Deployment
+    (same names: the local `ml/triton-ctr` is not east's)."""
+    fetched: list[str] = []
+
+    def fake_fetch(url: str, model: str, version: str, timeout_s: float) -> tuple[dict[str, Any], None]:
+        fetched.append(model)
+        return {"op_class_share": {"string": 0.3}}, None
+
+    monkeypatch.setattr(service_mod, "fetch_profile", fake_fetch)
+    api = FakeEventApi()
+    with client_with(tmp_path, api, model_deployments={"ctr": "ml/triton-ctr"}, cluster_label="k8s_cluster",
+                     cluster="west", exporter_url="http://exporter:9105") as client:
+        for cluster in ("west", "east", "west"):  # the second west is a re-send
+            resp = client.post("/api/v1/alertmanager", json=payload(alert(k8s_cluster=cluster)), headers=AUTH)
+            assert resp.status_code == 200
+        items = {r["cluster"]: r for r in client.get("/api/v1/reviews").json()["items"]}
+        east = client.get("/api/v1/reviews", params={"cluster": "east"}).json()["items"]
+    assert sorted(items) == ["east", "west"] and [r["id"] for r in east] == [items["east"]["id"]]
+    assert items["east"]["profile"] is None and "of cluster 'east'" in items["east"]["profile_error"]
+    assert fetched == ["ctr"]  # west's, once
+    ((_, body),) = api.posted
+    assert "model ctr version 2 in cluster west needs a review" in body["message"]

@@ -3,14 +3,17 @@ is in tests/integration/test_reviews_postgres.py)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, inspect, text
 
 from tidescale.alerts.reviews import migrations
+from tidescale.alerts.reviews.schema import WebhookAlert
 from tidescale.alerts.reviews.store import Base, Review, ReviewStore
 from tidescale.contracts.errors import TidescaleError
+from tidescale.devstack.tools import FIXTURES
 
 
 def url(tmp_path: Path) -> str:
@@ -67,3 +70,53 @@ def test_a_database_newer_than_this_tidescale_is_refused_by_name(tmp_path: Path)
         conn.execute(text(f"INSERT INTO {migrations.VERSION_TABLE} (version) VALUES ({migrations.LATEST + 1})"))
     with pytest.raises(TidescaleError, match="newer than this tidescale"):
         ReviewStore(url(tmp_path))
+
+
+def version_2_database(database: str) -> None:
+    """*database* as tidescale made it at schema version 2 (its dialect's DDL), with one closed review."""
+    engine = create_engine(database)
+    ddl = FIXTURES / "reviews" / f"schema-v2-{engine.dialect.name}.sql"
+    with engine.begin() as conn:
+        for statement in ddl.read_text().split(";\n"):
+            if statement.strip():
+                conn.execute(text(statement))
+        conn.execute(text(f"CREATE TABLE {migrations.VERSION_TABLE} (version INTEGER PRIMARY KEY)"))
+        conn.execute(text(f"INSERT INTO {migrations.VERSION_TABLE} (version) VALUES (1), (2)"))
+        conn.execute(text("INSERT INTO reviews (namespace, model, version, reason, alertname, state, condition, "
+                          "starts_at, opened_at, updated_at, times_reopened, labels, annotations, profile_pending) "
+                          "VALUES ('ml', 'm', '1', 'r', 'A', 'closed', 'cleared', '2026-01-01', '2026-01-01', "
+                          "'2026-01-01', 2, '{}', '{}', FALSE)"))
+    engine.dispose()
+
+
+def check_version_2_migrates_to_a_key_with_the_cluster(database: str) -> None:
+    """Migration 3 (issue 46): the review of before keeps its id and gets cluster ''; afterwards two
+    clusters' alerts for one model, namespace, version and reason open two reviews."""
+    version_2_database(database)
+    store = ReviewStore(database)
+    with store.engine.connect() as conn:
+        assert migrations.current_version(conn) == migrations.LATEST
+        inspector = inspect(conn)
+        assert {c["name"] for c in inspector.get_columns("reviews")} == {c.name for c in Review.__table__.columns}
+        assert [u["column_names"] for u in inspector.get_unique_constraints("reviews")] == [
+            ["cluster", "namespace", "model", "version", "reason"]]
+        indexes = {i["name"] for i in inspector.get_indexes("reviews") if "duplicates_constraint" not in i}
+        assert indexes == {"ix_reviews_model", "ix_reviews_state"}  # PostgreSQL lists the key's own index too
+        assert "reviews_before_rebuild" not in inspector.get_table_names()
+    [old] = store.list()
+    assert (old["cluster"], old["state"], old["times_reopened"]) == ("", "closed", 2)
+    at = datetime(2026, 2, 1, tzinfo=UTC)
+    for cluster in ("east", "west"):
+        alert = WebhookAlert.model_validate({"status": "firing", "startsAt": at.isoformat(), "labels": {
+            "alertname": "A", "reason": "r", "namespace": "ml", "model": "m", "version": "1", "cluster": cluster}})
+        assert store.apply_firing(alert, at=at.replace(tzinfo=None))[1] == "opened"
+    reviews = store.list()
+    assert reviews[0] == old and sorted(r["cluster"] for r in reviews) == ["", "east", "west"]
+    assert [r["cluster"] for r in store.list(cluster="west")] == ["west"]
+    store.close()
+    assert migrations.migrate(create_engine(database), Base.metadata) == migrations.LATEST  # idempotent
+
+
+def test_a_version_2_database_gets_the_cluster_in_its_review_key_and_keeps_its_reviews(tmp_path: Path) -> None:
+    """SQLite cannot alter a constraint: the table is copied once, in the migration's transaction."""
+    check_version_2_migrates_to_a_key_with_the_cluster(url(tmp_path))

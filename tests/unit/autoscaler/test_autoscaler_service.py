@@ -385,6 +385,21 @@ def test_every_evaluation_exports_one_decision_and_a_change_posts_an_event_sayin
     assert len(events.posted) == 1  # holding is no change
 
 
+def test_the_event_names_the_cluster_whose_series_it_read() -> None:
+    """Issue 46: behind a shared query layer the recommender reads one cluster's series; its Events say so."""
+    events = FakeEventApi()
+    target = TargetSettings(deployment="triton", namespace="ml", model="resnet", min_replicas=1, max_replicas=50)
+    fake = FakeProm()
+    svc = RecommenderService(RecommenderSettings(targets=[target], capacity_rps=100.0,  # type: ignore[arg-type]
+                                                 series_matchers={"k8s_cluster": "west"}), fake, events=events)
+    svc.evaluate(0.0)
+    fake.values["rate("] = 900.0
+    svc.evaluate(15.0)
+    [(_, body)] = events.posted
+    assert body["message"].endswith('; read from the series of k8s_cluster="west"')
+    assert all('k8s_cluster="west"' in q for q in fake.queries if "{" in q)
+
+
 def test_two_replicas_that_see_the_same_change_leave_one_event() -> None:
     """HA: both recommenders compute the same answer; the second one's post meets the first's Event."""
     events = FakeEventApi()
