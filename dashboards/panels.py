@@ -18,6 +18,9 @@ from grafana_foundation_sdk.models import common as common_m
 from grafana_foundation_sdk.models import dashboard as dash_m
 from grafana_foundation_sdk.models import prometheus as prom_m
 
+from tidescale.contracts.placeholders import CLUSTER_LABEL
+from tidescale.contracts.promql import keep_labels
+
 DATASOURCE = common_m.DataSourceRef(type_val="prometheus", uid="${datasource}")
 PanelBuilder = cogbuilder.Builder[dash_m.Panel]
 
@@ -40,12 +43,22 @@ class Threshold:
     color: str = "red"
 
 
+# A series' legend ends with its cluster: with several clusters selected (Thanos, Mimir) the same
+# model in two clusters is two lines told apart; with one Prometheus per cluster it is empty.
+CLUSTER_LEGEND = f" {{{{{CLUSTER_LABEL}}}}}"
+
+
 def _targets(queries: Sequence[Query]) -> list[cogbuilder.Builder[cogvariants.Dataquery]]:
+    """Every query keeps the cluster label in each `by` and `on`, as the rules do (`keep_labels`):
+    with "All" clusters a panel never adds two clusters up, and a join never matches a pod of one
+    cluster with a pod of the same name in another."""
     out: list[cogbuilder.Builder[cogvariants.Dataquery]] = []
     for i, q in enumerate(queries):
-        target = prometheus.Dataquery().expr(q.expr).ref_id(chr(ord("A") + i)).datasource(DATASOURCE)
+        expr = keep_labels(q.expr, [CLUSTER_LABEL])
+        target = prometheus.Dataquery().expr(expr).ref_id(chr(ord("A") + i)).datasource(DATASOURCE)
         if q.legend:
-            target = target.legend_format(q.legend)
+            # A heatmap's legend is its bucket bound: nothing may follow it.
+            target = target.legend_format(q.legend if q.heatmap else q.legend + CLUSTER_LEGEND)
         if q.instant:
             target = target.instant().format(prom_m.PromQueryFormat.TABLE)
         if q.heatmap:
