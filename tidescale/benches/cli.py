@@ -112,6 +112,16 @@ def _register_latency_benches(bench: typer.Typer) -> None:
 
         run_command(json_only=json_only, quick=quick)
 
+    @bench.command("cardinality")
+    def cardinality_command(
+        json_only: bool = typer.Option(False, "--json", help="Only the JSON result on stdout."),
+        quick: bool = typer.Option(False, "--quick", help="A 100-pod fleet only (not 1,000 too)."),
+    ) -> None:
+        """Series tidescale adds per pod, model version and GPU, and a real Prometheus' RSS and rule time."""
+        from tidescale.benches.cardinality import run_command
+
+        run_command(json_only=json_only, quick=quick)
+
 
 def _register_overhead_bench(bench: typer.Typer) -> None:
     @bench.command("overhead")

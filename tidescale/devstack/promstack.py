@@ -194,6 +194,10 @@ class PrometheusServer:
     def rules(self) -> list[dict[str, Any]]:
         return list(self._api("/api/v1/rules")["groups"])
 
+    def tsdb_status(self) -> dict[str, Any]:
+        """`/api/v1/status/tsdb`: the head block's series count and the top label cardinalities."""
+        return dict(self._api("/api/v1/status/tsdb"))
+
     def alerts(self) -> list[dict[str, Any]]:
         return list(self._api("/api/v1/alerts")["alerts"])
 
