@@ -350,18 +350,17 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
     points = [*result["fleets"].values(), *result["extrapolated"].values()]
     sources = [*THEIRS, KUBE, EXPORTER, RECORDED]
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = plt.subplots(figsize=(9, 4.5))
     x = np.arange(len(points))
-    bottom = np.zeros(len(points))
-    for source in sources:
-        values = np.array([p["series"][source] for p in points])
-        ax.bar(x, values, bottom=bottom, label=source)
-        bottom += values
+    width = 0.8 / len(sources)
+    for i, source in enumerate(sources):
+        ax.bar(x + (i - (len(sources) - 1) / 2) * width, [p["series"][source] for p in points], width,
+               label=source + (" (tidescale)" if source in (EXPORTER, RECORDED) else ""))
     ax.set_xticks(x, [f"{p['pods']:,} pods" + (" (extrapolated)" if "extrapolated_from" in p else "")
                       for p in points])
     ax.set_yscale("log")
     ax.set_ylabel("series in Prometheus (log)")
-    ax.set_title("Series by source at fleet size (tidescale: exporter + recorded)")
+    ax.set_title("Series in Prometheus by source, per fleet size")
     ax.legend(fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -405,11 +404,53 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         "![series by source](cardinality.png)",
         "",
+        *advice(result),
+        "",
         "```json",
         json.dumps(result, indent=1, sort_keys=True),
         "```",
         "",
     ])
+
+
+def advice(result: dict[str, Any]) -> list[str]:
+    """What to turn off or shard, from this run's figures."""
+    from tidescale.exporters.settings import ExporterSettings
+    from tidescale.exporters.stages import STAGES
+
+    unit = result["per_unit"]
+    largest = list(result["fleets"].values())[-1]
+    ours, theirs = tidescale_share(largest["series"])
+    exporter_share = largest["series"][EXPORTER] / ours
+    cap = ExporterSettings().max_series
+    per_version = unit["exporter_per_pod_and_model_version"]
+    lean = {n: unit[f"exporter_per_pod_and_model_version_at_max_buckets_{n}"] for n in LEAN_BUCKETS}
+    pods_per_exporter = cap // (len(STAGES) * len(CAPTURE_MODELS))
+    return [
+        "## Advice for large fleets",
+        "",
+        f"- **The exporter's latency histogram is the cost.** It is {exporter_share:.0%} of what tidescale adds at "
+        f"{largest['pods']:,} pods: {per_version:g} series per pod and model version ({len(STAGES)} stages × the "
+        "buckets + `_sum` + `_count`), where Triton itself exposes "
+        f"{unit['triton_per_model_version']:g} per model version and dcgm-exporter {unit['dcgm_per_gpu']:g} per GPU. "
+        "It is what makes P99 aggregatable across pods; its buckets are the knob: `exporter.settings.max_buckets` "
+        + ", ".join(f"{n} gives {v:g}" for n, v in lean.items()) + " (the SLO thresholds stay exact boundaries; "
+        "the quantiles between them get coarser).",
+        f"- **One exporter holds {cap:,} latency label sets** (`max_series`, shipped): {pods_per_exporter} pods of "
+        f"{len(CAPTURE_MODELS)} models. Beyond that it refuses new ones and TidescaleSeriesCapped fires. Run "
+        "`exporter.mode: daemonset` (one exporter per node, as measured here) for a large fleet, or raise "
+        "`max_series` with the Prometheus memory to match.",
+        f"- **The recording rules add {largest['series'][RECORDED] / largest['pods']:.1f} series per pod** "
+        f"({largest['series'][RECORDED]:,.0f} at {largest['pods']:,} pods): per pod and GPU for the dashboards' "
+        "joins, per model for the SLO. Keep them in each cluster's own Prometheus (close to the data, where the "
+        "exporter's histograms are) and send only the recorded series to a global Thanos or Mimir if its "
+        "ingest is the limit.",
+        f"- **Prometheus at {largest['pods']:,} pods**: {largest['head_series']:,.0f} head series, "
+        f"{largest['prometheus_rss_bytes'] / 2**30:.2f} GiB RSS, {largest['rule_evaluation_s_sum']:.2f} s for one "
+        "round of every rule group on this 2-core machine. tidescale's series are "
+        f"{ours / theirs:.1f}× what Triton and dcgm-exporter expose. Shard by cluster (one Prometheus per "
+        "cluster, as the chart assumes) before sharding by namespace: the SLO joins need a model's pods together.",
+    ]
 
 
 def run_command(json_only: bool = False, quick: bool = False) -> None:
