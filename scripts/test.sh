@@ -14,5 +14,5 @@ for folder in $product; do ln -s "../../$folder" ".typecheck/tidescale/$folder";
 (cd .typecheck && mypy --config-file ../pyproject.toml --no-error-summary -p tidescale)
 echo "== generated artifacts"; tidescale generate --check
 echo "== unit tests"; pytest -q -m "not integration and not e2e" "$@"
-echo "== integration tests"; pytest -q -m integration "$@"
-echo "== e2e tests (the local Kubernetes cluster)"; pytest -q -m e2e tests/e2e "$@"
+echo "== integration tests"; pytest -q -m integration --durations=15 "$@"
+echo "== e2e tests (the local Kubernetes cluster)"; pytest -q -m e2e --durations=25 tests/e2e "$@"
