@@ -169,7 +169,7 @@ class RecommenderService:
             st.evaluated_at = self.clock()  # the service's clock, as _mark_stuck reads it (*now* may be given)
             self._apply_cold_start(st, learned)
             if pods is not None:
-                st.pods = pods
+                st.pods, st.discovered_at = pods, now
             if obs is None:
                 self._hold(st, *problem)
                 return
@@ -241,7 +241,11 @@ class RecommenderService:
                 st.scale_write_failures += 1
             return
         with self._lock:
-            st.current = published
+            # A scale-up's new count at once (the panic then weighs an overload against the pods asked
+            # for, not again); a scale-down's only when an observation reads it: the removed pods drain
+            # first (preStop, Triton's exit timeout), and until then the count they leave is not yet
+            # the fleet (an HPA's lag gives the same in hpa mode).
+            st.current = max(published, st.current or 0)
 
     def _discover(self, st: TargetState) -> dict[str, str] | None:
         """The fast path's pods from Prometheus' series; None keeps the known ones (no fast path, or
@@ -261,11 +265,21 @@ class RecommenderService:
         The panic only ever raises the published count (at once, with its Event); everything else
         stays with the slow evaluation. A pod that does not answer keeps its last good values in the
         window, and the next slow evaluation does not scale down (`hold_missing_data`). The pods are
-        read, and the Event posted, with no lock held."""
+        those of the last discovery, found again every `fast_path.discovery_interval_s` between
+        evaluations; they are found and read, and the Event posted, with no lock held."""
         if self.reader is None:
             return
         for st in self.states.values():
-            if not st.pods or st.fast is None:
+            if st.fast is None:
+                continue
+            started = self.clock() if now is None else now
+            if st.pods and started - st.discovered_at >= self.settings.fast_path.discovery_interval_s:
+                pods = self._discover(st)  # no lock held: a Prometheus query
+                with self._lock:
+                    if pods is not None:
+                        st.pods = pods
+                    st.discovered_at = started  # a failed query waits its interval too
+            if not st.pods:
                 continue
             reads = self.reader.read(st.pods, st.settings.model)
             stamp = self.clock() if now is None else now

@@ -95,6 +95,10 @@ class FastPathSettings(SettingsModel):
     scheme: str = Field(default="http", pattern="^https?$")
     path: str = Field(default="/metrics", pattern=r"^/[A-Za-z0-9._~/-]{0,200}$")
     max_pods: int = Field(default=200, ge=1, le=2000)  # per target: bounds the work of one round
+    # The pods are found again this often between evaluations (one Prometheus query per target), so a
+    # pod a scale-up added is read once Prometheus has scraped it, not at the next evaluation: until
+    # then its share of the load, which the Service moved off the pods read, is not seen.
+    discovery_interval_s: float = Field(default=6.0, ge=0.5, le=300, allow_inf_nan=False)
 
 
 class TargetSettings(SettingsModel):

@@ -8,6 +8,7 @@ sees any lower need as a scale-up from there, and drops the fleet past its down 
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ class TargetState:
     cold_start_source: str = "configured"
     decision: str = "hold_missing_data"
     pods: dict[str, str] = dataclasses.field(default_factory=dict)  # the fast path's pods: name -> host:port
+    discovered_at: float = -math.inf  # when `pods` were last found (an evaluation, or the fast path's own)
     fast: FastWindow | None = None
     fast_reading: FastReading | None = None  # the fast path's last round
     current: int | None = None  # the Deployment's replicas at the last observation

@@ -804,3 +804,43 @@ def test_pods_that_cannot_be_scheduled_are_said_once_in_an_event_and_the_count_s
     fake.values["kube_pod_status_unschedulable"] = None  # placed at last
     svc.evaluate(45.0)
     assert decisions(svc)["wait_unschedulable"] == 0.0
+
+
+def test_the_fast_path_finds_the_pods_again_between_evaluations() -> None:
+    """A pod a scale-up added takes its share of the load off the pods already read: the fast path
+    finds it every `discovery_interval_s` (a Prometheus query), not only at the next evaluation."""
+    svc, fake, reader = fast_service()
+    svc.evaluate(0.0)
+    interval = svc.settings.fast_path.discovery_interval_s
+    fake.pods["triton-abc-9"] = "10.0.0.9:8002"
+    reader.counters["triton-abc-9"] = PodCounters(0.0, 0.0, 0.0)
+    svc.evaluate_fast(interval / 2)
+    assert "triton-abc-9" not in reader.rounds[-1]  # not due yet: the pods of the evaluation
+    discoveries = sum(q.startswith("group by (pod, instance)") for q in fake.queries)
+    svc.evaluate_fast(interval)
+    assert "triton-abc-9" in reader.rounds[-1]
+    svc.evaluate_fast(interval + 2.0)
+    assert sum(q.startswith("group by (pod, instance)") for q in fake.queries) == discoveries + 1  # once per interval
+
+
+def test_direct_mode_counts_the_pods_of_a_scale_down_until_it_reads_them_gone() -> None:
+    """After its own write the service takes a scale-up's count at once, and a scale-down's only from
+    an observation: the removed pods drain first, and a panic weighed against the smaller count would
+    answer the drain's own transient with a scale-up (a flapping loop in the closed-loop bench)."""
+    target = TargetSettings(deployment="triton", namespace="ml", model="resnet", min_replicas=1, max_replicas=50)
+    fake, scaler = FakeProm(), FakeScaler()
+    settings = RecommenderSettings(targets=[target], capacity_rps=100.0, scale_mode="direct",
+                                   tuning={"down_delay_s": 0.0})
+    svc = RecommenderService(settings, fake, scaler=scaler)  # type: ignore[arg-type]
+    [state] = svc.states.values()
+    svc.evaluate(0.0)
+    fake.values["rate("] = 50.0
+    for t in range(15, 200, 15):
+        svc.evaluate(float(t))
+        if scaler.writes:
+            break
+    assert scaler.writes and scaler.writes[-1][2] < 5
+    assert state.current == 5  # the Deployment still reports 5 (spec_replicas): written, not yet read gone
+    fake.values["rate("] = 5000.0
+    svc.evaluate(300.0)
+    assert scaler.writes[-1][2] > 5 and state.current == scaler.writes[-1][2]  # a scale-up's count at once
