@@ -422,7 +422,7 @@ def advice(result: dict[str, Any]) -> list[str]:
     largest = list(result["fleets"].values())[-1]
     ours, theirs = tidescale_share(largest["series"])
     exporter_share = largest["series"][EXPORTER] / ours
-    cap = ExporterSettings().max_series
+    cap = ExporterSettings.model_validate({}).max_series
     per_version = unit["exporter_per_pod_and_model_version"]
     lean = {n: unit[f"exporter_per_pod_and_model_version_at_max_buckets_{n}"] for n in LEAN_BUCKETS}
     pods_per_exporter = cap // (len(STAGES) * len(CAPTURE_MODELS))
