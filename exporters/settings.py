@@ -43,7 +43,7 @@ class ExporterSettings(ServingSettings):
     bucket_max_s: float = Field(20.0, gt=0)
     max_buckets: int = Field(60, ge=4, le=60)
     trace_sample_rate: int = Field(1, ge=1, description="Triton --trace-config rate=N")
-    max_series: int = Field(2000, ge=1, description="cap on latency label sets (model, version, stage, ns)")
+    max_series: int = Field(2000, ge=1, description="cap on latency label sets (model, version, stage, namespace, pod)")
     join_ttl_s: float = Field(30.0, gt=0, le=600)
     join_max_pending: int = Field(20_000, ge=1)
     join_max_bytes: int = Field(32 << 20, ge=64 << 10, description="byte budget of the span join buffer")
