@@ -290,9 +290,10 @@ def measure_fleet(fleet: Fleet, progress: Callable[[str], None]) -> dict[str, An
             settle_s = 2 * _seconds(SCRAPE_INTERVAL) + 2 * _seconds(EVALUATION_INTERVAL) + 10
             progress(f"{fleet.pods} pods: every target up; {settle_s:.0f} s for two scrapes and two rule rounds")
             time.sleep(settle_s)
-            # What each job exposes, less the series Prometheus adds per target (up, scrape_*).
-            by_job = {r["metric"].get("job", ""): float(r["value"][1])
-                      for r in prom.query('count by (job) ({__name__=~".+", __name__!~"up|scrape_.+", job!=""})')}
+            # Each source's series are the samples it serves (every one a series: each target is
+            # scraped, and the head count below checks the sum); counting them by job in PromQL
+            # touches every series and takes longer than the API's 15 s at 1,000 pods.
+            served = {job: float(sum(b.series for b in bs)) for job, bs in bodies.items()}
             recorded = {r["metric"]["__name__"]: float(r["value"][1])
                         for r in prom.query('count by (__name__) ({__name__=~".+:.+"})')}
             alerts = prom.query_value("count(ALERTS)") or 0.0
@@ -304,12 +305,18 @@ def measure_fleet(fleet: Fleet, progress: Callable[[str], None]) -> dict[str, An
     return {
         "pods": fleet.pods, "deployments": len(fleet.deployments()), "model_versions": 2 * len(fleet.deployments()),
         "gpus": fleet.pods, "nodes": len(bodies["dcgm-exporter"]),
-        "series": {**{job: by_job.get(job, 0.0) for job in (*THEIRS, KUBE, EXPORTER)},
+        "series": {**{job: served[job] for job in (*THEIRS, KUBE, EXPORTER)},
                    RECORDED: sum(recorded.values()), "ALERTS": alerts},
-        "served_series": {job: float(sum(b.series for b in bs)) for job, bs in bodies.items()},
+        # Prometheus' own per target: up and the four scrape_* series.
+        "per_target_series": 5.0 * targets, "targets": targets,
         "recorded_by_rule": dict(sorted(recorded.items(), key=lambda kv: -kv[1])[:15]),
         "head_series": head, "prometheus_rss_bytes": rss,
+        # What the head holds beyond the sources, the rules and Prometheus' per-target series (0 when
+        # every count above is whole).
+        "unaccounted_series": head - (sum(served.values()) + sum(recorded.values()) + alerts + 5.0 * targets),
         "rule_groups": len(groups), "rule_evaluation_s_sum": sum(eval_s), "rule_evaluation_s_max": max(eval_s),
+        "rule_evaluation_s_by_group": {g["name"]: round(float(g.get("evaluationTime", 0.0)), 3)
+                                       for g in sorted(groups, key=lambda g: -float(g.get("evaluationTime", 0.0)))[:5]},
     }
 
 
@@ -413,6 +420,22 @@ def markdown(result: dict[str, Any]) -> str:
     ])
 
 
+def slowest_group(point: dict[str, Any]) -> list[str]:
+    """The rule group that costs the most, against its interval: a miss when it runs longer."""
+    by_group = point.get("rule_evaluation_s_by_group") or {}
+    if not by_group:
+        return []
+    name, seconds = next(iter(by_group.items()))
+    interval = _seconds(EVALUATION_INTERVAL)
+    verdict = (f"**longer than its {interval:g} s interval: a miss** (Prometheus skips rounds, and the "
+               "recorded percentiles age)" if seconds > interval else f"within its {interval:g} s interval")
+    return [f"- **The slowest rule group is `{name}`: {seconds:.1f} s a round at {point['pods']:,} pods**, {verdict}. "
+            "Its percentiles and slow ratios each take `rate()` over every bucket series of the exporter's "
+            "per-pod histogram; recording that rate once per Deployment, model, version, stage and `le`, and "
+            "taking the percentiles from it, is the next step (not done). Until then: fewer buckets "
+            "(above), or a Prometheus with more cores."]
+
+
 def advice(result: dict[str, Any]) -> list[str]:
     """What to turn off or shard, from this run's figures."""
     from tidescale.exporters.settings import ExporterSettings
@@ -445,6 +468,7 @@ def advice(result: dict[str, Any]) -> list[str]:
         "joins, per model for the SLO. Keep them in each cluster's own Prometheus (close to the data, where the "
         "exporter's histograms are) and send only the recorded series to a global Thanos or Mimir if its "
         "ingest is the limit.",
+        *slowest_group(largest),
         f"- **Prometheus at {largest['pods']:,} pods**: {largest['head_series']:,.0f} head series, "
         f"{largest['prometheus_rss_bytes'] / 2**30:.2f} GiB RSS, {largest['rule_evaluation_s_sum']:.2f} s for one "
         "round of every rule group on this 2-core machine. tidescale's series are "
