@@ -78,3 +78,15 @@ def test_clusters_behind_one_alertmanager_keep_their_reviews_and_events_apart(
     assert fetched == ["ctr"]  # west's, once
     ((_, body),) = api.posted
     assert "model ctr version 2 in cluster west needs a review" in body["message"]
+
+
+def test_the_cluster_filter_and_settings_refuse_bad_input(tmp_path: Path) -> None:
+    api = FakeEventApi()
+    with client_with(tmp_path, api) as client:
+        assert client.get("/api/v1/reviews", params={"cluster": "c" * 254}).status_code == 422
+        nul = client.get("/api/v1/reviews", params={"cluster": "a\x00b"})
+        assert nul.status_code == 400 and nul.json()["detail"].startswith("cluster:")
+        assert client.get("/api/v1/reviews", params={"cluster": ""}).json() == {"items": []}
+    for bad in ({"cluster_label": "k8s-cluster"}, {"cluster_label": ""}, {"cluster": "c" * 254}):
+        with pytest.raises(ValueError):
+            ReviewsSettings(database="sqlite://", token=TOKEN, **bad)

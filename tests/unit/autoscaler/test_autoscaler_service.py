@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import threading
 from pathlib import Path
 
@@ -821,6 +822,10 @@ def test_the_fast_path_finds_the_pods_again_between_evaluations() -> None:
     assert "triton-abc-9" in reader.rounds[-1]
     svc.evaluate_fast(interval + 2.0)
     assert sum(q.startswith("group by (pod, instance)") for q in fake.queries) == discoveries + 1  # once per interval
+    target = TargetSettings(deployment="triton", namespace="ml", model="resnet")
+    for bad in (0.0, -1.0, math.inf, 301.0):
+        with pytest.raises(ValueError, match="discovery_interval_s"):
+            RecommenderSettings(targets=[target], fast_path={"discovery_interval_s": bad})
 
 
 def test_direct_mode_counts_the_pods_of_a_scale_down_until_it_reads_them_gone() -> None:
