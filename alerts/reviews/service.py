@@ -304,6 +304,7 @@ def create_app(
 ) -> FastAPI:
     """The FastAPI app; refuses to build without a token (write endpoints are never open)."""
     token = bearer_token(settings)
+    own_store = store is None
     service = ReviewService(settings, store or ReviewStore(settings.database, settings.cluster_label), events)
     probe_threads = anyio.CapacityLimiter(PROBE_THREADS)
 
@@ -311,6 +312,8 @@ def create_app(
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         yield
         await run_in_threadpool(service.background.close, SHUTDOWN_DRAIN_S)
+        if own_store:  # its database connections go back at shutdown, not when the process ends
+            await run_in_threadpool(service.store.close)
 
     app = FastAPI(title="tidescale model reviews", docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.service = service
