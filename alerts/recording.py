@@ -112,20 +112,23 @@ def slow_ratio(cfg: AlertsConfig, window: str) -> str:
 
 
 def latency_group(cfg: AlertsConfig) -> Group:
-    hist = bucket("tidescale_request_duration_seconds")
-    rules = stage_latency_rules()
+    # The pod summed away once, every percentile from that: one `rate()` over the per-pod buckets a round.
+    rates = n.BUCKET_RATE5M
+    rules = [*stage_latency_rules(), record(rates, sum_rate(bucket("tidescale_request_duration_seconds"),
+                                                           "namespace, deployment, model, version, stage, le",
+                                                           QUANTILE_WINDOW))]
+    request = f'{rates}{{stage="request"}}'
+    attributed = f'{rates}{{stage="request", deployment!=""}}'
     for name, q in ((n.P50, "0.5"), (n.P95, "0.95"), (n.P99, "0.99")):
-        rules.append(record(name, f"histogram_quantile({q}, {sum_rate(hist, f'{NM}, stage, le', QUANTILE_WINDOW)})"))
-    by_deployment = sum_rate(f'{hist}{{stage="request", deployment!=""}}', "namespace, deployment, le", QUANTILE_WINDOW)
-    rules.append(record(n.DEPLOYMENT_P99, f"histogram_quantile(0.99, {by_deployment})"))
-    by_target = sum_rate(f'{hist}{{stage="request", deployment!=""}}', "namespace, deployment, model, le",
-                         QUANTILE_WINDOW)
-    rules.append(record(n.TARGET_P99, f"histogram_quantile(0.99, {by_target})"))
+        rules.append(record(name, f"histogram_quantile({q}, sum by ({NM}, stage, le) ({rates}))"))
+    rules.append(record(n.DEPLOYMENT_P99,
+                        f"histogram_quantile(0.99, sum by (namespace, deployment, le) ({attributed}))"))
+    rules.append(record(n.TARGET_P99,
+                        f"histogram_quantile(0.99, sum by (namespace, deployment, model, le) ({attributed}))"))
     first = bucket("nv_inference_first_response_histogram_ms")
     rules.append(record(n.FIRST_RESPONSE_P99,
                         f"histogram_quantile(0.99, {triton_sum_rate(first, f'{NM}, le', QUANTILE_WINDOW)}) / 1000"))
-    version_buckets = f'sum by ({NM}, version, le) (rate({hist}{{stage="request"}}[{QUANTILE_WINDOW}]))'
-    rules.append(record(n.VERSION_P99, f"histogram_quantile(0.99, {version_buckets})"))
+    rules.append(record(n.VERSION_P99, f"histogram_quantile(0.99, sum by ({NM}, version, le) ({request}))"))
     rules.extend(record(n.SLOW_RATIO[w], slow_ratio(cfg, w)) for w in n.WINDOWS)
     # A Deployment serving several models is held to the strictest threshold among them.
     served = f'group by ({NM}, deployment) ({count("tidescale_request_duration_seconds")}{{deployment!=""}})'

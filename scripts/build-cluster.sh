@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Build the local cluster's upstream components (idempotent): each Go module under deploy/cluster/go
-# pins one component; its binaries land in .tools/bin. A component is rebuilt only when its go.mod,
-# go.sum or the Go version changed. One progress line per component that builds; silent otherwise.
+# Build the local cluster's upstream components (idempotent), and the extras named on the command
+# line: each Go module under deploy/cluster/go pins one component; its binaries land in .tools/bin.
+# A component is rebuilt only when its go.mod, go.sum or the Go version changed. One progress line
+# per component that builds; silent otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -31,7 +32,12 @@ components=(
   "kube-router|github.com/cloudnativelabs/kube-router/v2|kube-router=github.com/cloudnativelabs/kube-router/v2/cmd/kube-router"
   "registry|github.com/distribution/distribution/v3|registry=github.com/distribution/distribution/v3/cmd/registry"
 )
+# Built only when named (`build-cluster.sh thanos`): what the tests need beside the cluster, not the demo.
+extra=(
+  "thanos|github.com/thanos-io/thanos|thanos=github.com/thanos-io/thanos/cmd/thanos"
+)
 only=("$@")  # optional: build just these components
+[ ${#only[@]} -gt 0 ] && components+=("${extra[@]}")
 
 for entry in "${components[@]}"; do
   IFS='|' read -r comp module targets <<<"$entry"
@@ -41,7 +47,10 @@ for entry in "${components[@]}"; do
   ldflags="-s -w"; [ "$comp" = kubernetes ] && ldflags="$ldflags $K8S_LDFLAGS"
   # kube-router's --version and its kube_router_build_info metric read the version its Makefile injects.
   [ "$comp" = kube-router ] && ldflags="$ldflags -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$version"
-  want=$(cat "$mod/go.mod" "$mod/go.sum" <(echo "$gover $ldflags") | sha256sum | cut -d' ' -f1)
+  # Thanos is released with Prometheus' slice-backed labels (.promu.yml): its Store API casts them in place.
+  tags=""
+  [ "$comp" = thanos ] && { tags="netgo,slicelabels"; ldflags="$ldflags -X github.com/prometheus/common/version.Version=${version#v}"; }
+  want=$(cat "$mod/go.mod" "$mod/go.sum" <(echo "$gover $ldflags${tags:+ $tags}") | sha256sum | cut -d' ' -f1)
   stamp=$BIN/.$comp.stamp
   stale=0
   [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] || stale=1
@@ -52,7 +61,7 @@ for entry in "${components[@]}"; do
   start=$(date +%s)
   for t in $targets; do
     out=${t%%=*}; pkg=${t#*=}
-    if ! (cd "$mod" && GOFLAGS=-mod=readonly go build -trimpath -ldflags "$ldflags" -o "$BIN/$out.tmp" "$pkg") >"$BIN/.$comp.log" 2>&1; then
+    if ! (cd "$mod" && GOFLAGS=-mod=readonly go build -trimpath -tags "$tags" -ldflags "$ldflags" -o "$BIN/$out.tmp" "$pkg") >"$BIN/.$comp.log" 2>&1; then
       tail -20 "$BIN/.$comp.log" >&2; say "building $comp failed (log: $BIN/.$comp.log)"; exit 1
     fi
     mv "$BIN/$out.tmp" "$BIN/$out"

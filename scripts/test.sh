@@ -3,6 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+bash scripts/build-cluster.sh thanos  # the many-clusters tests' query layer; the demo does not need it
 export PATH="$PWD/.venv/bin:$PWD/.tools/bin:$PATH"
 echo "== ruff"; ruff check --quiet .
 echo "== mypy"

@@ -30,6 +30,7 @@ import numpy as np
 from tidescale.benches.common import bench_main
 from tidescale.benches.report import BENCH_DIR, markdown_table
 from tidescale.benches.scrape import request_spans
+from tidescale.contracts import recorded
 from tidescale.devstack.fleet.exposition import escape_label_value, parse
 from tidescale.devstack.fleet.gpus import GpuAssignment, SimulatedGpuNode
 from tidescale.devstack.fleet.kube import render_kube_state
@@ -429,11 +430,13 @@ def slowest_group(point: dict[str, Any]) -> list[str]:
     interval = _seconds(EVALUATION_INTERVAL)
     verdict = (f"**longer than its {interval:g} s interval: a miss** (Prometheus skips rounds, and the "
                "recorded percentiles age)" if seconds > interval else f"within its {interval:g} s interval")
-    return [f"- **The slowest rule group is `{name}`: {seconds:.1f} s a round at {point['pods']:,} pods**, {verdict}. "
-            "Its percentiles and slow ratios each take `rate()` over every bucket series of the exporter's "
-            "per-pod histogram; recording that rate once per Deployment, model, version, stage and `le`, and "
-            "taking the percentiles from it, is the next step (not done). Until then: fewer buckets "
-            "(above), or a Prometheus with more cores."]
+    why = ("It takes `rate()` over every bucket series of the exporter's per-pod histogram once a round "
+           f"(`{recorded.BUCKET_RATE5M}`, the pod summed away) and every percentile from that; before, each "
+           "percentile took its own `rate()` over the per-pod buckets and the group ran 51.8 s a round at "
+           "1,000 pods, past its interval. What is left of its cost grows with the bucket series: fewer "
+           "buckets (above), or a Prometheus with more cores." if name == "tidescale.rules.latency" else "")
+    return [f"- **The slowest rule group is `{name}`: {seconds:.1f} s a round at {point['pods']:,} pods**, "
+            f"{verdict}. {why}".rstrip()]
 
 
 def advice(result: dict[str, Any]) -> list[str]:

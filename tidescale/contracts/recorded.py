@@ -47,6 +47,11 @@ STAGE_AVG_SECONDS_RATE5M: Final = "namespace_model_stage:nv_inference_duration_s
 QUEUE_TO_COMPUTE_RATIO_RATE5M: Final = "namespace_model:nv_inference_queue_to_compute:ratio_rate5m"
 
 # --- Percentiles and SLO from tidescale's aggregatable histogram -----------------------------------
+"""The exporter's bucket rate over 5m with the pod summed away (labels deployment, model, version,
+stage and `le` kept): recorded once, so that every percentile below reads it instead of taking
+`rate()` over each pod's buckets again (at 1,000 pods, six such passes took the group past its
+interval; docs/benchmarks/cardinality.md)."""
+BUCKET_RATE5M: Final = "namespace_deployment_model_version:tidescale_request_duration_seconds_bucket:rate5m"
 """P50/P95/P99 per model over 5m from `tidescale_request_duration_seconds` (label `stage` kept)."""
 P50: Final = "namespace_model:tidescale_request_duration_seconds:p50"
 P95: Final = "namespace_model:tidescale_request_duration_seconds:p95"
