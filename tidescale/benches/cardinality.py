@@ -426,7 +426,7 @@ def slowest_group(point: dict[str, Any]) -> list[str]:
     by_group = point.get("rule_evaluation_s_by_group") or {}
     if not by_group:
         return []
-    name, seconds = next(iter(by_group.items()))
+    name, seconds = max(by_group.items(), key=lambda kv: float(kv[1]))
     interval = _seconds(EVALUATION_INTERVAL)
     verdict = (f"**longer than its {interval:g} s interval: a miss** (Prometheus skips rounds, and the "
                "recorded percentiles age)" if seconds > interval else f"within its {interval:g} s interval")
@@ -437,6 +437,16 @@ def slowest_group(point: dict[str, Any]) -> list[str]:
            "buckets (above), or a Prometheus with more cores." if name == "tidescale.rules.latency" else "")
     return [f"- **The slowest rule group is `{name}`: {seconds:.1f} s a round at {point['pods']:,} pods**, "
             f"{verdict}. {why}".rstrip()]
+
+
+def bucket_rates(point: dict[str, Any]) -> str:
+    """The share of the recorded series that is the latency histogram's rate (the percentiles' input)."""
+    n = (point.get("recorded_by_rule") or {}).get(recorded.BUCKET_RATE5M)
+    if not n:
+        return ""
+    return (f"; {n:,.0f} of them are the latency histogram's rate per Deployment, model version, stage and `le` "
+            f"(`{recorded.BUCKET_RATE5M}`, {n / point['model_versions']:g} per Deployment and "
+            "model version here, the same whatever its pod count), which every percentile reads")
 
 
 def advice(result: dict[str, Any]) -> list[str]:
@@ -468,7 +478,7 @@ def advice(result: dict[str, Any]) -> list[str]:
         "`max_series` with the Prometheus memory to match.",
         f"- **The recording rules add {largest['series'][RECORDED] / largest['pods']:.1f} series per pod** "
         f"({largest['series'][RECORDED]:,.0f} at {largest['pods']:,} pods): per pod and GPU for the dashboards' "
-        "joins, per model for the SLO. Keep them in each cluster's own Prometheus (close to the data, where the "
+        f"joins, per model for the SLO{bucket_rates(largest)}. Keep them in each cluster's own Prometheus (close to the data, where the "
         "exporter's histograms are) and send only the recorded series to a global Thanos or Mimir if its "
         "ingest is the limit.",
         *slowest_group(largest),
