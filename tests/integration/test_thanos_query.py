@@ -223,3 +223,20 @@ def test_an_ha_pair_counts_once(layer: Layer) -> None:
     assert sorted(r["metric"].get("replica", "") for r in raw) == ["a", "b"]
 
 
+
+
+def test_the_fleet_board_through_thanos_draws_each_cluster(layer: Layer, tmp_path: Path) -> None:
+    """The fleet board's preview made through Thanos Query, with "All" clusters selected: its panels
+    draw west and east apart (their legends end with the cluster), never their sum under one name."""
+    from tidescale.devstack.preview import collect, legend, render_dashboard
+
+    end = time.time()
+    panels = collect(layer.query.url, window_s=120, end=end)["tidescale-fleet"]
+    drawn = [(r.legend, s.labels) for p in panels for r in p.results for s in r.series]
+    assert drawn and all(labels.get("cluster") in LOAD for _, labels in drawn), drawn[:5]
+    by_cluster_label = {labels["cluster"] for _, labels in drawn}
+    assert by_cluster_label == set(LOAD)
+    assert all(legend(fmt, labels).endswith(labels["cluster"]) for fmt, labels in drawn if fmt)
+    path = render_dashboard("tidescale / Fleet overview (Thanos Query, all clusters)", panels,
+                            tmp_path / "fleet.png", end)
+    assert path.stat().st_size > 10_000
