@@ -478,9 +478,9 @@ def advice(result: dict[str, Any]) -> list[str]:
         "`max_series` with the Prometheus memory to match.",
         f"- **The recording rules add {largest['series'][RECORDED] / largest['pods']:.1f} series per pod** "
         f"({largest['series'][RECORDED]:,.0f} at {largest['pods']:,} pods): per pod and GPU for the dashboards' "
-        f"joins, per model for the SLO{bucket_rates(largest)}. Keep them in each cluster's own Prometheus (close to the data, where the "
-        "exporter's histograms are) and send only the recorded series to a global Thanos or Mimir if its "
-        "ingest is the limit.",
+        f"joins, per model for the SLO{bucket_rates(largest)}. Keep them in each cluster's own Prometheus "
+        "(close to the data, where the exporter's histograms are) and send only the recorded series to a "
+        "global Thanos or Mimir if its ingest is the limit.",
         *slowest_group(largest),
         f"- **Prometheus at {largest['pods']:,} pods**: {largest['head_series']:,.0f} head series, "
         f"{largest['prometheus_rss_bytes'] / 2**30:.2f} GiB RSS, {largest['rule_evaluation_s_sum']:.2f} s for one "

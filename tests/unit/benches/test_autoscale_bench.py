@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -136,7 +137,34 @@ def test_bench_bad_input_exits_2(argv: list[str], message: str, capsys: pytest.C
 
 def test_policy_names() -> None:
     assert pol.check_policies(["tidescale"]) == ["tidescale"]
-    assert len(pol.ALL_POLICIES) == 8
+    assert len(pol.ALL_POLICIES) == 9
+
+
+def test_keda_rps_counts_what_the_queue_policy_turned_away() -> None:
+    """The KEDA peer's arrivals are completions plus rejections: a saturated fleet completes less than
+    it is offered, and a query on completions alone would ask for too few replicas."""
+    class Lag:
+        rates: ClassVar[dict[str, float]] = {"requests": 300.0, "failures": 120.0}
+
+        def rate(self, name: str, window_s: float) -> float | None:
+            return self.rates.get(name)
+
+    policy = pol.keda_rps(1, 1, 40, 100.0)
+    assert policy.metrics(Lag(), []) == {"s0-prometheus": 420.0}  # type: ignore[arg-type]
+    Lag.rates = {"requests": 300.0}  # a Triton before 24.08: no rejection series
+    assert policy.metrics(Lag(), []) == {"s0-prometheus": 300.0}  # type: ignore[arg-type]
+    Lag.rates = {}
+    assert policy.metrics(Lag(), []) == {"s0-prometheus": None}  # type: ignore[arg-type]
+
+
+def test_a_static_fleet_holds_its_size_within_the_bounds_whatever_the_load() -> None:
+    """The `static` peer: its size from the first decision to the last, clamped to min and max."""
+    arrivals = np.sort(np.random.default_rng(0).uniform(0.0, 300.0, 30_000))  # 100 req/s: far beyond 3 replicas
+    params = SimParams(CURVE, CFG, 10.0, 0.5)
+    run = run_policy(pol.peer_policy("static", 3, 1, 1, 40), arrivals, 300.0, 1, params)
+    assert set(run.replicas[1:]) == {3}
+    assert pol.peer_policy("static", 99, 1, 1, 40).decide(0.0, None, None) == 40  # type: ignore[arg-type]
+    assert pol.peer_policy("static", 0.4, 1, 2, 40).decide(0.0, None, None) == 2  # type: ignore[arg-type]
 
 
 class _Prom:

@@ -147,7 +147,7 @@ def test_every_sweep_holds_the_documented_and_the_fixed_setting() -> None:
         assert knob.fixed in values and knob.documented in values, peer
         assert list(values) == sorted(set(values)) and all(knob.valid(v) for v in values), peer
     keda = pol.KNOBS["keda-rps"].settings(375.9)
-    assert keda == (188.0, 263.0, 320.0, 376.0, 451.0, 500.0)  # 50–120 % of the capacity, and 500
+    assert keda == (150.0, 188.0, 263.0, 320.0, 376.0, 451.0, 500.0)  # 40–120 % of the capacity, and 500
 
 
 def test_no_sweep_runs_the_fixed_setting_and_given_settings_replace_the_sweep() -> None:
