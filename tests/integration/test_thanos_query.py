@@ -31,6 +31,7 @@ from tidescale.benches.cardinality import NAMESPACE, Body, Fleet, SyntheticExpor
 from tidescale.contracts import recorded
 from tidescale.contracts.settings import load_settings
 from tidescale.devstack import tools
+from tidescale.devstack.ports import free_port
 from tidescale.devstack.procs import stop_all
 from tidescale.devstack.promstack import PrometheusServer, ScrapeTarget
 from tidescale.devstack.rulecheck import filled_rule_files
@@ -240,3 +241,14 @@ def test_the_fleet_board_through_thanos_draws_each_cluster(layer: Layer, tmp_pat
     path = render_dashboard("tidescale / Fleet overview (Thanos Query, all clusters)", panels,
                             tmp_path / "fleet.png", end)
     assert path.stat().st_size > 10_000
+
+
+def test_a_query_layer_that_finds_no_store_fails_by_name_and_leaves_no_process(tmp_path: Path) -> None:
+    """Thanos Query that never gets ready, or never connects its store, is an error that says which,
+    and its process is stopped before the error goes up (the caller has no handle to stop it with)."""
+    from tidescale.contracts.errors import TidescaleError
+
+    query = ThanosQuery([f"127.0.0.1:{free_port()}"], tmp_path)
+    with pytest.raises(TidescaleError, match="thanos-query not ready|thanos query found 0 of 1 stores"):
+        query.start(timeout=5)
+    assert query.proc is not None and not query.proc.alive()

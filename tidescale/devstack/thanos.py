@@ -7,8 +7,9 @@ Each Prometheus stands for one cluster's (its `cluster` external label) or one r
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,17 @@ def thanos_binary() -> Path:
         return tools.find_binary("thanos")
     except MissingToolError as exc:
         raise MissingToolError(f"thanos is not built: {THANOS_HINT}") from exc
+
+
+@contextlib.contextmanager
+def stopped_on_error(proc: ManagedProcess) -> Iterator[None]:
+    """A process that never got ready is stopped before the error goes up: its caller holds no
+    handle to it yet, so nothing else would."""
+    try:
+        yield
+    except BaseException:
+        proc.stop()
+        raise
 
 
 class ThanosSidecar:
@@ -50,7 +62,8 @@ class ThanosSidecar:
                 f"--tsdb.path={self.prometheus.workdir / 'data'}", f"--grpc-address={self.grpc_address}",
                 f"--http-address={LOOPBACK}:{self.http_port}", "--log.level=warn"]
         self.proc = ManagedProcess("thanos-sidecar", argv, self.workdir / "thanos-sidecar.log").start()
-        self.proc.wait_http(f"http://{LOOPBACK}:{self.http_port}/-/ready", timeout=timeout)
+        with stopped_on_error(self.proc):
+            self.proc.wait_http(f"http://{LOOPBACK}:{self.http_port}/-/ready", timeout=timeout)
         return self
 
     def stop(self) -> None:
@@ -77,8 +90,9 @@ class ThanosQuery:
                 *(f"--endpoint={e}" for e in self.endpoints),
                 *(f"--query.replica-label={label}" for label in self.replica_labels)]
         self.proc = ManagedProcess("thanos-query", argv, self.workdir / "thanos-query.log").start()
-        self.proc.wait_http(f"{self.url}/-/ready", timeout=timeout)
-        self._wait_for_endpoints(timeout)
+        with stopped_on_error(self.proc):
+            self.proc.wait_http(f"{self.url}/-/ready", timeout=timeout)
+            self._wait_for_endpoints(timeout)
         return self
 
     def _wait_for_endpoints(self, timeout: float) -> None:
