@@ -398,7 +398,7 @@ KNOBS: dict[str, PeerKnob] = {
                             (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 100.0), 0.0, 1e4),  # 1, 2: the best was at 4
     # Ray Serve: target_ongoing_requests defaults to 2.
     "ray-serve": PeerKnob("target ongoing requests", "", 2.0, 2.0, (1.0, 2.0, 4.0, 8.0, 16.0, 32.0), 0.0, 1e4),
-    # No autoscaler: a fixed fleet (4 is what the Azure trace's oracle averages). It is up at the
+    # No autoscaler: a fixed fleet (4: it costs about what the oracle does on the Azure trace). It is up at the
     # scenario's start: it is set during the warm-up, which lasts at least one cold start.
     "static": PeerKnob("replicas", "", 4.0, 4.0, (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0, 24.0, 40.0),
                        0.0, 40.0),
