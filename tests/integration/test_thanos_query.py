@@ -87,7 +87,7 @@ def layer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Layer]:
     work = tmp_path_factory.mktemp("thanos")
     rules = filled_rule_files(work / "rules")
     t0 = time.time()
-    sources, proms, sidecars = [], {}, []
+    sources, proms, thanos = [], {}, []  # thanos: the sidecars, then the query
     try:
         for cluster, factor in LOAD.items():
             bodies: dict[str, list[Any]] = {job: [ClockedBody(attributed(b), factor, t0) for b in found]
@@ -102,8 +102,9 @@ def layer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Layer]:
                 proms[name] = PrometheusServer(work / name, targets, rules, external_labels={
                     "cluster": cluster, "replica": replica}).start()
         for name, prom in proms.items():
-            sidecars.append(ThanosSidecar(prom, work / name).start())
-        query = ThanosQuery([s.grpc_address for s in sidecars], work / "query").start()
+            thanos.append(ThanosSidecar(prom, work / name).start())
+        query = ThanosQuery([s.grpc_address for s in thanos], work / "query").start()
+        thanos.append(query)
         # Every target up, the recorded P99 everywhere, and the recommender's rate window full of samples:
         # a rate over a window the data does not fill yet is extrapolated from whichever replica's
         # samples Thanos picked, and then the two views differ by that extrapolation, not by the layer.
@@ -115,10 +116,7 @@ def layer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Layer]:
         time.sleep(max(0.0, t0 + RecommenderTuning().rate_window_s + 5 - time.time()))
         yield Layer(query, proms)
     finally:
-        procs = [p.proc for p in [*proms.values(), *sidecars] if p.proc is not None]
-        if "query" in locals():
-            procs.append(query.proc)  # type: ignore[arg-type]
-        stop_all([p for p in procs if p is not None])
+        stop_all([p.proc for p in [*proms.values(), *thanos] if p.proc is not None])
         for source in sources:
             source.__exit__()
 

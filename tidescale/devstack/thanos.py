@@ -42,14 +42,13 @@ def stopped_on_error(proc: ManagedProcess) -> Iterator[None]:
         raise
 
 
-class ThanosSidecar:
-    """`thanos sidecar` beside one Prometheus: serves its series (and its external labels) over the
-    Store API, as prometheus-operator's `Prometheus.spec.thanos` runs it."""
+class _ThanosProcess:
+    """One `thanos <component>` on loopback ports: started with its own flags, ready at `/-/ready`."""
 
-    def __init__(self, prometheus: PrometheusServer, workdir: Path) -> None:
-        if not prometheus.external_labels:
-            raise TidescaleError("a Thanos sidecar needs a Prometheus with external labels")
-        self.prometheus, self.workdir = prometheus, workdir
+    component = ""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
         self.grpc_port, self.http_port = free_port(), free_port()
         self.proc: ManagedProcess | None = None
 
@@ -57,41 +56,57 @@ class ThanosSidecar:
     def grpc_address(self) -> str:
         return f"{LOOPBACK}:{self.grpc_port}"
 
-    def start(self, timeout: float = 30.0) -> ThanosSidecar:
-        argv = [str(thanos_binary()), "sidecar", f"--prometheus.url={self.prometheus.url}",
-                f"--tsdb.path={self.prometheus.workdir / 'data'}", f"--grpc-address={self.grpc_address}",
-                f"--http-address={LOOPBACK}:{self.http_port}", "--log.level=warn"]
-        self.proc = ManagedProcess("thanos-sidecar", argv, self.workdir / "thanos-sidecar.log").start()
+    @property
+    def url(self) -> str:
+        return f"http://{LOOPBACK}:{self.http_port}"
+
+    def _launch(self, flags: Sequence[str], timeout: float) -> ManagedProcess:
+        """Start it and wait until it is ready; a process that never gets ready is stopped."""
+        argv = [str(thanos_binary()), self.component, f"--http-address={LOOPBACK}:{self.http_port}",
+                f"--grpc-address={self.grpc_address}", "--log.level=warn", *flags]
+        name = f"thanos-{self.component}"
+        self.proc = ManagedProcess(name, argv, self.workdir / f"{name}.log").start()
         with stopped_on_error(self.proc):
-            self.proc.wait_http(f"http://{LOOPBACK}:{self.http_port}/-/ready", timeout=timeout)
-        return self
+            self.proc.wait_http(f"{self.url}/-/ready", timeout=timeout)
+        return self.proc
 
     def stop(self) -> None:
         if self.proc is not None:
             self.proc.stop()
 
 
-class ThanosQuery:
+class ThanosSidecar(_ThanosProcess):
+    """`thanos sidecar` beside one Prometheus: serves its series (and its external labels) over the
+    Store API, as prometheus-operator's `Prometheus.spec.thanos` runs it."""
+
+    component = "sidecar"
+
+    def __init__(self, prometheus: PrometheusServer, workdir: Path) -> None:
+        if not prometheus.external_labels:
+            raise TidescaleError("a Thanos sidecar needs a Prometheus with external labels")
+        super().__init__(workdir)
+        self.prometheus = prometheus
+
+    def start(self, timeout: float = 30.0) -> ThanosSidecar:
+        self._launch([f"--prometheus.url={self.prometheus.url}", f"--tsdb.path={self.prometheus.workdir / 'data'}"],
+                     timeout)
+        return self
+
+
+class ThanosQuery(_ThanosProcess):
     """`thanos query` over the sidecars' Store APIs, deduplicating on *replica_labels*; it answers the
     Prometheus HTTP API, so every client of tidescale's points at it as at a Prometheus."""
 
-    def __init__(self, endpoints: Sequence[str], workdir: Path, replica_labels: Sequence[str] = ("replica",)) -> None:
-        self.endpoints, self.workdir, self.replica_labels = list(endpoints), workdir, list(replica_labels)
-        self.http_port, self.grpc_port = free_port(), free_port()
-        self.proc: ManagedProcess | None = None
+    component = "query"
 
-    @property
-    def url(self) -> str:
-        return f"http://{LOOPBACK}:{self.http_port}"
+    def __init__(self, endpoints: Sequence[str], workdir: Path, replica_labels: Sequence[str] = ("replica",)) -> None:
+        super().__init__(workdir)
+        self.endpoints, self.replica_labels = list(endpoints), list(replica_labels)
 
     def start(self, timeout: float = 60.0) -> ThanosQuery:
-        argv = [str(thanos_binary()), "query", f"--http-address={LOOPBACK}:{self.http_port}",
-                f"--grpc-address={LOOPBACK}:{self.grpc_port}", "--log.level=warn",
-                *(f"--endpoint={e}" for e in self.endpoints),
-                *(f"--query.replica-label={label}" for label in self.replica_labels)]
-        self.proc = ManagedProcess("thanos-query", argv, self.workdir / "thanos-query.log").start()
-        with stopped_on_error(self.proc):
-            self.proc.wait_http(f"{self.url}/-/ready", timeout=timeout)
+        proc = self._launch([*(f"--endpoint={e}" for e in self.endpoints),
+                             *(f"--query.replica-label={label}" for label in self.replica_labels)], timeout)
+        with stopped_on_error(proc):
             self._wait_for_endpoints(timeout)
         return self
 
@@ -119,7 +134,3 @@ class ThanosQuery:
         r = httpx.get(f"{self.url}/api/v1/query", params=params, timeout=30)
         r.raise_for_status()
         return list(r.json()["data"]["result"])
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.stop()
