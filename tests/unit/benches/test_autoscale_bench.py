@@ -283,3 +283,49 @@ def test_tidescale_hpa_syncs_on_the_draws_phase_between_fast_path_ticks() -> Non
     policy.hpa.step = lambda now, metrics, pods: synced.append(now) or step(now, metrics, pods)  # type: ignore[method-assign, func-returns-value]
     run_policy(policy, np.arange(0.0, 70.0, 0.01), 70.0, 1, params)
     assert synced == [1.0, 5.0, 21.0, 35.0, 51.0, 65.0]  # the first tick syncs; then 20 -> 21 and 50 -> 51
+
+
+def test_the_fluid_bound_counts_the_work_served_at_full_throughput_and_the_minimum_fleet() -> None:
+    arrivals = np.arange(0.0, 100.0, 0.001)  # 1,000 req/s over 100 s
+    # 99.9 % of 100,000 requests at 500 req/s a replica: 199.8 replica-seconds, over the 1-replica floor
+    assert bench.fluid_bound_hours(arrivals, 0.0, 100.0, 500.0, 1, 0.999) == pytest.approx(199.8 / 3600)
+    assert bench.fluid_bound_hours(arrivals, 0.0, 100.0, 500.0, 3, 0.999) == pytest.approx(300 / 3600)
+    assert bench.fluid_bound_hours(arrivals, 50.0, 100.0, 500.0, 1, 1.0) == pytest.approx(100 / 3600)
+
+
+def test_a_policys_fleet_at_the_surge_counts_the_replicas_it_had_asked_for() -> None:
+    run = RunResult("x", np.zeros(0), np.zeros(0), times=[0.0, 10.0, 20.0], replicas=[3, 5, 8], ready=[3, 3, 5])
+    assert [bench.fleet_at(run, t) for t in (0.0, 9.9, 10.0, 25.0)] == [3, 3, 5, 8]
+
+
+def test_the_yardsticks_name_every_run_that_beats_the_oracle_at_its_own_slo_shares() -> None:
+    from tidescale.benches.autoscale.report import yardstick_lines, yardsticks
+
+    def row(requests: float, windows: float, hours: float) -> dict[str, float]:
+        return {"requests_within_slo": requests, "windows_within_slo": windows, "replica_hours": hours,
+                "cost_vs_fluid": hours / 0.5}
+
+    scores = {"oracle": row(1.0, 1.0, 1.0), "static@4": row(1.0, 1.0, 0.98), "static@3": row(0.99, 1.0, 0.8),
+              "tidescale": row(1.0, 1.0, 1.01)}
+    marks = yardsticks(scores)
+    assert marks == {"fluid_replica_hours": 0.5, "oracle_vs_fluid": 2.0, "oracle_beaten_by": ["static@4"]}
+    doc = {"yardsticks": {"azure": marks}, "scenarios": {"azure": {"tidescale": scores["tidescale"]}}}
+    assert "| azure | 0.50 | 2.00× | 2.02× | static@4 |" in yardstick_lines(doc)
+
+
+def test_the_bench_records_each_policys_own_surge_bound() -> None:
+    from tidescale.benches.autoscale import report as benchreport
+
+    doc, _runs = benchreport.run(benchreport.BenchOptions(["surge-3x"], ("oracle", "static"), quick=True,
+                                                          peer_settings=("static=3", "static=6")))
+    rows = doc["scenarios"]["surge-3x"]
+    # static's row is its best setting; the oracle stands ready before the surge (foresight)
+    assert rows["static"]["fleet_at_surge"] == rows["static"]["setting"]
+    assert rows["oracle"]["surge_bound"] == 1.0
+    scenario_bound = doc["bounds"]["surge-3x"]  # from the pre-surge need: 3 replicas
+    assert scenario_bound["fleet_at_surge"] == 3
+    if rows["static"]["setting"] > 3:  # a larger standing fleet is held to a higher bound
+        assert rows["static"]["surge_bound"] > scenario_bound["requests_within_slo_max"]
+    assert doc["yardsticks"]["surge-3x"]["oracle_vs_fluid"] > 1.0
+    text = benchreport.markdown(doc)
+    assert "Each policy against its own no-foresight bound" in text and "fluid bound (replica-h)" in text

@@ -8,6 +8,7 @@ arrivals and pays the same cold start.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -19,6 +20,7 @@ import numpy as np
 
 from tidescale.benches.autoscale import policies as pol
 from tidescale.benches.autoscale.closedloop import RunResult, SimParams, run_policy, score
+from tidescale.benches.autoscale.goals import GOALS
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.slo import SLO_LATENCY_THRESHOLD_S
 from tidescale.sim import BatcherConfig, FleetSim
@@ -158,6 +160,7 @@ def run_scenario(sc: BenchScenario, policy_names: list[str], params: SimParams, 
     latencies (a sweep would hold hundreds of MB of them)."""
     arrivals, end = scenario_arrivals(sc, params.seed)
     needed = oracle_needed(arrivals, end, capacity_rps)
+    replica_rps = max(capacity_rps, params.curve.max_throughput())  # what a replica completes flat out
     initial = max(needed[: int((WARMUP_S + 60.0) / ORACLE_SLOT_S)])  # a fair start: the first minute covered
     p = dataclasses.replace(params, cold_start_s=sc.cold_start_s)
     surge_at = None if sc.surge_at_s is None else sc.surge_at_s
@@ -180,11 +183,35 @@ def run_scenario(sc: BenchScenario, policy_names: list[str], params: SimParams, 
                              p.sync_offset_s)
         run = run_policy(policy, arrivals, end, initial, p)
         scores[name] = score(run, params.slo_latency_threshold_s, WARMUP_S, end, surge_at)
+        if surge_at is not None:
+            fleet = fleet_at(run, WARMUP_S + surge_at)
+            own = surge_bound(arrivals, WARMUP_S, end, surge_at, sc.cold_start_s, replica_rps, fleet,
+                              GOALS["requests_within_slo"], MAX_REPLICAS)
+            scores[name].update(fleet_at_surge=float(fleet), surge_bound=own.requests_within_slo)
         runs[name] = dataclasses.replace(run, latency=np.empty(0))
     oracle_hours = scores.get("oracle", {}).get("replica_hours")
+    fluid = fluid_bound_hours(arrivals, WARMUP_S, end, replica_rps, MIN_REPLICAS, GOALS["requests_within_slo"])
     for s in scores.values():
         s["cost_vs_oracle"] = s["replica_hours"] / oracle_hours if oracle_hours else None
+        s["cost_vs_fluid"] = s["replica_hours"] / fluid
     return scores, runs
+
+
+def fleet_at(run: RunResult, t: float) -> int:
+    """The replicas *run* had asked for at *t*, starting ones included: all it could have had Ready then
+    (counting them Ready keeps a policy's own surge bound a bound)."""
+    k = bisect.bisect_right(run.times, t) - 1
+    return run.replicas[max(k, 0)]
+
+
+def fluid_bound_hours(arrivals: np.ndarray, start_s: float, end_s: float, replica_rps: float, min_replicas: int,
+                      goal: float) -> float:
+    """Replica-hours no schedule can undercut while serving *goal* of the scored requests: each served
+    request takes 1/*replica_rps* of a replica-second (a replica at full throughput, batching at its
+    best, no cold start, no queueing), and the fleet never has fewer than *min_replicas*. A true lower
+    bound, unlike the oracle, which is a good schedule, not the best one."""
+    served = goal * float(np.sum((arrivals >= start_s) & (arrivals < end_s)))
+    return max(min_replicas * (end_s - start_s), served / replica_rps) / 3600.0
 
 
 def check_scenarios(names: list[str], known: list[str]) -> None:
