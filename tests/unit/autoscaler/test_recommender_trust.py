@@ -186,3 +186,33 @@ def test_a_burn_long_after_the_last_backlog_still_holds() -> None:
                                     fast_arrival_rps=800.0, max_pod_queue=0.0)) for t in range(300, 900, 15)]
     assert {a.desired for a in late[-16:]} == {40}
     assert late[-1].reason == "saturated"
+
+
+def quiet(t: float, per_replica: float, replicas: int = 4) -> Observation:
+    return Observation(t, per_replica * replicas, 0.0, replicas, replicas, p99_s=0.1, slo_latency_threshold_s=SLO,
+                       fast_arrival_rps=per_replica * replicas)
+
+
+def test_above_the_profile_the_capacity_rises_only_to_what_a_steady_fleet_was_seen_to_complete() -> None:
+    """Before, every evaluation with the P99 under half the SLO added 1 % of the profile up to
+    `max_capacity_gain` x it, on no evidence: at 1.5 the bench's diurnal day lost requests."""
+    r = Recommender(RecommenderConfig(100.0, max_replicas=40, max_capacity_gain=1.5))
+    for t in range(0, 1800, 15):
+        r.recommend(quiet(t, 60.0))
+    assert r.capacity_rps == 100.0  # a fleet at 60 % says nothing about more than the profile
+    for t in range(1800, 2100, 15):
+        r.recommend(quiet(t, 120.0))
+    assert r.capacity_rps == pytest.approx(120.0)  # seen completing 120 each at a P99 of 0.1 s
+    for t in range(2100, 2400, 15):
+        r.recommend(quiet(t, 200.0))
+    assert r.capacity_rps == pytest.approx(150.0)  # never beyond 1.5 x the profile
+
+
+def test_no_capacity_is_learned_up_from_a_fleet_that_just_changed() -> None:
+    """Right after a scale-up the replica readings lag the pods serving: per replica they overstate."""
+    r = Recommender(RecommenderConfig(100.0, max_replicas=40, max_capacity_gain=1.5))
+    for t in range(0, 600, 15):
+        r.recommend(quiet(t, 60.0, replicas=4 if (t // 60) % 2 else 5))
+    assert r.capacity_rps == 100.0
+    seen = [r.recommend(quiet(t, 120.0, replicas=4)) and r.capacity_rps for t in range(600, 840, 15)]
+    assert seen[0] == 100.0 and seen[-1] == pytest.approx(120.0)  # only once steady for two rate windows
