@@ -137,7 +137,20 @@ def test_bench_bad_input_exits_2(argv: list[str], message: str, capsys: pytest.C
 
 def test_policy_names() -> None:
     assert pol.check_policies(["tidescale"]) == ["tidescale"]
-    assert len(pol.ALL_POLICIES) == 9
+    assert len(pol.ALL_POLICIES) == 13  # 7 peers, 4 HPA-driven ones again with the tuned behavior, 2 more
+
+
+def test_an_hpa_peer_runs_again_with_the_behavior_an_expert_ships() -> None:
+    """Each HPA-driven peer is swept twice: at the HPA's default behavior and at `FAST_BEHAVIOR`, over
+    the same grid of its knob; everything but the behavior is the same HPA."""
+    for peer in pol.HPA_PEERS:
+        plain, fast = pol.peer_policy(peer, 1.0, 3, 1, 40), pol.peer_policy(peer + "+fast", 1.0, 3, 1, 40)
+        assert isinstance(plain, pol.HpaPolicy) and isinstance(fast, pol.HpaPolicy)
+        assert fast.name == peer + "+fast" and pol.KNOBS[fast.name] == pol.KNOBS[peer]
+        assert plain.spec.behavior is None and fast.spec.behavior == pol.FAST_BEHAVIOR
+        assert dataclasses.replace(fast.spec, behavior=None) == plain.spec
+    rules = pol.FAST_BEHAVIOR.scaleDown
+    assert rules is not None and rules.stabilizationWindowSeconds == 60 and rules.tolerance == 0.0
 
 
 def test_keda_rps_counts_what_the_queue_policy_turned_away() -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from tidescale.autoscaler import adapter
-from tidescale.autoscaler.hpa import HpaSpec, MetricSpec
+from tidescale.autoscaler.hpa import Behavior, HpaSpec, MetricSpec, ScalingPolicy, ScalingRules
 from tidescale.autoscaler.manifests import Target, tidescale_hpa_spec
 from tidescale.autoscaler.queries import TargetQueries
 from tidescale.autoscaler.service import RecommenderService
@@ -85,9 +85,10 @@ class HpaPolicy:
         return self.hpa.step(now, self.metrics(lag, pods), pods)
 
 
-def hpa_cpu(initial: int, min_r: int, max_r: int, target_pct: float = 70.0) -> HpaPolicy:
+def hpa_cpu(initial: int, min_r: int, max_r: int, target_pct: float = 70.0,
+            behavior: Behavior | None = None) -> HpaPolicy:
     """CPU utilisation of the request, no behavior (the seed Deployment used 70 %)."""
-    spec = HpaSpec(min_r, max_r, (MetricSpec("Resource", "cpu", "Utilization", target_pct),))
+    spec = HpaSpec(min_r, max_r, (MetricSpec("Resource", "cpu", "Utilization", target_pct),), behavior)
 
     def metrics(lag: MetricsLag, pods: list[Pod]) -> dict[str, MetricValue]:
         cores, total = lag.rate("cpu_seconds", RATE_WINDOW_S), lag.gauge("replicas_total")
@@ -98,9 +99,10 @@ def hpa_cpu(initial: int, min_r: int, max_r: int, target_pct: float = 70.0) -> H
     return HpaPolicy("hpa-cpu", spec, metrics, initial)
 
 
-def hpa_gpu_util(initial: int, min_r: int, max_r: int, target: float = 0.8) -> HpaPolicy:
+def hpa_gpu_util(initial: int, min_r: int, max_r: int, target: float = 0.8,
+                 behavior: Behavior | None = None) -> HpaPolicy:
     """DCGM GPU utilisation (duty cycle, 0–1) as a Pods metric; loading pods' GPUs read 0."""
-    spec = HpaSpec(min_r, max_r, (MetricSpec("Pods", adapter.GPU_UTILIZATION, "AverageValue", target),))
+    spec = HpaSpec(min_r, max_r, (MetricSpec("Pods", adapter.GPU_UTILIZATION, "AverageValue", target),), behavior)
 
     def metrics(lag: MetricsLag, pods: list[Pod]) -> dict[str, MetricValue]:
         return {adapter.GPU_UTILIZATION: _per_ready_pod(pods, lag.rate("busy_seconds", RATE_WINDOW_S), 0.0)}
@@ -108,9 +110,10 @@ def hpa_gpu_util(initial: int, min_r: int, max_r: int, target: float = 0.8) -> H
     return HpaPolicy("hpa-gpu-util", spec, metrics, initial)
 
 
-def triton_queue_time(initial: int, min_r: int, max_r: int, target_us: float = 50.0) -> HpaPolicy:
+def triton_queue_time(initial: int, min_r: int, max_r: int, target_us: float = 50.0,
+                      behavior: Behavior | None = None) -> HpaPolicy:
     """Triton's k8s-onprem example: avg queue µs per pod over 30 s with the `1+` denominator (its target: 50)."""
-    spec = HpaSpec(min_r, max_r, (MetricSpec("Pods", "avg_time_queue_us", "AverageValue", target_us),))
+    spec = HpaSpec(min_r, max_r, (MetricSpec("Pods", "avg_time_queue_us", "AverageValue", target_us),), behavior)
 
     def metrics(lag: MetricsLag, pods: list[Pod]) -> dict[str, MetricValue]:
         q, n = lag.rate("queue_duration_s", 30.0), lag.rate("requests", 30.0)
@@ -123,11 +126,12 @@ def triton_queue_time(initial: int, min_r: int, max_r: int, target_us: float = 5
     return HpaPolicy("triton-queue-time", spec, metrics, initial)
 
 
-def keda_rps(initial: int, min_r: int, max_r: int, rps_per_pod: float = 500.0) -> HpaPolicy:
+def keda_rps(initial: int, min_r: int, max_r: int, rps_per_pod: float = 500.0,
+             behavior: Behavior | None = None) -> HpaPolicy:
     """KEDA prometheus trigger on the arrivals, a threshold in req/s per pod (AverageValue). The query an
     expert writes counts what the queue policy turned away too (`nv_inference_request_success` plus
     `nv_inference_request_failure{reason="REJECTED"}`): completions alone fall as the fleet saturates."""
-    spec = HpaSpec(min_r, max_r, (MetricSpec("External", "s0-prometheus", "AverageValue", rps_per_pod),))
+    spec = HpaSpec(min_r, max_r, (MetricSpec("External", "s0-prometheus", "AverageValue", rps_per_pod),), behavior)
 
     def metrics(lag: MetricsLag, pods: list[Pod]) -> dict[str, MetricValue]:
         done, rejected = lag.rate("requests", RATE_WINDOW_S), lag.rate("failures", RATE_WINDOW_S)
@@ -405,13 +409,26 @@ KNOBS: dict[str, PeerKnob] = {
 }
 
 
+# The behavior an expert ships with an HPA on an inference fleet, swept as a peer of its own
+# (`<peer>+fast`) beside the HPA's defaults (a 300 s scale-down window, at most doubling or +4 pods
+# per 15 s, 10 % tolerance): tidescale's own scale-up (11x or +8 pods per 15 s, no window, no
+# tolerance), and a 60 s scale-down window (the recommender's own down delay; an HPA reading a raw
+# metric has no other hold) at most halving per 30 s, no tolerance.
+FAST_BEHAVIOR = Behavior(
+    scaleUp=ScalingRules(0, "Max", (ScalingPolicy("Percent", 1000, 15), ScalingPolicy("Pods", 8, 15)), 0.0),
+    scaleDown=ScalingRules(60, "Max", (ScalingPolicy("Percent", 50, 30),), 0.0),
+)
+FAST_SUFFIX = "+fast"
+
+
 def peer_policy(name: str, setting: float, initial: int, min_r: int, max_r: int) -> Policy:
-    """Peer *name* at *setting* of its knob (`KNOBS[name]`)."""
+    """Peer *name* at *setting* of its knob (`KNOBS[name]`); `<hpa peer>+fast` runs with `FAST_BEHAVIOR`."""
+    if name.endswith(FAST_SUFFIX):
+        policy = HPA_PEERS[name.removesuffix(FAST_SUFFIX)](initial, min_r, max_r, setting, FAST_BEHAVIOR)
+        policy.name = name
+        return policy
     factories: dict[str, Callable[[], Policy]] = {
-        "hpa-cpu": lambda: hpa_cpu(initial, min_r, max_r, setting),
-        "hpa-gpu-util": lambda: hpa_gpu_util(initial, min_r, max_r, setting),
-        "triton-queue-time": lambda: triton_queue_time(initial, min_r, max_r, setting),
-        "keda-rps": lambda: keda_rps(initial, min_r, max_r, setting),
+        **{peer: (lambda make=make: make(initial, min_r, max_r, setting)) for peer, make in HPA_PEERS.items()},
         "knative-kpa": lambda: KnativeKpa(initial, min_r, max_r, container_concurrency=setting),
         "ray-serve": lambda: RayServe(initial, min_r, max_r, target_ongoing=setting),
         "static": lambda: StaticFleet(setting, min_r, max_r),
@@ -419,6 +436,9 @@ def peer_policy(name: str, setting: float, initial: int, min_r: int, max_r: int)
     return factories[name]()
 
 
+HPA_PEERS: dict[str, Callable[[int, int, int, float, Behavior | None], HpaPolicy]] = {
+    "hpa-cpu": hpa_cpu, "hpa-gpu-util": hpa_gpu_util, "triton-queue-time": triton_queue_time, "keda-rps": keda_rps}
+KNOBS.update({peer + FAST_SUFFIX: KNOBS[peer] for peer in HPA_PEERS})
 PEERS = tuple(KNOBS)
 ALL_POLICIES = (*PEERS, "tidescale", "oracle")
 

@@ -723,7 +723,7 @@ def plot_frontiers(doc: dict[str, Any], path: Path) -> None:
     cols = min(3, max(1, len(names)))
     rows = math.ceil(len(names) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(6.4 * cols, 5.0 * rows), squeeze=False)
-    colours = {peer: plt.get_cmap("tab10")(k) for k, peer in enumerate(pol.PEERS)}
+    colours = {peer: plt.get_cmap("tab20")(k) for k, peer in enumerate(pol.PEERS)}
     for ax, name in zip(axes.flat, names, strict=False):
         for peer, front in doc.get("frontiers", {}).get(name, {}).items():
             pts = [e for e in front if e["cost_vs_oracle"] is not None]
