@@ -22,7 +22,6 @@ the delta of `nv_inference_request_success`.
 from __future__ import annotations
 
 import json
-import math
 import os
 import tempfile
 import time
@@ -40,6 +39,7 @@ from tidescale.benches.common import Progress, bench_main
 from tidescale.benches.loadclients import CONCURRENCY, ClientRun, choose_client
 from tidescale.benches.overhead_page import number
 from tidescale.benches.report import BENCH_DIR, json_block, markdown_table, save_figure
+from tidescale.benches.stats import interval
 from tidescale.contracts.errors import UsageError
 from tidescale.devstack.exporter import spawn_exporter
 from tidescale.devstack.fleet.model_repo import write_model_repository
@@ -55,9 +55,6 @@ WINDOW_SHARE = 0.95  # the window ends when either replica has served this share
 WATCH_S = 0.25  # how often the served counts are read meanwhile (both replicas alike)
 ATTEMPTS = 3  # a round whose replica crashed (2.51 does, tracing) is tried again on fresh replicas
 PODS = ("triton-paired-a", "triton-paired-b")
-# Student's t at 97.5 % (a two-sided 95 % interval) by degrees of freedom; beyond the table, the value
-# for 10 (a little wider than the true one: the interval errs on the side of "not judged").
-T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
 
 
 @dataclass(frozen=True)
@@ -104,15 +101,6 @@ def check_paired_rounds(rounds: int) -> int:
     if rounds < 2:
         raise UsageError(f"--rounds must be >= 2 (the interval comes from the rounds' spread), got {rounds}")
     return rounds
-
-
-def interval(values: Sequence[float]) -> tuple[float, float] | None:
-    """(mean, half-width of its 95 % confidence interval) of *values*; None with fewer than two."""
-    if len(values) < 2:
-        return None
-    mean = float(np.mean(values))
-    sem = float(np.std(values, ddof=1)) / math.sqrt(len(values))
-    return mean, T_975.get(len(values) - 1, T_975[10]) * sem
 
 
 def summarise(rounds: Sequence[PairRound], failures: Sequence[ov.ModeFailure]) -> dict[str, Any]:

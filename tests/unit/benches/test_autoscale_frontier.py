@@ -290,11 +290,14 @@ def test_the_seed_table_judges_each_draw_against_its_own_bound() -> None:
                                       "tidescale+direct": fake(0.9740, 0.9, 1.45)}}
     doc["seeds"] = {"seeds": [7], "scenarios": {"surge-3x": {"7": draw}}}
     lines = seed_lines(doc)
-    assert "| scenario | row | seed 0 (above) | seed 7 | mean of the draws | draws meeting both |" in lines
+    assert ("| scenario | row | seed 0 (above) | seed 7 | mean of the draws | draws meeting both "
+            "| requests within SLO, 95 % CI | cost, 95 % CI |") in lines
     # the same 97.00 % misses by 1.21 points against seed 0's bound and meets it within 0.5 on seed 7's;
     # the mean of the draws is 0.86 under the mean bound
     assert ("| surge-3x | tidescale | -1.21 pt from the bound, 1.400×: **no** | -0.50 pt from the bound, 1.400×: yes "
-            "| -0.86 pt from the bound, 1.400×: yes | 1 of 2 |") in lines
+            "| -0.86 pt from the bound, 1.400×: yes | 1 of 2 | 97.00 ± 0.00 % | 1.400 ± 0.000× |") in lines
     assert ("| surge-3x | tidescale+direct | -0.41 pt from the bound, 1.600×: **no** | -0.10 pt from the bound, "
-            "1.450×: yes | -0.26 pt from the bound, 1.525×: **no** | 1 of 2 |") in lines  # over 1.5x on seed 0
+            "1.450×: yes | -0.26 pt from the bound, 1.525×: **no** | 1 of 2 "
+            # two draws, t(1) = 12.706 times the standard error: 0.20 points and 0.075x
+            "| 97.60 ± 2.54 % | 1.525 ± 0.953× |") in lines  # over 1.5x on seed 0
     assert not [line for line in lines if line.startswith("| surge-3x | tidescale+keda")]  # not run on the page's seed

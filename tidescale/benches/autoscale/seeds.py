@@ -16,6 +16,7 @@ from tidescale.benches.autoscale import scenarios as bench
 from tidescale.benches.autoscale.closedloop import SimParams, recorded_offsets, with_seed
 from tidescale.benches.autoscale.goals import GOALS, JUDGED_ROWS, verdict
 from tidescale.benches.report import recorded
+from tidescale.benches.stats import interval
 
 MEASURES = ("requests_within_slo", "windows_within_slo", "cost_vs_oracle")
 
@@ -71,10 +72,11 @@ def seed_lines(doc: Mapping[str, Any]) -> list[str]:
            "tidescale's three delivery modes and the oracle on other draws of the same scenarios; the peers were "
            "not swept again, so dominance is judged on the page's seed alone. Each cell: the SLO measure, the "
            "cost against that draw's oracle, and whether both goals are met; then the same for the mean of the "
-           "draws.", "",
+           "draws, and the mean with its 95 % confidence interval (Student's t over the draws) of the requests "
+           "within the SLO and of the cost.", "",
            "| scenario | row | " + " | ".join([f"seed {main} (above)", *(f"seed {s}" for s in seeds)])
-           + " | mean of the draws | draws meeting both |",
-           "|---|---|" + "---|" * (len(seeds) + 2) + "---:|"]
+           + " | mean of the draws | draws meeting both | requests within SLO, 95 % CI | cost, 95 % CI |",
+           "|---|---|" + "---|" * (len(seeds) + 2) + "---:|---:|---:|"]
     for name, per_seed in spread["scenarios"].items():
         main_rows = doc["scenarios"].get(name, {})
         main_bound = doc.get("bounds", {}).get(name, {}).get("requests_within_slo_max")
@@ -87,5 +89,13 @@ def seed_lines(doc: Mapping[str, Any]) -> list[str]:
             met = sum(ok for _, ok in cells)
             mean_text, _ = _cell(name, *mean_draw(draws))
             out.append(f"| {name} | {row} | " + " | ".join(text for text, _ in cells)
-                       + f" | {mean_text} | {met} of {len(cells)} |")
+                       + f" | {mean_text} | {met} of {len(cells)} | "
+                       + _ci([100 * r["requests_within_slo"] for r, _ in draws], "{:.2f} ± {:.2f} %") + " | "
+                       + _ci([r["cost_vs_oracle"] for r, _ in draws], "{:.3f} ± {:.3f}×") + " |")
     return [*out, ""]
+
+
+def _ci(values: Sequence[float | None], fmt: str) -> str:
+    """Mean ± the half-width of its 95 % confidence interval, over the draws that have a value."""
+    found = interval([v for v in values if v is not None])
+    return "–" if found is None else fmt.format(*found)
