@@ -342,3 +342,26 @@ def test_the_bench_records_each_policys_own_surge_bound() -> None:
     assert doc["yardsticks"]["surge-3x"]["oracle_vs_fluid"] > 1.0
     text = benchreport.markdown(doc)
     assert "Each policy against its own no-foresight bound" in text and "fluid bound (replica-h)" in text
+
+
+def test_the_proxies_count_a_queued_request_once() -> None:
+    """KPA's and Ray's concurrency is Little's law on the completions (their time in the server, queued
+    and executing, per second): the queue is not added on top of durations that already hold it."""
+    cfg = BatcherConfig(max_batch_size=32, preferred_batch_sizes=(8, 16), max_queue_delay_s=0.002, instance_count=1)
+    sim = bench.FleetSim(ServiceCurve.v100(), cfg, 1, 0.0)
+    sim.offer(np.arange(0.0, 30.0, 1 / 600))  # over one replica's capacity: a queue builds
+    probe = pol.ConcurrencyProbe()
+    sim.advance(12.0)
+    before = sim.counters()
+    assert probe.sample(sim) is None  # a rate needs an interval
+    sim.advance(14.0)
+    after = sim.counters()
+    assert after.pending > 0
+    assert probe.sample(sim) == pytest.approx((after.request_duration_s - before.request_duration_s) / 2.0)
+
+
+def test_knative_and_ray_route_as_their_own_routers_do() -> None:
+    """The activator and Ray's router send each request to a replica with room: least-loaded routing,
+    not the Service's round robin the HPA-driven policies get."""
+    assert pol.KnativeKpa(3, 1, 40).routing == pol.RayServe(3, 1, 40).routing == "least-loaded"
+    assert getattr(pol.hpa_cpu(3, 1, 40), "routing", "round-robin") == "round-robin"

@@ -32,6 +32,7 @@ RECOVERY_WINDOW_S = 10.0
 RECOVERY_STREAK_S = 60.0
 HISTORY_S = 150.0  # completions the simulator keeps (the P99 of the last minute reads them)
 COLLECT_EVERY_S = 60.0  # well inside HISTORY_S
+ROUTING_QUANTUM_S = 0.01  # a least-loaded router's loads are read every this long (a policy's `routing`)
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,8 @@ def _pending_max(sim: FleetSim, c: FleetCounters) -> float:
 def run_policy(policy: Policy, arrivals: np.ndarray, duration_s: float, initial: int, params: SimParams
                ) -> RunResult:
     sim = FleetSim(params.curve, params.batcher, initial, params.cold_start_s, seed=params.seed,
-                   keep_history_s=HISTORY_S)
+                   keep_history_s=HISTORY_S, routing=getattr(policy, "routing", "round-robin"),
+                   routing_quantum_s=ROUTING_QUANTUM_S)
     lag = MetricsLag(sim, SCRAPE_INTERVAL_S, extractors={**DEFAULT_EXTRACTORS, "pending_max": _pending_max},
                      offset_s=params.scrape_offset_s)
     sim.offer(arrivals)
