@@ -441,12 +441,12 @@ FAST_SUFFIX = "+fast"
 
 def peer_policy(name: str, setting: float, initial: int, min_r: int, max_r: int) -> Policy:
     """Peer *name* at *setting* of its knob (`KNOBS[name]`); `<hpa peer>+fast` runs with `FAST_BEHAVIOR`."""
-    if name.endswith(FAST_SUFFIX):
-        policy = HPA_PEERS[name.removesuffix(FAST_SUFFIX)](initial, min_r, max_r, setting, FAST_BEHAVIOR)
+    base = name.removesuffix(FAST_SUFFIX)
+    if base in HPA_PEERS:
+        policy = HPA_PEERS[base](initial, min_r, max_r, setting, FAST_BEHAVIOR if base != name else None)
         policy.name = name
         return policy
     factories: dict[str, Callable[[], Policy]] = {
-        **{peer: (lambda make=make: make(initial, min_r, max_r, setting)) for peer, make in HPA_PEERS.items()},
         "knative-kpa": lambda: KnativeKpa(initial, min_r, max_r, container_concurrency=setting),
         "ray-serve": lambda: RayServe(initial, min_r, max_r, target_ongoing=setting),
         "static": lambda: StaticFleet(setting, min_r, max_r),
