@@ -233,7 +233,7 @@ class Recommender:
         a slower model version), give back 1 % of the profile value per evaluation while P99 is
         comfortably within it (up to the profile; beyond it, up to `max_capacity_gain` x the profile,
         only to the completions per Ready replica observed on a steady fleet at that P99: creeping up
-        on no evidence, at a gain of 1.5, cost the diurnal day 0.24 % of its requests and two windows in
+        on no evidence, at a gain of 1.5, cost the diurnal day 0.24 % of its requests and one window in
         ten). Misses within a P99 window of a backlog (queue > SLO × rate) or of
         starting replicas are explained by those, so they cut nothing.
         Where such a miss comes while the completions per Ready replica hold a plateau (the fleet
@@ -243,7 +243,7 @@ class Recommender:
         arrivals read as completions and the queue stays short, and only the latency tells.
         Bounded to [min_capacity_ratio, max_capacity_gain] × the profile."""
         cfg = self.config
-        steady = self.fleet_steady(obs)  # read at every evaluation, so a change between two is seen
+        steady = self.track_fleet(obs)  # at every evaluation, so a change between two is seen
         if obs.p99_s is None or obs.slo_latency_threshold_s is None or obs.ready_replicas <= 0:
             return
         lo, hi = cfg.capacity_rps * cfg.min_capacity_ratio, cfg.capacity_rps * cfg.max_capacity_gain
@@ -268,8 +268,8 @@ class Recommender:
                 if observed > cfg.capacity_rps:
                     self.capacity_rps = max(self.capacity_rps, observed)
 
-    def fleet_steady(self, obs: Observation) -> bool:
-        """Whether the replicas read (Ready and spec, equal) have not changed for two rate windows: only
+    def track_fleet(self, obs: Observation) -> bool:
+        """Record the replicas read; whether they (Ready and spec, equal) have not changed for two rate windows: only
         then is the completion rate over the window a rate per replica of the fleet read. Right after
         a scale-up the readings lag the pods serving, and per replica they overstate."""
         since, ready, spec = self._fleet
