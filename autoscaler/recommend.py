@@ -309,8 +309,11 @@ class Recommender:
         fleet's: its late completions keep the windowed P99 over the SLO for the pods' drain time
         plus the window, and the drain term already sizes the fleet for it. Held on the burn, a
         flash crowd on servers without a queue policy kept 40 replicas for nine minutes after its
-        end (3.62x the oracle instead of 1.7x)."""
-        if self.burning(obs) and obs.t - self._backlog_at > self.config.p99_window_s:
+        end (3.62x the oracle instead of 1.7x). Only while the replicas complete less than half
+        their capacity, though: a fleet at maxReplicas, overloaded with a queue on its pods (the
+        demo's "beyond maxReplicas"), is saturated whatever explains its P99."""
+        idle = per_replica is not None and per_replica < 0.5 * self.capacity_rps
+        if self.burning(obs) and not (idle and obs.t - self._backlog_at <= self.config.p99_window_s):
             return True
         if self.ceiling is None or per_replica is None or obs.t - self.ceiling[0] > self.config.headroom_window_s:
             return False

@@ -3,6 +3,7 @@ saturated (issue 43 #2 and "What to build" 3), replayed as timelines of observat
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -54,6 +55,15 @@ def test_no_scale_down_while_the_latency_slo_burns_beyond_max_replicas() -> None
     # Settled and still burning at a plateau of ~35 req/s a replica: the capacity learned down from it.
     assert r.ceiling is not None and r.ceiling[1] == pytest.approx(35.0, rel=0.1)
     assert r.capacity_rps <= r.ceiling[1]
+
+
+def test_a_queue_on_the_pods_of_a_saturated_fleet_still_holds_it() -> None:
+    """The demo beyond maxReplicas with queues of 20-100 on its pods (a per-pod backlog): the fleet
+    completes about what it can, so the burn is still a saturated fleet's, whatever the backlog."""
+    r = Recommender(RecommenderConfig(56.0, min_replicas=1, max_replicas=4, cold_start_s=30.0))
+    answers = [r.recommend(dataclasses.replace(beyond_max_replicas(t), queue_depth=160.0, max_pod_queue=40.0))
+               for t in range(0, 600, 15)]
+    assert min(a.desired for a in answers) == 4
 
 
 def test_the_measured_ceiling_holds_the_fleet_while_the_p99_dips_under_the_slo() -> None:
