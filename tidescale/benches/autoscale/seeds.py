@@ -80,22 +80,35 @@ def seed_lines(doc: Mapping[str, Any]) -> list[str]:
            "| scenario | row | " + " | ".join([f"seed {main} (above)", *(f"seed {s}" for s in seeds)])
            + " | mean of the draws | draws meeting both | requests within SLO, 95 % CI | cost, 95 % CI |",
            "|---|---|" + "---|" * (len(seeds) + 2) + "---:|---:|---:|"]
+    for name, row, by_seed in judged_draws(doc):
+        draws = list(by_seed.values())
+        cells = [_cell(name, r, b) for r, b in draws]
+        met = sum(ok for _, ok in cells)
+        mean_text, _ = _cell(name, *mean_draw(draws))
+        out.append(f"| {name} | {row} | " + " | ".join(text for text, _ in cells)
+                   + f" | {mean_text} | {met} of {len(cells)} | "
+                   + _ci([100 * r["requests_within_slo"] for r, _ in draws], "{:.2f} ± {:.2f} %") + " | "
+                   + _ci([r["cost_vs_oracle"] for r, _ in draws], "{:.3f} ± {:.3f}×") + " |")
+    return [*out, "", *held_out_lines(doc)]
+
+
+Draw = tuple[Mapping[str, Any], float | None]
+
+
+def judged_draws(doc: Mapping[str, Any]) -> list[tuple[str, str, dict[int, Draw]]]:
+    """(scenario, judged row, {seed: (row's measures, bound)}) for every judged row the page's seed ran,
+    the page's seed first, then the extra seeds in their order."""
+    spread, main = doc["seeds"], doc["setup"]["seed"]
+    out = []
     for name, per_seed in spread["scenarios"].items():
         main_rows = doc["scenarios"].get(name, {})
         main_bound = doc.get("bounds", {}).get(name, {}).get("requests_within_slo_max")
         for row in JUDGED_ROWS:
-            if row not in main_rows:
-                continue
-            draws = [(main_rows[row], main_bound), *((per_seed[str(s)]["rows"][row], per_seed[str(s)]["bound"])
-                                                     for s in seeds)]
-            cells = [_cell(name, r, b) for r, b in draws]
-            met = sum(ok for _, ok in cells)
-            mean_text, _ = _cell(name, *mean_draw(draws))
-            out.append(f"| {name} | {row} | " + " | ".join(text for text, _ in cells)
-                       + f" | {mean_text} | {met} of {len(cells)} | "
-                       + _ci([100 * r["requests_within_slo"] for r, _ in draws], "{:.2f} ± {:.2f} %") + " | "
-                       + _ci([r["cost_vs_oracle"] for r, _ in draws], "{:.3f} ± {:.3f}×") + " |")
-    return [*out, "", *held_out_lines(doc)]
+            if row in main_rows:
+                out.append((name, row, {main: (main_rows[row], main_bound),
+                                        **{s: (per_seed[str(s)]["rows"][row], per_seed[str(s)]["bound"])
+                                           for s in spread["seeds"]}}))
+    return out
 
 
 def held_out_lines(doc: Mapping[str, Any]) -> list[str]:
@@ -111,23 +124,16 @@ def held_out_lines(doc: Mapping[str, Any]) -> list[str]:
            "and the mean with its 95 % confidence interval of the requests within the SLO and of the cost.", "",
            "| scenario | row | tuned: met | held out: met | tuned: requests | held out: requests | tuned: cost "
            "| held out: cost |", "|---|---|---:|---:|---:|---:|---:|---:|"]
-    for name, per_seed in spread["scenarios"].items():
-        main_rows = doc["scenarios"].get(name, {})
-        main_bound = doc.get("bounds", {}).get(name, {}).get("requests_within_slo_max")
-        for row in JUDGED_ROWS:
-            if row not in main_rows:
-                continue
-            draws = {doc["setup"]["seed"]: (main_rows[row], main_bound),
-                     **{s: (per_seed[str(s)]["rows"][row], per_seed[str(s)]["bound"]) for s in spread["seeds"]}}
-            cells = []
-            for group in ([d for s, d in draws.items() if s in TUNED_SEEDS],
-                          [d for s, d in draws.items() if s not in TUNED_SEEDS]):
-                met = sum(_cell(name, r, b)[1] for r, b in group)
-                cells.append((f"{met} of {len(group)}",
-                              _ci([100 * r["requests_within_slo"] for r, _ in group], "{:.2f} ± {:.2f} %"),
-                              _ci([r["cost_vs_oracle"] for r, _ in group], "{:.3f} ± {:.3f}×")))
-            (tm, tr, tc), (hm, hr, hc) = cells
-            out.append(f"| {name} | {row} | {tm} | {hm} | {tr} | {hr} | {tc} | {hc} |")
+    for name, row, draws in judged_draws(doc):
+        cells = []
+        for group in ([d for s, d in draws.items() if s in TUNED_SEEDS],
+                      [d for s, d in draws.items() if s not in TUNED_SEEDS]):
+            met = sum(_cell(name, r, b)[1] for r, b in group)
+            cells.append((f"{met} of {len(group)}",
+                          _ci([100 * r["requests_within_slo"] for r, _ in group], "{:.2f} ± {:.2f} %"),
+                          _ci([r["cost_vs_oracle"] for r, _ in group], "{:.3f} ± {:.3f}×")))
+        (tm, tr, tc), (hm, hr, hc) = cells
+        out.append(f"| {name} | {row} | {tm} | {hm} | {tr} | {hr} | {tc} | {hc} |")
     return [*out, ""]
 
 
