@@ -316,3 +316,17 @@ def test_the_held_out_draws_are_reported_apart_from_those_the_defaults_were_tune
     # tuned: seeds 0-3 all meet the goals; held out: 99 % of requests misses 99.9 % on both
     row = next(line for line in lines if line.startswith("| diurnal | tidescale | 4 of 4 |"))
     assert row.startswith("| diurnal | tidescale | 4 of 4 | 0 of 2 | 100.00 ± 0.00 % | 99.00 ± 0.00 % |")
+
+
+def test_every_policy_on_the_replica_plot_gets_its_own_colour() -> None:
+    """The default colour cycle repeats after ten lines; a page runs more policies than that."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = ["oracle", *(f"peer-{k}" for k in range(18)), "tidescale", "peer-0"]
+    colours = benchreport.policy_colours(names, plt.get_cmap("tab20"))
+    assert set(colours) == set(names)
+    assert colours["tidescale"] == "black" and colours["oracle"] == "red"
+    assert len({str(c) for c in colours.values()}) == len(colours)

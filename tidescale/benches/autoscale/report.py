@@ -637,6 +637,17 @@ def goal_lines(doc: dict[str, Any]) -> list[str]:
     return [*out, ""]
 
 
+def policy_colours(policies: Sequence[str], cmap: Callable[[int], Any]) -> dict[str, Any]:
+    """One colour per policy on every panel, as the frontier plot draws them: tidescale black, the oracle
+    red, the rest in order of first appearance from a 20-colour map (the default cycle repeats after 10,
+    and two policies in one colour cannot be told apart)."""
+    out: dict[str, Any] = {"tidescale": "black", "oracle": "red"}
+    for p in policies:
+        if p not in out:
+            out[p] = cmap((len(out) - 2) % 20)
+    return out
+
+
 def plot(runs: dict[str, dict[str, RunResult]], path: Path, warmup_s: float = bench.WARMUP_S) -> None:
     """One panel per scenario: the load (in replicas' worth of capacity) and each policy's replicas."""
     import matplotlib
@@ -646,6 +657,7 @@ def plot(runs: dict[str, dict[str, RunResult]], path: Path, warmup_s: float = be
 
     n = len(runs)
     fig, axes = plt.subplots(n, 1, figsize=(11, 2.6 * n), squeeze=False)
+    colours = policy_colours([p for by_policy in runs.values() for p in by_policy], plt.get_cmap("tab20"))
     for ax, (name, by_policy) in zip(axes[:, 0], runs.items(), strict=True):
         any_run = next(iter(by_policy.values()))
         arr = any_run.arrivals[any_run.arrivals >= warmup_s] - warmup_s
@@ -657,7 +669,7 @@ def plot(runs: dict[str, dict[str, RunResult]], path: Path, warmup_s: float = be
         for p, r in by_policy.items():
             t = np.asarray(r.times) - warmup_s
             keep = t >= 0
-            ax2.step(t[keep], np.asarray(r.replicas)[keep], where="post", label=p,
+            ax2.step(t[keep], np.asarray(r.replicas)[keep], where="post", label=p, color=colours[p],
                      linewidth=2.2 if p in ("tidescale", "oracle") else 1.0,
                      linestyle="--" if p.startswith("tidescale+") else "-")
         ax.set_title(name)
