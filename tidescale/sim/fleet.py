@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,6 +19,7 @@ from tidescale.contracts.errors import UsageError
 from tidescale.sim.batcher import BatcherConfig, JitterStream, ReplicaBatcher
 from tidescale.sim.results import CompletedRequests, FleetCounters, ReplicaCounters
 from tidescale.sim.servicecurve import ServiceCurve
+from tidescale.sim.startup import PodStartup
 from tidescale.sim.triton_batcher import TritonBatcher
 
 ROUTINGS = ("round-robin", "random", "least-loaded")
@@ -31,11 +33,12 @@ class Replica:
 
     index: int
     added_at: float
-    ready_at: float
+    ready_at: float  # inf while it waits for a node
     batcher: ReplicaBatcher
     counters: ReplicaCounters
     removed_at: float | None = None
     history: list[Chunk] = field(default_factory=list)
+    started_at: float = 0.0  # when a node took it (kube_pod_start_time); inf while it waits for one
 
     @property
     def name(self) -> str:
@@ -54,7 +57,9 @@ class FleetSim:
     def __init__(self, curve: ServiceCurve, config: BatcherConfig, initial_replicas: int, cold_start_s: float,
                  seed: int = 0, routing: str = "round-robin", keep_history_s: float | None = 600.0,
                  routing_quantum_s: float = 0.01, cpu_base_cores: float = 0.05,
-                 cpu_seconds_per_request: float = 0.0005) -> None:
+                 cpu_seconds_per_request: float = 0.0005, startup: PodStartup | None = None) -> None:
+        """*startup*: how new replicas start (`PodStartup`: varying starts, waits for GPU nodes);
+        None: each is Ready *cold_start_s* after it is asked for."""
         if routing not in ROUTINGS:
             raise UsageError(f"unknown routing {routing!r}; choose one of {', '.join(ROUTINGS)}")
         if initial_replicas < 0:
@@ -78,8 +83,14 @@ class FleetSim:
         self._retired_alive_s = 0.0
         self._retired_history: list[Chunk] = []
         self._dropped = 0
+        self.startup = startup
+        self._start_rng = np.random.default_rng([seed, 1 << 29])
+        free = None if startup is None else startup.free_gpus
+        self._gpus = math.inf if free is None else float(initial_replicas + free)
+        self._nodes_due: list[float] = []  # when the nodes asked for unschedulable pods join (a heap)
+        before = cold_start_s if startup is None else startup.container_s
         for _ in range(initial_replicas):
-            self._add_replica(ready_at=0.0)
+            self._add_replica(ready_at=0.0, started_at=-before)
 
     # --- inputs -----------------------------------------------------------------------------------
 
@@ -108,18 +119,23 @@ class FleetSim:
             raise UsageError(f"replica count must be >= 0, got {n}")
         active = [r for r in self._replicas if r.removed_at is None]
         for _ in range(n - len(active)):
-            self._add_replica(ready_at=self.now + self.cold_start_s)
+            self._start_replica()
         if n < len(active):
             victims = sorted(active, key=lambda r: (r.ready(self.now), -r.index))[: len(active) - n]
             for r in victims:
                 r.removed_at = self.now
                 r.counters.draining = True
             self._retire_drained()
+            self._place(self.now)
 
     def advance(self, to_t: float) -> None:
         """Process everything up to simulated time *to_t* (arrivals offered beyond it wait)."""
         if to_t < self.now:
             raise UsageError(f"cannot advance backwards from {self.now}s to {to_t}s")
+        while self._nodes_due and self._nodes_due[0] <= to_t:
+            joined = heapq.heappop(self._nodes_due)
+            self._gpus += 1
+            self._place(joined)
         if self.routing == "least-loaded":
             self._advance_least_loaded(to_t)
         else:
@@ -131,6 +147,7 @@ class FleetSim:
             if len(r.batcher.disp) > FLUSH_RECORDS:
                 self._flush(r)
         self._retire_drained()
+        self._place(self.now)
 
     # --- state ------------------------------------------------------------------------------------
 
@@ -142,6 +159,17 @@ class FleetSim:
     def replicas_total(self) -> int:
         """Replicas not being drained, including those still starting."""
         return sum(1 for r in self._replicas if r.removed_at is None)
+
+    @property
+    def unschedulable(self) -> int:
+        """Replicas asked for that no node has taken yet (`kube_pod_status_unschedulable`)."""
+        return sum(1 for r in self._replicas if r.removed_at is None and math.isinf(r.started_at))
+
+    def pod_times(self) -> list[tuple[str, float, float | None]]:
+        """(pod, start time, Ready time or None) of each replica a node has taken, as kube-state-metrics
+        reports `kube_pod_start_time` and `kube_pod_status_ready_time`."""
+        return [(r.name, r.started_at, r.ready_at if r.ready_at <= self.now else None)
+                for r in self._replicas if r.removed_at is None and r.started_at <= self.now]
 
     @property
     def queue_depth(self) -> int:
@@ -180,7 +208,30 @@ class FleetSim:
 
     # --- internals --------------------------------------------------------------------------------
 
-    def _add_replica(self, ready_at: float) -> None:
+    def _start_replica(self) -> None:
+        """A replica asked for now: it starts at once, or waits for a node asked for it."""
+        if self.startup is None:
+            self._add_replica(ready_at=self.now + self.cold_start_s, started_at=self.now)
+            return
+        self._add_replica(ready_at=math.inf, started_at=math.inf)
+        if not self._place(self.now):
+            heapq.heappush(self._nodes_due, self.now + self.startup.node_wait(self._start_rng))
+
+    def _place(self, t: float) -> bool:
+        """Give free GPUs to waiting replicas, oldest first, at *t*; whether none is left waiting. A
+        draining replica holds its GPU until it is gone."""
+        if self.startup is None:
+            return True
+        held = sum(1 for r in self._replicas if not math.isinf(r.started_at))
+        waiting = [r for r in self._replicas if r.removed_at is None and math.isinf(r.started_at)]
+        for r in waiting:
+            if held >= self._gpus:
+                return False
+            r.started_at, r.ready_at = t, t + self.startup.container(self._start_rng)
+            held += 1
+        return True
+
+    def _add_replica(self, ready_at: float, started_at: float) -> None:
         i = self._next_index
         self._next_index += 1
         jitter = JitterStream(self.curve.jitter_sigma, self.seed, i)
@@ -188,7 +239,7 @@ class FleetSim:
                                    batch_counts=np.zeros(self.config.max_batch_size + 1, dtype=np.int64))
         batcher = (TritonBatcher if self.config.scheduler == "triton-2.51" else ReplicaBatcher)(
             self.config, self.curve, jitter)
-        self._replicas.append(Replica(i, self.now, ready_at, batcher, counters))
+        self._replicas.append(Replica(i, self.now, ready_at, batcher, counters, started_at=started_at))
 
     def _flush(self, r: Replica) -> None:
         rec = r.batcher.flush(self.now)

@@ -5,10 +5,9 @@ service itself (`RecommenderService.tick`), not a copy of its decision path.
   `MetricsLag`, as Prometheus would one scrape late: the completion and rejection rates over the
   long and short windows, the summed and the worst pod's queue, the P99 over the recording rule's
   window, the Deployment's replicas, and the pods that expose a pending gauge (what the fast path
-  reads). Queries for series a
-  simulated fleet has no model of (kube-state-metrics' pod times, HPA status and unschedulable
-  pods, the model load time) answer nothing, as a Prometheus without them would: the service then uses its configured
-  cold start.
+  reads); kube-state-metrics' pod start and Ready times (the cold start the service learns) and its
+  unschedulable pods, as the fleet has them now. Queries for series a simulated fleet has no model of
+  (HPA status, the model load time) answer nothing, as a Prometheus without them would.
 - `SimPods` reads those pods' own counters as their `/metrics` shows them now (the fast path); a
   pod that is gone does not answer.
 - `SimScale` is the Deployment's scale subresource (direct mode).
@@ -48,9 +47,12 @@ class SimPrometheus:
             queries.p99: lambda lag, sim, now: _p99(sim, now - config.p99_window_s),
             queries.spec_replicas: lambda lag, sim, now: lag.gauge("replicas_total"),
             queries.ready_replicas: lambda lag, sim, now: lag.gauge("replicas_ready"),
+            # count(...) of no pods is no series
+            queries.unschedulable: lambda lag, sim, now: float(sim.unschedulable) or None,
         }
-        self._silent = {queries.model_load, queries.hpa_current, queries.hpa_desired,
-                        queries.pod_started, queries.pod_ready_at, queries.unschedulable}
+        self._pod_times: dict[str, Callable[[tuple[str, float, float | None]], float | None]] = {
+            queries.pod_started: lambda pod: pod[1], queries.pod_ready_at: lambda pod: pod[2]}
+        self._silent = {queries.model_load, queries.hpa_current, queries.hpa_desired}
         self._discovery = f"group by (pod, instance) ({queries.pending})"
 
     def bind(self, now: float, lag: MetricsLag, sim: FleetSim) -> None:
@@ -65,6 +67,8 @@ class SimPrometheus:
         now, lag, sim = self._bound()
         if expr in self._silent:
             return []
+        if expr in self._pod_times:
+            return [(now, float(row["value"][1])) for row in self.query(expr)]
         if expr not in self._values:
             raise UsageError(f"the simulated Prometheus has no model of the query {expr!r}")
         got = self._values[expr](lag, sim, now)
@@ -74,6 +78,10 @@ class SimPrometheus:
         now, _lag, sim = self._bound()
         if expr in self._silent:
             return []
+        if expr in self._pod_times:
+            of = self._pod_times[expr]
+            return [{"metric": {"pod": pod[0]}, "value": [now, str(of(pod))]} for pod in sim.pod_times()
+                    if of(pod) is not None]
         if expr != self._discovery:
             return [{"metric": {}, "value": [now, str(v)]} for _, v in self.instant(expr)]
         # Every pod whose pending gauge is scraped: Ready ones, draining ones until they are gone.

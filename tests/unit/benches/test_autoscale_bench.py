@@ -365,3 +365,37 @@ def test_knative_and_ray_route_as_their_own_routers_do() -> None:
     not the Service's round robin the HPA-driven policies get."""
     assert pol.KnativeKpa(3, 1, 40).routing == pol.RayServe(3, 1, 40).routing == "least-loaded"
     assert getattr(pol.hpa_cpu(3, 1, 40), "routing", "round-robin") == "round-robin"
+
+
+def test_the_startup_scenarios_run_only_when_named_on_a_page_of_their_own() -> None:
+    """Varied starts and waits for GPU nodes: the oracle asks ahead by a slow start, the no-foresight
+    bound grants the quickest start (so it stays a bound), and the run is recorded apart."""
+    from tidescale.benches.autoscale import report as benchreport
+
+    available = bench.build_scenarios(1200.0, 800.0)
+    assert set(bench.STARTUP_SCENARIOS) <= set(available)
+    node = available["node-provisioning"]
+    assert node.startup is not None and node.startup.free_gpus == 2
+    assert node.fastest_start_s < node.cold_start_s < node.oracle_ahead_s
+    assert "GPU(s) free" in node.describe() and "lognormal" in available["cold-start-variance"].describe()
+    assert available["surge-3x"].oracle_ahead_s == available["surge-3x"].fastest_start_s == 60.0
+    opts = benchreport.BenchOptions(list(bench.STARTUP_SCENARIOS), ("oracle",), quick=True)
+    assert opts.paths == (benchreport.STARTUP_DOC, benchreport.STARTUP_PNG, benchreport.STARTUP_FRONTIER_PNG)
+    mixed = benchreport.BenchOptions(["surge-3x", "node-provisioning"], ("oracle",), quick=True)
+    assert mixed.paths[0] == benchreport.DOC
+    doc, _runs = benchreport.run(benchreport.BenchOptions(["node-provisioning"], ("oracle",), quick=True))
+    assert doc["scenario_info"]["node-provisioning"]["title"] == node.describe()
+    assert not set(bench.STARTUP_SCENARIOS) & set(benchreport.default_scenarios(available, None))
+    assert "## node-provisioning: " + node.describe() in benchreport.markdown(doc)
+
+
+def test_a_surge_bound_short_of_gpus_is_lower_and_still_granted_the_quickest_start() -> None:
+    """Beyond the GPUs there are, a replica asked for at the surge serves a node's least wait later."""
+    arrivals = np.sort(np.concatenate([np.linspace(0.0, 100.0, 10_000), np.linspace(100.0, 400.0, 90_000)]))
+    free = bench.surge_bound(arrivals, 0.0, 400.0, 100.0, 10.0, 100.0, 1, 0.999, 40)
+    short = bench.surge_bound(arrivals, 0.0, 400.0, 100.0, 10.0, 100.0, 1, 0.999, 40, bench.NodeLimit(2, 120.0))
+    assert short.requests_within_slo < free.requests_within_slo
+    assert short.replicas_for_goal is not None and free.replicas_for_goal is not None
+    assert short.replicas_for_goal >= free.replicas_for_goal
+    many = bench.surge_bound(arrivals, 0.0, 400.0, 100.0, 10.0, 100.0, 1, 0.999, 40, bench.NodeLimit(40, 120.0))
+    assert many.requests_within_slo == free.requests_within_slo  # enough GPUs: no node to wait for

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from tidescale.contracts.errors import UsageError
 from tidescale.sim import BatcherConfig, FleetSim
 from tidescale.sim.servicecurve import ServiceCurve
+from tidescale.sim.startup import SLOWEST, PodStartup
 
 CURVE = ServiceCurve(((1, 0.010), (32, 0.010)), jitter_sigma=0.0)
 CFG = BatcherConfig(max_batch_size=8, preferred_batch_sizes=(), max_queue_delay_s=0.0)
@@ -167,3 +168,57 @@ def test_scaling_conserves_requests(plan: list[tuple[float, int]], routing: str)
     assert c.requests + c.dropped + sim.queue_depth == len(arrivals)
     assert len(sim.completed()) == c.requests
     assert sim.queue_depth == 0 or sim.replicas_ready == 0
+
+
+# --- how new replicas start: varied starts, waits for GPU nodes ------------------------------------
+
+def test_a_replica_beyond_the_free_gpus_waits_for_its_node_and_serves_nothing_before() -> None:
+    sim = FleetSim(CURVE, CFG, 1, cold_start_s=5.0,
+                   startup=PodStartup(5.0, free_gpus=1, node_min_s=100.0, node_scale_s=0.0))
+    sim.offer(steady(50, 0.0, 300.0))
+    sim.advance(10.0)
+    sim.set_replicas(3)  # one free GPU: replica-1 starts now, replica-2 waits for a node (100 s)
+    assert sim.unschedulable == 1 and sim.replicas_total == 3
+    sim.advance(109.0)
+    assert sim.unschedulable == 1
+    sim.advance(111.0)
+    assert sim.unschedulable == 0 and sim.replicas_ready == 2  # its node joined at 110 s, it starts then
+    served = {r.name: r.requests for r in sim.counters().replicas}
+    assert served["replica-2"] == 0
+    sim.advance(116.0)
+    assert sim.replicas_ready == 3
+    assert [(name, start) for name, start, _ in sim.pod_times()] == [
+        ("replica-0", -5.0), ("replica-1", 10.0), ("replica-2", 110.0)]
+
+
+def test_a_gpu_freed_by_a_scale_down_goes_to_the_waiting_pod_and_nodes_stay() -> None:
+    sim = FleetSim(CURVE, CFG, 2, cold_start_s=1.0,
+                   startup=PodStartup(1.0, free_gpus=0, node_min_s=50.0, node_scale_s=0.0))
+    sim.set_replicas(3)
+    assert sim.unschedulable == 1
+    sim.set_replicas(1)  # the waiting pod goes first, then the newest Ready one
+    sim.advance(1.0)
+    assert sim.unschedulable == 0 and sim.replicas_total == 1
+    sim.advance(60.0)  # the node asked for the gone pod joins anyway, and stays
+    sim.set_replicas(3)
+    assert sim.unschedulable == 0
+
+
+@given(st.integers(0, 2**32 - 1), st.floats(0.0, 2.0))
+@settings(max_examples=40, deadline=None)
+def test_drawn_starts_stay_within_their_clips(seed: int, sigma: float) -> None:
+    model = PodStartup(60.0, container_sigma=sigma, free_gpus=0)
+    rng = np.random.default_rng(seed)
+    starts = [model.container(rng) for _ in range(20)]
+    waits = [model.node_wait(rng) for _ in range(20)]
+    assert all(model.fastest_s - 1e-9 <= s <= 60.0 * SLOWEST + 1e-9 for s in starts)
+    assert all(model.node_min_s <= w <= model.node_max_s for w in waits)
+    assert model.slow_s >= model.container_s
+
+
+@pytest.mark.parametrize("bad", [{"container_s": -1.0}, {"container_s": float("nan")}, {"container_sigma": -0.1},
+                                 {"free_gpus": -1}, {"node_shape": 0.0}, {"node_max_s": 10.0},
+                                 {"node_scale_s": float("inf")}])
+def test_a_bad_startup_model_is_named(bad: dict[str, float]) -> None:
+    with pytest.raises(UsageError, match="invalid pod start-up model"):
+        PodStartup(**{"container_s": 60.0, **bad})  # type: ignore[arg-type]

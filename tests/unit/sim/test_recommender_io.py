@@ -15,6 +15,7 @@ from tidescale.benches.autoscale.closedloop import SimParams, run_policy
 from tidescale.sim import BatcherConfig, FleetSim, MetricsLag
 from tidescale.sim.recommender_io import SimPods, SimPrometheus, SimScale
 from tidescale.sim.servicecurve import ServiceCurve
+from tidescale.sim.startup import PodStartup
 
 CURVE = ServiceCurve.v100()
 CFG = BatcherConfig(max_batch_size=32, preferred_batch_sizes=(8, 16), max_queue_delay_s=0.002)
@@ -49,7 +50,37 @@ def test_every_query_of_a_target_is_answered_or_known_to_have_no_series() -> Non
         prom.instant(expr)  # raises for a query the model does not know
         prom.query(expr)
     assert prom.instant(queries.completions)[0][1] > 50.0  # ~100 req/s, one scrape late
-    assert prom.instant(queries.hpa_current) == [] and prom.query(queries.pod_started) == []
+    assert prom.instant(queries.hpa_current) == [] and prom.instant(queries.unschedulable) == []
+    started = {r["metric"]["pod"]: float(r["value"][1]) for r in prom.query(queries.pod_started)}
+    ready = {r["metric"]["pod"]: float(r["value"][1]) for r in prom.query(queries.pod_ready_at)}
+    assert started == {"replica-0": 0.0, "replica-1": 0.0} and ready == started  # cold start 0: Ready at once
+
+
+def test_the_service_learns_the_cold_start_the_pods_show_and_sees_pods_waiting_for_a_node() -> None:
+    """kube-state-metrics' times, as the recommender reads them: a start-to-Ready time that is not the
+    configured one is learned; pods beyond the free GPUs are unschedulable until their node joins."""
+    prom, queries = _prometheus()
+    sim = FleetSim(CURVE, CFG, 1, 60.0, startup=PodStartup(45.0, free_gpus=1, node_scale_s=0.0))
+    lag = MetricsLag(sim, 15.0)
+    sim.offer(np.arange(0.0, 400.0, 0.01))
+    lag.advance(10.0)
+    sim.set_replicas(3)
+    lag.advance(30.0)
+    prom.bind(30.0, lag, sim)
+    assert prom.instant(queries.unschedulable) == [(30.0, 1.0)]
+    assert {r["metric"]["pod"]: float(r["value"][1]) for r in prom.query(queries.pod_started)} == {
+        "replica-0": -45.0, "replica-1": 10.0}  # replica-2 has no node: no start time yet
+    lag.advance(200.0)
+    prom.bind(200.0, lag, sim)
+    assert prom.instant(queries.unschedulable) == []
+    ready = {r["metric"]["pod"]: float(r["value"][1]) for r in prom.query(queries.pod_ready_at)}
+    assert ready == {"replica-0": 0.0, "replica-1": 55.0, "replica-2": 175.0}  # its node joined at 130 s
+
+    policy = pol.TidescalePolicy(1, 1, 8, 370.0, 60.0, 0.5, publish_delay_s=0.0)
+    params = SimParams(CURVE, CFG, 60.0, 0.5, hold_s=0.0, startup=PodStartup(20.0))
+    run_policy(policy, np.sort(np.random.default_rng(1).uniform(0.0, 300.0, 300 * 900)), 300.0, 1, params)
+    assert policy.state.cold_start_source == "pod_ready"
+    assert policy.state.recommender.config.cold_start_s == 20.0
 
 
 def test_the_fast_path_discovers_ready_pods_and_a_gone_pod_does_not_answer() -> None:

@@ -24,6 +24,7 @@ from tidescale.sim.lag import DEFAULT_EXTRACTORS
 from tidescale.sim.results import FleetCounters
 from tidescale.sim.samples import sample_quantile
 from tidescale.sim.servicecurve import ServiceCurve
+from tidescale.sim.startup import PodStartup
 
 SCRAPE_INTERVAL_S = 15.0
 DRAIN_S = 60.0
@@ -45,6 +46,7 @@ class SimParams:
     hold_s: float = 60.0  # no decisions until the rate windows hold real data
     scrape_offset_s: float = 0.0  # Prometheus scrapes at this offset + k x SCRAPE_INTERVAL_S
     sync_offset_s: float = 0.0  # the policy decides (the HPA syncs) at this offset + k x its period
+    startup: PodStartup | None = None  # how new replicas start, where not all in cold_start_s
 
 
 def clock_offsets(seed: int) -> tuple[float, float]:
@@ -86,7 +88,7 @@ def run_policy(policy: Policy, arrivals: np.ndarray, duration_s: float, initial:
                ) -> RunResult:
     sim = FleetSim(params.curve, params.batcher, initial, params.cold_start_s, seed=params.seed,
                    keep_history_s=HISTORY_S, routing=getattr(policy, "routing", "round-robin"),
-                   routing_quantum_s=ROUTING_QUANTUM_S)
+                   routing_quantum_s=ROUTING_QUANTUM_S, startup=params.startup)
     lag = MetricsLag(sim, SCRAPE_INTERVAL_S, extractors={**DEFAULT_EXTRACTORS, "pending_max": _pending_max},
                      offset_s=params.scrape_offset_s)
     sim.offer(arrivals)

@@ -46,6 +46,9 @@ SHED_FRONTIER_PNG = BENCH_DIR / "autoscale-queue-timeout-frontiers.png"
 NO_POLICY_DOC = BENCH_DIR / "autoscale-no-queue-policy.md"
 NO_POLICY_PNG = BENCH_DIR / "autoscale-no-queue-policy.png"
 NO_POLICY_FRONTIER_PNG = BENCH_DIR / "autoscale-no-queue-policy-frontiers.png"
+STARTUP_DOC = BENCH_DIR / "autoscale-startup.md"
+STARTUP_PNG = BENCH_DIR / "autoscale-startup.png"
+STARTUP_FRONTIER_PNG = BENCH_DIR / "autoscale-startup-frontiers.png"
 QUEUE_POLICIES = ("recommended", "none")
 FULL_S, QUICK_S = 3600.0, 1200.0
 
@@ -97,9 +100,12 @@ class BenchOptions:
     @property
     def paths(self) -> tuple[Path, Path, Path]:
         """Where the Markdown, the replica plot and the frontier plot are recorded: a queue timeout is
-        another server setup."""
+        another server setup; the start-up scenarios alone are another cluster."""
         if self.queue_timeout_s is not None:
             return SHED_DOC, SHED_PNG, SHED_FRONTIER_PNG
+        startup_only = bool(self.scenarios) and set(self.scenarios or ()) <= set(bench.STARTUP_SCENARIOS)
+        if startup_only and self.queue_policy == "recommended":
+            return STARTUP_DOC, STARTUP_PNG, STARTUP_FRONTIER_PNG
         return (DOC, PNG, FRONTIER_PNG) if self.queue_policy == "recommended" else (
             NO_POLICY_DOC, NO_POLICY_PNG, NO_POLICY_FRONTIER_PNG)
 
@@ -205,12 +211,18 @@ def judge(scores: Mapping[str, dict[str, Any]], sweeps: Mapping[str, Sequence[fl
     return judged
 
 
+def default_scenarios(available: Mapping[str, bench.BenchScenario], trace: Path | None) -> list[str]:
+    """What a run without `--scenario` runs: the trace alone, or every scenario but the start-up ones
+    (another cluster's; they have their page)."""
+    return ["trace"] if trace else [n for n in available if n not in bench.STARTUP_SCENARIOS]
+
+
 def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
         ) -> tuple[dict[str, Any], dict[str, dict[str, RunResult]]]:
     """All scenarios × policies; returns the JSON document and the runs (for the plot)."""
     duration = QUICK_S if opts.quick else FULL_S
     available = bench.build_scenarios(duration, opts.base_rps, opts.trace, opts.target_rps)
-    names = opts.scenarios or (["trace"] if opts.trace else list(available))
+    names = opts.scenarios or default_scenarios(available, opts.trace)
     bench.check_scenarios(names, list(available))
     curve = ServiceCurve.v100()
     queue_policy = opts.queue_policy_of(curve)
@@ -265,7 +277,7 @@ def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
         doc["scenarios"][name] = {p: {k: recorded(v) for k, v in s.items()} for p, s in judged.rows.items()}
         doc["frontiers"][name], doc["sweeps"][name] = judged.frontiers, judged.sweeps
         doc["scenario_info"][name] = {"cold_start_s": sc.cold_start_s, "surge_at_s": sc.surge_at_s,
-                                      "description": sc.traffic.description}
+                                      "description": sc.traffic.description, "title": sc.describe()}
         bound = bench.scenario_bound(sc, opts.seed, capacity, replica_rps, GOALS["requests_within_slo"])
         if bound is not None:
             doc["bounds"][name] = {"fleet_at_surge": bound.fleet_at_surge,
@@ -340,7 +352,8 @@ def markdown(doc: dict[str, Any]) -> str:
     ]
     for name, res in doc["scenarios"].items():
         info = doc["scenario_info"][name]
-        lines += [f"## {name}: {info['description']}, cold start {info['cold_start_s']:g} s", "",
+        title = info.get("title") or f"{info['description']}, cold start {info['cold_start_s']:g} s"
+        lines += [f"## {name}: {title}", "",
                   "| policy | setting | requests within SLO | 1-min windows within SLO | replica-hours "
                   "| cost vs oracle | scale events | max replicas | recovery s | dominated by (frontier points) |",
                   "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]

@@ -25,6 +25,7 @@ from tidescale.contracts.errors import UsageError
 from tidescale.contracts.slo import SLO_LATENCY_THRESHOLD_S
 from tidescale.sim import BatcherConfig, FleetSim
 from tidescale.sim.servicecurve import ServiceCurve
+from tidescale.sim.startup import PodStartup
 from tidescale.sim.traffic import Scenario, flash_crowd, replay, scenario, surge
 
 DEFAULT_SLO_S = SLO_LATENCY_THRESHOLD_S
@@ -40,10 +41,38 @@ AZURE_TRACE = Path(__file__).resolve().parent / "data" / "azure_llm_conv_2023.cs
 
 @dataclass(frozen=True)
 class BenchScenario:
+    """*cold_start_s* is what every new replica takes, and what tidescale is configured with; with a
+    *startup* model it is only the configured (median) start, and replicas start as the model draws."""
+
     name: str
     traffic: Scenario
     cold_start_s: float
     surge_at_s: float | None = None
+    startup: PodStartup | None = None
+
+    @property
+    def fastest_start_s(self) -> float:
+        """The quickest a new replica serves: what a no-foresight bound grants every policy."""
+        return self.cold_start_s if self.startup is None else self.startup.fastest_s
+
+    @property
+    def oracle_ahead_s(self) -> float:
+        """How far ahead the oracle asks: the cold start, or a slow (90th-percentile) start."""
+        return self.cold_start_s if self.startup is None else self.startup.slow_s
+
+    def describe(self) -> str:
+        """The page's title for it: the traffic and how replicas start."""
+        if self.startup is None:
+            return f"{self.traffic.description}, cold start {self.cold_start_s:g} s"
+        st = self.startup
+        text = f"{self.traffic.description}, start-to-Ready {st.container_s:g} s median"
+        if st.container_sigma:
+            text += f" (lognormal σ {st.container_sigma:g})"
+        if st.free_gpus is not None:
+            text += (f", {st.free_gpus} GPU(s) free beyond the opening fleet, then a node each: "
+                     f"{st.node_min_s:g} s + a Lomax({st.node_shape:g}) tail × {st.node_scale_s:g} s, at most "
+                     f"{st.node_max_s:g} s")
+        return text
 
 
 def build_scenarios(duration_s: float, base_rps: float, trace: Path | None = None,
@@ -66,7 +95,24 @@ def build_scenarios(duration_s: float, base_rps: float, trace: Path | None = Non
         name = "trace" if trace else "azure-llm-trace"
         out[name] = BenchScenario(name, replay(azure, time_scale=duration_s / 3600.0,
                                                target_rps=target_rps or base_rps), DEFAULT_COLD_START_S)
+    out.update(startup_scenarios(duration_s, base_rps))
     return out
+
+
+# Run only when named (`--scenario`); recorded on a page of their own (autoscale-startup.md).
+STARTUP_SCENARIOS = ("cold-start-variance", "node-provisioning")
+
+
+def startup_scenarios(duration_s: float, base_rps: float) -> dict[str, BenchScenario]:
+    """The 3× surge again, with replicas that start as clusters start them (issue 45, items 10 and 11):
+    start-to-Ready times that vary from pod to pod, and GPUs that run out, so that a pod waits for a node
+    cluster-autoscaler provisions. tidescale is configured with the median start and learns the rest."""
+    at = duration_s * 0.3
+    traffic = surge(base_rps, duration_s, 3.0, at_s=at, ramp_s=60.0)
+    varied = PodStartup(DEFAULT_COLD_START_S, container_sigma=0.5)
+    return {"cold-start-variance": BenchScenario("cold-start-variance", traffic, DEFAULT_COLD_START_S, at, varied),
+            "node-provisioning": BenchScenario("node-provisioning", traffic, DEFAULT_COLD_START_S, at,
+                                               dataclasses.replace(varied, container_sigma=0.25, free_gpus=2))}
 
 
 def measure_capacity(curve: ServiceCurve, cfg: BatcherConfig, slo_s: float, seed: int = 0,
@@ -96,10 +142,11 @@ def oracle_needed(arrivals: np.ndarray, duration_s: float, capacity_rps: float) 
 
 
 def make_policy(name: str, initial: int, capacity_rps: float, cold_start_s: float, needed: list[int],
-                slo_s: float, headroom: float = 1.0, setting: float | None = None, sync_offset_s: float = 0.0
-                ) -> pol.Policy:
+                slo_s: float, headroom: float = 1.0, setting: float | None = None, sync_offset_s: float = 0.0,
+                oracle_ahead_s: float | None = None) -> pol.Policy:
     """Policy *name*; a peer runs at *setting* of its knob (default: its fixed setting). The HPA-driven
-    peers sync on the loop's ticks; tidescale's HPA needs *sync_offset_s* (its loop ticks every 2 s)."""
+    peers sync on the loop's ticks; tidescale's HPA needs *sync_offset_s* (its loop ticks every 2 s).
+    The oracle asks *oracle_ahead_s* ahead (default: the cold start)."""
     lo, hi = MIN_REPLICAS, MAX_REPLICAS
     if name in pol.KNOBS:
         return pol.peer_policy(name, pol.KNOBS[name].fixed if setting is None else setting, initial, lo, hi)
@@ -108,7 +155,7 @@ def make_policy(name: str, initial: int, capacity_rps: float, cold_start_s: floa
         return pol.TidescalePolicy(initial, lo, hi, capacity_rps, cold_start_s, slo_s, headroom=headroom,
                                    fast_path=fast_path, direct=delivery == "direct",
                                    publish_delay_s=PUBLISH_DELAY_S[delivery], sync_offset_s=sync_offset_s)
-    return pol.Oracle(needed, ORACLE_SLOT_S, cold_start_s, lo, hi)
+    return pol.Oracle(needed, ORACLE_SLOT_S, cold_start_s if oracle_ahead_s is None else oracle_ahead_s, lo, hi)
 
 
 def warmup_arrivals(sc: BenchScenario, seed: int) -> np.ndarray:
@@ -161,8 +208,8 @@ def run_scenario(sc: BenchScenario, policy_names: list[str], params: SimParams, 
     arrivals, end = scenario_arrivals(sc, params.seed)
     needed = oracle_needed(arrivals, end, capacity_rps)
     replica_rps = max(capacity_rps, params.curve.max_throughput())  # what a replica completes flat out
-    initial = max(needed[: int((WARMUP_S + 60.0) / ORACLE_SLOT_S)])  # a fair start: the first minute covered
-    p = dataclasses.replace(params, cold_start_s=sc.cold_start_s)
+    initial = opening_fleet(needed)
+    p = dataclasses.replace(params, cold_start_s=sc.cold_start_s, startup=sc.startup)
     surge_at = None if sc.surge_at_s is None else sc.surge_at_s
     scores: dict[str, dict[str, Any]] = {}
     runs: dict[str, RunResult] = {}
@@ -179,14 +226,14 @@ def run_scenario(sc: BenchScenario, policy_names: list[str], params: SimParams, 
     for k, (name, kind, factor, setting) in enumerate(runs_to_do):
         progress(f"{sc.name}: {name} ({k + 1}/{len(runs_to_do)})")
         policy = make_policy(kind, initial, capacity_rps, sc.cold_start_s, needed, params.slo_latency_threshold_s,
-                             factor, setting,
-                             p.sync_offset_s)
+                             factor, setting, p.sync_offset_s, oracle_ahead_s=sc.oracle_ahead_s)
         run = run_policy(policy, arrivals, end, initial, p)
         scores[name] = score(run, params.slo_latency_threshold_s, WARMUP_S, end, surge_at)
         if surge_at is not None:
             fleet = fleet_at(run, WARMUP_S + surge_at)
-            own = surge_bound(arrivals, WARMUP_S, end, surge_at, sc.cold_start_s, replica_rps, fleet,
-                              GOALS["requests_within_slo"], MAX_REPLICAS)
+            before = run.replicas[: bisect.bisect_right(run.times, WARMUP_S + surge_at)]
+            own = surge_bound(arrivals, WARMUP_S, end, surge_at, sc.fastest_start_s, replica_rps, fleet,
+                              GOALS["requests_within_slo"], MAX_REPLICAS, node_limit(sc, initial, before))
             scores[name].update(fleet_at_surge=float(fleet), surge_bound=own.requests_within_slo)
         runs[name] = dataclasses.replace(run, latency=np.empty(0))
     oracle_hours = scores.get("oracle", {}).get("replica_hours")
@@ -195,6 +242,11 @@ def run_scenario(sc: BenchScenario, policy_names: list[str], params: SimParams, 
         s["cost_vs_oracle"] = s["replica_hours"] / oracle_hours if oracle_hours else None
         s["cost_vs_fluid"] = s["replica_hours"] / fluid
     return scores, runs
+
+
+def opening_fleet(needed: Sequence[int]) -> int:
+    """Every policy's fleet at t=0, a fair start: what the warm-up and the first minute need."""
+    return max(needed[: int((WARMUP_S + 60.0) / ORACLE_SLOT_S)])
 
 
 def fleet_at(run: RunResult, t: float) -> int:
@@ -243,23 +295,46 @@ class SurgeBound:
         return None if self.replicas_for_goal is None else self.replicas_for_goal / self.fleet_at_surge
 
 
+@dataclass(frozen=True)
+class NodeLimit:
+    """GPUs a fleet could run on at a surge without a new node (*count*), and a node's least wait."""
+
+    count: int
+    wait_s: float
+
+
+def node_limit(sc: BenchScenario, initial: int, asked: Sequence[int] = ()) -> NodeLimit | None:
+    """The GPUs of *sc* at its surge (None: never short of them): the opening fleet's and the free ones,
+    or the most replicas asked for before (their nodes stay; counting those still joining keeps the
+    bound a bound)."""
+    if sc.startup is None or sc.startup.free_gpus is None:
+        return None
+    return NodeLimit(max(initial + sc.startup.free_gpus, *asked, 0), sc.startup.node_min_s)
+
+
 def excess_arrivals(per_second: np.ndarray, fleet_rps: float) -> float:
     """Arrivals beyond what a fleet completing *fleet_rps* can take, second by second."""
     return float(np.maximum(per_second - fleet_rps, 0.0).sum())
 
 
 def surge_bound(arrivals: np.ndarray, start_s: float, end_s: float, surge_at_s: float, cold_start_s: float,
-                replica_rps: float, fleet: int, goal: float, max_replicas: int) -> SurgeBound:
-    """`SurgeBound` of the scored arrivals in [start_s, end_s) for a surge at *surge_at_s* (scored time)."""
+                replica_rps: float, fleet: int, goal: float, max_replicas: int, gpus: NodeLimit | None = None
+                ) -> SurgeBound:
+    """`SurgeBound` of the scored arrivals in [start_s, end_s) for a surge at *surge_at_s* (scored time).
+    With *gpus*, replicas beyond the GPUs there are serve only after a node's least wait too."""
     scored = arrivals[(arrivals >= start_s) & (arrivals < end_s)] - start_s
     if not len(scored):
         return SurgeBound(fleet, 1.0, fleet)
     seconds = max(1, math.ceil(end_s - start_s))
     per_second = np.bincount(np.minimum(scored.astype(int), seconds - 1), minlength=seconds).astype(float)
     blind = per_second[int(surge_at_s): math.ceil(surge_at_s + cold_start_s)]
+    short = (per_second[math.ceil(surge_at_s + cold_start_s): math.ceil(surge_at_s + cold_start_s + gpus.wait_s)]
+             if gpus is not None else per_second[:0])
 
     def reachable(n: int) -> float:
-        return 1.0 - excess_arrivals(blind, n * replica_rps) / len(scored)
+        # until the cold start, the standing fleet alone; then until a node could join, the GPUs there
+        capped = excess_arrivals(short, max(n, gpus.count) * replica_rps) if gpus is not None else 0.0
+        return 1.0 - (excess_arrivals(blind, n * replica_rps) + capped) / len(scored)
 
     needed = next((n for n in range(fleet, max_replicas + 1) if reachable(n) >= goal), None)
     return SurgeBound(fleet, reachable(fleet), needed)
@@ -275,5 +350,6 @@ def scenario_bound(sc: BenchScenario, seed: int, capacity_rps: float, replica_rp
     needed = oracle_needed(arrivals, end, capacity_rps)
     k = int((WARMUP_S + sc.surge_at_s) / ORACLE_SLOT_S)
     fleet = max(needed[max(0, k - int(60.0 / ORACLE_SLOT_S)): k] or [MIN_REPLICAS])
-    return surge_bound(arrivals, WARMUP_S, end, sc.surge_at_s, sc.cold_start_s, replica_rps, fleet, goal,
-                       MAX_REPLICAS)
+    initial = opening_fleet(needed)
+    return surge_bound(arrivals, WARMUP_S, end, sc.surge_at_s, sc.fastest_start_s, replica_rps, fleet, goal,
+                       MAX_REPLICAS, node_limit(sc, initial, [fleet]))
