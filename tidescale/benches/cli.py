@@ -231,6 +231,9 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
             True, "--sweep/--no-sweep", help="Sweep each peer's main knob (--no-sweep: its fixed setting alone)."),
         peer_setting: list[str] = typer.Option(
             [], "--peer-setting", help="PEER=VALUE: run PEER at VALUE of its knob instead of its sweep (repeatable)."),
+        capacity_error: list[float] = typer.Option(
+            [], "--capacity-error", help="Also run tidescale configured with this factor x the measured capacity "
+            "per replica: its capacity profile off by that much (repeatable)."),
         extra_seed: list[int] = typer.Option(
             [], "--extra-seed", help="Rerun tidescale's delivery modes and the oracle on this seed's arrivals too, "
             "and judge each draw against the goals (repeatable)."),
@@ -247,7 +250,8 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
                                         trace, target_rps, queue_policy=queue_policy, queue_timeout_s=queue_timeout,
                                         headroom=headroom,
                                         headroom_sweep=tuple(headroom_sweep), sweep=sweep,
-                                        peer_settings=tuple(peer_setting), extra_seeds=tuple(extra_seed))
+                                        peer_settings=tuple(peer_setting), extra_seeds=tuple(extra_seed),
+                                        capacity_errors=tuple(capacity_error))
         err = Console(stderr=True)
         with err.status("autoscale benchmark") as status:
             doc, runs = benchreport.run(opts, progress=lambda m: status.update(m))

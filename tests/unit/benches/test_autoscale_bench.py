@@ -399,3 +399,21 @@ def test_a_surge_bound_short_of_gpus_is_lower_and_still_granted_the_quickest_sta
     assert short.replicas_for_goal >= free.replicas_for_goal
     many = bench.surge_bound(arrivals, 0.0, 400.0, 100.0, 10.0, 100.0, 1, 0.999, 40, bench.NodeLimit(40, 120.0))
     assert many.requests_within_slo == free.requests_within_slo  # enough GPUs: no node to wait for
+
+
+def test_a_capacity_profile_off_is_a_row_of_its_own_and_the_page_says_how_to_rerun_it() -> None:
+    from tidescale.benches.autoscale import report as benchreport
+
+    with pytest.raises(UsageError, match="--capacity-error must be a factor"):
+        benchreport.BenchOptions(["surge-3x"], ("oracle",), quick=True, capacity_errors=(0.0,))
+    opts = benchreport.BenchOptions(["node-provisioning"], ("tidescale", "oracle"), quick=True,
+                                    capacity_errors=(0.7, 1.3))
+    doc, _runs = benchreport.run(opts)
+    rows = doc["scenarios"]["node-provisioning"]
+    low, high = rows["tidescale+capacity0.7x"], rows["tidescale+capacity1.3x"]
+    # believing a replica serves less, it runs more of them, and the other way round
+    assert low["replica_hours"] > rows["tidescale"]["replica_hours"] > high["replica_hours"]
+    text = benchreport.markdown(doc)
+    assert ("bench autoscale --quick --scenario node-provisioning --capacity-error 0.7 --capacity-error 1.3"
+            in text)
+    assert "`tidescale+capacityFx` rows" in text

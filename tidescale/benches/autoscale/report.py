@@ -75,6 +75,7 @@ class BenchOptions:
     sweep: bool = True  # every peer over its knob's sweep (False: its fixed setting alone)
     peer_settings: tuple[str, ...] = ()  # PEER=VALUE: run PEER at these settings instead of its sweep
     extra_seeds: tuple[int, ...] = ()  # tidescale's delivery modes and the oracle again on these draws
+    capacity_errors: tuple[float, ...] = ()  # extra tidescale rows with its capacity profile off by these factors
 
     def __post_init__(self) -> None:
         if self.slo_s <= 0:
@@ -83,6 +84,9 @@ class BenchOptions:
             raise UsageError("--target-rps needs --trace")
         for h in (self.headroom, *self.headroom_sweep):
             check_headroom(h, "--headroom")
+        for f in self.capacity_errors:
+            if not (math.isfinite(f) and 0.1 <= f <= 10.0):
+                raise UsageError(f"--capacity-error must be a factor in [0.1, 10], got {f}")
         if self.queue_timeout_s is not None and not (math.isfinite(self.queue_timeout_s) and self.queue_timeout_s > 0):
             raise UsageError(f"--queue-timeout must be > 0 seconds, got {self.queue_timeout_s}")
         if self.queue_policy not in QUEUE_POLICIES:
@@ -246,6 +250,7 @@ def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
                   "publish_delay_s": dict(bench.PUBLISH_DELAY_S),
                   "queue_policy": queue_policy["kind"],
                   "tidescale_headroom": opts.headroom, "headroom_sweep": list(opts.headroom_sweep),
+                  "capacity_errors": list(opts.capacity_errors), "scenarios_named": list(opts.scenarios or []),
                   # what tidescale ran: the service's defaults (`autoscale recommend --print-config`)
                   "tidescale_tuning": RecommenderSettings().tuning.as_json(), "sweep": opts.sweep},
         # the recommender configuration that ran (`autoscale recommend --print-config` at this headroom)
@@ -267,8 +272,9 @@ def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
     for name in names:
         sc = available[name]
         sweep = opts.headroom_sweep if sc.surge_at_s is not None and "tidescale" in opts.policies else ()
+        errors = opts.capacity_errors if "tidescale" in opts.policies else ()
         scores, runs = bench.run_scenario(sc, list(opts.policies), params, capacity, progress, opts.headroom, sweep,
-                                          sweeps)
+                                          sweeps, errors)
         judged = judge(scores, sweeps)
         doc["yardsticks"][name] = yardsticks(scores)
         for row in doc["yardsticks"][name]["oracle_beaten_by"]:
@@ -300,6 +306,8 @@ def _flags(setup: dict[str, Any]) -> str:
     out = {"recommended": "", "none": " --queue-policy none"}.get(kind, explicit)
     out += "" if setup.get("tidescale_headroom", 1.0) == 1.0 else f" --headroom {setup['tidescale_headroom']:g}"
     out += "".join(f" --headroom-sweep {h:g}" for h in setup.get("headroom_sweep", []))
+    out += "".join(f" --capacity-error {f:g}" for f in setup.get("capacity_errors", []))
+    out = "".join(f" --scenario {n}" for n in setup.get("scenarios_named", [])) + out
     return out + "".join(f" --extra-seed {s}" for s in setup.get("extra_seeds", []))
 
 
@@ -342,7 +350,9 @@ def markdown(doc: dict[str, Any]) -> str:
         + (", what tidescale recommends (`autoscale render --max-batch-exec-ms`: the SLO minus the largest "
            "batch's P99 execution time)" if s.get("queue_policy") == "recommended" else ""),
         f"- tidescale headroom: {s.get('tidescale_headroom', 1.0):g}× the 10-minute floor of the load "
-        "(`tidescale+headroomNx` rows: the same policy at N×, not a peer)",
+        "(`tidescale+headroomNx` rows: the same policy at N×, not a peer)"
+        + ("; `tidescale+capacityFx` rows: tidescale configured with F × the measured capacity per replica, "
+           "its profile off by that much" if s.get("capacity_errors") else ""),
         "- tidescale tuning, the service's shipped defaults (`tidescale autoscale recommend --print-config`): "
         f"`{json.dumps(s['tidescale_tuning'], sort_keys=True)}`",
         "- tidescale is the recommender service itself (`RecommenderService`, run by its own `tick`), its "

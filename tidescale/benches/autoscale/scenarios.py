@@ -192,6 +192,11 @@ def headroom_variant(factor: float) -> str:
     return f"tidescale+headroom{factor:g}x"
 
 
+def capacity_variant(factor: float) -> str:
+    """The name of tidescale run with a capacity profile *factor* × the true one (a row, not a peer)."""
+    return f"tidescale+capacity{factor:g}x"
+
+
 def sweep_row(peer: str, setting: float) -> str:
     """The name of a peer's run at one setting of its knob."""
     return f"{peer}@{setting:g}"
@@ -199,12 +204,13 @@ def sweep_row(peer: str, setting: float) -> str:
 
 def run_scenario(sc: BenchScenario, policy_names: list[str], params: SimParams, capacity_rps: float,
                  progress: Callable[[str], None] = lambda _: None, headroom: float = 1.0,
-                 headroom_sweep: tuple[float, ...] = (), settings: Mapping[str, Sequence[float]] | None = None
-                 ) -> tuple[dict[str, dict[str, Any]], dict[str, RunResult]]:
+                 headroom_sweep: tuple[float, ...] = (), settings: Mapping[str, Sequence[float]] | None = None,
+                 capacity_errors: tuple[float, ...] = ()) -> tuple[dict[str, dict[str, Any]], dict[str, RunResult]]:
     """Every policy on the same arrivals (after a warm-up), each peer at each of its *settings*
     (default: its fixed setting; rows `sweep_row(peer, setting)`), then tidescale at each swept
-    headroom; scores exclude the warm-up. The runs keep their replica timelines, not per-request
-    latencies (a sweep would hold hundreds of MB of them)."""
+    headroom and with its capacity profile off by each of *capacity_errors*; scores exclude the
+    warm-up. The runs keep their replica timelines, not per-request latencies (a sweep would hold
+    hundreds of MB of them)."""
     arrivals, end = scenario_arrivals(sc, params.seed)
     needed = oracle_needed(arrivals, end, capacity_rps)
     replica_rps = max(capacity_rps, params.curve.max_throughput())  # what a replica completes flat out
@@ -213,19 +219,21 @@ def run_scenario(sc: BenchScenario, policy_names: list[str], params: SimParams, 
     surge_at = None if sc.surge_at_s is None else sc.surge_at_s
     scores: dict[str, dict[str, Any]] = {}
     runs: dict[str, RunResult] = {}
-    runs_to_do: list[tuple[str, str, float, float | None]] = []
+    # (row, policy, headroom, the peer's setting, the capacity tidescale is configured with)
+    runs_to_do: list[tuple[str, str, float, float | None, float]] = []
     for name in policy_names:
         if name in pol.KNOBS:
             chosen = (settings or {}).get(name) or (pol.KNOBS[name].fixed,)
-            runs_to_do += [(sweep_row(name, v), name, headroom, v) for v in chosen]
+            runs_to_do += [(sweep_row(name, v), name, headroom, v, capacity_rps) for v in chosen]
         else:
-            runs_to_do.append((name, name, headroom, None))
+            runs_to_do.append((name, name, headroom, None, capacity_rps))
     if "tidescale" in policy_names:
-        runs_to_do += [(v, v, headroom, None) for v in STEP_VARIANTS if v != "tidescale"]
-    runs_to_do += [(headroom_variant(h), "tidescale", h, None) for h in headroom_sweep]
-    for k, (name, kind, factor, setting) in enumerate(runs_to_do):
+        runs_to_do += [(v, v, headroom, None, capacity_rps) for v in STEP_VARIANTS if v != "tidescale"]
+    runs_to_do += [(headroom_variant(h), "tidescale", h, None, capacity_rps) for h in headroom_sweep]
+    runs_to_do += [(capacity_variant(f), "tidescale", headroom, None, f * capacity_rps) for f in capacity_errors]
+    for k, (name, kind, factor, setting, configured) in enumerate(runs_to_do):
         progress(f"{sc.name}: {name} ({k + 1}/{len(runs_to_do)})")
-        policy = make_policy(kind, initial, capacity_rps, sc.cold_start_s, needed, params.slo_latency_threshold_s,
+        policy = make_policy(kind, initial, configured, sc.cold_start_s, needed, params.slo_latency_threshold_s,
                              factor, setting, p.sync_offset_s, oracle_ahead_s=sc.oracle_ahead_s)
         run = run_policy(policy, arrivals, end, initial, p)
         scores[name] = score(run, params.slo_latency_threshold_s, WARMUP_S, end, surge_at)
