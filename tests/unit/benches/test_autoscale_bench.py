@@ -386,7 +386,9 @@ def test_the_startup_scenarios_run_only_when_named_on_a_page_of_their_own() -> N
     doc, _runs = benchreport.run(benchreport.BenchOptions(["node-provisioning"], ("oracle",), quick=True))
     assert doc["scenario_info"]["node-provisioning"]["title"] == node.describe()
     assert not set(bench.STARTUP_SCENARIOS) & set(benchreport.default_scenarios(available, None))
-    assert "## node-provisioning: " + node.describe() in benchreport.markdown(doc)
+    text = benchreport.markdown(doc)
+    assert "## node-provisioning: " + node.describe() in text
+    assert "autoscale-startup.png" in text and "autoscale-startup-frontiers.png" in text
 
 
 def test_a_surge_bound_short_of_gpus_is_lower_and_still_granted_the_quickest_start() -> None:

@@ -103,15 +103,9 @@ class BenchOptions:
 
     @property
     def paths(self) -> tuple[Path, Path, Path]:
-        """Where the Markdown, the replica plot and the frontier plot are recorded: a queue timeout is
-        another server setup; the start-up scenarios alone are another cluster."""
-        if self.queue_timeout_s is not None:
-            return SHED_DOC, SHED_PNG, SHED_FRONTIER_PNG
-        startup_only = bool(self.scenarios) and set(self.scenarios or ()) <= set(bench.STARTUP_SCENARIOS)
-        if startup_only and self.queue_policy == "recommended":
-            return STARTUP_DOC, STARTUP_PNG, STARTUP_FRONTIER_PNG
-        return (DOC, PNG, FRONTIER_PNG) if self.queue_policy == "recommended" else (
-            NO_POLICY_DOC, NO_POLICY_PNG, NO_POLICY_FRONTIER_PNG)
+        """Where the Markdown, the replica plot and the frontier plot are recorded."""
+        kind = "explicit" if self.queue_timeout_s is not None else self.queue_policy
+        return page_paths(kind, self.scenarios or ())
 
     def queue_policy_of(self, curve: ServiceCurve) -> dict[str, Any]:
         """The queue policy every replica runs: what tidescale recommends, none, or the given timeout."""
@@ -403,10 +397,22 @@ SWEEP_RULES = [
 ]
 
 
+def page_paths(queue_policy: str, scenarios: Sequence[str]) -> tuple[Path, Path, Path]:
+    """The Markdown, replica plot and frontier plot of a run: a queue timeout ("explicit") or none is
+    another server setup; the start-up scenarios alone are another cluster."""
+    if queue_policy == "explicit":
+        return SHED_DOC, SHED_PNG, SHED_FRONTIER_PNG
+    if queue_policy != "recommended":
+        return NO_POLICY_DOC, NO_POLICY_PNG, NO_POLICY_FRONTIER_PNG
+    if scenarios and set(scenarios) <= set(bench.STARTUP_SCENARIOS):
+        return STARTUP_DOC, STARTUP_PNG, STARTUP_FRONTIER_PNG
+    return DOC, PNG, FRONTIER_PNG
+
+
 def _pngs(setup: dict[str, Any]) -> tuple[Path, Path]:
     kind = setup.get("queue_policy", "explicit" if setup.get("queue_timeout_s") is not None else "none")
-    return {"recommended": (PNG, FRONTIER_PNG), "none": (NO_POLICY_PNG, NO_POLICY_FRONTIER_PNG)}.get(
-        kind, (SHED_PNG, SHED_FRONTIER_PNG))
+    _doc, png, frontier = page_paths(kind, setup.get("scenarios_named", []))
+    return png, frontier
 
 
 def _setting(doc: dict[str, Any], peer: str, value: float) -> str:
