@@ -677,6 +677,12 @@ def policy_colours(policies: Sequence[str], cmap: Callable[[int], Any]) -> dict[
     return out
 
 
+def legend_top(fig: Any, rows: int, row_in: float) -> float:
+    """Where the panels may reach (a fraction of the figure's height) under a legend of *rows* rows of
+    *row_in* inches each: a fixed fraction overlapped the titles of figures with few panels."""
+    return max(0.5, 1.0 - (rows * row_in + 0.15) / float(fig.get_size_inches()[1]))
+
+
 def plot(runs: dict[str, dict[str, RunResult]], path: Path, warmup_s: float = bench.WARMUP_S) -> None:
     """One panel per scenario: the load (in replicas' worth of capacity) and each policy's replicas."""
     import matplotlib
@@ -708,7 +714,7 @@ def plot(runs: dict[str, dict[str, RunResult]], path: Path, warmup_s: float = be
     handles, labels = axes[0, 0].get_figure().axes[-1].get_legend_handles_labels()
     ncol = min(len(labels), 6)  # more in one row run off the page
     fig.legend(handles, labels, loc="upper center", ncol=ncol, fontsize=8)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.012 * math.ceil(len(labels) / ncol)))
+    fig.tight_layout(rect=(0, 0, 1, legend_top(fig, math.ceil(len(labels) / ncol), 0.17)))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=80)
     plt.close(fig)
@@ -802,8 +808,9 @@ def plot_frontiers(doc: dict[str, Any], path: Path) -> None:
     for ax in list(axes.flat)[len(names):]:
         ax.set_visible(False)
     handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 8), fontsize=9)
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    ncol = min(len(labels), 6)  # eight in a row ran off a two-panel figure
+    fig.legend(handles, labels, loc="upper center", ncol=ncol, fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1, legend_top(fig, math.ceil(len(labels) / ncol), 0.2)))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)
     plt.close(fig)
