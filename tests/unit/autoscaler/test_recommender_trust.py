@@ -66,6 +66,35 @@ def test_a_queue_on_the_pods_of_a_saturated_fleet_still_holds_it() -> None:
     assert min(a.desired for a in answers) == 4
 
 
+def contended_overload(t: float) -> Observation:
+    """Stop 54's demo beyond maxReplicas, as its timeline read: one replica completing ~125 req/s
+    (alone on the machine's two CPUs) until the scale-up to 4 lands at 162 s, Ready at 175 s; then
+    four pods sharing those CPUs complete ~110 req/s in all, 27.5 a replica against a profile of 56,
+    so "under half the profile". Pods queued 273 requests while the new ones came up, a few after.
+    Before it, the 3x surge scaled the fleet up (replicas starting until 75 s) and the calm down to 1:
+    no P99 window without a disturbance, so no capacity cut."""
+    if t < 135:
+        return Observation(t, 22.0 if t < 30 or t >= 90 else 66.0, 0.0, 1 if t < 75 else 3, 1 if t < 30 else 3,
+                           p99_s=0.3, slo_latency_threshold_s=SLO, fast_arrival_rps=22.0)
+    if t < 162:
+        return Observation(t, 125.0, 4.0, 1, 1 if t < 150 else 4, p99_s=4.0, slo_latency_threshold_s=SLO,
+                           fast_arrival_rps=125.0, max_pod_queue=4.0)
+    queue = 273.0 if t < 180 else 19.0 * (int(t) // 15 % 2)
+    return Observation(t, 110.0 + math.sin(t / 20.0), queue, 4 if t >= 175 else 1, 4, p99_s=8.0,
+                       slo_latency_threshold_s=SLO, fast_arrival_rps=108.0, max_pod_queue=queue)
+
+
+def test_a_profile_that_oversells_the_replicas_does_not_make_an_overloaded_fleet_idle() -> None:
+    """The HPA went 4 -> 3 at t = 221 s of stop 54's demo: a pod's queue "explained" the burn, and
+    27.5 req/s a replica read as idle against the profile's 56. The burn began before any pod queued,
+    so it is a saturated fleet's: it holds at 4."""
+    config = RecommenderConfig(56.0, min_replicas=1, max_replicas=4, cold_start_s=30.0, rate_window_s=30.0,
+                               fast_window_s=15.0, down_delay_s=30.0)
+    r = Recommender(config)
+    answers = [(t, r.recommend(contended_overload(t))) for t in range(0, 400, 5)]
+    assert {a.desired for t, a in answers if t >= 165} == {4}
+
+
 def test_the_measured_ceiling_holds_the_fleet_while_the_p99_dips_under_the_slo() -> None:
     """Completions sitting at the ceiling measured while the SLO burned: the fleet is as busy as
     when it missed, whatever one good P99 reading says."""

@@ -381,16 +381,21 @@ def summarise(stack: ClusterStack, s: DemoSettings, mode: str, sc: Scenario, tim
         summary["reviews_opened"] = reviews_opened(stack.service_url(RELEASE_NS, f"{RELEASE}-reviews"))
     except Exception as exc:
         summary["reviews_opened"], summary["reviews_error"] = [], f"{type(exc).__name__}: {exc}"
-    summary["review_events"] = review_events(stack)
+    summary["review_events"] = [{"deployment": e["deployment"], "message": e["message"]}
+                                for e in deployment_events(stack, "ModelReviewOpened")]
+    # The recommender's decision path: each change of the count it published, with why and the numbers.
+    summary["recommendations"] = deployment_events(stack, "TidescaleRecommendation")
     return summary
 
 
-def review_events(stack: ClusterStack) -> list[dict[str, Any]]:
-    """The Kubernetes Events the review service posted on the serving Deployments (what
-    `kubectl describe deployment` shows)."""
+def deployment_events(stack: ClusterStack, reason: str) -> list[dict[str, Any]]:
+    """The Kubernetes Events of *reason* that tidescale posted on the serving Deployments (what
+    `kubectl describe deployment` shows), oldest first."""
     items = stack.api.get(f"/api/v1/namespaces/{SERVING}/events").get("items", [])
-    return [{"deployment": e["involvedObject"]["name"], "message": e.get("message", "")}
-            for e in items if e.get("reason") == "ModelReviewOpened"]
+    found = [e for e in items if e.get("reason") == reason and e.get("involvedObject", {}).get("kind") == "Deployment"]
+    found.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+    return [{"at": e.get("lastTimestamp") or e.get("eventTime"), "deployment": e["involvedObject"].get("name"),
+             "message": e.get("message", "")} for e in found]
 
 
 def run_cluster_demo(s: DemoSettings, out: Path, mode: str = "keda") -> dict[str, Any]:
