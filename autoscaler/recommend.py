@@ -115,6 +115,7 @@ class Observation:
     rejected_rps: float = 0.0  # requests/s the queue policy rejected (timed out): demand too, never completed
     fast_rejected_rps: float | None = None  # the same over the short window (else rejected_rps)
     unschedulable_pods: int = 0  # the Deployment's pods the scheduler cannot place (kube-state-metrics)
+    typical_pod_latency_s: float | None = None  # the median pod's mean request duration now (fast path), if known
 
 
 @dataclass(frozen=True)
@@ -214,8 +215,6 @@ class Recommender:
         self._queue: deque[tuple[float, float]] = deque(maxlen=512)
         self._disturbed_at = -math.inf
         self._backlog_at = -math.inf  # when a pod last held more than it serves within the SLO
-        self._burning = False  # whether the last evaluation read a burn
-        self._burn_after_backlog = False  # whether the burn under way began within a P99 window of a backlog
         self._fleet: tuple[float, int, int] = (-math.inf, -1, -1)  # (since, Ready, spec) replicas read
         self._panic_until = -math.inf
         self._panic_floor = 0
@@ -315,29 +314,22 @@ class Recommender:
         their capacity, though: a fleet at maxReplicas, overloaded with a queue on its pods (the
         demo's "beyond maxReplicas"), is saturated whatever explains its P99.
 
-        A burn that began before any backlog may be the fleet's own (demand that Triton's counters
-        do not show, on replicas the profile oversells), whatever queues form later: the replicas
-        count as idle only under half the least capacity the profile may turn out to have
-        (`min_capacity_ratio` x it). In stop 54's demo the overload's burn began ten seconds before
-        a pod queued; four pods sharing two CPUs completed 27.5 req/s each, "under half" a profile
-        of 56, so that queue "explained" the burn, and the HPA went 4 -> 3 under the overload."""
-        cfg = self.config
-        # Against the least capacity the profile may turn out to have, where the burn came first.
-        least = self.capacity_rps if self._burn_after_backlog else cfg.capacity_rps * cfg.min_capacity_ratio
-        idle = per_replica is not None and per_replica < 0.5 * least
-        if self.burning(obs) and not (idle and obs.t - self._backlog_at <= cfg.p99_window_s):
+        And only while the typical pod serves within the SLO now, where the fast path reads it (the
+        median pod's mean request duration over a few seconds): a backlog's late completions are
+        the past, a typical pod slow now is the fleet's own burn. Stop 54's demo went 4 -> 3 under
+        its overload without it: four pods sharing two CPUs completed ~27 req/s each, "under half"
+        a profile of 56, a pod's queue of 273 had "explained" the burn, and each request took
+        seconds on every pod (demand the clients' in-flight cap and Triton's HTTP front end hide
+        from its counters)."""
+        idle = per_replica is not None and per_replica < 0.5 * self.capacity_rps
+        slow_now = (obs.typical_pod_latency_s is not None and obs.slo_latency_threshold_s is not None
+                    and obs.typical_pod_latency_s > obs.slo_latency_threshold_s)
+        explained = idle and not slow_now and obs.t - self._backlog_at <= self.config.p99_window_s
+        if self.burning(obs) and not explained:
             return True
         if self.ceiling is None or per_replica is None or obs.t - self.ceiling[0] > self.config.headroom_window_s:
             return False
         return per_replica >= 0.9 * self.ceiling[1]
-
-    def track_burn(self, obs: Observation) -> None:
-        """Record whether a burn that begins at *obs* began within a P99 window of a pod backlog (at
-        every evaluation, so a burn's start is seen whichever branch decides)."""
-        burning = self.burning(obs)
-        if burning and not self._burning:
-            self._burn_after_backlog = obs.t - self._backlog_at <= self.config.p99_window_s
-        self._burning = burning
 
     def arrival_rates(self, obs: Observation) -> tuple[float, float]:
         """Arrivals = completions + rejections + queue growth: Triton counts a request only when it
@@ -432,7 +424,6 @@ class Recommender:
         pod_backlog = self.pod_backlog(obs)
         if pod_backlog > 0:
             self._backlog_at = obs.t
-        self.track_burn(obs)
         self._rates.append((obs.t, arrival))
         while self._rates and self._rates[0][0] < obs.t - cfg.trend_window_s:
             self._rates.popleft()

@@ -42,6 +42,14 @@ PASSES = (FAST, EVALUATION)  # the order `tick` runs them in when both are due: 
 ReplicasFn = Callable[[TargetSettings], tuple[int, int]]
 
 
+def with_pod_latency(obs: Observation, reading: FastReading | None, now: float, interval_s: float) -> Observation:
+    """*obs* with the fast path's typical pod latency, when its last round is fresh (within three of
+    its intervals): a stale one says nothing about now."""
+    if reading is None or reading.typical_latency_s is None or now - reading.t > 3 * interval_s:
+        return obs
+    return dataclasses.replace(obs, typical_pod_latency_s=reading.typical_latency_s)
+
+
 def silent_ready_pods(reading: FastReading | None, expected: int) -> tuple[str, ...]:
     """The pods of the fast path's last round that did not answer and may still hold load.
 
@@ -186,6 +194,7 @@ class RecommenderService:
         A replica reading that disagrees (`TargetState.replica_disagreement`) is replaced by the larger of the
         counts it disagrees with, the disagreement counted, and the answer never drops below the
         last one (`hold_replicas_disagree`); a scale-up still goes out."""
+        obs = with_pod_latency(obs, st.fast_reading, now, self.settings.fast_path.interval_s)
         disagrees = st.replica_disagreement(obs.current_replicas, hpa, self.settings.scale_mode, self._lag_s)
         if disagrees is not None:
             trusted = max(obs.current_replicas, *(hpa or ()), st.published or 0)

@@ -107,7 +107,8 @@ class SimPods:
         if self.sim is None:
             raise UsageError("SimPods is read before a simulator is bound")
         alive = {r.name: r for r in self.sim.counters().replicas}
-        return {pod: (PodCounters(float(alive[pod].requests), float(alive[pod].failures), float(alive[pod].pending))
+        return {pod: (PodCounters(float(alive[pod].requests), float(alive[pod].failures), float(alive[pod].pending),
+                                   alive[pod].request_duration_s * 1e6)
                       if pod in alive else None) for pod in pods}
 
     def close(self) -> None:
