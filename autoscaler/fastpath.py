@@ -3,10 +3,8 @@
 Through Prometheus a surge shows one scrape (15 s) and part of a rate window late. Each Triton pod
 serves its cumulative completion and rejection counters and its pending-request gauge on
 `/metrics` at all times, so reading them directly every couple of seconds sees the arrival rate
-within a few seconds, as Knative's activator-fed KPA does. The same reads give each pod's mean
-request duration over the window (its cumulative duration counter): how slow the pods are *now*,
-where the recorded P99 still holds five minutes of the past. Only these short-term signals come
-from here; everything slow (P99, replica counts, cold start, the long windows) stays with Prometheus.
+within a few seconds, as Knative's activator-fed KPA does. Only this short-term signal comes from
+here; everything slow (P99, replica counts, cold start, the long windows) stays with Prometheus.
 
 This module is the pure part: a sliding window of per-pod samples and what it says about the
 fleet (`FastWindow`), and the parser of one pod's exposition (`pod_counters`). `PodReader` does the
@@ -28,7 +26,6 @@ from tidescale.contracts import catalog
 SUCCESS = catalog.get("nv_inference_request_success").name
 FAILURE = catalog.get("nv_inference_request_failure").name
 PENDING = catalog.get("nv_inference_pending_request_count").name
-DURATION = catalog.get("nv_inference_request_duration_us").name
 MAX_BODY_BYTES = 4 << 20  # Triton's exposition is a few KB per model; more is not a Triton
 # host:port as Prometheus' `instance` label holds it for a scraped pod (IPv4, [IPv6] or a DNS name).
 ADDRESS = re.compile(r"^(?:\[[0-9a-fA-F:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?):[0-9]{1,5}$")
@@ -45,7 +42,6 @@ class PodCounters:
     success: float  # nv_inference_request_success, cumulative
     rejected: float  # nv_inference_request_failure{reason="REJECTED"}, cumulative (queue-policy timeouts)
     pending: float  # nv_inference_pending_request_count, a gauge
-    duration_us: float | None = None  # nv_inference_request_duration_us, cumulative (None: not exposed)
 
 
 @dataclass(frozen=True)
@@ -59,16 +55,14 @@ class FastReading:
     pods: int
     missing: tuple[str, ...] = ()  # pods that did not answer: their last good values stand in
     newest_rps: float | None = None  # the same over each pod's newest interval alone (a surge's front)
-    typical_latency_s: float | None = None  # the median pod's mean request duration over the window
 
 
 def pod_counters(text: str, model: str) -> PodCounters:
-    """The series the fast path needs from one pod's exposition, for *model*: completions,
-    rejections, the queue, and the requests' cumulative duration where the server exposes it.
+    """The three series the fast path needs from one pod's exposition, for *model*.
 
     Raises ExpositionError when the text does not parse, a value is negative or not finite, or
     the model has no completion counter (not loaded, or not this model's server)."""
-    sums = {SUCCESS: 0.0, FAILURE: 0.0, PENDING: 0.0, DURATION: 0.0}
+    sums = {SUCCESS: 0.0, FAILURE: 0.0, PENDING: 0.0}
     seen = set()
     try:
         for family in text_string_to_metric_families(text):
@@ -89,7 +83,7 @@ def pod_counters(text: str, model: str) -> PodCounters:
         raise ExpositionError(f"not a Prometheus exposition: {type(exc).__name__}") from None
     if SUCCESS not in seen:
         raise ExpositionError(f"no {SUCCESS} for model {model!r}")
-    return PodCounters(sums[SUCCESS], sums[FAILURE], sums[PENDING], sums[DURATION] if DURATION in seen else None)
+    return PodCounters(sums[SUCCESS], sums[FAILURE], sums[PENDING])
 
 
 def valid_address(address: str) -> bool:
@@ -113,21 +107,19 @@ class FastWindow:
         self.window_s = window_s
         self._samples: dict[str, deque[tuple[float, PodCounters]]] = {}
         self._rates: dict[str, tuple[float, float]] = {}  # pod -> (over the window, over its newest interval)
-        self._latency: dict[str, float] = {}  # pod -> mean request duration over the window (s)
 
     def add(self, t: float, reads: Mapping[str, PodCounters | None]) -> FastReading:
         """Fold one round of reads (pod -> counters, None when it did not answer) into the window."""
         for gone in set(self._samples) - set(reads):
             del self._samples[gone]
             self._rates.pop(gone, None)
-            self._latency.pop(gone, None)
         missing = []
         for pod, read in reads.items():
             samples = self._samples.setdefault(pod, deque())
             if read is None:
                 missing.append(pod)
                 continue
-            if samples and _restarted(samples[-1][1], read):
+            if samples and (read.success < samples[-1][1].success or read.rejected < samples[-1][1].rejected):
                 samples.clear()  # the counters restarted
             samples.append((t, read))
             # Keep the newest sample at or before the window's start, so the span reaches the window.
@@ -137,34 +129,11 @@ class FastWindow:
             if t1 > t0:
                 (tp, previous) = samples[-2]
                 self._rates[pod] = (_arrivals_per_s(first, last, t1 - t0), _arrivals_per_s(previous, last, t1 - tp))
-                latency = _mean_duration_s(first, last)
-                if latency is None:
-                    self._latency.pop(pod, None)
-                else:
-                    self._latency[pod] = latency
         queues = [s[-1][1].pending for s in self._samples.values() if s]
         arrival = sum(w for w, _ in self._rates.values()) if self._rates else None
         newest = sum(n for _, n in self._rates.values()) if self._rates else None
-        latencies = sorted(self._latency.values())
-        typical = latencies[(len(latencies) - 1) // 2] if latencies else None  # the lower median: a pod's own value
         return FastReading(t, arrival, float(sum(queues)), float(max(queues, default=0.0)), len(reads),
-                           tuple(sorted(missing)), newest, typical)
-
-
-def _restarted(before: PodCounters, after: PodCounters) -> bool:
-    """Whether a counter went down between two reads of a pod: the server restarted."""
-    if after.success < before.success or after.rejected < before.rejected:
-        return True
-    return before.duration_us is not None and after.duration_us is not None and after.duration_us < before.duration_us
-
-
-def _mean_duration_s(first: PodCounters, last: PodCounters) -> float | None:
-    """The mean duration of the requests a pod completed between two reads (None: none completed,
-    or the server does not expose the duration). Over a few seconds this is how slow the pod is
-    now, where the recorded P99 still holds five minutes of the past."""
-    if first.duration_us is None or last.duration_us is None or last.success <= first.success:
-        return None
-    return (last.duration_us - first.duration_us) / 1e6 / (last.success - first.success)
+                           tuple(sorted(missing)), newest)
 
 
 def _arrivals_per_s(first: PodCounters, last: PodCounters, span_s: float) -> float:

@@ -18,6 +18,7 @@ from tidescale.contracts import catalog
 from tidescale.contracts import recorded as names
 from tidescale.contracts.prometheus import InstantQueries, PrometheusUnavailable
 from tidescale.contracts.promql import matcher, regex_escape, selector, triton_sum, triton_sum_rate
+from tidescale.contracts.slo import SLO_LATENCY_THRESHOLD_S, le_value
 
 
 class DataProblem(Exception):
@@ -49,6 +50,10 @@ class TargetQueries:
     hpa_current: str  # the replicas the HPA scaling the Deployment last found, and asked for
     hpa_desired: str
     unschedulable: str  # the Deployment's pods the scheduler cannot place (no node with a free GPU)
+    # The share of the last rate window's requests slower than the SLO (the traces' histogram, whose
+    # buckets hold the SLO thresholds as exact boundaries): how the requests fare *now*, where the
+    # recorded P99 holds five minutes of the past. None where the SLO is no bucket boundary.
+    slow_share: str
 
     @staticmethod
     def _of_deployment(t: TargetSettings, scope: Mapping[str, str]) -> str:
@@ -93,8 +98,9 @@ class TargetQueries:
 
     @classmethod
     def for_target(cls, t: TargetSettings, tuning: RecommenderTuning | None = None,
-                   scope: Mapping[str, str] | None = None) -> TargetQueries:
-        """*scope*: label matchers on every series (`series_matchers`, e.g. this cluster's label)."""
+                   scope: Mapping[str, str] | None = None, slo_s: float = SLO_LATENCY_THRESHOLD_S) -> TargetQueries:
+        """*scope*: label matchers on every series (`series_matchers`, e.g. this cluster's label);
+        *slo_s*: the target's latency SLO (its P99 threshold)."""
         tuning, scope = tuning or RecommenderTuning(), scope or {}
         slow, fast = promql_range(tuning.rate_window_s), promql_range(tuning.fast_window_s)
         dep = {"namespace": t.namespace, **scope, "deployment": t.deployment}
@@ -123,7 +129,19 @@ class TargetQueries:
             hpa_current=cls._hpa("kube_horizontalpodautoscaler_status_current_replicas", t, scope),
             hpa_desired=cls._hpa("kube_horizontalpodautoscaler_status_desired_replicas", t, scope),
             unschedulable=f"count({cls._per_pod('kube_pod_status_unschedulable', t, scope)} > 0)",
+            slow_share=cls._slow_share(t, scope, slo_s, slow),
         )
+
+    @staticmethod
+    def _slow_share(t: TargetSettings, scope: Mapping[str, str], slo_s: float, window: str) -> str:
+        """1 - the requests within *slo_s* / all, over *window*, of the target's spans (attributed
+        to its Deployment, as its recorded P99)."""
+        hist = catalog.get("tidescale_request_duration_seconds").name
+        labels = {"namespace": t.namespace, **scope, "deployment": t.deployment, "model": t.model,
+                  "stage": "request"}
+        within = selector(f"{hist}_bucket", **labels, le=le_value(slo_s))
+        total = selector(f"{hist}_count", **labels)
+        return f"1 - sum(rate({within}[{window}])) / sum(rate({total}[{window}]))"
 
 
 
@@ -174,9 +192,11 @@ def observe(client: InstantQueries, q: TargetQueries, now: float, replicas: Call
     fast_rejected = value(client, q.fast_rejections, "short-window rejection rate", required=False)
     worst = value(client, q.max_pod_queue, "worst pod's queue", required=False)
     unschedulable = value(client, q.unschedulable, "unschedulable pods", required=False)
+    slow = value(client, q.slow_share, "share of requests slower than the SLO", required=False)
     return Observation(now, completions or 0.0, queue or 0.0, ready, current, p99, slo_latency_threshold_s,
                        fast_arrival_rps=fast, max_pod_queue=worst, rejected_rps=rejected or 0.0,
-                       fast_rejected_rps=fast_rejected, unschedulable_pods=int(unschedulable or 0))
+                       fast_rejected_rps=fast_rejected, unschedulable_pods=int(unschedulable or 0),
+                       slow_share=None if slow is None else min(1.0, max(0.0, slow)))
 
 
 def read_cold_start(client: InstantQueries, q: TargetQueries, tracker: FirstReadyTracker,

@@ -115,7 +115,7 @@ class Observation:
     rejected_rps: float = 0.0  # requests/s the queue policy rejected (timed out): demand too, never completed
     fast_rejected_rps: float | None = None  # the same over the short window (else rejected_rps)
     unschedulable_pods: int = 0  # the Deployment's pods the scheduler cannot place (kube-state-metrics)
-    typical_pod_latency_s: float | None = None  # the median pod's mean request duration now (fast path), if known
+    slow_share: float | None = None  # share of the last rate window's requests slower than the SLO, if known
 
 
 @dataclass(frozen=True)
@@ -314,16 +314,17 @@ class Recommender:
         their capacity, though: a fleet at maxReplicas, overloaded with a queue on its pods (the
         demo's "beyond maxReplicas"), is saturated whatever explains its P99.
 
-        And only while the typical pod serves within the SLO now, where the fast path reads it (the
-        median pod's mean request duration over a few seconds): a backlog's late completions are
-        the past, a typical pod slow now is the fleet's own burn. Stop 54's demo went 4 -> 3 under
-        its overload without it: four pods sharing two CPUs completed ~27 req/s each, "under half"
-        a profile of 56, a pod's queue of 273 had "explained" the burn, and each request took
-        seconds on every pod (demand the clients' in-flight cap and Triton's HTTP front end hide
-        from its counters)."""
+        And only while most requests are served within the SLO now (`slow_share` over the last rate
+        window, where the traces give it): a backlog's late completions are the past, but when the
+        typical request is slow now the burn is the fleet's own. Stop 54's demo went 4 -> 3 under
+        its overload without it: four pods sharing two CPUs completed ~22-27 req/s each, "under
+        half" a profile of 56, a pod's queue of 273 had "explained" the burn, and every request took
+        seconds (demand the clients' in-flight cap and Triton's HTTP front end hide from its
+        counters)."""
         idle = per_replica is not None and per_replica < 0.5 * self.capacity_rps
-        slow_now = (obs.typical_pod_latency_s is not None and obs.slo_latency_threshold_s is not None
-                    and obs.typical_pod_latency_s > obs.slo_latency_threshold_s)
+        # A slow majority is a backlog's only while a pod holds one now (its drain completes slow
+        # requests at full speed): with none, the requests are slow because the fleet is.
+        slow_now = obs.slow_share is not None and obs.slow_share > 0.5 and self._backlog_at < obs.t
         explained = idle and not slow_now and obs.t - self._backlog_at <= self.config.p99_window_s
         if self.burning(obs) and not explained:
             return True

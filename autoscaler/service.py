@@ -42,14 +42,6 @@ PASSES = (FAST, EVALUATION)  # the order `tick` runs them in when both are due: 
 ReplicasFn = Callable[[TargetSettings], tuple[int, int]]
 
 
-def with_pod_latency(obs: Observation, reading: FastReading | None, now: float, interval_s: float) -> Observation:
-    """*obs* with the fast path's typical pod latency, when its last round is fresh (within three of
-    its intervals): a stale one says nothing about now."""
-    if reading is None or reading.typical_latency_s is None or now - reading.t > 3 * interval_s:
-        return obs
-    return dataclasses.replace(obs, typical_pod_latency_s=reading.typical_latency_s)
-
-
 def silent_ready_pods(reading: FastReading | None, expected: int) -> tuple[str, ...]:
     """The pods of the fast path's last round that did not answer and may still hold load.
 
@@ -92,7 +84,8 @@ class RecommenderService:
             Target(t.deployment, t.namespace, t.model, t.min_replicas, t.max_replicas)  # validates the names
             config = settings.config_for(t)
             self.states[key] = TargetState(t, Recommender(config), TargetQueries.for_target(t, settings.tuning,
-                                                                                   settings.series_matchers),
+                                                                                   settings.series_matchers,
+                                                                                   settings.slo_for(t)),
                                            fast=FastWindow(config.panic_window_s) if settings.fast_path.enabled
                                            else None, first_ready=FirstReadyTracker(self.started))
         self.scaler: ScaleApi | None = scaler
@@ -194,7 +187,6 @@ class RecommenderService:
         A replica reading that disagrees (`TargetState.replica_disagreement`) is replaced by the larger of the
         counts it disagrees with, the disagreement counted, and the answer never drops below the
         last one (`hold_replicas_disagree`); a scale-up still goes out."""
-        obs = with_pod_latency(obs, st.fast_reading, now, self.settings.fast_path.interval_s)
         disagrees = st.replica_disagreement(obs.current_replicas, hpa, self.settings.scale_mode, self._lag_s)
         if disagrees is not None:
             trusted = max(obs.current_replicas, *(hpa or ()), st.published or 0)

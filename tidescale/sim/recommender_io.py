@@ -22,6 +22,7 @@ from tidescale.autoscaler.fastpath import PodCounters
 from tidescale.autoscaler.queries import TargetQueries
 from tidescale.autoscaler.recommend import RecommenderConfig
 from tidescale.contracts.errors import UsageError
+from tidescale.contracts.slo import SLO_LATENCY_THRESHOLD_S
 from tidescale.sim.fleet import FleetSim
 from tidescale.sim.lag import MetricsLag
 
@@ -31,7 +32,8 @@ POD_PORT = 8002  # Triton's metrics port: the `instance` the fast path reads
 class SimPrometheus:
     """One target's queries answered from the simulator (`bind` sets the instant they are asked at)."""
 
-    def __init__(self, queries: TargetQueries, config: RecommenderConfig) -> None:
+    def __init__(self, queries: TargetQueries, config: RecommenderConfig,
+                 slo_s: float = SLO_LATENCY_THRESHOLD_S) -> None:
         self.queries = queries
         self._at: tuple[float, MetricsLag, FleetSim] | None = None
         slow, fast = config.rate_window_s, config.fast_window_s
@@ -45,6 +47,7 @@ class SimPrometheus:
                                                           else None),
             queries.queue_age: lambda lag, sim, now: 0.0 if lag.gauge("pending") is not None else None,
             queries.p99: lambda lag, sim, now: _p99(sim, now - config.p99_window_s),
+            queries.slow_share: lambda lag, sim, now: _slow_share(sim, now - slow, slo_s),
             queries.spec_replicas: lambda lag, sim, now: lag.gauge("replicas_total"),
             queries.ready_replicas: lambda lag, sim, now: lag.gauge("replicas_ready"),
             # count(...) of no pods is no series
@@ -92,6 +95,13 @@ class SimPrometheus:
         self._at = None
 
 
+def _slow_share(sim: FleetSim, since_t: float, slo_s: float) -> float | None:
+    """The share of the requests completed since *since_t* slower than *slo_s* (None: none completed),
+    as the traces' histogram gives it with the SLO as a bucket boundary."""
+    recent = sim.completed(since_t=since_t)
+    return float((recent.latency > slo_s).mean()) if len(recent) else None
+
+
 def _p99(sim: FleetSim, since_t: float) -> float | None:
     recent = sim.completed(since_t=since_t)
     return recent.latency_quantile(0.99) if len(recent) else None
@@ -107,8 +117,7 @@ class SimPods:
         if self.sim is None:
             raise UsageError("SimPods is read before a simulator is bound")
         alive = {r.name: r for r in self.sim.counters().replicas}
-        return {pod: (PodCounters(float(alive[pod].requests), float(alive[pod].failures), float(alive[pod].pending),
-                                   alive[pod].request_duration_s * 1e6)
+        return {pod: (PodCounters(float(alive[pod].requests), float(alive[pod].failures), float(alive[pod].pending))
                       if pod in alive else None) for pod in pods}
 
     def close(self) -> None:

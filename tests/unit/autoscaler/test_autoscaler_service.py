@@ -126,6 +126,16 @@ def test_queries_read_only_the_target_deployments_pods() -> None:
                         '{namespace="ml",model="resnet",stage="request"})')
 
 
+@pytest.mark.parametrize(("slo_s", "le"), [(0.5, '"0.5"'), (1.0, '"1.0"'), (0.15, '"0.15"')])
+def test_the_slow_share_reads_the_slo_s_bucket_of_the_target_s_own_spans(slo_s: float, le: str) -> None:
+    """The share of the last minute's requests beyond the SLO: the traces' histogram (whose buckets
+    hold the SLO as an exact boundary, `le` as prometheus_client writes it), the Deployment's spans."""
+    q = TargetQueries.for_target(TargetSettings(deployment="triton", namespace="ml", model="resnet"), slo_s=slo_s)
+    labels = 'namespace="ml",deployment="triton",model="resnet",stage="request"'
+    assert q.slow_share == (f"1 - sum(rate(tidescale_request_duration_seconds_bucket{{{labels},le={le}}}[60s]))"
+                            f" / sum(rate(tidescale_request_duration_seconds_count{{{labels}}}[60s]))")
+
+
 def test_series_matchers_scope_every_selector_to_one_cluster() -> None:
     """A Prometheus API holding several clusters: every selector of every query carries the matcher
     (escaped), so another cluster's Deployment of the same name is not read as demand."""

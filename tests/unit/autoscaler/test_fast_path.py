@@ -30,8 +30,8 @@ REAL = FIXTURES / "triton" / "real-2.51" / "metrics_during_load.txt"
 
 def test_reads_the_model_s_counters_from_real_triton_exposition() -> None:
     counters = pod_counters(REAL.read_text(), "batcher")
-    assert counters == PodCounters(success=2008.0, rejected=0.0, pending=1.0, duration_us=25536940.0)
-    assert pod_counters(REAL.read_text(), "echo") == PodCounters(0.0, 0.0, 0.0, 0.0)
+    assert counters == PodCounters(success=2008.0, rejected=0.0, pending=1.0)
+    assert pod_counters(REAL.read_text(), "echo") == PodCounters(0.0, 0.0, 0.0)
 
 
 def test_only_the_rejected_failures_count_as_demand_and_versions_add_up() -> None:
@@ -236,7 +236,7 @@ def test_reader_reads_each_pod_and_marks_the_ones_that_fail() -> None:
                              "d": "10.0.0.4:8002"}, "batcher")
     finally:
         reader.close()
-    assert reads["a"] == PodCounters(2008.0, 0.0, 1.0, 25536940.0)
+    assert reads["a"] == PodCounters(2008.0, 0.0, 1.0)
     assert reads["b"] is None and reads["c"] is None and reads["d"] is None
 
 
@@ -261,8 +261,8 @@ def test_a_pod_that_answers_too_slowly_is_missing_from_its_round_and_stalls_no_o
         release.set()
         reader.close()
     assert answered_while_slow
-    assert first == {"fast": PodCounters(2008.0, 0.0, 1.0, 25536940.0), "slow": None}
-    assert second == {"fast": PodCounters(2008.0, 0.0, 1.0, 25536940.0)}
+    assert first == {"fast": PodCounters(2008.0, 0.0, 1.0), "slow": None}
+    assert second == {"fast": PodCounters(2008.0, 0.0, 1.0)}
 
 
 @pytest.mark.parametrize("name", ["trickle", "gzip-bomb", "huge-content-length", "redirect-elsewhere"])
@@ -294,33 +294,3 @@ def test_discovery_takes_pods_from_prometheus_series_and_skips_odd_addresses(tmp
     found = discover_pods(_Prom(rows), 'nv_inference_pending_request_count{model="m"}', max_pods=10)  # type: ignore[arg-type]
     assert found == {"triton-0": "10.0.0.0:8002", "triton-1": "10.0.0.1:8002"}
     assert discover_pods(_Prom(rows), "x", max_pods=1) == {"triton-0": "10.0.0.0:8002"}  # type: ignore[arg-type]
-
-
-def test_the_typical_pod_latency_is_the_median_pod_s_mean_request_duration_over_the_window() -> None:
-    """How slow pods are now: each pod's duration counter over its completions in the window, the
-    median pod's (one slow pod draining a backlog does not make the fleet slow)."""
-    w = FastWindow(6.0)
-    w.add(0.0, {p: PodCounters(0, 0, 0, 0.0) for p in "abc"})
-    r = w.add(2.0, {"a": PodCounters(100, 0, 0, 100 * 40_000.0), "b": PodCounters(100, 0, 0, 100 * 60_000.0),
-                    "c": PodCounters(10, 0, 900, 10 * 30e6)})
-    assert r.typical_latency_s == pytest.approx(0.06)
-    r = w.add(4.0, {"a": PodCounters(100, 0, 0, 100 * 40_000.0), "b": PodCounters(300, 0, 0, 300 * 60_000.0),
-                    "c": PodCounters(20, 0, 900, 20 * 30e6)})
-    assert r.typical_latency_s == pytest.approx(0.06)  # a: nothing completed; b 0.06 s, c 30 s: the lower
-
-
-def test_no_typical_latency_without_the_duration_counter_or_completions() -> None:
-    w = FastWindow(6.0)
-    w.add(0.0, {"a": PodCounters(0, 0, 0)})
-    assert w.add(2.0, {"a": PodCounters(100, 0, 0)}).typical_latency_s is None
-    w = FastWindow(6.0)
-    w.add(0.0, {"a": PodCounters(5, 0, 0, 1e6)})
-    assert w.add(2.0, {"a": PodCounters(5, 0, 3, 1e6)}).typical_latency_s is None
-
-
-def test_a_duration_counter_that_goes_down_restarts_the_pod_s_window() -> None:
-    w = FastWindow(6.0)
-    w.add(0.0, {"a": PodCounters(100, 0, 0, 9e9)})
-    r = w.add(2.0, {"a": PodCounters(150, 0, 0, 1e6)})  # the duration restarted: no negative latency
-    assert r.typical_latency_s is None
-    assert w.add(4.0, {"a": PodCounters(250, 0, 0, 1e6 + 100 * 20_000.0)}).typical_latency_s == pytest.approx(0.02)

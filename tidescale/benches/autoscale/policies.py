@@ -297,7 +297,8 @@ class TidescalePolicy:
             settings.fast_path.enabled = fast_path
         [target_settings] = settings.targets
         config = settings.config_for(target_settings)
-        self.prometheus = SimPrometheus(TargetQueries.for_target(target_settings, settings.tuning), config)
+        queries = TargetQueries.for_target(target_settings, settings.tuning, slo_s=slo_s)
+        self.prometheus = SimPrometheus(queries, config, slo_s)
         self.pods = SimPods()
         self.scale = SimScale()
         self.now = 0.0
