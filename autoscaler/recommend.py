@@ -322,15 +322,22 @@ class Recommender:
         seconds (demand the clients' in-flight cap and Triton's HTTP front end hide from its
         counters)."""
         idle = per_replica is not None and per_replica < 0.5 * self.capacity_rps
-        # A slow majority is a backlog's only while a pod holds one now (its drain completes slow
-        # requests at full speed): with none, the requests are slow because the fleet is.
-        slow_now = obs.slow_share is not None and obs.slow_share > 0.5 and self._backlog_at < obs.t
+        slow_now = obs.slow_share is not None and obs.slow_share > 0.5 and not self.backlog_holds_the_slow(obs)
         explained = idle and not slow_now and obs.t - self._backlog_at <= self.config.p99_window_s
         if self.burning(obs) and not explained:
             return True
         if self.ceiling is None or per_replica is None or obs.t - self.ceiling[0] > self.config.headroom_window_s:
             return False
         return per_replica >= 0.9 * self.ceiling[1]
+
+    def backlog_holds_the_slow(self, obs: Observation) -> bool:
+        """Whether a pod holds a backlog now and the queues hold at least a second of the slow
+        completions (the slow share of the completion rate): a drain completes its queued
+        requests at full speed, all of them slow, though new ones are served at once (a flash
+        crowd's three pods of forty hold minutes of them). Queues that clear in under a second of
+        the slow completions are an overloaded fleet's, whose requests are slow everywhere."""
+        slow_per_s = (obs.slow_share or 0.0) * obs.arrival_rps
+        return obs.t == self._backlog_at and obs.queue_depth >= slow_per_s  # a second of them
 
     def arrival_rates(self, obs: Observation) -> tuple[float, float]:
         """Arrivals = completions + rejections + queue growth: Triton counts a request only when it

@@ -269,3 +269,25 @@ def test_no_capacity_is_learned_up_from_a_fleet_that_just_changed() -> None:
     seen = [r.recommend(quiet(t, 120.0, replicas=4)) and r.capacity_rps for t in range(600, 840, 15)]
     assert seen[0] == 100.0 and seen[-1] == pytest.approx(120.0)  # only once steady for two rate windows
 
+
+
+def test_small_queues_on_a_slow_fleet_do_not_explain_its_burn() -> None:
+    """This stop's fresh-clone demo: the overloaded pods hold queues of 16-70 (a "backlog" past the
+    28 a pod serves within the SLO) at every other read, while every request takes seconds. Those
+    queues hold a second of work, not the minute's slow requests: the fleet holds at 4."""
+    config = RecommenderConfig(56.0, min_replicas=1, max_replicas=4, cold_start_s=30.0, rate_window_s=30.0,
+                               fast_window_s=15.0, down_delay_s=30.0)
+    r = Recommender(config)
+    answers = [(t, r.recommend(dataclasses.replace(contended_overload(t), queue_depth=40.0, max_pod_queue=33.0)
+                               if t >= 180 else contended_overload(t)).desired) for t in range(0, 400, 5)]
+    assert {n for t, n in answers if t >= 165} == {4}
+
+
+def test_a_drain_s_slow_completions_still_let_the_fleet_come_down() -> None:
+    """The flash crowd's drain: 60 % of the minute's completions are the three backlogged pods'
+    queued requests, all slow, while new ones are served at once; their queues hold far more than
+    that. The backlog explains the burn: the fleet comes down while they drain."""
+    r = Recommender(RecommenderConfig(376.0, min_replicas=1, max_replicas=40, cold_start_s=60.0))
+    answers = [r.recommend(dataclasses.replace(after_a_flash_crowd(t), slow_share=0.6 if t < 300 else 0.0))
+               for t in range(0, 600, 15)]
+    assert max(a.desired for a in answers[8:20]) < 40
