@@ -395,6 +395,7 @@ def deployment_events(stack: ClusterStack, reason: str) -> list[dict[str, Any]]:
     found = [e for e in items if e.get("reason") == reason and e.get("involvedObject", {}).get("kind") == "Deployment"]
     found.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
     return [{"at": e.get("lastTimestamp") or e.get("eventTime"), "deployment": e["involvedObject"].get("name"),
+             "count": e.get("count") or (e.get("series") or {}).get("count") or 1,
              "message": e.get("message", "")} for e in found]
 
 
