@@ -52,7 +52,8 @@ class TargetQueries:
     unschedulable: str  # the Deployment's pods the scheduler cannot place (no node with a free GPU)
     # The share of the last rate window's requests slower than the SLO (the traces' histogram, whose
     # buckets hold the SLO thresholds as exact boundaries): how the requests fare *now*, where the
-    # recorded P99 holds five minutes of the past. None where the SLO is no bucket boundary.
+    # recorded P99 holds five minutes of the past. No series (read as None) where the SLO is no
+    # bucket boundary or nothing was served.
     slow_share: str
 
     @staticmethod

@@ -315,8 +315,9 @@ class Recommender:
         demo's "beyond maxReplicas"), is saturated whatever explains its P99.
 
         And only while most requests are served within the SLO now (`slow_share` over the last rate
-        window, where the traces give it): a backlog's late completions are the past, but when the
-        typical request is slow now the burn is the fleet's own. Stop 54's demo went 4 -> 3 under
+        window, where the traces give it), or a backlog holds the slow ones
+        (`backlog_holds_the_slow`): a backlog's late completions are the past, but when the typical
+        request is slow now and no drain explains it, the burn is the fleet's own. Stop 54's demo went 4 -> 3 under
         its overload without it: four pods sharing two CPUs completed ~22-27 req/s each, "under
         half" a profile of 56, a pod's queue of 273 had "explained" the burn, and every request took
         seconds (demand the clients' in-flight cap and Triton's HTTP front end hide from its

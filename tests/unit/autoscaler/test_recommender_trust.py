@@ -86,11 +86,20 @@ def contended_overload(t: float, slow_share: float | None = 1.0) -> Observation:
                        slow_share=slow_share)
 
 
-def contended_answers(slow_share: float | None) -> list[tuple[int, int]]:
+def contended_answers(slow_share: float | None = 1.0, queues_after_180: float | None = None
+                      ) -> list[tuple[int, int]]:
+    """(t, desired) over `contended_overload`, as the demo is tuned; *queues_after_180*: the worst
+    pod's queue (and the fleet's, 40) from 180 s on instead of the timeline's."""
     config = RecommenderConfig(56.0, min_replicas=1, max_replicas=4, cold_start_s=30.0, rate_window_s=30.0,
                                fast_window_s=15.0, down_delay_s=30.0)
     r = Recommender(config)
-    return [(t, r.recommend(contended_overload(t, slow_share)).desired) for t in range(0, 400, 5)]
+    answers = []
+    for t in range(0, 400, 5):
+        obs = contended_overload(t, slow_share)
+        if queues_after_180 is not None and t >= 180:
+            obs = dataclasses.replace(obs, queue_depth=40.0, max_pod_queue=queues_after_180)
+        answers.append((t, r.recommend(obs).desired))
+    return answers
 
 
 @pytest.mark.parametrize("slow_share", [1.0, 0.6])
@@ -270,17 +279,11 @@ def test_no_capacity_is_learned_up_from_a_fleet_that_just_changed() -> None:
     assert seen[0] == 100.0 and seen[-1] == pytest.approx(120.0)  # only once steady for two rate windows
 
 
-
 def test_small_queues_on_a_slow_fleet_do_not_explain_its_burn() -> None:
     """This stop's fresh-clone demo: the overloaded pods hold queues of 16-70 (a "backlog" past the
     28 a pod serves within the SLO) at every other read, while every request takes seconds. Those
     queues hold a second of work, not the minute's slow requests: the fleet holds at 4."""
-    config = RecommenderConfig(56.0, min_replicas=1, max_replicas=4, cold_start_s=30.0, rate_window_s=30.0,
-                               fast_window_s=15.0, down_delay_s=30.0)
-    r = Recommender(config)
-    answers = [(t, r.recommend(dataclasses.replace(contended_overload(t), queue_depth=40.0, max_pod_queue=33.0)
-                               if t >= 180 else contended_overload(t)).desired) for t in range(0, 400, 5)]
-    assert {n for t, n in answers if t >= 165} == {4}
+    assert {n for t, n in contended_answers(queues_after_180=33.0) if t >= 165} == {4}
 
 
 def test_a_drain_s_slow_completions_still_let_the_fleet_come_down() -> None:
