@@ -11,7 +11,7 @@ from typing import Final
 
 # What made the recommendation go up (the recommender's own reasons, recommend.py).
 SCALE_UP: Final = {"rate": "scale_up_rate", "lookahead": "scale_up_lookahead", "queue": "scale_up_queue",
-                   "drain": "scale_up_drain", "panic": "scale_up_panic", "min": "scale_up_min", "max": "scale_up_max"}
+                   "drain": "scale_up_drain", "latency": "scale_up_latency", "panic": "scale_up_panic", "min": "scale_up_min", "max": "scale_up_max"}
 # Holds the recommender or the service chose, whatever the replicas read: `hold-down` (less is
 # needed, not yet for the down delay), `saturated` (the SLO burns, or the completions per replica sit
 # at their measured ceiling), `replicas` (the replica reading disagrees with the HPA or with what was
@@ -32,7 +32,8 @@ def decision(desired: int, current: int, reason: str, failsafe: str | None, unsc
 
     `panic` comes from the fast path (an overload read straight from the pods: scale in proportion
     to it at once, and hold that count for the panic hold); `drain` from a worst pod's backlog that
-    the measured rate cannot clear within the pod drain horizon."""
+    the measured rate cannot clear within the pod drain horizon; `latency` from most requests slow
+    on a settled fleet with no queue to show why (demand Triton's counters do not see)."""
     if failsafe is not None:
         return "hold_missing_data"
     if reason in HOLDS:  # held at what was asked for, which may be more than the replicas read

@@ -18,6 +18,8 @@ a low or bad replica reading (a stale 3 where 12 run, a 0) never skips the down 
 refused while the latency SLO burns or while the completions per Ready replica sit at the ceiling
 measured while it burned, from which the capacity is learned down (demand a client or Triton's
 HTTP front end hides from the queue and the rejection counter still shows as slow requests).
+That hidden demand also asks for one more replica at a time once the fleet has settled, while
+each one added serves more (`hidden_demand`).
 """
 
 from __future__ import annotations
@@ -221,6 +223,7 @@ class Recommender:
         self._fast_rates: deque[tuple[float, float]] = deque(maxlen=512)
         self._per_replica: deque[tuple[float, float]] = deque(maxlen=512)  # (t, completions per Ready replica)
         self.ceiling: tuple[float, float] | None = None  # (t, completions per replica) measured while the SLO burned
+        self._latency_step: tuple[int, float] | None = None  # (replicas, completions) when hidden demand last asked one more
         self.last: Recommendation | None = None
 
     @staticmethod
@@ -229,7 +232,7 @@ class Recommender:
         slo = obs.slo_latency_threshold_s
         return obs.p99_s is not None and slo is not None and obs.p99_s > slo
 
-    def refine_capacity(self, obs: Observation) -> None:
+    def refine_capacity(self, obs: Observation, steady: bool) -> None:
         """AIMD on the capacity: cut it by 10 % while fully Ready replicas miss the SLO (bursty traffic,
         a slower model version), give back 1 % of the profile value per evaluation while P99 is
         comfortably within it (up to the profile; beyond it, up to `max_capacity_gain` x the profile,
@@ -244,7 +247,6 @@ class Recommender:
         arrivals read as completions and the queue stays short, and only the latency tells.
         Bounded to [min_capacity_ratio, max_capacity_gain] × the profile."""
         cfg = self.config
-        steady = self.track_fleet(obs)  # at every evaluation, so a change between two is seen
         if obs.p99_s is None or obs.slo_latency_threshold_s is None or obs.ready_replicas <= 0:
             return
         lo, hi = cfg.capacity_rps * cfg.min_capacity_ratio, cfg.capacity_rps * cfg.max_capacity_gain
@@ -278,6 +280,33 @@ class Recommender:
             self._fleet = (obs.t, obs.ready_replicas, obs.current_replicas)
             return False
         return obs.ready_replicas == obs.current_replicas and obs.t - since >= 2 * self.config.rate_window_s
+
+    def hidden_demand(self, obs: Observation, steady: bool) -> bool:
+        """Whether to ask for one more replica than run, on latency alone: over half the last rate
+        window's requests are slower than the SLO on a *steady* fleet (all Ready, unchanged for two
+        rate windows), with no pod backlog and no queue over the SLO's worth within that window.
+
+        The demand then waits where Triton's counters do not see it (a client's in-flight cap,
+        Triton's HTTP front end), so the completions that the rates read as arrivals understate it
+        and no rate-based need grows. The demo's pods, four sharing two CPUs, complete a quarter of
+        their profile under its overload; without this the fleet sat at 3 of its 4 replicas through
+        it, every request taking seconds. One replica at a time, each once the fleet has settled
+        again, and another only while the last one raised the completions by 5 %: a slow
+        dependency or model version is not served faster by more replicas, and then the count
+        stays (no scale-down while most requests are slow, `saturated`) without climbing to
+        maxReplicas. Forgotten once most requests are fast again."""
+        if obs.slow_share is None or obs.slow_share <= 0.5:
+            self._latency_step = None
+            return False
+        window = self.config.rate_window_s
+        quiet = obs.t - max(self._disturbed_at, self._backlog_at) > window  # `_backlog_at` read this evaluation
+        if not (steady and quiet):
+            return False
+        last = self._latency_step
+        if last is not None and obs.current_replicas > last[0] and obs.arrival_rps < 1.05 * last[1]:
+            return False  # the last replica asked for served no more
+        self._latency_step = (obs.current_replicas, obs.arrival_rps)
+        return True
 
     def track_completions(self, obs: Observation) -> float | None:
         """Record the completions per Ready replica of *obs* (the window is `rate_window_s`); None
@@ -428,11 +457,13 @@ class Recommender:
         if not all(math.isfinite(x) and x >= 0 for x in (obs.arrival_rps, obs.queue_depth, obs.rejected_rps)):
             raise ValueError("arrival rate, rejection rate and queue depth must be finite and >= 0")
         per_replica = self.track_completions(obs)
-        self.refine_capacity(obs)
+        steady = self.track_fleet(obs)  # at every evaluation, so a change between two is seen
+        self.refine_capacity(obs, steady)
         arrival, down_arrival = self.arrival_rates(obs)
         pod_backlog = self.pod_backlog(obs)
         if pod_backlog > 0:
             self._backlog_at = obs.t
+        hidden = self.hidden_demand(obs, steady)
         self._rates.append((obs.t, arrival))
         while self._rates and self._rates[0][0] < obs.t - cfg.trend_window_s:
             self._rates.popleft()
@@ -445,12 +476,13 @@ class Recommender:
         standing = replicas_for(floor_rps * cfg.headroom, self.capacity_rps, cfg.utilisation) if cfg.headroom > 1 else 0
         rate_need = max(standing, replicas_for(projected + backlog_rps, self.capacity_rps, cfg.utilisation))
         drain_need = min(drain_need, math.ceil(cfg.max_drain_factor * max(rate_need, 1)))
-        up_need = max(rate_need, drain_need)
+        up_need = max(rate_need, drain_need, obs.current_replicas + 1 if hidden else 0)
         projected_down = projected_rate(down_arrival, slope, lookahead, cfg.trend_cap)
         down_need = max(drain_need, standing, replicas_for(max(projected_down, down_arrival) + backlog_rps,
                                                            self.capacity_rps, cfg.down_utilisation))
         queue_driven = arrival - obs.arrival_rps + backlog_rps > 0.1 * max(projected, 1e-9)
-        reason = "drain" if drain_need > rate_need and up_need > obs.current_replicas else \
+        reason = "latency" if up_need > max(rate_need, drain_need) else \
+            "drain" if drain_need > rate_need and up_need > obs.current_replicas else \
             "queue" if queue_driven and up_need > obs.current_replicas else (
             "lookahead" if slope > 0 and up_need > replicas_for(arrival, self.capacity_rps,
                                                                 cfg.utilisation) else "rate")

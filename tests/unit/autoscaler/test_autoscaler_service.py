@@ -39,7 +39,9 @@ class FakeProm:
                                                 "horizontalpodautoscaler_status_desired": None,
                                                 "kube_pod_status_ready_time": None,
                                                 "tidescale_request_duration_seconds:p99": None,
-                                                "nv_inference_request_failure": None, "rate(": 450.0,  # first match
+                                                "nv_inference_request_failure": None,
+                                                "tidescale_request_duration_seconds_bucket": None,  # slow share
+                                                "rate(": 450.0,  # first match
                                                 "version) (nv_inference_pending": 0.0, "sum by (pod)": 0.0,
                                                 "time()": 5.0,
                                                 "spec_replicas": 5.0, "replicas_ready": 5.0,

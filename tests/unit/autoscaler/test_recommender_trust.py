@@ -294,3 +294,52 @@ def test_a_drain_s_slow_completions_still_let_the_fleet_come_down() -> None:
     answers = [r.recommend(dataclasses.replace(after_a_flash_crowd(t), slow_share=0.6 if t < 300 else 0.0))
                for t in range(0, 600, 15)]
     assert max(a.desired for a in answers[8:20]) < 40
+
+
+def hidden_demand_answers(slow_share: float | None, served_per_replica_added: float = 0.0,
+                          max_pod_queue: float = 0.0) -> list[tuple[int, str]]:
+    """(desired, reason) every 5 s for 400 s on a fleet that applies each answer at once, Ready in
+    10 s: 3 replicas completing 80 req/s in all (a rate that 2 carry by the profile of 56), no
+    queue, *slow_share* of the requests beyond the SLO; each replica added serves
+    *served_per_replica_added* more. The final run of stop 55's demo, beyond maxReplicas: its third
+    replica had come up shortly before, so no P99 window passed without a disturbance (the burn's
+    capacity cut, `refine_capacity`, waits for one)."""
+    r = Recommender(RecommenderConfig(56.0, min_replicas=1, max_replicas=8, cold_start_s=10.0, rate_window_s=30.0,
+                                      fast_window_s=15.0, down_delay_s=30.0))
+    spec, ready_at, answers = 3, 10.0, []
+    for t in range(0, 400, 5):
+        ready = spec if t >= ready_at else spec - 1
+        served = 80.0 + (spec - 3) * served_per_replica_added
+        rec = r.recommend(Observation(float(t), served, max_pod_queue * ready, ready, spec, p99_s=4.0,
+                                      slo_latency_threshold_s=SLO, fast_arrival_rps=served,
+                                      max_pod_queue=max_pod_queue, slow_share=slow_share))
+        answers.append((rec.desired, rec.reason))
+        if rec.desired != spec:
+            spec, ready_at = rec.desired, t + 10.0
+    return answers
+
+
+def test_most_requests_slow_with_no_queue_asks_one_more_replica_once_settled() -> None:
+    """Demand Triton's counters do not see (it waits in the clients and the HTTP front end) shows
+    only as latency: a settled fleet, slow, asks one more replica, and no more while that one
+    served nothing more (a slow dependency is not served faster by more replicas)."""
+    answers = hidden_demand_answers(0.9)
+    assert answers[:12] == [(3, "saturated")] * 12  # two rate windows on a fleet not yet seen steady
+    assert (4, "latency") in answers
+    assert max(n for n, _ in answers) == 4 and answers[-1][0] == 4  # held, not climbed to maxReplicas
+
+
+def test_each_replica_that_serves_more_lets_the_next_be_asked_for() -> None:
+    answers = hidden_demand_answers(0.9, served_per_replica_added=20.0)
+    asked = [n for n, reason in answers if reason == "latency"]
+    assert asked == sorted(asked) and {4, 5, 6} <= set(asked)
+    assert all(later >= earlier for (earlier, _), (later, _) in zip(answers, answers[1:], strict=False))
+
+
+@pytest.mark.parametrize(("slow_share", "max_pod_queue"), [(None, 0.0), (0.3, 0.0), (0.9, 60.0)])
+def test_fast_requests_or_a_queue_that_explains_them_ask_nothing_on_latency(
+        slow_share: float | None, max_pod_queue: float) -> None:
+    """Without the traces' slow share, with most requests fast, or with pods queueing past what they
+    serve within the SLO (the rates and the drain size that), latency asks for nothing."""
+    answers = hidden_demand_answers(slow_share, max_pod_queue=max_pod_queue)
+    assert all(reason != "latency" for _, reason in answers)
