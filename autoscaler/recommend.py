@@ -223,7 +223,7 @@ class Recommender:
         self._fast_rates: deque[tuple[float, float]] = deque(maxlen=512)
         self._per_replica: deque[tuple[float, float]] = deque(maxlen=512)  # (t, completions per Ready replica)
         self.ceiling: tuple[float, float] | None = None  # (t, completions per replica) measured while the SLO burned
-        self._latency_step: tuple[int, float] | None = None  # (replicas, completions) when hidden demand last asked one more
+        self._latency_step: tuple[int, float] | None = None  # (replicas, completions) at hidden demand's last ask
         self.last: Recommendation | None = None
 
     @staticmethod

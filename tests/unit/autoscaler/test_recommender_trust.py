@@ -4,6 +4,7 @@ saturated (issue 43 #2 and "What to build" 3), replayed as timelines of observat
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 
 import pytest
@@ -333,7 +334,7 @@ def test_each_replica_that_serves_more_lets_the_next_be_asked_for() -> None:
     answers = hidden_demand_answers(0.9, served_per_replica_added=20.0)
     asked = [n for n, reason in answers if reason == "latency"]
     assert asked == sorted(asked) and {4, 5, 6} <= set(asked)
-    assert all(later >= earlier for (earlier, _), (later, _) in zip(answers, answers[1:], strict=False))
+    assert all(later >= earlier for (earlier, _), (later, _) in itertools.pairwise(answers))
 
 
 @pytest.mark.parametrize(("slow_share", "max_pod_queue"), [(None, 0.0), (0.3, 0.0), (0.9, 60.0)])
