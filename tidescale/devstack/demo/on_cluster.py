@@ -36,6 +36,9 @@ import yaml
 from rich.console import Console
 from rich.live import Live
 
+from tidescale.autoscaler.queries import TargetQueries
+from tidescale.autoscaler.settings import RecommenderTuning, TargetSettings
+from tidescale.contracts import catalog
 from tidescale.contracts.promql import selector, triton_sum
 from tidescale.devstack.cluster import addons, lifecycle
 from tidescale.devstack.cluster.config import ClusterConfig
@@ -129,13 +132,24 @@ def overload_rate(s: DemoSettings, models: tuple[ModelSpec, ...]) -> float:
     return 1.2 * s.max_replicas * peak / share
 
 
+# The recommender's windows, shortened for a 5-minute story.
+DEMO_TUNING: dict[str, float] = {"down_delay_s": 30, "rate_window_s": 30, "fast_window_s": 15}
+
+
+def slow_share_query(s: DemoSettings) -> str:
+    """The recommender's own `slow_share` query for the demo's target, to show what it read."""
+    target = TargetSettings(deployment=DEPLOYMENT, namespace=SERVING, model=AUTOSCALED_MODEL,
+                            min_replicas=s.min_replicas, max_replicas=s.max_replicas)
+    tuning = RecommenderTuning(**DEMO_TUNING)
+    return TargetQueries.for_target(target, tuning, slo_s=s.slo_latency_threshold_s).slow_share
+
+
 def chart_values(s: DemoSettings, mode: str, capacity_rps: float) -> dict[str, Any]:
     """The values the demo installs the chart with: a user's, with the alert windows shortened."""
     return {
         "serving": {"namespace": SERVING},
         "slo": {"latency": {"thresholdSeconds": s.slo_latency_threshold_s}},
-        "recommender": {"settings": {"interval_s": 5,
-                                     "tuning": {"down_delay_s": 30, "rate_window_s": 30, "fast_window_s": 15}}},
+        "recommender": {"settings": {"interval_s": 5, "tuning": DEMO_TUNING}},
         "autoscaling": {"mode": mode, "keda": {"pollingInterval": 5},
                         "targets": [{"deployment": DEPLOYMENT, "model": AUTOSCALED_MODEL,
                                      "minReplicas": s.min_replicas, "maxReplicas": s.max_replicas,
@@ -275,9 +289,12 @@ def inject_xid(stack: ClusterStack) -> dict[str, Any]:
 class ClusterSampler:
     """Once a second: the client's view, the Deployment and HPA, Prometheus's queue depth and alerts."""
 
-    def __init__(self, stack: ClusterStack, sc: Scenario, loadgen: Any) -> None:
+    def __init__(self, stack: ClusterStack, sc: Scenario, loadgen: Any, slow_share: str) -> None:
         self.stack, self.sc, self.loadgen = stack, sc, loadgen
+        self._slow_share_query = slow_share
         self._queue: float | None = None
+        self._slow_share: float | None = None
+        self._decision: str | None = None
         self._firing: tuple[str, ...] = ()
         self.alerts_seen: set[str] = set()
         self._n = 0
@@ -286,6 +303,13 @@ class ClusterSampler:
         with contextlib.suppress(Exception):
             found = self.stack.query(triton_sum(selector("nv_inference_pending_request_count", namespace=SERVING)))
             self._queue = float(found[0]["value"][1]) if found else None
+        with contextlib.suppress(Exception):
+            found = self.stack.query(self._slow_share_query)
+            self._slow_share = round(float(found[0]["value"][1]), 4) if found else None
+        with contextlib.suppress(Exception):
+            decision = catalog.get("tidescale_recommender_decision").name
+            found = self.stack.query(selector(decision, namespace=SERVING, deployment=DEPLOYMENT) + " == 1")
+            self._decision = found[0]["metric"].get("reason") if found else None
         with contextlib.suppress(Exception):
             found = self.stack.query('ALERTS{alertstate="firing", alertname!="Watchdog"}')
             self._firing = tuple(sorted({r["metric"]["alertname"] for r in found}))
@@ -307,7 +331,8 @@ class ClusterSampler:
             completed_rps=stats.completed_rps, p50_s=stats.p50_s, p95_s=stats.p95_s, p99_s=stats.p99_s,
             replicas_ready=int(dep.get("status", {}).get("readyReplicas") or 0),
             replicas_total=int(dep.get("spec", {}).get("replicas") or 0),
-            replicas_desired=desired, queue_depth=self._queue, firing=self._firing)
+            replicas_desired=desired, queue_depth=self._queue, firing=self._firing,
+            slow_share=self._slow_share, decision=self._decision)
 
 
 def hpa_report(stack: ClusterStack) -> dict[str, Any]:
@@ -431,7 +456,7 @@ def run_cluster_demo(s: DemoSettings, out: Path, mode: str = "keda") -> dict[str
             # Clients that keep up to 1,024 requests open: beyond maxReplicas the queues stay long (a
             # smaller cap lets them drain between bursts, and the maxed-out alert's window restarts).
             loadgen = LoadGenerator(sc, lambda: [url], s.model_mix, seed=s.seed, max_in_flight=1024).start()
-            sampler = ClusterSampler(stack, sc, loadgen)
+            sampler = ClusterSampler(stack, sc, loadgen, slow_share_query(s))
             faults: dict[str, Any] = {}
             start = time.monotonic()
             live_ctx: Any = Live(console=console, refresh_per_second=2, transient=False) if (

@@ -22,6 +22,10 @@ class Sample:
     queue_depth: float | None
     firing: tuple[str, ...] = ()
     replica_crashes: int = 0  # unrequested server exits so far (each one restarted like a pod)
+    # What the recommender read on the cluster (None elsewhere): the share of its rate window's
+    # requests slower than the SLO inside Triton (its `slow_share`), and its last decision.
+    slow_share: float | None = None
+    decision: str | None = None
 
 
 def _finite(values: list[float | None]) -> list[float]:
