@@ -103,17 +103,18 @@ def contended_answers(slow_share: float | None = 1.0, queues_after_180: float | 
     return answers
 
 
-@pytest.mark.parametrize("slow_share", [1.0, 0.6])
+@pytest.mark.parametrize("slow_share", [1.0, 0.6, 0.09])
 def test_a_fleet_slow_now_is_saturated_whatever_backlog_came_before(slow_share: float) -> None:
     """The HPA went 4 -> 3 at t = 221 s of stop 54's demo: a pod's queue "explained" the burn, and
-    27.5 req/s a replica read as idle against the profile's 56. Most requests are slow now, so the
-    burn is the fleet's, not a past backlog's: it holds at 4."""
+    27.5 req/s a replica read as idle against the profile's 56. Requests are slow now, so the
+    burn is the fleet's, not a past backlog's: it holds at 4. In stop 56's demo 9-30 % of them were
+    slow inside Triton while its clients waited seconds (the rest waits in the HTTP front end)."""
     assert {n for t, n in contended_answers(slow_share) if t >= 165} == {4}
 
 
-@pytest.mark.parametrize("slow_share", [None, 0.2])
-def test_with_most_requests_fast_now_the_backlog_still_explains_the_burn(slow_share: float | None) -> None:
-    """Most requests within the SLO now (or no histogram to tell), the backlog exception stands as
+@pytest.mark.parametrize("slow_share", [None, 0.03])
+def test_with_the_requests_fast_now_the_backlog_still_explains_the_burn(slow_share: float | None) -> None:
+    """The requests within the SLO now (or no histogram to tell), the backlog exception stands as
     before: the same timeline comes down to 3 (the code before this fix did, whatever the share)."""
     assert min(n for t, n in contended_answers(slow_share) if t >= 165) == 3
 
