@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.slo import QUANTILE_WINDOW_S
 
-
 # The share of a rate window's requests slower than the SLO beyond which they are "slow now": five
 # times a P99's budget. Stop 55's "over half" missed stop 56's demo, whose clients waited 8-10 s
 # under its overload while 9-30 % of the requests were slow inside Triton (the rest of the wait is
