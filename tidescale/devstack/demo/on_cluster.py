@@ -39,6 +39,7 @@ from rich.live import Live
 from tidescale.autoscaler.queries import TargetQueries
 from tidescale.autoscaler.settings import RecommenderTuning, TargetSettings
 from tidescale.contracts import catalog
+from tidescale.contracts.errors import TidescaleError
 from tidescale.contracts.promql import selector, triton_sum
 from tidescale.devstack.cluster import addons, lifecycle
 from tidescale.devstack.cluster.config import ClusterConfig
@@ -256,6 +257,28 @@ def install(stack: ClusterStack, s: DemoSettings, mode: str, sink: NotificationS
     use_oncall_routes(stack, sink)
     wait_until("the Triton Deployment", lambda: int(stack.deployment().get("status", {}).get(
         "readyReplicas") or 0) >= s.min_replicas, 180)
+    wait_for_scrapes(stack, say)
+
+
+def wait_for_scrapes(stack: ClusterStack, say: Callable[[str], None], timeout_s: float = 180.0) -> None:
+    """Start the story once Prometheus scrapes the release's exporter and recommender (`up` of both,
+    and the recommender's decision series). The operator loads new monitors on its own schedule:
+    in stop 56's fresh-clone demo the recommender's series came 170 s into the story, its P99 read
+    "unknown" until then, and the surge's scale-down came on the rates alone. Past *timeout_s* the
+    story starts anyway, with a warning: the demo shows what it shows."""
+    decision = selector(catalog.get("tidescale_recommender_decision").name, namespace=SERVING, deployment=DEPLOYMENT)
+
+    def scraped() -> bool:
+        try:
+            return bool(stack.query(decision)) and bool(stack.query(f'count(up{{namespace="{RELEASE_NS}"}} == 1) >= 2'))
+        except httpx.HTTPError:
+            return False  # Prometheus itself not answering yet
+
+    say("waiting for Prometheus to scrape the exporter and the recommender")
+    try:
+        wait_until("Prometheus scraping the exporter and the recommender", scraped, timeout_s)
+    except TidescaleError as e:
+        say(f"warning: {e}; the story starts without them")
 
 
 def inject_review_profile(stack: ClusterStack) -> dict[str, Any]:
