@@ -145,6 +145,11 @@ def slow_share_query(s: DemoSettings) -> str:
     return TargetQueries.for_target(target, tuning, slo_s=s.slo_latency_threshold_s).slow_share
 
 
+def recommender_decision() -> str:
+    """The recommender's decision series for the demo's target (one per reason, 1 for the current one)."""
+    return selector(catalog.get("tidescale_recommender_decision").name, namespace=SERVING, deployment=DEPLOYMENT)
+
+
 def chart_values(s: DemoSettings, mode: str, capacity_rps: float) -> dict[str, Any]:
     """The values the demo installs the chart with: a user's, with the alert windows shortened."""
     return {
@@ -266,7 +271,7 @@ def wait_for_scrapes(stack: ClusterStack, say: Callable[[str], None], timeout_s:
     in stop 56's fresh-clone demo the recommender's series came 170 s into the story, its P99 read
     "unknown" until then, and the surge's scale-down came on the rates alone. Past *timeout_s* the
     story starts anyway, with a warning: the demo shows what it shows."""
-    decision = selector(catalog.get("tidescale_recommender_decision").name, namespace=SERVING, deployment=DEPLOYMENT)
+    decision = recommender_decision()
 
     def scraped() -> bool:
         try:
@@ -330,8 +335,7 @@ class ClusterSampler:
             found = self.stack.query(self._slow_share_query)
             self._slow_share = round(float(found[0]["value"][1]), 4) if found else None
         with contextlib.suppress(Exception):
-            decision = catalog.get("tidescale_recommender_decision").name
-            found = self.stack.query(selector(decision, namespace=SERVING, deployment=DEPLOYMENT) + " == 1")
+            found = self.stack.query(f"{recommender_decision()} == 1")
             self._decision = found[0]["metric"].get("reason") if found else None
         with contextlib.suppress(Exception):
             found = self.stack.query('ALERTS{alertstate="firing", alertname!="Watchdog"}')
