@@ -165,11 +165,13 @@ def install_keda(config: ClusterConfig, api: KubeApi) -> None:
         wait_for(name, lambda n=name: deployment_available(api, KEDA_NS, n), 180)  # type: ignore[misc]
 
 
-def install_prometheus_adapter(config: ClusterConfig, api: KubeApi, configmap: str) -> None:
-    """prometheus-adapter reading the rules the tidescale chart rendered into *configmap*."""
+def install_prometheus_adapter(config: ClusterConfig, api: KubeApi, configmap: str,
+                               prometheus_url: str = f"http://prometheus-operated.{MONITORING_NS}.svc:9090/") -> None:
+    """prometheus-adapter reading the rules the tidescale chart rendered into *configmap*, querying
+    *prometheus_url* (the cluster's Prometheus, or a global query layer in front of it)."""
     kubectl(config, "apply", "-f", "-", stdin=render_manifest(
         config, "prometheus-adapter.yaml", NAMESPACE=MONITORING_NS, CONFIGMAP=configmap,
-        PROMETHEUS_URL=f"http://prometheus-operated.{MONITORING_NS}.svc:9090/"))
+        PROMETHEUS_URL=prometheus_url))
     wait_for("prometheus-adapter", lambda: deployment_available(api, MONITORING_NS, "prometheus-adapter"), 120)
 
 

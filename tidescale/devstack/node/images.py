@@ -120,6 +120,8 @@ IMAGES = {
     "busybox": lambda: HostImage(entrypoint=("sh",)),
     # CNCF distribution's OCI registry, built by setup (the e2e tests push the packaged chart to it).
     "registry": lambda: _simple(_tool("registry"), "registry"),
+    # Thanos (sidecar and query), built only for the tests (`build-cluster.sh thanos`).
+    "thanos": lambda: _simple(_tool("thanos"), "thanos"),
     # GPUs are simulated: dcgm-exporter's image is tidescale's simulation of it (devstack/cluster/dcgm.py).
     "dcgm-exporter": _dcgm_exporter,
 }
