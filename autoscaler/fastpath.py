@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from tidescale.autoscaler.recommend import first_attempt_rate
 from tidescale.contracts import catalog
 
 SUCCESS = catalog.get("nv_inference_request_success").name
@@ -101,18 +102,24 @@ class FastWindow:
     good rate and queue, and the reading names it as missing; a pod no longer listed is dropped.
     """
 
-    def __init__(self, window_s: float) -> None:
+    def __init__(self, window_s: float, client_retries: int = 0) -> None:
+        """*client_retries*: how often clients retry a refused request (`first_attempt_rate`)."""
         if not (math.isfinite(window_s) and window_s > 0):
             raise ValueError(f"the fast path's window must be > 0 s, got {window_s}")
         self.window_s = window_s
+        self.client_retries = client_retries
         self._samples: dict[str, deque[tuple[float, PodCounters]]] = {}
         self._rates: dict[str, tuple[float, float]] = {}  # pod -> (over the window, over its newest interval)
+        # pod -> (completions, rejections) per second over the window: with retrying clients the
+        # fleet's share refused reads its attempts back to requests
+        self._outcomes: dict[str, tuple[float, float]] = {}
 
     def add(self, t: float, reads: Mapping[str, PodCounters | None]) -> FastReading:
         """Fold one round of reads (pod -> counters, None when it did not answer) into the window."""
         for gone in set(self._samples) - set(reads):
             del self._samples[gone]
             self._rates.pop(gone, None)
+            self._outcomes.pop(gone, None)
         missing = []
         for pod, read in reads.items():
             samples = self._samples.setdefault(pod, deque())
@@ -128,10 +135,22 @@ class FastWindow:
             (t0, first), (t1, last) = samples[0], samples[-1]
             if t1 > t0:
                 (tp, previous) = samples[-2]
-                self._rates[pod] = (_arrivals_per_s(first, last, t1 - t0), _arrivals_per_s(previous, last, t1 - tp))
+                latest = (_arrivals_per_s(previous, last, t1 - tp) if t1 > tp  # two reads at one instant
+                          else self._rates.get(pod, (0.0, 0.0))[1])
+                self._rates[pod] = (_arrivals_per_s(first, last, t1 - t0), latest)
+                self._outcomes[pod] = ((last.success - first.success) / (t1 - t0),
+                                       (last.rejected - first.rejected) / (t1 - t0))
         queues = [s[-1][1].pending for s in self._samples.values() if s]
         arrival = sum(w for w, _ in self._rates.values()) if self._rates else None
         newest = sum(n for _, n in self._rates.values()) if self._rates else None
+        if arrival and newest is not None and self.client_retries:
+            completed = sum(c for c, _ in self._outcomes.values())
+            rejected = sum(r for _, r in self._outcomes.values())
+            # less the attempts the retries added beyond the requests behind them; the newest interval
+            # in the same proportion
+            retried = completed + rejected - first_attempt_rate(completed, rejected, self.client_retries)
+            corrected = max(0.0, arrival - retried)
+            arrival, newest = corrected, newest * corrected / arrival
         return FastReading(t, arrival, float(sum(queues)), float(max(queues, default=0.0)), len(reads),
                            tuple(sorted(missing)), newest)
 

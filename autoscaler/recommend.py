@@ -67,6 +67,10 @@ class RecommenderConfig:
     headroom: float = 1.0  # keep capacity for this multiple of the recent floor of the load: standing
     # replicas for a surge that arrives faster than detection + cold start (1 = none; docs/autoscaler.md)
     headroom_window_s: float = 600.0  # the floor is the lowest arrival rate over this window
+    # Retries the clients (or their mesh: Istio's default route retries 503 twice) make on a refused
+    # request: each shows in Triton's rejection counter again, so the attempts are read back to the
+    # requests behind them (`first_attempt_rate`). 0: a rejection is a request.
+    client_retries: int = 0
     # Panic (the fast path, fastpath.py): when the arrival rate read straight from the pods over
     # `panic_window_s` exceeds `panic_threshold` x what the replicas asked for can carry, scale at once
     # to what that rate needs, and scale down to nothing below it for `panic_hold_s`.
@@ -95,10 +99,28 @@ class RecommenderConfig:
         check_headroom(self.headroom)
         if not self.headroom_window_s > 0:
             raise UsageError(f"headroom_window_s must be > 0, got {self.headroom_window_s}")
+        if not 0 <= self.client_retries <= MAX_CLIENT_RETRIES:
+            raise UsageError(f"client_retries must be 0..{MAX_CLIENT_RETRIES}, got {self.client_retries}")
         if not (self.panic_threshold > 0 and self.panic_window_s > 0 and self.panic_hold_s >= 0
                 and self.panic_trend_window_s > 0 and self.panic_trend_cap >= 1 and self.trend_cap >= 1):
             raise UsageError("need panic_threshold > 0, panic_window_s > 0, panic_trend_window_s > 0, "
                              "panic_hold_s >= 0 and trend caps >= 1")
+
+
+MAX_CLIENT_RETRIES = 10
+
+
+def first_attempt_rate(completed_rps: float, rejected_rps: float, client_retries: int) -> float:
+    """Requests a second behind *completed_rps* + *rejected_rps* attempts, when clients retry a refused
+    one up to *client_retries* times. An attempt is refused with probability p = rejected / attempts,
+    so a request makes 1 + p + ... + p^retries attempts on average (retries land within a second, in
+    the same overload). Without the correction, a fleet refusing most attempts reads up to
+    (1 + retries) × its demand and is scaled that far beyond it."""
+    attempts = completed_rps + rejected_rps
+    if client_retries == 0 or rejected_rps <= 0 or attempts <= 0:
+        return attempts
+    p = min(1.0, rejected_rps / attempts)
+    return attempts / sum(p ** k for k in range(client_retries + 1))
 
 
 def check_headroom(factor: float, name: str = "headroom") -> None:
@@ -390,15 +412,18 @@ class Recommender:
             self._queue.popleft()
         if obs.fast_arrival_rps is None:
             recent = [(t, q) for t, q in self._queue if t >= obs.t - cfg.queue_window_s]
-            only = max(0.0, obs.arrival_rps + obs.rejected_rps + trend_slope(recent))
+            only = max(0.0, first_attempt_rate(obs.arrival_rps, obs.rejected_rps, cfg.client_retries)
+                       + trend_slope(recent))
             return only, only
         # Arrivals over a window = completions over it + the queue's change over the same window:
         # matched windows, or a draining backlog's completions would read as arrivals.
         # The short window is noisier: it counts only when it reads a jump (a surge under way).
         samples = list(self._queue)
         fast_rejected = obs.rejected_rps if obs.fast_rejected_rps is None else obs.fast_rejected_rps
-        slow = obs.arrival_rps + obs.rejected_rps + queue_growth(samples, cfg.rate_window_s)
-        fast = obs.fast_arrival_rps + fast_rejected + queue_growth(samples, cfg.fast_window_s)
+        retries = cfg.client_retries
+        slow = first_attempt_rate(obs.arrival_rps, obs.rejected_rps, retries) + queue_growth(samples, cfg.rate_window_s)
+        fast = first_attempt_rate(obs.fast_arrival_rps, fast_rejected, retries) + queue_growth(samples,
+                                                                                              cfg.fast_window_s)
         return max(0.0, fast if fast > slow * cfg.fast_jump else slow), max(0.0, min(fast, slow))
 
     def recent_floor(self, t: float, arrival: float) -> float:

@@ -86,8 +86,9 @@ class RecommenderService:
             self.states[key] = TargetState(t, Recommender(config), TargetQueries.for_target(t, settings.tuning,
                                                                                    settings.series_matchers,
                                                                                    settings.slo_for(t)),
-                                           fast=FastWindow(config.panic_window_s) if settings.fast_path.enabled
-                                           else None, first_ready=FirstReadyTracker(self.started))
+                                           fast=FastWindow(config.panic_window_s, config.client_retries)
+                                           if settings.fast_path.enabled else None,
+                                           first_ready=FirstReadyTracker(self.started))
         self.scaler: ScaleApi | None = scaler
         if self.scaler is None and settings.scale_mode == "direct":
             from tidescale.contracts.kubeapi import apps_v1_api

@@ -18,7 +18,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from tidescale.autoscaler.capacity import load_capacity
-from tidescale.autoscaler.recommend import RecommenderConfig
+from tidescale.autoscaler.recommend import MAX_CLIENT_RETRIES, RecommenderConfig
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.prometheus import DEFAULT_PROMETHEUS_URL, MAX_ANSWER_BYTES, PrometheusAuth
 from tidescale.contracts.promql import LABEL_NAME
@@ -74,7 +74,8 @@ class RecommenderTuning(SettingsModel):
 
 
 # RecommenderConfig fields that are not tuning: set per target, from the profile, or by their own setting.
-NOT_TUNING = ("capacity_rps", "min_replicas", "max_replicas", "cold_start_s", "headroom", "p99_window_s")
+NOT_TUNING = ("capacity_rps", "min_replicas", "max_replicas", "cold_start_s", "headroom", "p99_window_s",
+              "client_retries")
 
 
 def promql_range(seconds: float) -> str:
@@ -159,6 +160,9 @@ class RecommenderSettings(ServingSettings):
     cold_start_min_s: float = Field(default=5.0, ge=0)
     cold_start_max_s: float = Field(default=900.0, gt=0)
     headroom: float = Field(default=1.0, ge=1.0, allow_inf_nan=False)  # standing capacity: x the 10-min floor
+    # Retries your clients or mesh make on a 503 (Istio's default route: 2): a retried request is read
+    # once, not once per attempt (docs/autoscaler.md, "Clients that retry"). 0: no client retries.
+    client_retries: int = Field(default=0, ge=0, le=MAX_CLIENT_RETRIES)
     # Post a Kubernetes Event on the target Deployment whenever the recommendation changes, saying why
     # (the chart turns it on and grants `create events` in the serving namespace).
     kube_events: bool = False
@@ -199,7 +203,8 @@ class RecommenderSettings(ServingSettings):
     def config_for(self, t: TargetSettings) -> RecommenderConfig:
         """The recommender for *t*: the one place the service and the benchmark build it."""
         return RecommenderConfig(self.capacity_for(t), t.min_replicas, t.max_replicas, cold_start_s=self.cold_start_s,
-                                 headroom=self.headroom, **self.tuning.model_dump())
+                                 headroom=self.headroom, client_retries=self.client_retries,
+                                 **self.tuning.model_dump())
 
     def effective_config(self) -> dict[str, Any]:
         """What `autoscale recommend --print-config` prints: every setting, tuning resolved, per target."""

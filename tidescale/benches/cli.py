@@ -237,6 +237,9 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
         extra_seed: list[int] = typer.Option(
             [], "--extra-seed", help="Rerun tidescale's delivery modes and the oracle on this seed's arrivals too, "
             "and judge each draw against the goals (repeatable)."),
+        client_retries: int = typer.Option(
+            0, "--client-retries", help="Every policy's clients retry a refused request (503, no endpoint) this "
+            "often, with Envoy's back-off (25 ms base, 250 ms cap); recorded as autoscale-retries-N.md."),
         write: bool = typer.Option(True, "--write/--no-write", help="Record docs/benchmarks/autoscale.md + PNGs."),
     ) -> None:
         """Closed-loop autoscaling: tidescale vs HPA CPU/GPU, Triton queue time, KEDA, KPA, Ray Serve, oracle."""
@@ -251,7 +254,7 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
                                         headroom=headroom,
                                         headroom_sweep=tuple(headroom_sweep), sweep=sweep,
                                         peer_settings=tuple(peer_setting), extra_seeds=tuple(extra_seed),
-                                        capacity_errors=tuple(capacity_error))
+                                        capacity_errors=tuple(capacity_error), client_retries=client_retries)
         err = Console(stderr=True)
         with err.status("autoscale benchmark") as status:
             doc, runs = benchreport.run(opts, progress=lambda m: status.update(m))

@@ -142,7 +142,7 @@ class ReplicaBatcher:
     """The batcher and instances of one replica: arrivals in, batch records out."""
 
     __slots__ = ("_best", "_delay", "_exec", "_jit", "_jitter", "_jpos", "_maxb", "_maxpref", "_next", "_slots",
-                 "_timeout", "arrivals", "disp", "execs", "free", "head", "sizes", "starts")
+                 "_timeout", "arrivals", "disp", "execs", "free", "head", "rejections", "sizes", "starts")
 
     def __init__(self, cfg: BatcherConfig, curve: ServiceCurve, jitter: JitterStream) -> None:
         self._maxb = cfg.max_batch_size
@@ -163,6 +163,9 @@ class ReplicaBatcher:
         self.disp: list[float] = []
         self.execs: list[float] = []
         self.sizes: list[int] = []
+        # (when, the arrivals) of each rejection since the fleet last took them; None: not kept (no
+        # client retries them)
+        self.rejections: list[tuple[float, list[float]]] | None = None
 
     @property
     def pending(self) -> int:
@@ -207,6 +210,7 @@ class ReplicaBatcher:
         disp, execs, sizes = self.disp.append, self.execs.append, self.sizes.append
         waits = delay > 0.0
         timeout = self._timeout
+        rejected = self.rejections
         while i < n:
             ai = a[i]
             gate = (starts[0] if len(starts) == slots else ai) if slots else f
@@ -215,6 +219,8 @@ class ReplicaBatcher:
                 break
             if ai < t - timeout:  # FIFO: the expired requests are a prefix of the pending ones
                 k = bisect_left(a, t - timeout, i, n)
+                if rejected is not None:
+                    rejected.append((t, a[i:k]))
                 disp(t)
                 execs(0.0)
                 sizes(i - k)

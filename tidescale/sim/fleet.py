@@ -17,6 +17,7 @@ import numpy as np
 
 from tidescale.contracts.errors import UsageError
 from tidescale.sim.batcher import BatcherConfig, JitterStream, ReplicaBatcher
+from tidescale.sim.clients import ClientRetries, RetryLedger
 from tidescale.sim.results import CompletedRequests, FleetCounters, ReplicaCounters
 from tidescale.sim.servicecurve import ServiceCurve
 from tidescale.sim.startup import PodStartup
@@ -24,6 +25,9 @@ from tidescale.sim.triton_batcher import TritonBatcher
 
 ROUTINGS = ("round-robin", "random", "least-loaded")
 FLUSH_RECORDS = 20_000  # fold a replica's batch records into counters past this many (bounded memory)
+# With clients that retry, the fleet is stepped this finely: a refused request is retried no sooner
+# than the next step (Envoy's back-offs are 0-250 ms).
+RETRY_STEP_S = 0.05
 Chunk = tuple[float, CompletedRequests]  # (last completion time, the requests) of one flush
 
 
@@ -57,9 +61,11 @@ class FleetSim:
     def __init__(self, curve: ServiceCurve, config: BatcherConfig, initial_replicas: int, cold_start_s: float,
                  seed: int = 0, routing: str = "round-robin", keep_history_s: float | None = 600.0,
                  routing_quantum_s: float = 0.01, cpu_base_cores: float = 0.05,
-                 cpu_seconds_per_request: float = 0.0005, startup: PodStartup | None = None) -> None:
+                 cpu_seconds_per_request: float = 0.0005, startup: PodStartup | None = None,
+                 retries: ClientRetries | None = None) -> None:
         """*startup*: how new replicas start (`PodStartup`: varying starts, waits for GPU nodes);
-        None: each is Ready *cold_start_s* after it is asked for."""
+        None: each is Ready *cold_start_s* after it is asked for. *retries*: clients retry what the
+        queue policy rejects or what finds no Ready replica (`sim/clients.py`); None: they do not."""
         if routing not in ROUTINGS:
             raise UsageError(f"unknown routing {routing!r}; choose one of {', '.join(ROUTINGS)}")
         if initial_replicas < 0:
@@ -88,6 +94,9 @@ class FleetSim:
         free = None if startup is None else startup.free_gpus
         self._gpus = math.inf if free is None else float(initial_replicas + free)
         self._nodes_due: list[float] = []  # when the nodes asked for unschedulable pods join (a heap)
+        self._ledger = None if retries is None or retries.max_retries == 0 else RetryLedger(retries, seed)
+        self._retrying = np.empty(0)  # retries not yet routed (sorted)
+        self._refused: list[tuple[np.ndarray, np.ndarray]] = []  # (attempts, when) not yet retried
         before = cold_start_s if startup is None else startup.container_s
         for _ in range(initial_replicas):
             self._add_replica(ready_at=0.0, started_at=-before)
@@ -132,6 +141,16 @@ class FleetSim:
         """Process everything up to simulated time *to_t* (arrivals offered beyond it wait)."""
         if to_t < self.now:
             raise UsageError(f"cannot advance backwards from {self.now}s to {to_t}s")
+        if self._ledger is None:
+            self._advance(to_t)
+            return
+        t = self.now
+        while t < to_t:
+            t = min(to_t, t + RETRY_STEP_S)
+            self._advance(t)
+            self._retry_refused()
+
+    def _advance(self, to_t: float) -> None:
         while self._nodes_due and self._nodes_due[0] <= to_t:
             joined = heapq.heappop(self._nodes_due)
             self._gpus += 1
@@ -196,6 +215,11 @@ class FleetSim:
         total.replicas = tuple(per)
         return total
 
+    def first_attempts(self, done: CompletedRequests) -> np.ndarray:
+        """The arrival of each of *done*'s requests as its client sent it first (its own arrival, unless
+        it is a retry); call it once per completed request."""
+        return done.arrival if self._ledger is None else self._ledger.first_attempts(done.arrival)
+
     def completed(self, since_t: float = float("-inf")) -> CompletedRequests:
         """Requests completed in (since_t, now], as far back as keep_history_s allows."""
         chunks: list[Chunk] = []
@@ -239,6 +263,8 @@ class FleetSim:
                                    batch_counts=np.zeros(self.config.max_batch_size + 1, dtype=np.int64))
         batcher = (TritonBatcher if self.config.scheduler == "triton-2.51" else ReplicaBatcher)(
             self.config, self.curve, jitter)
+        if self._ledger is not None and isinstance(batcher, ReplicaBatcher):
+            batcher.rejections = []
         self._replicas.append(Replica(i, self.now, ready_at, batcher, counters, started_at=started_at))
 
     def _flush(self, r: Replica) -> None:
@@ -262,6 +288,7 @@ class FleetSim:
         keep = []
         for r in self._replicas:
             if r.drained(self.now):
+                self._take_rejections(r)
                 self._flush(r)
                 _accumulate(self._retired, r.counters)
                 self._retired.batch_counts += r.counters.batch_counts
@@ -278,7 +305,38 @@ class FleetSim:
         end = int(np.searchsorted(off, to_t, side=side))  # type: ignore[call-overload]
         start = self._offered_pos
         self._offered_pos = max(start, end)
-        return off[start:end] if end > start else off[:0]
+        taken = off[start:end] if end > start else off[:0]
+        if not len(self._retrying):
+            return taken
+        k = int(np.searchsorted(self._retrying, to_t, side=side))  # type: ignore[call-overload]
+        retries, self._retrying = self._retrying[:k], self._retrying[k:]
+        return np.sort(np.concatenate([taken, retries]), kind="stable") if len(retries) else taken
+
+    def _refuse(self, x: np.ndarray) -> None:
+        """*x* found no Ready replica: refused at once (a connection refused, or a 503 from the proxy)."""
+        self._dropped += len(x)
+        if self._ledger is not None:
+            self._refused.append((x, x))
+
+    def _take_rejections(self, r: Replica) -> None:
+        rejected = getattr(r.batcher, "rejections", None)  # the triton-2.51 scheduler rejects nothing
+        if rejected:
+            for when, arrivals in rejected:
+                self._refused.append((np.asarray(arrivals), np.full(len(arrivals), when)))
+            rejected.clear()
+
+    def _retry_refused(self) -> None:
+        """Turn what was refused since the last step into retries (those with retries left)."""
+        for r in self._replicas:
+            self._take_rejections(r)
+        if not self._refused or self._ledger is None:
+            return
+        attempts = np.concatenate([a for a, _ in self._refused])
+        when = np.concatenate([w for _, w in self._refused])
+        self._refused.clear()
+        retries = self._ledger.refused(attempts, when, self.now)
+        if len(retries):
+            self._retrying = np.sort(np.concatenate([self._retrying, retries]), kind="stable")
 
     def _ready_changes(self, to_t: float) -> list[float]:
         return sorted({r.ready_at for r in self._replicas if r.removed_at is None and self.now < r.ready_at <= to_t})
@@ -295,7 +353,7 @@ class FleetSim:
             return
         m = len(ready)
         if m == 0:
-            self._dropped += len(x)
+            self._refuse(x)
             return
         if self.routing == "random":
             pick = self._rng.integers(0, m, len(x))
@@ -317,7 +375,7 @@ class FleetSim:
             if len(x):
                 ready = [r for r in self._replicas if r.ready(t)]
                 if not ready:
-                    self._dropped += len(x)
+                    self._refuse(x)
                 else:
                     heap = [(r.batcher.pending + r.batcher.in_flight(t), j) for j, r in enumerate(ready)]
                     heapq.heapify(heap)

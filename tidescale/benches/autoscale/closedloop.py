@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tidescale.benches.autoscale.policies import HPA_SYNC_S, Policy, tick_after
-from tidescale.sim import BatcherConfig, FleetSim, MetricsLag
+from tidescale.sim import BatcherConfig, CompletedRequests, FleetSim, MetricsLag
+from tidescale.sim.clients import ClientRetries
 from tidescale.sim.lag import DEFAULT_EXTRACTORS
 from tidescale.sim.results import FleetCounters
 from tidescale.sim.samples import sample_quantile
@@ -47,6 +48,7 @@ class SimParams:
     scrape_offset_s: float = 0.0  # Prometheus scrapes at this offset + k x SCRAPE_INTERVAL_S
     sync_offset_s: float = 0.0  # the policy decides (the HPA syncs) at this offset + k x its period
     startup: PodStartup | None = None  # how new replicas start, where not all in cold_start_s
+    retries: ClientRetries | None = None  # clients that retry refused requests (None: they do not)
 
 
 def clock_offsets(seed: int) -> tuple[float, float]:
@@ -88,12 +90,13 @@ def run_policy(policy: Policy, arrivals: np.ndarray, duration_s: float, initial:
                ) -> RunResult:
     sim = FleetSim(params.curve, params.batcher, initial, params.cold_start_s, seed=params.seed,
                    keep_history_s=HISTORY_S, routing=getattr(policy, "routing", "round-robin"),
-                   routing_quantum_s=ROUTING_QUANTUM_S, startup=params.startup)
+                   routing_quantum_s=ROUTING_QUANTUM_S, startup=params.startup, retries=params.retries)
     lag = MetricsLag(sim, SCRAPE_INTERVAL_S, extractors={**DEFAULT_EXTRACTORS, "pending_max": _pending_max},
                      offset_s=params.scrape_offset_s)
     sim.offer(arrivals)
     result = RunResult(policy.name, arrivals, np.full(len(arrivals), np.inf))
-    done_arrival, done_latency = [], []
+    done_arrival: list[np.ndarray] = []
+    done_latency: list[np.ndarray] = []
     # Decisions at sync_offset_s + k x period_s, from the first such tick after 0.
     t = tick_after(0.0, policy.period_s, params.sync_offset_s) - policy.period_s
     last, collected_to = initial, -math.inf
@@ -114,16 +117,19 @@ def run_policy(policy: Policy, arrivals: np.ndarray, duration_s: float, initial:
         result.replicas.append(sim.replicas_total)
         result.ready.append(sim.replicas_ready)
         if t - collected_to >= COLLECT_EVERY_S:
-            done = sim.completed(since_t=collected_to)
-            done_arrival.append(done.arrival)
-            done_latency.append(done.latency)
+            _collect(sim, sim.completed(since_t=collected_to), done_arrival, done_latency)
             collected_to = t
     lag.advance(duration_s + DRAIN_S)
-    tail = sim.completed(since_t=collected_to)
-    done_arrival.append(tail.arrival)
-    done_latency.append(tail.latency)
+    _collect(sim, sim.completed(since_t=collected_to), done_arrival, done_latency)
     _fill_latencies(result, np.concatenate(done_arrival), np.concatenate(done_latency))
     return result
+
+
+def _collect(sim: FleetSim, done: CompletedRequests, arrivals: list[np.ndarray], latencies: list[np.ndarray]) -> None:
+    """*done* as its clients saw it: a retried request arrived at its first attempt."""
+    first = sim.first_attempts(done)
+    arrivals.append(first)
+    latencies.append(done.latency if first is done.arrival else done.completion - first)
 
 
 def _fill_latencies(result: RunResult, arrival: np.ndarray, latency: np.ndarray) -> None:

@@ -285,11 +285,13 @@ class TidescalePolicy:
 
     def __init__(self, initial: int, min_r: int, max_r: int, capacity_rps: float, cold_start_s: float,
                  slo_s: float, *, publish_delay_s: float, headroom: float = 1.0,
-                 fast_path: bool | None = None, direct: bool = False, sync_offset_s: float = 0.0) -> None:
+                 fast_path: bool | None = None, direct: bool = False, sync_offset_s: float = 0.0,
+                 client_retries: int = 0) -> None:
         target = Target("triton", "bench", "model", min_r, max_r)
         self.hpa = HpaEmulator(tidescale_hpa_spec(target), initial)
         settings = RecommenderSettings(cold_start_s=cold_start_s, headroom=headroom, slo_latency_threshold_s=slo_s,
-                                       kube_events=False, scale_mode="direct" if direct else "hpa",
+                                       client_retries=client_retries, kube_events=False,
+                                       scale_mode="direct" if direct else "hpa",
                                        targets=[TargetSettings(deployment="triton", namespace="bench", model="model",
                                                                min_replicas=min_r, max_replicas=max_r,
                                                                capacity_rps=capacity_rps)])

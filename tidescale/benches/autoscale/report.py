@@ -33,6 +33,7 @@ from tidescale.benches.autoscale.seeds import seed_lines, seed_spread
 from tidescale.benches.report import BENCH_DIR, recorded
 from tidescale.contracts.errors import UsageError
 from tidescale.sim import BatcherConfig
+from tidescale.sim.clients import ClientRetries
 from tidescale.sim.servicecurve import ServiceCurve
 
 DOC = BENCH_DIR / "autoscale.md"
@@ -76,6 +77,7 @@ class BenchOptions:
     peer_settings: tuple[str, ...] = ()  # PEER=VALUE: run PEER at these settings instead of its sweep
     extra_seeds: tuple[int, ...] = ()  # tidescale's delivery modes and the oracle again on these draws
     capacity_errors: tuple[float, ...] = ()  # extra tidescale rows with its capacity profile off by these factors
+    client_retries: int = 0  # every policy's clients retry a refused request this often (Envoy's back-off)
 
     def __post_init__(self) -> None:
         if self.slo_s <= 0:
@@ -91,6 +93,7 @@ class BenchOptions:
             raise UsageError(f"--queue-timeout must be > 0 seconds, got {self.queue_timeout_s}")
         if self.queue_policy not in QUEUE_POLICIES:
             raise UsageError(f"--queue-policy must be one of {', '.join(QUEUE_POLICIES)}, got {self.queue_policy!r}")
+        ClientRetries(max_retries=self.client_retries)  # a UsageError naming the bad count
         pol.check_policies(list(self.policies))
         parse_peer_settings(self.peer_settings, self.policies)
         if self.extra_seeds:
@@ -105,7 +108,7 @@ class BenchOptions:
     def paths(self) -> tuple[Path, Path, Path]:
         """Where the Markdown, the replica plot and the frontier plot are recorded."""
         kind = "explicit" if self.queue_timeout_s is not None else self.queue_policy
-        return page_paths(kind, self.scenarios or ())
+        return page_paths(kind, self.scenarios or (), self.slo_s, self.client_retries)
 
     def queue_policy_of(self, curve: ServiceCurve) -> dict[str, Any]:
         """The queue policy every replica runs: what tidescale recommends, none, or the given timeout."""
@@ -229,7 +232,8 @@ def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
     capacity = bench.measure_capacity(curve, cfg, opts.slo_s, opts.seed)
     replica_rps = max(capacity, curve.max_throughput())
     sweeps = opts.peer_sweeps(capacity)
-    params = with_seed(SimParams(curve, cfg, bench.DEFAULT_COLD_START_S, opts.slo_s), opts.seed)
+    retries = ClientRetries(max_retries=opts.client_retries) if opts.client_retries else None
+    params = with_seed(SimParams(curve, cfg, bench.DEFAULT_COLD_START_S, opts.slo_s, retries=retries), opts.seed)
     doc: dict[str, Any] = {
         "benchmark": "autoscale",
         "setup": {"duration_s": duration, "base_rps": opts.base_rps, "slo_latency_threshold_s": opts.slo_s,
@@ -245,10 +249,12 @@ def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
                   "queue_policy": queue_policy["kind"],
                   "tidescale_headroom": opts.headroom, "headroom_sweep": list(opts.headroom_sweep),
                   "capacity_errors": list(opts.capacity_errors), "scenarios_named": list(opts.scenarios or []),
+                  # clients retry a refused request this often, with Envoy's back-off (sim/clients.py)
+                  "client_retries": opts.client_retries,
                   # what tidescale ran: the service's defaults (`autoscale recommend --print-config`)
                   "tidescale_tuning": RecommenderSettings().tuning.as_json(), "sweep": opts.sweep},
         # the recommender configuration that ran (`autoscale recommend --print-config` at this headroom)
-        "config": RecommenderSettings(headroom=opts.headroom).effective_config(),
+        "config": RecommenderSettings(headroom=opts.headroom, slo_latency_threshold_s=opts.slo_s).effective_config(),
         # the queue policy every replica ran (the one `autoscale render --max-batch-exec-ms` prints)
         "queue_policy": queue_policy,
         "knobs": {peer: {"knob": pol.KNOBS[peer].knob, "unit": pol.KNOBS[peer].unit, "fixed": pol.KNOBS[peer].fixed,
@@ -301,6 +307,9 @@ def _flags(setup: dict[str, Any]) -> str:
     out += "" if setup.get("tidescale_headroom", 1.0) == 1.0 else f" --headroom {setup['tidescale_headroom']:g}"
     out += "".join(f" --headroom-sweep {h:g}" for h in setup.get("headroom_sweep", []))
     out += "".join(f" --capacity-error {f:g}" for f in setup.get("capacity_errors", []))
+    slo = setup.get("slo_latency_threshold_s", bench.DEFAULT_SLO_S)
+    out += "" if slo == bench.DEFAULT_SLO_S else f" --slo-latency-threshold {slo:g}"
+    out += f" --client-retries {setup['client_retries']}" if setup.get("client_retries") else ""
     out = "".join(f" --scenario {n}" for n in setup.get("scenarios_named", [])) + out
     return out + "".join(f" --extra-seed {s}" for s in setup.get("extra_seeds", []))
 
@@ -343,6 +352,10 @@ def markdown(doc: dict[str, Any]) -> str:
                               f"REJECT after {s['queue_timeout_s']:g} s in the queue (rejected = not within SLO)")
         + (", what tidescale recommends (`autoscale render --max-batch-exec-ms`: the SLO minus the largest "
            "batch's P99 execution time)" if s.get("queue_policy") == "recommended" else ""),
+        *([f"- clients retry a refused request (Triton's 503, or no Ready endpoint) up to {s['client_retries']} "
+           "times with Envoy's back-off (fully jittered, 25 ms base, 250 ms cap), as Istio's default route does; "
+           "a request's latency runs from its first attempt, and every attempt reaches Triton's counters"]
+          if s.get("client_retries") else []),
         f"- tidescale headroom: {s.get('tidescale_headroom', 1.0):g}× the 10-minute floor of the load "
         "(`tidescale+headroomNx` rows: the same policy at N×, not a peer)"
         + ("; `tidescale+capacityFx` rows: tidescale configured with F × the measured capacity per replica, "
@@ -397,21 +410,32 @@ SWEEP_RULES = [
 ]
 
 
-def page_paths(queue_policy: str, scenarios: Sequence[str]) -> tuple[Path, Path, Path]:
+def page_paths(queue_policy: str, scenarios: Sequence[str], slo_s: float = bench.DEFAULT_SLO_S,
+               client_retries: int = 0) -> tuple[Path, Path, Path]:
     """The Markdown, replica plot and frontier plot of a run: a queue timeout ("explicit") or none is
-    another server setup; the start-up scenarios alone are another cluster."""
+    another server setup; the start-up scenarios alone are another cluster; another SLO, or clients
+    that retry, are other users. Each such run is recorded beside the default, never over it."""
     if queue_policy == "explicit":
-        return SHED_DOC, SHED_PNG, SHED_FRONTIER_PNG
-    if queue_policy != "recommended":
-        return NO_POLICY_DOC, NO_POLICY_PNG, NO_POLICY_FRONTIER_PNG
-    if scenarios and set(scenarios) <= set(bench.STARTUP_SCENARIOS):
-        return STARTUP_DOC, STARTUP_PNG, STARTUP_FRONTIER_PNG
-    return DOC, PNG, FRONTIER_PNG
+        doc, png, frontier = SHED_DOC, SHED_PNG, SHED_FRONTIER_PNG
+    elif queue_policy != "recommended":
+        doc, png, frontier = NO_POLICY_DOC, NO_POLICY_PNG, NO_POLICY_FRONTIER_PNG
+    elif scenarios and set(scenarios) <= set(bench.STARTUP_SCENARIOS):
+        doc, png, frontier = STARTUP_DOC, STARTUP_PNG, STARTUP_FRONTIER_PNG
+    else:
+        doc, png, frontier = DOC, PNG, FRONTIER_PNG
+    suffix = (f"-slo-{slo_s:g}s" if slo_s != bench.DEFAULT_SLO_S else "") + (
+        f"-retries-{client_retries}" if client_retries else "")
+    if not suffix:
+        return doc, png, frontier
+    stem = doc.stem + suffix
+    return doc.with_name(f"{stem}.md"), png.with_name(f"{stem}.png"), frontier.with_name(f"{stem}-frontiers.png")
 
 
 def _pngs(setup: dict[str, Any]) -> tuple[Path, Path]:
     kind = setup.get("queue_policy", "explicit" if setup.get("queue_timeout_s") is not None else "none")
-    _doc, png, frontier = page_paths(kind, setup.get("scenarios_named", []))
+    _doc, png, frontier = page_paths(kind, setup.get("scenarios_named", []),
+                                     setup.get("slo_latency_threshold_s", bench.DEFAULT_SLO_S),
+                                     setup.get("client_retries", 0))
     return png, frontier
 
 

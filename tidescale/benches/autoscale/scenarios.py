@@ -143,10 +143,11 @@ def oracle_needed(arrivals: np.ndarray, duration_s: float, capacity_rps: float) 
 
 def make_policy(name: str, initial: int, capacity_rps: float, cold_start_s: float, needed: list[int],
                 slo_s: float, headroom: float = 1.0, setting: float | None = None, sync_offset_s: float = 0.0,
-                oracle_ahead_s: float | None = None) -> pol.Policy:
+                oracle_ahead_s: float | None = None, client_retries: int = 0) -> pol.Policy:
     """Policy *name*; a peer runs at *setting* of its knob (default: its fixed setting). The HPA-driven
-    peers sync on the loop's ticks; tidescale's HPA needs *sync_offset_s* (its loop ticks every 2 s).
-    The oracle asks *oracle_ahead_s* ahead (default: the cold start)."""
+    peers sync on the loop's ticks; tidescale's HPA needs *sync_offset_s* (its loop ticks every 2 s),
+    and is told its clients retry *client_retries* times. The oracle asks *oracle_ahead_s* ahead
+    (default: the cold start)."""
     lo, hi = MIN_REPLICAS, MAX_REPLICAS
     if name in pol.KNOBS:
         return pol.peer_policy(name, pol.KNOBS[name].fixed if setting is None else setting, initial, lo, hi)
@@ -154,7 +155,8 @@ def make_policy(name: str, initial: int, capacity_rps: float, cold_start_s: floa
         fast_path, delivery = STEP_VARIANTS[name]
         return pol.TidescalePolicy(initial, lo, hi, capacity_rps, cold_start_s, slo_s, headroom=headroom,
                                    fast_path=fast_path, direct=delivery == "direct",
-                                   publish_delay_s=PUBLISH_DELAY_S[delivery], sync_offset_s=sync_offset_s)
+                                   publish_delay_s=PUBLISH_DELAY_S[delivery], sync_offset_s=sync_offset_s,
+                                   client_retries=client_retries)
     return pol.Oracle(needed, ORACLE_SLOT_S, cold_start_s if oracle_ahead_s is None else oracle_ahead_s, lo, hi)
 
 
@@ -192,6 +194,11 @@ def headroom_variant(factor: float) -> str:
     return f"tidescale+headroom{factor:g}x"
 
 
+def retries_variant(told: int) -> str:
+    """The name of tidescale told its clients retry *told* times, when they retry otherwise (a row)."""
+    return f"tidescale+client-retries{told}"
+
+
 def capacity_variant(factor: float) -> str:
     """The name of tidescale run with a capacity profile *factor* × the true one (a row, not a peer)."""
     return f"tidescale+capacity{factor:g}x"
@@ -219,22 +226,27 @@ def run_scenario(sc: BenchScenario, policy_names: list[str], params: SimParams, 
     surge_at = None if sc.surge_at_s is None else sc.surge_at_s
     scores: dict[str, dict[str, Any]] = {}
     runs: dict[str, RunResult] = {}
-    # (row, policy, headroom, the peer's setting, the capacity tidescale is configured with)
-    runs_to_do: list[tuple[str, str, float, float | None, float]] = []
+    # tidescale is told how often the clients retry, as docs/autoscaler.md asks users to set it
+    retries = 0 if params.retries is None else params.retries.max_retries
+    # (row, policy, headroom, the peer's setting, the capacity and client retries tidescale is configured with)
+    runs_to_do: list[tuple[str, str, float, float | None, float, int]] = []
     for name in policy_names:
         if name in pol.KNOBS:
             chosen = (settings or {}).get(name) or (pol.KNOBS[name].fixed,)
-            runs_to_do += [(sweep_row(name, v), name, headroom, v, capacity_rps) for v in chosen]
+            runs_to_do += [(sweep_row(name, v), name, headroom, v, capacity_rps, retries) for v in chosen]
         else:
-            runs_to_do.append((name, name, headroom, None, capacity_rps))
+            runs_to_do.append((name, name, headroom, None, capacity_rps, retries))
     if "tidescale" in policy_names:
-        runs_to_do += [(v, v, headroom, None, capacity_rps) for v in STEP_VARIANTS if v != "tidescale"]
-    runs_to_do += [(headroom_variant(h), "tidescale", h, None, capacity_rps) for h in headroom_sweep]
-    runs_to_do += [(capacity_variant(f), "tidescale", headroom, None, f * capacity_rps) for f in capacity_errors]
-    for k, (name, kind, factor, setting, configured) in enumerate(runs_to_do):
+        runs_to_do += [(v, v, headroom, None, capacity_rps, retries) for v in STEP_VARIANTS if v != "tidescale"]
+        if retries:  # what the setting buys: tidescale left at its default, counting every attempt
+            runs_to_do.append((retries_variant(0), "tidescale", headroom, None, capacity_rps, 0))
+    runs_to_do += [(headroom_variant(h), "tidescale", h, None, capacity_rps, retries) for h in headroom_sweep]
+    runs_to_do += [(capacity_variant(f), "tidescale", headroom, None, f * capacity_rps, retries)
+                   for f in capacity_errors]
+    for k, (name, kind, factor, setting, configured, told) in enumerate(runs_to_do):
         progress(f"{sc.name}: {name} ({k + 1}/{len(runs_to_do)})")
         policy = make_policy(kind, initial, configured, sc.cold_start_s, needed, params.slo_latency_threshold_s,
-                             factor, setting, p.sync_offset_s, oracle_ahead_s=sc.oracle_ahead_s)
+                             factor, setting, p.sync_offset_s, oracle_ahead_s=sc.oracle_ahead_s, client_retries=told)
         run = run_policy(policy, arrivals, end, initial, p)
         scores[name] = score(run, params.slo_latency_threshold_s, WARMUP_S, end, surge_at)
         if surge_at is not None:
