@@ -419,3 +419,19 @@ def test_a_capacity_profile_off_is_a_row_of_its_own_and_the_page_says_how_to_rer
     assert ("bench autoscale --quick --scenario node-provisioning --capacity-error 0.7 --capacity-error 1.3"
             in text)
     assert "`tidescale+capacityFx` rows" in text
+
+
+def test_another_slo_or_retrying_clients_are_recorded_beside_the_default_pages() -> None:
+    from tidescale.benches.autoscale import report as benchreport
+
+    def names(**kwargs: object) -> list[str]:
+        return [p.name for p in benchreport.BenchOptions(**kwargs).paths]  # type: ignore[arg-type]
+
+    assert names() == ["autoscale.md", "autoscale.png", "autoscale-frontiers.png"]
+    assert names(slo_s=0.15) == ["autoscale-slo-0.15s.md", "autoscale-slo-0.15s.png",
+                                 "autoscale-slo-0.15s-frontiers.png"]
+    assert names(client_retries=2)[0] == "autoscale-retries-2.md"
+    assert names(queue_policy="none", client_retries=2)[0] == "autoscale-no-queue-policy-retries-2.md"
+    assert names(slo_s=0.15, client_retries=1)[0] == "autoscale-slo-0.15s-retries-1.md"
+    with pytest.raises(UsageError, match="client retries must be 0..10"):
+        benchreport.BenchOptions(client_retries=11)
