@@ -210,3 +210,15 @@ def test_the_chart_leaves_the_recommenders_defaults_to_python() -> None:
     assert set(settings["properties"]) == set(RecommenderSettings.model_fields) - RECOMMENDER_OWNED
     assert settings["additionalProperties"] is False
     assert settings["properties"]["fast_path"]["additionalProperties"] is False
+
+
+@pytest.mark.parametrize(("retries", "ok"), [(0, True), (2, True), (10, True), (11, False), (-1, False),
+                                              ("2", False), (1.5, False)])
+def test_the_schema_bounds_the_clients_retries(schema: dict[str, Any], retries: Any, ok: bool) -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    values["recommender"]["settings"] = {"client_retries": retries}
+    if ok:
+        jsonschema.validate(values, schema)
+    else:
+        with pytest.raises(jsonschema.ValidationError, match="client_retries|is not of type|maximum|minimum"):
+            jsonschema.validate(values, schema)
