@@ -137,5 +137,6 @@ PY
 fi
 
 # --- 6. The local cluster's upstream components (Go modules under deploy/cluster/go) -----------------
-bash scripts/build-cluster.sh
+# `--without-cluster`: the test command builds them itself, beside the tests that do not need them.
+[ "${1:-}" = "--without-cluster" ] || bash scripts/build-cluster.sh
 exit 0
