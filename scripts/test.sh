@@ -11,9 +11,13 @@ bash scripts/setup.sh --without-cluster
 mkdir -p .tools
 builds=.tools/.builds
 rm -f "$builds".thanos "$builds".rc
-setsid nice -n 10 bash -c 'bash scripts/build-cluster.sh thanos; echo $? > "$1".thanos
+# Its own process group (job control), to be stopped whole, but not its own session: the kernel's
+# autogroups schedule each session apart, which would undo the nice.
+set -m
+nice -n 19 bash -c 'bash scripts/build-cluster.sh thanos; echo $? > "$1".thanos
   [ "$(cat "$1".thanos)" = 0 ] && bash scripts/build-cluster.sh; echo $? > "$1".rc' _ "$builds" </dev/null &
 builder=$!
+set +m
 trap 'kill -- -"$builder" 2>/dev/null || true' EXIT
 wait_for_build() {  # $1: thanos | rc (all of it)
   while [ ! -s "$builds.$1" ]; do
