@@ -30,6 +30,18 @@ NODES = 2
 KPS_VALUES: dict[str, Any] = {"monitoring": {"additionalLabels": addons.MONITORING_LABELS}}
 
 
+def wait_for_background_build(env: str, what: str, timeout: float = 1800) -> None:
+    """scripts/test.sh builds some components while the e2e tests that do not need them run, and names
+    in *env* the file that the build leaves its exit status in. Unset: built beforehand (setup)."""
+    status_file = os.environ.get(env)
+    if not status_file:
+        return
+    path = Path(status_file)
+    status = wait_for(lambda: path.read_text().strip() if path.is_file() else "", timeout,
+                      f"{what}, which the test command builds beside the e2e tests ({path})")
+    assert status == "0", f"building {what} failed (exit status {status}): the test command's output shows why"
+
+
 @functools.cache
 def chart() -> Path:
     """The chart as users install it: `helm package`d (versioned like the project), once per session."""

@@ -22,7 +22,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.e2e.conftest import KPS_VALUES, Cluster, chart
+from tests.e2e.conftest import KPS_VALUES, Cluster, chart, wait_for_background_build
 from tests.waiting import wait_for
 from tidescale.contracts.errors import TidescaleError
 from tidescale.devstack.cluster import addons, thanos
@@ -78,6 +78,7 @@ class Layer:
 
 @pytest.fixture(scope="module")
 def layer(cluster: Cluster) -> Iterator[Layer]:
+    wait_for_background_build("TIDESCALE_THANOS_BUILD", "Thanos")
     addons.install_keda(cluster.config, cluster.api)
     for ns in (NAMESPACE, SERVING):
         cluster.kubectl("create", "namespace", ns, check=False)
