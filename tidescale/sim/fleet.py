@@ -18,6 +18,7 @@ import numpy as np
 from tidescale.contracts.errors import UsageError
 from tidescale.sim.batcher import BatcherConfig, JitterStream, ReplicaBatcher
 from tidescale.sim.clients import ClientRetries, RetryLedger
+from tidescale.sim.readiness import Outages, ReadinessFaults
 from tidescale.sim.results import CompletedRequests, FleetCounters, ReplicaCounters
 from tidescale.sim.servicecurve import ServiceCurve
 from tidescale.sim.startup import PodStartup
@@ -43,13 +44,21 @@ class Replica:
     removed_at: float | None = None
     history: list[Chunk] = field(default_factory=list)
     started_at: float = 0.0  # when a node took it (kube_pod_start_time); inf while it waits for one
+    outages: Outages | None = None  # its readiness losses after its first Ready (None: it has none)
 
     @property
     def name(self) -> str:
         return self.counters.name
 
     def ready(self, t: float) -> bool:
-        return self.removed_at is None and self.ready_at <= t
+        return (self.removed_at is None and self.ready_at <= t
+                and (self.outages is None or not self.outages.down(t)))
+
+    def last_ready(self, t: float) -> float | None:
+        """When it last became Ready at or before *t* (`kube_pod_status_ready_time`); None while not Ready."""
+        if self.outages is not None:
+            return self.outages.last_ready(t)
+        return self.ready_at if self.ready_at <= t else None
 
     def drained(self, t: float) -> bool:
         return self.removed_at is not None and self.batcher.pending == 0 and self.batcher.busy_until() <= t
@@ -62,10 +71,11 @@ class FleetSim:
                  seed: int = 0, routing: str = "round-robin", keep_history_s: float | None = 600.0,
                  routing_quantum_s: float = 0.01, cpu_base_cores: float = 0.05,
                  cpu_seconds_per_request: float = 0.0005, startup: PodStartup | None = None,
-                 retries: ClientRetries | None = None) -> None:
+                 retries: ClientRetries | None = None, faults: ReadinessFaults | None = None) -> None:
         """*startup*: how new replicas start (`PodStartup`: varying starts, waits for GPU nodes);
         None: each is Ready *cold_start_s* after it is asked for. *retries*: clients retry what the
-        queue policy rejects or what finds no Ready replica (`sim/clients.py`); None: they do not."""
+        queue policy rejects or what finds no Ready replica (`sim/clients.py`); None: they do not.
+        *faults*: how replicas lose readiness once they serve (`sim/readiness.py`); None: never."""
         if routing not in ROUTINGS:
             raise UsageError(f"unknown routing {routing!r}; choose one of {', '.join(ROUTINGS)}")
         if initial_replicas < 0:
@@ -97,6 +107,9 @@ class FleetSim:
         self._ledger = None if retries is None or retries.max_retries == 0 else RetryLedger(retries, seed)
         self._retrying = np.empty(0)  # retries not yet routed (sorted)
         self._refused: list[tuple[np.ndarray, np.ndarray]] = []  # (attempts, when) not yet retried
+        self.faults = faults
+        self._fault_rng = np.random.default_rng([seed, 1 << 28])
+        self._crash_loops_left = 0 if faults is None else faults.crash_looping
         before = cold_start_s if startup is None else startup.container_s
         for _ in range(initial_replicas):
             self._add_replica(ready_at=0.0, started_at=-before)
@@ -187,7 +200,7 @@ class FleetSim:
     def pod_times(self) -> list[tuple[str, float, float | None]]:
         """(pod, start time, Ready time or None) of each replica a node has taken, as kube-state-metrics
         reports `kube_pod_start_time` and `kube_pod_status_ready_time`."""
-        return [(r.name, r.started_at, r.ready_at if r.ready_at <= self.now else None)
+        return [(r.name, r.started_at, r.last_ready(self.now))
                 for r in self._replicas if r.removed_at is None and r.started_at <= self.now]
 
     @property
@@ -252,6 +265,7 @@ class FleetSim:
             if held >= self._gpus:
                 return False
             r.started_at, r.ready_at = t, t + self.startup.container(self._start_rng)
+            self._schedule_outages(r)
             held += 1
         return True
 
@@ -265,7 +279,23 @@ class FleetSim:
             self.config, self.curve, jitter)
         if self._ledger is not None and isinstance(batcher, ReplicaBatcher):
             batcher.rejections = []
-        self._replicas.append(Replica(i, self.now, ready_at, batcher, counters, started_at=started_at))
+        replica = Replica(i, self.now, ready_at, batcher, counters, started_at=started_at)
+        self._replicas.append(replica)
+        if math.isfinite(ready_at):
+            self._schedule_outages(replica)
+
+    def _schedule_outages(self, r: Replica) -> None:
+        """Draw how *r* loses readiness once it serves (its `ready_at` known), where faults are modelled."""
+        if self.faults is None:
+            return
+        crash_loops = self._crash_loops_left > 0 and r.started_at >= self.faults.crash_from_s
+        self._crash_loops_left -= crash_loops
+        startup = self.startup
+
+        def restart() -> float:
+            return self.cold_start_s if startup is None else startup.container(self._fault_rng)
+
+        r.outages = self.faults.schedule(self._fault_rng, r.ready_at, crash_loops, restart)
 
     def _flush(self, r: Replica) -> None:
         rec = r.batcher.flush(self.now)
@@ -339,13 +369,21 @@ class FleetSim:
             self._retrying = np.sort(np.concatenate([self._retrying, retries]), kind="stable")
 
     def _ready_changes(self, to_t: float) -> list[float]:
-        return sorted({r.ready_at for r in self._replicas if r.removed_at is None and self.now < r.ready_at <= to_t})
+        """The times in (now, *to_t*] a replica joins or leaves the endpoints."""
+        changes = {r.ready_at for r in self._replicas if r.removed_at is None and self.now < r.ready_at <= to_t}
+        for r in self._replicas:
+            if r.outages is not None and r.removed_at is None:
+                changes.update(r.outages.changes(self.now, to_t))
+        return sorted(changes)
 
     def _route_until(self, to_t: float) -> None:
-        """Route offered arrivals <= to_t, in segments between readiness changes."""
+        """Route offered arrivals <= to_t, in segments between readiness changes: each segment's to the
+        replicas Ready at its start."""
+        segment_start = self.now
         for boundary in self._ready_changes(to_t):
-            before = [r for r in self._replicas if r.removed_at is None and r.ready_at < boundary]
-            self._route(self._take_offered(boundary, side="left"), before)
+            ready = [r for r in self._replicas if r.ready(segment_start)]
+            self._route(self._take_offered(boundary, side="left"), ready)
+            segment_start = boundary
         self._route(self._take_offered(to_t), [r for r in self._replicas if r.ready(to_t)])
 
     def _route(self, x: np.ndarray, ready: list[Replica]) -> None:

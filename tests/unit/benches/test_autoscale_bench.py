@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
@@ -435,3 +436,28 @@ def test_another_slo_or_retrying_clients_are_recorded_beside_the_default_pages()
     assert names(slo_s=0.15, client_retries=1)[0] == "autoscale-slo-0.15s-retries-1.md"
     with pytest.raises(UsageError, match="client retries must be 0..10"):
         benchreport.BenchOptions(client_retries=11)
+
+
+def test_the_frontier_plot_is_drawn_with_nothing_to_put_in_its_legend(tmp_path: Path) -> None:
+    """tidescale alone (no oracle to cost it against, no peer): empty panels, not a traceback."""
+    from tidescale.benches.autoscale import report as benchreport
+
+    row = {"requests_within_slo": 0.99, "windows_within_slo": 1.0, "cost_vs_oracle": None}
+    path = tmp_path / "frontiers.png"
+    benchreport.plot_frontiers({"scenarios": {"surge-3x": {"tidescale": row}}}, path)
+    assert path.stat().st_size > 0
+
+
+def test_the_readiness_scenarios_run_only_when_named_on_a_page_of_their_own() -> None:
+    """Flaps and crash loops replay the 3x surge; their pods start at the surge, and they are recorded apart."""
+    from tidescale.benches.autoscale import report as benchreport
+
+    available = bench.build_scenarios(1200.0, 800.0)
+    assert set(bench.READINESS_SCENARIOS) <= set(available)
+    crash = available["crash-loop"]
+    assert crash.faults is not None and crash.surge_at_s is not None
+    assert crash.faults.crash_from_s == bench.WARMUP_S + crash.surge_at_s
+    assert "CrashLoopBackOff" in crash.describe() and "from the surge on" in crash.describe()
+    opts = benchreport.BenchOptions(list(bench.READINESS_SCENARIOS), ("oracle",), quick=True)
+    assert opts.paths == (benchreport.READINESS_DOC, benchreport.READINESS_PNG, benchreport.READINESS_FRONTIER_PNG)
+    assert not set(bench.READINESS_SCENARIOS) & set(benchreport.default_scenarios(available, None))

@@ -22,6 +22,7 @@ from tidescale.benches.autoscale.policies import HPA_SYNC_S, Policy, tick_after
 from tidescale.sim import BatcherConfig, CompletedRequests, FleetSim, MetricsLag
 from tidescale.sim.clients import ClientRetries
 from tidescale.sim.lag import DEFAULT_EXTRACTORS
+from tidescale.sim.readiness import ReadinessFaults
 from tidescale.sim.results import FleetCounters
 from tidescale.sim.samples import sample_quantile
 from tidescale.sim.servicecurve import ServiceCurve
@@ -49,6 +50,7 @@ class SimParams:
     sync_offset_s: float = 0.0  # the policy decides (the HPA syncs) at this offset + k x its period
     startup: PodStartup | None = None  # how new replicas start, where not all in cold_start_s
     retries: ClientRetries | None = None  # clients that retry refused requests (None: they do not)
+    faults: ReadinessFaults | None = None  # how replicas lose readiness once they serve (None: never)
 
 
 def clock_offsets(seed: int) -> tuple[float, float]:
@@ -90,7 +92,8 @@ def run_policy(policy: Policy, arrivals: np.ndarray, duration_s: float, initial:
                ) -> RunResult:
     sim = FleetSim(params.curve, params.batcher, initial, params.cold_start_s, seed=params.seed,
                    keep_history_s=HISTORY_S, routing=getattr(policy, "routing", "round-robin"),
-                   routing_quantum_s=ROUTING_QUANTUM_S, startup=params.startup, retries=params.retries)
+                   routing_quantum_s=ROUTING_QUANTUM_S, startup=params.startup, retries=params.retries,
+                   faults=params.faults)
     lag = MetricsLag(sim, SCRAPE_INTERVAL_S, extractors={**DEFAULT_EXTRACTORS, "pending_max": _pending_max},
                      offset_s=params.scrape_offset_s)
     sim.offer(arrivals)

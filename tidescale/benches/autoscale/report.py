@@ -50,6 +50,9 @@ NO_POLICY_FRONTIER_PNG = BENCH_DIR / "autoscale-no-queue-policy-frontiers.png"
 STARTUP_DOC = BENCH_DIR / "autoscale-startup.md"
 STARTUP_PNG = BENCH_DIR / "autoscale-startup.png"
 STARTUP_FRONTIER_PNG = BENCH_DIR / "autoscale-startup-frontiers.png"
+READINESS_DOC = BENCH_DIR / "autoscale-readiness.md"
+READINESS_PNG = BENCH_DIR / "autoscale-readiness.png"
+READINESS_FRONTIER_PNG = BENCH_DIR / "autoscale-readiness-frontiers.png"
 QUEUE_POLICIES = ("recommended", "none")
 FULL_S, QUICK_S = 3600.0, 1200.0
 
@@ -213,9 +216,10 @@ def judge(scores: Mapping[str, dict[str, Any]], sweeps: Mapping[str, Sequence[fl
 
 
 def default_scenarios(available: Mapping[str, bench.BenchScenario], trace: Path | None) -> list[str]:
-    """What a run without `--scenario` runs: the trace alone, or every scenario but the start-up ones
-    (another cluster's; they have their page)."""
-    return ["trace"] if trace else [n for n in available if n not in bench.STARTUP_SCENARIOS]
+    """What a run without `--scenario` runs: the trace alone, or every scenario but the start-up and
+    readiness ones (other clusters'; they have their pages)."""
+    named_only = set(bench.STARTUP_SCENARIOS) | set(bench.READINESS_SCENARIOS)
+    return ["trace"] if trace else [n for n in available if n not in named_only]
 
 
 def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
@@ -413,14 +417,17 @@ SWEEP_RULES = [
 def page_paths(queue_policy: str, scenarios: Sequence[str], slo_s: float = bench.DEFAULT_SLO_S,
                client_retries: int = 0) -> tuple[Path, Path, Path]:
     """The Markdown, replica plot and frontier plot of a run: a queue timeout ("explicit") or none is
-    another server setup; the start-up scenarios alone are another cluster; another SLO, or clients
-    that retry, are other users. Each such run is recorded beside the default, never over it."""
+    another server setup; the start-up (or the readiness) scenarios alone are another cluster; another
+    SLO, or clients that retry, are other users. Each such run is recorded beside the default, never
+    over it."""
     if queue_policy == "explicit":
         doc, png, frontier = SHED_DOC, SHED_PNG, SHED_FRONTIER_PNG
     elif queue_policy != "recommended":
         doc, png, frontier = NO_POLICY_DOC, NO_POLICY_PNG, NO_POLICY_FRONTIER_PNG
     elif scenarios and set(scenarios) <= set(bench.STARTUP_SCENARIOS):
         doc, png, frontier = STARTUP_DOC, STARTUP_PNG, STARTUP_FRONTIER_PNG
+    elif scenarios and set(scenarios) <= set(bench.READINESS_SCENARIOS):
+        doc, png, frontier = READINESS_DOC, READINESS_PNG, READINESS_FRONTIER_PNG
     else:
         doc, png, frontier = DOC, PNG, FRONTIER_PNG
     suffix = (f"-slo-{slo_s:g}s" if slo_s != bench.DEFAULT_SLO_S else "") + (
@@ -832,8 +839,9 @@ def plot_frontiers(doc: dict[str, Any], path: Path) -> None:
     for ax in list(axes.flat)[len(names):]:
         ax.set_visible(False)
     handles, labels = axes[0, 0].get_legend_handles_labels()
-    ncol = min(len(labels), 6)  # eight in a row ran off a two-panel figure
-    fig.legend(handles, labels, loc="upper center", ncol=ncol, fontsize=9)
+    ncol = max(1, min(len(labels), 6))  # eight in a row ran off a two-panel figure
+    if labels:  # none where tidescale ran without the oracle and no peer
+        fig.legend(handles, labels, loc="upper center", ncol=ncol, fontsize=9)
     fig.tight_layout(rect=(0, 0, 1, legend_top(fig, math.ceil(len(labels) / ncol), 0.2)))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)

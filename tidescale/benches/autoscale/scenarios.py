@@ -24,6 +24,7 @@ from tidescale.benches.autoscale.goals import GOALS
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.slo import SLO_LATENCY_THRESHOLD_S
 from tidescale.sim import BatcherConfig, FleetSim
+from tidescale.sim.readiness import ReadinessFaults
 from tidescale.sim.servicecurve import ServiceCurve
 from tidescale.sim.startup import PodStartup
 from tidescale.sim.traffic import Scenario, flash_crowd, replay, scenario, surge
@@ -49,6 +50,7 @@ class BenchScenario:
     cold_start_s: float
     surge_at_s: float | None = None
     startup: PodStartup | None = None
+    faults: ReadinessFaults | None = None  # how its pods lose readiness once they serve
 
     @property
     def fastest_start_s(self) -> float:
@@ -61,7 +63,12 @@ class BenchScenario:
         return self.cold_start_s if self.startup is None else self.startup.slow_s
 
     def describe(self) -> str:
-        """The page's title for it: the traffic and how replicas start."""
+        """The page's title for it: the traffic, how replicas start and how they lose readiness."""
+        faults = "" if self.faults is None else "; " + self.faults.describe(
+            "the surge" if self.surge_at_s is not None else None)
+        return self._describe_start() + faults
+
+    def _describe_start(self) -> str:
         if self.startup is None:
             return f"{self.traffic.description}, cold start {self.cold_start_s:g} s"
         st = self.startup
@@ -96,6 +103,7 @@ def build_scenarios(duration_s: float, base_rps: float, trace: Path | None = Non
         out[name] = BenchScenario(name, replay(azure, time_scale=duration_s / 3600.0,
                                                target_rps=target_rps or base_rps), DEFAULT_COLD_START_S)
     out.update(startup_scenarios(duration_s, base_rps))
+    out.update(readiness_scenarios(duration_s, base_rps))
     return out
 
 
@@ -113,6 +121,24 @@ def startup_scenarios(duration_s: float, base_rps: float) -> dict[str, BenchScen
     return {"cold-start-variance": BenchScenario("cold-start-variance", traffic, DEFAULT_COLD_START_S, at, varied),
             "node-provisioning": BenchScenario("node-provisioning", traffic, DEFAULT_COLD_START_S, at,
                                                dataclasses.replace(varied, container_sigma=0.25, free_gpus=2))}
+
+
+# Run only when named, too; recorded on autoscale-readiness.md.
+READINESS_SCENARIOS = ("readiness-flap", "crash-loop")
+
+
+def readiness_scenarios(duration_s: float, base_rps: float) -> dict[str, BenchScenario]:
+    """The 3× surge again, with pods that lose readiness once they serve (issue 45, item 11): probes that
+    flap under load, and the first pods the surge adds crash-looping on a bad node. Every policy loses
+    the capacity; tidescale must also keep learning its cold start from kube-state-metrics, whose ready
+    time moves with every loss."""
+    at = duration_s * 0.3
+    traffic = surge(base_rps, duration_s, 3.0, at_s=at, ramp_s=60.0)
+    return {"readiness-flap": BenchScenario("readiness-flap", traffic, DEFAULT_COLD_START_S, at,
+                                            faults=ReadinessFaults(flaps_per_hour=6.0, flap_s=30.0)),
+            "crash-loop": BenchScenario("crash-loop", traffic, DEFAULT_COLD_START_S, at,
+                                        faults=ReadinessFaults(crash_looping=2, crash_up_s=60.0,
+                                                               crash_from_s=WARMUP_S + at))}
 
 
 def measure_capacity(curve: ServiceCurve, cfg: BatcherConfig, slo_s: float, seed: int = 0,
@@ -222,7 +248,7 @@ def run_scenario(sc: BenchScenario, policy_names: list[str], params: SimParams, 
     needed = oracle_needed(arrivals, end, capacity_rps)
     replica_rps = max(capacity_rps, params.curve.max_throughput())  # what a replica completes flat out
     initial = opening_fleet(needed)
-    p = dataclasses.replace(params, cold_start_s=sc.cold_start_s, startup=sc.startup)
+    p = dataclasses.replace(params, cold_start_s=sc.cold_start_s, startup=sc.startup, faults=sc.faults)
     surge_at = None if sc.surge_at_s is None else sc.surge_at_s
     scores: dict[str, dict[str, Any]] = {}
     runs: dict[str, RunResult] = {}
