@@ -27,21 +27,26 @@ components=(
   "prometheus-operator|github.com/prometheus-operator/prometheus-operator|prometheus-operator=github.com/prometheus-operator/prometheus-operator/cmd/operator prometheus-config-reloader=github.com/prometheus-operator/prometheus-operator/cmd/prometheus-config-reloader"
   "prometheus|github.com/prometheus/prometheus|prometheus-v3=github.com/prometheus/prometheus/cmd/prometheus"
   "kube-state-metrics|k8s.io/kube-state-metrics/v2|kube-state-metrics=k8s.io/kube-state-metrics/v2"
-  "prometheus-adapter|sigs.k8s.io/prometheus-adapter|prometheus-adapter=sigs.k8s.io/prometheus-adapter/cmd/adapter"
-  "keda|github.com/kedacore/keda/v2|keda=github.com/kedacore/keda/v2/cmd/operator keda-adapter=github.com/kedacore/keda/v2/cmd/adapter keda-admission-webhooks=github.com/kedacore/keda/v2/cmd/webhooks"
   "kube-router|github.com/cloudnativelabs/kube-router/v2|kube-router=github.com/cloudnativelabs/kube-router/v2/cmd/kube-router"
   "registry|github.com/distribution/distribution/v3|registry=github.com/distribution/distribution/v3/cmd/registry"
+  "prometheus-adapter|sigs.k8s.io/prometheus-adapter|prometheus-adapter=sigs.k8s.io/prometheus-adapter/cmd/adapter"
+  "keda|github.com/kedacore/keda/v2|keda=github.com/kedacore/keda/v2/cmd/operator keda-adapter=github.com/kedacore/keda/v2/cmd/adapter keda-admission-webhooks=github.com/kedacore/keda/v2/cmd/webhooks"
 )
 # Built only when named (`build-cluster.sh thanos`): what the tests need beside the cluster, not the demo.
 extra=(
   "thanos|github.com/thanos-io/thanos|thanos=github.com/thanos-io/thanos/cmd/thanos"
 )
-only=("$@")  # optional: build just these components
+# optional: `build-cluster.sh COMPONENT...` builds just those; `--without COMPONENT...` all the
+# cluster's but those (the test command builds KEDA and prometheus-adapter apart, beside the e2e
+# tests that need neither)
+only=() without=()
+if [ "${1:-}" = "--without" ]; then shift; without=("$@"); else only=("$@"); fi
 [ ${#only[@]} -gt 0 ] && components+=("${extra[@]}")
 
 for entry in "${components[@]}"; do
   IFS='|' read -r comp module targets <<<"$entry"
   if [ ${#only[@]} -gt 0 ] && [[ ! " ${only[*]} " =~ " $comp " ]]; then continue; fi
+  if [ ${#without[@]} -gt 0 ] && [[ " ${without[*]} " =~ " $comp " ]]; then continue; fi
   mod=deploy/cluster/go/$comp
   version=$(required "$mod" "$module")
   ldflags="-s -w"; [ "$comp" = kubernetes ] && ldflags="$ldflags $K8S_LDFLAGS"

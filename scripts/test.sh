@@ -4,24 +4,26 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --without-cluster
 
-# The Go builds (the local cluster's components, then Thanos: about 40 minutes of both cores on a cold
-# machine, nothing once built) run in the background, niced, beside what needs none of them: the checks,
-# the unit and the integration tests, which leave CPU idle. The e2e tests wait for the cluster's
-# components and start while Thanos builds (they leave most of the CPU idle); the many-clusters e2e
-# tests, the last module, wait for it (TIDESCALE_THANOS_BUILD), and the Thanos integration tests run
-# once it is built, after the e2e tests.
+# The Go builds (about 40 minutes of both cores on a cold machine, nothing once built) run in the
+# background, niced, beside what needs none of them: the checks, the unit and the integration tests,
+# which leave CPU idle. In order: the local cluster's core components; KEDA and prometheus-adapter,
+# which the e2e tests start without (their first modules need neither and wait for nothing else:
+# TIDESCALE_ADDONS_BUILD); then Thanos, which only the many-clusters e2e module, the last, waits for
+# (TIDESCALE_THANOS_BUILD), and the Thanos integration tests, run after the e2e tests. The e2e tests
+# leave most of the CPU idle.
 mkdir -p .tools
 builds=.tools/.builds
-rm -f "$builds".cluster "$builds".thanos
+rm -f "$builds".cluster "$builds".addons "$builds".thanos
 # Its own process group (job control), to be stopped whole, but not its own session: the kernel's
 # autogroups schedule each session apart, which would undo the nice.
 set -m
-nice -n 19 bash -c 'bash scripts/build-cluster.sh; echo $? > "$1".cluster
-  [ "$(cat "$1".cluster)" = 0 ] && bash scripts/build-cluster.sh thanos; echo $? > "$1".thanos' _ "$builds" </dev/null &
+nice -n 19 bash -c 'bash scripts/build-cluster.sh --without keda prometheus-adapter; echo $? > "$1".cluster
+  [ "$(cat "$1".cluster)" = 0 ] && bash scripts/build-cluster.sh keda prometheus-adapter; echo $? > "$1".addons
+  [ "$(cat "$1".addons)" = 0 ] && bash scripts/build-cluster.sh thanos; echo $? > "$1".thanos' _ "$builds" </dev/null &
 builder=$!
 set +m
 trap 'kill -- -"$builder" 2>/dev/null || true' EXIT
-wait_for_build() {  # $1: cluster | thanos
+wait_for_build() {  # $1: cluster | addons | thanos
   while [ ! -s "$builds.$1" ]; do
     kill -0 "$builder" 2>/dev/null || [ -s "$builds.$1" ] || { echo "[setup] the Go builds stopped" >&2; exit 1; }
     sleep 2
@@ -44,6 +46,7 @@ thanos_tests=tests/integration/test_thanos_query.py
 echo "== integration tests"; pytest -q -m integration --durations=15 --ignore="$thanos_tests" "$@"
 wait_for_build cluster
 echo "== e2e tests (the local Kubernetes cluster)"
-TIDESCALE_THANOS_BUILD="$PWD/$builds.thanos" pytest -q -m e2e --durations=25 tests/e2e "$@"
+TIDESCALE_ADDONS_BUILD="$PWD/$builds.addons" TIDESCALE_THANOS_BUILD="$PWD/$builds.thanos" \
+  pytest -q -m e2e --durations=25 tests/e2e "$@"
 wait_for_build thanos
 echo "== integration tests behind a real Thanos Query"; pytest -q -m integration "$thanos_tests" "$@"

@@ -30,6 +30,26 @@ NODES = 2
 KPS_VALUES: dict[str, Any] = {"monitoring": {"additionalLabels": addons.MONITORING_LABELS}}
 
 
+# The modules that need neither KEDA nor prometheus-adapter: they run first, while the test command still
+# builds those two (TIDESCALE_ADDONS_BUILD); every other module waits for them, a new one included.
+CORE_ONLY_MODULES = ("test_cluster", "test_network_policy", "test_hpa_table")
+
+
+def _module_name(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The core-only modules first, in their order; the rest after them, in theirs (a stable sort)."""
+    items.sort(key=lambda item: _module_name(item) not in CORE_ONLY_MODULES)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def addons_built(request: pytest.FixtureRequest) -> None:
+    if request.module.__name__.rsplit(".", 1)[-1] not in CORE_ONLY_MODULES:
+        wait_for_background_build("TIDESCALE_ADDONS_BUILD", "KEDA and prometheus-adapter")
+
+
 def wait_for_background_build(env: str, what: str, timeout: float = 1800) -> None:
     """scripts/test.sh builds some components while the e2e tests that do not need them run, and names
     in *env* the file that the build leaves its exit status in. Unset: built beforehand (setup)."""
