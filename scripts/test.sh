@@ -7,10 +7,10 @@ bash scripts/setup.sh --without-cluster
 # The Go builds (about 40 minutes of both cores on a cold machine, nothing once built) run in the
 # background, niced, beside what needs none of them: the checks, the unit and the integration tests,
 # which leave CPU idle. In order: the local cluster's core components; KEDA and prometheus-adapter,
-# which the e2e tests start without (their first modules need neither and wait for nothing else:
-# TIDESCALE_ADDONS_BUILD); then Thanos, which only the many-clusters e2e module, the last, waits for
-# (TIDESCALE_THANOS_BUILD), and the Thanos integration tests, run after the e2e tests. The e2e tests
-# leave most of the CPU idle.
+# which the e2e tests start without (the tests marked as needing neither run first; the others wait
+# for TIDESCALE_ADDONS_BUILD); then Thanos, which only the many-clusters e2e module, the last, waits
+# for (TIDESCALE_THANOS_BUILD), and the Thanos integration tests, run after the e2e tests. The e2e
+# tests leave most of the CPU idle.
 mkdir -p .tools
 builds=.tools/.builds
 rm -f "$builds".cluster "$builds".addons "$builds".thanos

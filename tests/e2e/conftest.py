@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -30,36 +31,60 @@ NODES = 2
 KPS_VALUES: dict[str, Any] = {"monitoring": {"additionalLabels": addons.MONITORING_LABELS}}
 
 
-# The modules that need neither KEDA nor prometheus-adapter: they run first, while the test command still
-# builds those two (TIDESCALE_ADDONS_BUILD); every other module waits for them, a new one included.
-CORE_ONLY_MODULES = ("test_cluster", "test_network_policy", "test_hpa_table")
+# What the test command (scripts/test.sh) builds in the background while the e2e tests run: the
+# environment variable naming the file that each build leaves its exit status in, and what it builds.
+# Unset (a developer's run, or the demo's setup): built beforehand.
+ADDONS_BUILD, THANOS_BUILD = "TIDESCALE_ADDONS_BUILD", "TIDESCALE_THANOS_BUILD"
+BACKGROUND_BUILDS = {ADDONS_BUILD: "KEDA and prometheus-adapter", THANOS_BUILD: "Thanos"}
+BUILD_TIMEOUT_S = 1800.0
 
 
-def _module_name(item: pytest.Item) -> str:
-    return item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+def needed_builds(item: pytest.Item) -> tuple[str, ...]:
+    """The background builds a test needs, by its closest `builds(...)` mark; unmarked: KEDA and
+    prometheus-adapter (a new module waits for them unless it says it needs neither)."""
+    mark = item.get_closest_marker("builds")
+    return tuple(mark.args) if mark is not None else (ADDONS_BUILD,)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The core-only modules first, in their order; the rest after them, in theirs (a stable sort)."""
-    items.sort(key=lambda item: _module_name(item) not in CORE_ONLY_MODULES)
+    """The modules that need no background build first, then those that need one for some tests, then
+    the rest, each module's tests in their order (a stable sort): the build goes on meanwhile."""
+    needs: dict[str, list[bool]] = {}
+    for item in items:
+        needs.setdefault(item.nodeid.split("::", 1)[0], []).append(bool(needed_builds(item)))
+    rank = {module: 0 if not any(flags) else 1 if not all(flags) else 2 for module, flags in needs.items()}
+    items.sort(key=lambda item: rank[item.nodeid.split("::", 1)[0]])
 
 
-@pytest.fixture(scope="module", autouse=True)
-def addons_built(request: pytest.FixtureRequest) -> None:
-    if request.module.__name__.rsplit(".", 1)[-1] not in CORE_ONLY_MODULES:
-        wait_for_background_build("TIDESCALE_ADDONS_BUILD", "KEDA and prometheus-adapter")
-
-
-def wait_for_background_build(env: str, what: str, timeout: float = 1800) -> None:
-    """scripts/test.sh builds some components while the e2e tests that do not need them run, and names
-    in *env* the file that the build leaves its exit status in. Unset: built beforehand (setup)."""
+def _build_status(env: str) -> str | None:
+    """The exit status a background build left, or None while it runs (or when none is named)."""
     status_file = os.environ.get(env)
-    if not status_file:
-        return
-    path = Path(status_file)
-    status = wait_for(lambda: path.read_text().strip() if path.is_file() else "", timeout,
-                      f"{what}, which the test command builds beside the e2e tests ({path})")
-    assert status == "0", f"building {what} failed (exit status {status}): the test command's output shows why"
+    if not status_file or not Path(status_file).is_file():
+        return None
+    return Path(status_file).read_text().strip() or None
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
+    """Wait for the builds a test needs before its clock starts: pytest-timeout times the setup too."""
+    deadline = time.monotonic() + BUILD_TIMEOUT_S
+    for env in needed_builds(item):
+        while os.environ.get(env) and _build_status(env) is None and time.monotonic() < deadline:
+            time.sleep(1.0)
+    return (yield)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test whose build failed, or never finished, fails at its setup, naming the build."""
+    for env in needed_builds(item):
+        if not os.environ.get(env):
+            continue
+        status, what = _build_status(env), BACKGROUND_BUILDS.get(env, env)
+        if status is None:
+            pytest.fail(f"{what}, which the test command builds beside the e2e tests, was not built within "
+                        f"{BUILD_TIMEOUT_S:g} s ({os.environ[env]})")
+        if status != "0":
+            pytest.fail(f"building {what} failed (exit status {status}): the test command's output shows why")
 
 
 @functools.cache

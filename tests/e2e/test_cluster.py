@@ -14,7 +14,7 @@ from tests.e2e.conftest import NODES, Cluster, pod_json
 from tests.waiting import wait_for
 from tidescale.contracts.kubeapi import deployment_event, post_event_once, series_name
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.builds()]  # needs no background build
 
 IMAGE = "ghcr.io/tidescale/tidescale:0.1.0"  # the node agent runs the venv for tidescale's image
 

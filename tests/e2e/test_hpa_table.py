@@ -32,7 +32,7 @@ from tidescale.autoscaler.hpa import spec_to_dict
 from tidescale.devstack.cluster.addons import EXTERNAL_METRICS
 from tidescale.devstack.node.kubeapi import KubeApi
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.builds()]  # needs no background build
 
 NAMESPACE, SERVICE = "hpa-table", "table-metrics"
 GROUP_VERSION = "external.metrics.k8s.io/v1beta1"

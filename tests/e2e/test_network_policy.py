@@ -19,7 +19,7 @@ from tests.waiting import wait_for
 from tidescale.devstack.cluster import netpol
 from tidescale.devstack.node.sandbox import NETNS_RUN_DIR, PodSandbox
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.builds()]  # needs no background build
 
 IMAGE = "ghcr.io/tidescale/tidescale:0.1.0"  # the node agent runs the venv for tidescale's image
 ALLOWED_NS = {"e2e.tidescale.dev/netpol": "allowed"}  # X: namespaces the policy admits

@@ -22,14 +22,14 @@ import httpx
 import pytest
 import yaml
 
-from tests.e2e.conftest import KPS_VALUES, Cluster, chart, wait_for_background_build
+from tests.e2e.conftest import ADDONS_BUILD, KPS_VALUES, THANOS_BUILD, Cluster, chart
 from tests.waiting import wait_for
 from tidescale.contracts.errors import TidescaleError
 from tidescale.devstack.cluster import addons, thanos
 from tidescale.devstack.cluster.serving import triton_deployment
 from tidescale.devstack.node.kubeapi import ApiError
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.builds(ADDONS_BUILD, THANOS_BUILD)]
 
 RELEASE, NAMESPACE, SERVING = "west", "global-view", "fleet"
 EAST_DESIRED = 3  # east's recommendation; the target's maxReplicas allows it
@@ -78,7 +78,6 @@ class Layer:
 
 @pytest.fixture(scope="module")
 def layer(cluster: Cluster) -> Iterator[Layer]:
-    wait_for_background_build("TIDESCALE_THANOS_BUILD", "Thanos")
     addons.install_keda(cluster.config, cluster.api)
     for ns in (NAMESPACE, SERVING):
         cluster.kubectl("create", "namespace", ns, check=False)
