@@ -34,16 +34,16 @@ KPS_VALUES: dict[str, Any] = {"monitoring": {"additionalLabels": addons.MONITORI
 # What the test command (scripts/test.sh) builds in the background while the e2e tests run: the
 # environment variable naming the file that each build leaves its exit status in, and what it builds.
 # Unset (a developer's run, or the demo's setup): built beforehand.
-ADDONS_BUILD, THANOS_BUILD = "TIDESCALE_ADDONS_BUILD", "TIDESCALE_THANOS_BUILD"
-BACKGROUND_BUILDS = {ADDONS_BUILD: "KEDA and prometheus-adapter", THANOS_BUILD: "Thanos"}
+KEDA_BUILD, ADDONS_BUILD, THANOS_BUILD = "TIDESCALE_KEDA_BUILD", "TIDESCALE_ADDONS_BUILD", "TIDESCALE_THANOS_BUILD"
+BACKGROUND_BUILDS = {KEDA_BUILD: "KEDA", ADDONS_BUILD: "prometheus-adapter and the registry", THANOS_BUILD: "Thanos"}
 BUILD_TIMEOUT_S = 1800.0
 
 
 def needed_builds(item: pytest.Item) -> tuple[str, ...]:
-    """The background builds a test needs, by its closest `builds(...)` mark; unmarked: KEDA and
-    prometheus-adapter (a new module waits for them unless it says it needs neither)."""
+    """The background builds a test needs, by its closest `builds(...)` mark; unmarked: KEDA,
+    prometheus-adapter and the registry (a new module waits for them unless it says otherwise)."""
     mark = item.get_closest_marker("builds")
-    return tuple(mark.args) if mark is not None else (ADDONS_BUILD,)
+    return tuple(mark.args) if mark is not None else (KEDA_BUILD, ADDONS_BUILD)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -19,7 +19,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.e2e.conftest import KPS_VALUES, Cluster, chart, wait_for_targets_up
+from tests.e2e.conftest import ADDONS_BUILD, KEDA_BUILD, KPS_VALUES, Cluster, chart, wait_for_targets_up
 from tests.e2e.load import Load
 from tests.paths import FIXTURES
 from tests.waiting import wait_for
@@ -27,7 +27,7 @@ from tidescale.contracts.errors import TidescaleError
 from tidescale.devstack.cluster import addons
 from tidescale.devstack.cluster.serving import triton_deployment
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.builds(KEDA_BUILD)]  # the adapter's test: both
 
 RELEASE, NAMESPACE, SERVING = "scale", "autoscaling", "inference"
 MAX_REPLICAS = 3
@@ -402,6 +402,7 @@ def test_keda_mode_scales_up_under_load_holds_while_prometheus_is_down_then_scal
     assert item["metricName"] == KEDA_METRIC and float(item["value"]) == 1.0
 
 
+@pytest.mark.builds(KEDA_BUILD, ADDONS_BUILD)
 def test_adapter_mode_scales_triton_up_under_load_and_back_down(cluster: Cluster, serving: str,
                                                                tmp_path: Any) -> None:
     # keda -> adapter through mode none, as docs/install.md says: KEDA deletes the HPA of the ScaledObject

@@ -11,7 +11,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.e2e.conftest import ADDONS_BUILD, Cluster, chart, wait_for_targets_up
+from tests.e2e.conftest import KEDA_BUILD, Cluster, chart, wait_for_targets_up
 from tests.waiting import wait_for
 from tidescale.devstack.cluster import addons
 
@@ -177,7 +177,7 @@ def test_a_dcgm_exporter_someone_else_scrapes_is_not_scraped_twice(cluster: Clus
             cluster.kubectl("delete", "servicemonitor", "-n", "gpu-operator", monitor["metadata"]["name"], check=False)
 
 
-@pytest.mark.builds(ADDONS_BUILD)
+@pytest.mark.builds(KEDA_BUILD)
 def test_keda_mode_reads_the_installed_keda_crd_for_the_tolerance_field(cluster: Cluster) -> None:
     """KEDA 2.21's ScaledObject CRD has behavior.*.tolerance, and Kubernetes 1.36 applies it: exact tolerance."""
     addons.install_keda(cluster.config, cluster.api)  # idempotent; this module must not rely on another's

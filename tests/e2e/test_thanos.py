@@ -22,14 +22,14 @@ import httpx
 import pytest
 import yaml
 
-from tests.e2e.conftest import ADDONS_BUILD, KPS_VALUES, THANOS_BUILD, Cluster, chart
+from tests.e2e.conftest import ADDONS_BUILD, KEDA_BUILD, KPS_VALUES, THANOS_BUILD, Cluster, chart
 from tests.waiting import wait_for
 from tidescale.contracts.errors import TidescaleError
 from tidescale.devstack.cluster import addons, thanos
 from tidescale.devstack.cluster.serving import triton_deployment
 from tidescale.devstack.node.kubeapi import ApiError
 
-pytestmark = [pytest.mark.e2e, pytest.mark.builds(ADDONS_BUILD, THANOS_BUILD)]
+pytestmark = [pytest.mark.e2e, pytest.mark.builds(KEDA_BUILD, ADDONS_BUILD, THANOS_BUILD)]
 
 RELEASE, NAMESPACE, SERVING = "west", "global-view", "fleet"
 EAST_DESIRED = 3  # east's recommendation; the target's maxReplicas allows it
