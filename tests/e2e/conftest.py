@@ -49,11 +49,14 @@ def needed_builds(item: pytest.Item) -> tuple[str, ...]:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The modules that need no background build first, then those that need one for some tests, then
     the rest, each module's tests in their order (a stable sort): the build goes on meanwhile."""
+    def module_of(item: pytest.Item) -> str:
+        return item.nodeid.split("::", 1)[0]
+
     needs: dict[str, list[bool]] = {}
     for item in items:
-        needs.setdefault(item.nodeid.split("::", 1)[0], []).append(bool(needed_builds(item)))
+        needs.setdefault(module_of(item), []).append(bool(needed_builds(item)))
     rank = {module: 0 if not any(flags) else 1 if not all(flags) else 2 for module, flags in needs.items()}
-    items.sort(key=lambda item: rank[item.nodeid.split("::", 1)[0]])
+    items.sort(key=lambda item: rank[module_of(item)])
 
 
 def _build_status(env: str) -> str | None:
