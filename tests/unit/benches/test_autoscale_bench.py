@@ -31,6 +31,8 @@ from tidescale.sim.traffic import scenario
 from tidescale.sim.traffic import surge as surge_scenario
 
 CURVE, CFG = ServiceCurve.v100(), BatcherConfig()
+# The oracle's schedule search is tested in test_autoscale_optimum.py; these tests need a schedule only.
+QUICK_ORACLE = 2
 
 
 def test_replica_hours_and_windows() -> None:
@@ -90,7 +92,8 @@ def test_oracle_needed_follows_the_rate() -> None:
 def test_closed_loop_tidescale_meets_slo_on_steady_traffic_near_oracle_cost() -> None:
     sc = bench.BenchScenario("steady", scenario("steady", 800.0, 300.0), 30.0)
     params = SimParams(CURVE, CFG, 30.0, 0.5)
-    scores, runs = bench.run_scenario(sc, ["tidescale", "oracle", "hpa-cpu"], params, 370.0)
+    scores, runs = bench.run_scenario(sc, ["tidescale", "oracle", "hpa-cpu"], params, 370.0,
+                                      oracle_search=QUICK_ORACLE)
     assert scores["tidescale"]["requests_within_slo"] >= 0.999
     assert scores["tidescale"]["cost_vs_oracle"] <= 1.5
     assert scores["oracle"]["requests_within_slo"] >= 0.999
@@ -228,7 +231,7 @@ def test_live_autoscaler_scales_the_fleet_and_reports_status() -> None:
 def test_report_records_the_bound_and_where_a_queue_timeout_run_goes() -> None:
     from tidescale.benches.autoscale import report as benchreport
 
-    opts = benchreport.BenchOptions(["surge-3x"], ("oracle",), quick=True)
+    opts = benchreport.BenchOptions(["surge-3x"], ("oracle",), quick=True, oracle_search=QUICK_ORACLE)
     doc, _runs = benchreport.run(opts)
     bound = doc["bounds"]["surge-3x"]
     assert bound["fleet_at_surge"] == 3 and bound["requests_within_slo_max"] < 0.999
@@ -322,16 +325,22 @@ def test_the_yardsticks_name_every_run_that_beats_the_oracle_at_its_own_slo_shar
     scores = {"oracle": row(1.0, 1.0, 1.0), "static@4": row(1.0, 1.0, 0.98), "static@3": row(0.99, 1.0, 0.8),
               "tidescale": row(1.0, 1.0, 1.01)}
     marks = yardsticks(scores)
-    assert marks == {"fluid_replica_hours": 0.5, "oracle_vs_fluid": 2.0, "oracle_beaten_by": ["static@4"]}
+    assert marks == {"fluid_replica_hours": 0.5, "oracle_vs_fluid": 2.0, "oracle_beaten_by": ["static@4"],
+                     "oracle_search": None}
     doc = {"yardsticks": {"azure": marks}, "scenarios": {"azure": {"tidescale": scores["tidescale"]}}}
-    assert "| azure | 0.50 | 2.00× | 2.02× | static@4 |" in yardstick_lines(doc)
+    assert "| azure | 0.50 | 2.00× | – | – | 2.02× | static@4 |" in yardstick_lines(doc)
+    searched = {**scores["oracle"], "search_evaluations": 31.0, "meets_goals": 0.0, "start_replica_hours": 1.25,
+                "start_requests_within_slo": 1.0}
+    doc["yardsticks"]["azure"] = yardsticks({**scores, "oracle": searched})
+    assert "| azure | 0.50 | 2.00× | 1.25× | 31 (goals not met) | 2.02× | static@4 |" in yardstick_lines(doc)
 
 
 def test_the_bench_records_each_policys_own_surge_bound() -> None:
     from tidescale.benches.autoscale import report as benchreport
 
     doc, _runs = benchreport.run(benchreport.BenchOptions(["surge-3x"], ("oracle", "static"), quick=True,
-                                                          peer_settings=("static=3", "static=6")))
+                                                          peer_settings=("static=3", "static=6"),
+                                                          oracle_search=QUICK_ORACLE))
     rows = doc["scenarios"]["surge-3x"]
     # static's row is its best setting; the oracle stands ready before the surge (foresight)
     assert rows["static"]["fleet_at_surge"] == rows["static"]["setting"]
@@ -384,7 +393,8 @@ def test_the_startup_scenarios_run_only_when_named_on_a_page_of_their_own() -> N
     assert opts.paths == (benchreport.STARTUP_DOC, benchreport.STARTUP_PNG, benchreport.STARTUP_FRONTIER_PNG)
     mixed = benchreport.BenchOptions(["surge-3x", "node-provisioning"], ("oracle",), quick=True)
     assert mixed.paths[0] == benchreport.DOC
-    doc, _runs = benchreport.run(benchreport.BenchOptions(["node-provisioning"], ("oracle",), quick=True))
+    doc, _runs = benchreport.run(benchreport.BenchOptions(["node-provisioning"], ("oracle",), quick=True,
+                                                          oracle_search=QUICK_ORACLE))
     assert doc["scenario_info"]["node-provisioning"]["title"] == node.describe()
     assert not set(bench.STARTUP_SCENARIOS) & set(benchreport.default_scenarios(available, None))
     text = benchreport.markdown(doc)
@@ -410,7 +420,7 @@ def test_a_capacity_profile_off_is_a_row_of_its_own_and_the_page_says_how_to_rer
     with pytest.raises(UsageError, match="--capacity-error must be a factor"):
         benchreport.BenchOptions(["surge-3x"], ("oracle",), quick=True, capacity_errors=(0.0,))
     opts = benchreport.BenchOptions(["node-provisioning"], ("tidescale", "oracle"), quick=True,
-                                    capacity_errors=(0.7, 1.3))
+                                    capacity_errors=(0.7, 1.3), oracle_search=QUICK_ORACLE)
     doc, _runs = benchreport.run(opts)
     rows = doc["scenarios"]["node-provisioning"]
     low, high = rows["tidescale+capacity0.7x"], rows["tidescale+capacity1.3x"]
@@ -458,6 +468,7 @@ def test_the_readiness_scenarios_run_only_when_named_on_a_page_of_their_own() ->
     assert crash.faults is not None and crash.surge_at_s is not None
     assert crash.faults.crash_from_s == bench.WARMUP_S + crash.surge_at_s
     assert "CrashLoopBackOff" in crash.describe() and "from the surge on" in crash.describe()
-    opts = benchreport.BenchOptions(list(bench.READINESS_SCENARIOS), ("oracle",), quick=True)
+    opts = benchreport.BenchOptions(list(bench.READINESS_SCENARIOS), ("oracle",), quick=True,
+                                    oracle_search=QUICK_ORACLE)
     assert opts.paths == (benchreport.READINESS_DOC, benchreport.READINESS_PNG, benchreport.READINESS_FRONTIER_PNG)
     assert not set(bench.READINESS_SCENARIOS) & set(benchreport.default_scenarios(available, None))

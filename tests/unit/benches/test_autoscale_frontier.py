@@ -19,6 +19,8 @@ from tidescale.benches.autoscale.frontier import Point, best_point, dominated_by
 from tidescale.benches.autoscale.seeds import mean_draw, seed_lines
 from tidescale.contracts.errors import UsageError
 
+QUICK_ORACLE = 2  # the oracle's schedule search is tested in test_autoscale_optimum.py
+
 
 def P(setting: float, req: float, win: float, cost: float) -> Point:
     return Point(setting, req, win, cost)
@@ -212,7 +214,7 @@ def check_keys(doc: dict[str, Any], scenario: str) -> None:
 
 def test_a_short_run_records_frontiers_and_the_config() -> None:
     opts = benchreport.BenchOptions(["surge-3x"], ("keda-rps", "oracle"), quick=True,
-                                    peer_settings=("keda-rps=500", "keda-rps=263"))
+                                    peer_settings=("keda-rps=500", "keda-rps=263"), oracle_search=QUICK_ORACLE)
     doc, runs = benchreport.run(opts)
     check_keys(doc, "surge-3x")
     assert doc["bounds"]["surge-3x"]["requests_within_slo_max"] < 1.0
@@ -222,7 +224,7 @@ def test_a_short_run_records_frontiers_and_the_config() -> None:
 
 def test_a_trace_run_records_the_same_keys() -> None:
     opts = benchreport.BenchOptions(None, ("keda-rps", "oracle"), quick=True, trace=bench.AZURE_TRACE,
-                                    peer_settings=("keda-rps=500", "keda-rps=263"))
+                                    peer_settings=("keda-rps=500", "keda-rps=263"), oracle_search=QUICK_ORACLE)
     doc, _runs = benchreport.run(opts)
     assert list(doc["scenarios"]) == ["trace"]
     check_keys(doc, "trace")
@@ -255,7 +257,8 @@ def test_the_page_shows_each_detection_step_and_judges_surges_against_their_boun
 
 
 def test_extra_seeds_rerun_each_delivery_mode_and_judge_every_draw() -> None:
-    opts = benchreport.BenchOptions(["surge-3x"], ("tidescale", "oracle"), quick=True, extra_seeds=(4,))
+    opts = benchreport.BenchOptions(["surge-3x"], ("tidescale", "oracle"), quick=True, extra_seeds=(4,),
+                                    oracle_search=QUICK_ORACLE)
     doc, _runs = benchreport.run(opts)
     drawn = doc["seeds"]["scenarios"]["surge-3x"]["4"]
     assert doc["seeds"]["seeds"] == [4] and doc["setup"]["extra_seeds"] == [4]

@@ -358,15 +358,22 @@ class StaticFleet:
         return self.replicas
 
 
+def lookahead_slots(ahead_s: float, slot_s: float, period_s: float = HPA_SYNC_S) -> int:
+    """Slots an oracle deciding every *period_s* looks ahead so that a replica it asks for now, taking
+    *ahead_s* to start, serves from the first slot that needs it."""
+    return math.ceil((ahead_s + period_s) / slot_s)
+
+
 class Oracle:
-    """Perfect foresight: at t it asks for what the next cold start + one sync will need."""
+    """Perfect foresight: at t it asks for the highest level *needed* sets for the next start + one sync
+    (the benchmark's levels come from `optimum.cheapest_schedule`)."""
 
     name = "oracle"
     period_s = HPA_SYNC_S
 
     def __init__(self, needed: list[int], slot_s: float, cold_start_s: float, min_r: int, max_r: int) -> None:
         self.needed, self.slot_s = needed, slot_s
-        self.ahead = math.ceil((cold_start_s + self.period_s) / slot_s)
+        self.ahead = lookahead_slots(cold_start_s, slot_s, self.period_s)
         self.min_r, self.max_r = min_r, max_r
 
     def decide(self, now: float, lag: MetricsLag, sim: FleetSim) -> int:

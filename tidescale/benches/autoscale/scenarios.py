@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from tidescale.benches.autoscale import optimum
 from tidescale.benches.autoscale import policies as pol
 from tidescale.benches.autoscale.closedloop import RunResult, SimParams, run_policy, score
 from tidescale.benches.autoscale.goals import GOALS
@@ -167,13 +168,13 @@ def oracle_needed(arrivals: np.ndarray, duration_s: float, capacity_rps: float) 
     return [max(1, math.ceil(c / ORACLE_SLOT_S / capacity_rps)) for c in counts]
 
 
-def make_policy(name: str, initial: int, capacity_rps: float, cold_start_s: float, needed: list[int],
+def make_policy(name: str, initial: int, capacity_rps: float, cold_start_s: float, schedule: Sequence[int],
                 slo_s: float, headroom: float = 1.0, setting: float | None = None, sync_offset_s: float = 0.0,
                 oracle_ahead_s: float | None = None, client_retries: int = 0) -> pol.Policy:
     """Policy *name*; a peer runs at *setting* of its knob (default: its fixed setting). The HPA-driven
     peers sync on the loop's ticks; tidescale's HPA needs *sync_offset_s* (its loop ticks every 2 s),
-    and is told its clients retry *client_retries* times. The oracle asks *oracle_ahead_s* ahead
-    (default: the cold start)."""
+    and is told its clients retry *client_retries* times. The oracle follows *schedule* (a level per
+    `optimum.SLOT_S`) *oracle_ahead_s* ahead (default: the cold start)."""
     lo, hi = MIN_REPLICAS, MAX_REPLICAS
     if name in pol.KNOBS:
         return pol.peer_policy(name, pol.KNOBS[name].fixed if setting is None else setting, initial, lo, hi)
@@ -183,7 +184,26 @@ def make_policy(name: str, initial: int, capacity_rps: float, cold_start_s: floa
                                    fast_path=fast_path, direct=delivery == "direct",
                                    publish_delay_s=PUBLISH_DELAY_S[delivery], sync_offset_s=sync_offset_s,
                                    client_retries=client_retries)
-    return pol.Oracle(needed, ORACLE_SLOT_S, cold_start_s if oracle_ahead_s is None else oracle_ahead_s, lo, hi)
+    return pol.Oracle(list(schedule), optimum.SLOT_S, cold_start_s if oracle_ahead_s is None else oracle_ahead_s,
+                      lo, hi)
+
+
+def optimal_schedule(sc: BenchScenario, arrivals: np.ndarray, end: float, initial: int, needed: Sequence[int],
+                     params: SimParams, max_evaluations: int = optimum.MAX_EVALUATIONS) -> optimum.Schedule:
+    """`optimum.cheapest_schedule` for this draw of *sc* (*params* as the policies run), meeting the SLO
+    goals, searched from each slot's busiest second sized at the capacity at the SLO (*needed*)."""
+    per_slot = round(optimum.SLOT_S / ORACLE_SLOT_S)
+    start = [max(needed[k:k + per_slot]) for k in range(0, len(needed), per_slot)]
+    slo = params.slo_latency_threshold_s
+
+    def evaluate(levels: Sequence[int]) -> optimum.Evaluation:
+        policy = pol.Oracle(list(levels), optimum.SLOT_S, sc.oracle_ahead_s, MIN_REPLICAS, MAX_REPLICAS)
+        return optimum.evaluation_of(run_policy(policy, arrivals, end, initial, params), slo, WARMUP_S, end)
+
+    target = optimum.Target(GOALS["requests_within_slo"], GOALS["windows_within_slo"])
+    return optimum.cheapest_schedule(evaluate, start, target, MIN_REPLICAS, MAX_REPLICAS,
+                                     pol.lookahead_slots(sc.oracle_ahead_s, optimum.SLOT_S),
+                                     first_free=int(WARMUP_S // optimum.SLOT_S), max_evaluations=max_evaluations)
 
 
 def warmup_arrivals(sc: BenchScenario, seed: int) -> np.ndarray:
@@ -238,11 +258,13 @@ def sweep_row(peer: str, setting: float) -> str:
 def run_scenario(sc: BenchScenario, policy_names: list[str], params: SimParams, capacity_rps: float,
                  progress: Callable[[str], None] = lambda _: None, headroom: float = 1.0,
                  headroom_sweep: tuple[float, ...] = (), settings: Mapping[str, Sequence[float]] | None = None,
-                 capacity_errors: tuple[float, ...] = ()) -> tuple[dict[str, dict[str, Any]], dict[str, RunResult]]:
+                 capacity_errors: tuple[float, ...] = (), oracle_search: int = optimum.MAX_EVALUATIONS
+                 ) -> tuple[dict[str, dict[str, Any]], dict[str, RunResult]]:
     """Every policy on the same arrivals (after a warm-up), each peer at each of its *settings*
     (default: its fixed setting; rows `sweep_row(peer, setting)`), then tidescale at each swept
     headroom and with its capacity profile off by each of *capacity_errors*; scores exclude the
-    warm-up. The runs keep their replica timelines, not per-request latencies (a sweep would hold
+    warm-up. The oracle follows the cheapest schedule a search of at most *oracle_search* simulations
+    finds (`optimal_schedule`). The runs keep their replica timelines, not per-request latencies (a sweep would hold
     hundreds of MB of them)."""
     arrivals, end = scenario_arrivals(sc, params.seed)
     needed = oracle_needed(arrivals, end, capacity_rps)
@@ -269,9 +291,14 @@ def run_scenario(sc: BenchScenario, policy_names: list[str], params: SimParams, 
     runs_to_do += [(headroom_variant(h), "tidescale", h, None, capacity_rps, retries) for h in headroom_sweep]
     runs_to_do += [(capacity_variant(f), "tidescale", headroom, None, f * capacity_rps, retries)
                    for f in capacity_errors]
+    schedule = None
+    if "oracle" in policy_names:
+        progress(f"{sc.name}: searching the oracle's schedule")
+        schedule = optimal_schedule(sc, arrivals, end, initial, needed, p, oracle_search)
+    levels = list(schedule.levels) if schedule else []
     for k, (name, kind, factor, setting, configured, told) in enumerate(runs_to_do):
         progress(f"{sc.name}: {name} ({k + 1}/{len(runs_to_do)})")
-        policy = make_policy(kind, initial, configured, sc.cold_start_s, needed, params.slo_latency_threshold_s,
+        policy = make_policy(kind, initial, configured, sc.cold_start_s, levels, params.slo_latency_threshold_s,
                              factor, setting, p.sync_offset_s, oracle_ahead_s=sc.oracle_ahead_s, client_retries=told)
         run = run_policy(policy, arrivals, end, initial, p)
         scores[name] = score(run, params.slo_latency_threshold_s, WARMUP_S, end, surge_at)
@@ -282,6 +309,11 @@ def run_scenario(sc: BenchScenario, policy_names: list[str], params: SimParams, 
                               GOALS["requests_within_slo"], MAX_REPLICAS, node_limit(sc, initial, before))
             scores[name].update(fleet_at_surge=float(fleet), surge_bound=own.requests_within_slo)
         runs[name] = dataclasses.replace(run, latency=np.empty(0))
+    if schedule is not None:
+        scores["oracle"].update(search_evaluations=float(schedule.evaluations), meets_goals=float(schedule.met),
+                                start_replica_hours=schedule.start.replica_hours,
+                                start_requests_within_slo=schedule.start.requests_within_slo,
+                                start_windows_within_slo=schedule.start.windows_within_slo)
     oracle_hours = scores.get("oracle", {}).get("replica_hours")
     fluid = fluid_bound_hours(arrivals, WARMUP_S, end, replica_rps, MIN_REPLICAS, GOALS["requests_within_slo"])
     for s in scores.values():

@@ -12,9 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from tidescale.benches.autoscale import optimum
 from tidescale.benches.autoscale import scenarios as bench
 from tidescale.benches.autoscale.closedloop import SimParams, recorded_offsets, with_seed
 from tidescale.benches.autoscale.goals import GOALS, JUDGED_ROWS, verdict
+from tidescale.benches.forked import fork_map
 from tidescale.benches.report import recorded
 from tidescale.benches.stats import interval
 
@@ -26,23 +28,32 @@ TUNED_SEEDS = (0, 1, 2, 3)
 
 def seed_spread(available: Mapping[str, bench.BenchScenario], names: Sequence[str], seeds: Sequence[int],
                 params: SimParams, capacity_rps: float, replica_rps: float, headroom: float,
-                progress: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
-    """`{"seeds": [...], "scenarios": {scenario: {seed: {"bound": b, "rows": {row: measures}}}}}`."""
-    out: dict[str, dict[str, Any]] = {}
-    for seed in seeds:
+                progress: Callable[[str], None] = lambda _m: None, oracle_search: int = optimum.MAX_EVALUATIONS,
+                jobs: int = 1) -> dict[str, Any]:
+    """`{"seeds": [...], "scenarios": {scenario: {seed: {"bound": b, "rows": {row: measures}}}}}`; *jobs*
+    draws at once (`forked.fork_map`)."""
+
+    def one_draw(draw: tuple[int, str]) -> dict[str, Any]:
+        seed, name = draw
         seeded = with_seed(params, seed)
 
-        def tell(message: str, seed: int = seed) -> None:
-            progress(f"seed {seed}: {message}")
+        def tell(message: str) -> None:
+            if jobs == 1:  # a forked worker cannot draw the status line
+                progress(f"seed {seed}: {message}")
 
-        for name in names:
-            sc = available[name]
-            scores, _ = bench.run_scenario(sc, ["tidescale", "oracle"], seeded, capacity_rps, tell, headroom)
-            bound = bench.scenario_bound(sc, seed, capacity_rps, replica_rps, GOALS["requests_within_slo"])
-            out.setdefault(name, {})[str(seed)] = {
-                "clock_offsets_s": recorded_offsets(seeded),
+        sc = available[name]
+        scores, _ = bench.run_scenario(sc, ["tidescale", "oracle"], seeded, capacity_rps, tell, headroom,
+                                       oracle_search=oracle_search)
+        bound = bench.scenario_bound(sc, seed, capacity_rps, replica_rps, GOALS["requests_within_slo"])
+        return {"clock_offsets_s": recorded_offsets(seeded),
                 "bound": None if bound is None else recorded(bound.requests_within_slo),
                 "rows": {row: {k: recorded(scores[row][k]) for k in MEASURES} for row in JUDGED_ROWS}}
+
+    draws = [(seed, name) for seed in seeds for name in names]
+    results = fork_map(one_draw, draws, jobs, lambda d: progress(f"seed {d[0]}: {d[1]} done"))
+    out: dict[str, dict[str, Any]] = {}
+    for (seed, name), result in zip(draws, results, strict=True):
+        out.setdefault(name, {})[str(seed)] = result
     return {"seeds": list(seeds), "scenarios": out}
 
 
