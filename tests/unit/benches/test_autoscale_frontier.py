@@ -231,8 +231,8 @@ def test_a_trace_run_records_the_same_keys() -> None:
 
 
 def test_the_page_shows_each_detection_step_and_judges_surges_against_their_bound() -> None:
-    doc = fake_doc(fake(1.0, 1.0, 1.12))
-    for row, measures in (("tidescale+no-fast-path", fake(1.0, 1.0, 1.2)), ("tidescale+keda", fake(1.0, 1.0, 1.1)),
+    doc = fake_doc(fake(1.0, 1.0, 1.18))
+    for row, measures in (("tidescale+no-fast-path", fake(1.0, 1.0, 1.2)), ("tidescale+keda", fake(1.0, 1.0, 1.14)),
                           ("tidescale+direct", fake(1.0, 1.0, 1.05))):
         doc["scenarios"]["diurnal"][row] = {**measures, "dominated_by": []}
     surge = {"tidescale": {**fake(0.9700, 0.9, 1.4), "dominated_by": []},
@@ -244,12 +244,13 @@ def test_the_page_shows_each_detection_step_and_judges_surges_against_their_boun
                                  "headroom_for_goal": 2.0}
     doc["scenario_info"]["surge-3x"] = {"description": "surge", "cold_start_s": 60.0, "surge_at_s": 360.0}
     lines = benchreport.step_lines(doc)
-    assert ("| diurnal | 100.00 % / 100 % / 1.20 | 100.00 % / 100 % / 1.12 | 100.00 % / 100 % / 1.10 "
+    assert ("| diurnal | 100.00 % / 100 % / 1.20 | 100.00 % / 100 % / 1.18 | 100.00 % / 100 % / 1.14 "
             "| 100.00 % / 100 % / 1.05 | – | – |") in lines
     assert ("| surge-3x | 96.00 % / 90 % / 1.40 | 97.00 % / 90 % / 1.40 | 97.50 % / 90 % / 1.45 "
             "| 97.80 % / 90 % / 1.60 | 98.21 % | -1.21 pt |") in lines
     goals = benchreport.goal_lines(doc)
-    assert "| diurnal | tidescale | 100.00 % / 100 %: yes | 1.12: no | yes | no |" in goals  # over 1.10x
+    assert "| diurnal | tidescale | 100.00 % / 100 %: yes | 1.18: no | yes | no |" in goals  # over 1.15x
+    assert "| diurnal | tidescale+keda | 100.00 % / 100 %: yes | 1.14: yes | yes | yes |" in goals
     assert "| diurnal | tidescale+direct | 100.00 % / 100 %: yes | 1.05: yes | yes | yes |" in goals
     assert "| surge-3x | tidescale | -1.21 pt from the bound: no | 1.40: yes | yes | no |" in goals
     assert "| surge-3x | tidescale+direct | -0.41 pt from the bound: yes | 1.60: no | yes | no |" in goals

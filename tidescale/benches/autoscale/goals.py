@@ -1,7 +1,8 @@
-"""Issue 13's goals for tidescale in `bench autoscale`, and the verdict of one row against them.
+"""Issue 45's goals for tidescale in `bench autoscale`, and the verdict of one row against them.
 
 Steady scenarios: `GOALS` for requests and 1-minute windows within the SLO, at no more than
-`STEADY_COST` x the oracle's replica-hours. Surge scenarios (those with a no-foresight bound):
+`STEADY_COST` x the oracle's replica-hours (1.15 since the oracle is the searched optimum; 1.10
+against the per-second oracle before it, which cost 4-30 % more). Surge scenarios (those with a no-foresight bound):
 requests within the SLO within `DEFAULT_SURGE_GAP_PT` points of the bound (`SURGE_GAP_PT` where a
 scenario has its own), at no more than `SURGE_COST` x the oracle. Dominance by a peer's frontier
 is judged apart, on the run that swept the peers.
@@ -16,7 +17,7 @@ from typing import Any
 GOALS = {"requests_within_slo": 0.999, "windows_within_slo": 0.99, "cost_vs_oracle": 1.15}
 SURGE_GAP_PT = {"flash-crowd-10x": 3.0}
 DEFAULT_SURGE_GAP_PT = 1.0
-SURGE_COST, STEADY_COST = 1.5, 1.10
+SURGE_COST, STEADY_COST = 1.5, GOALS["cost_vs_oracle"]
 # The rows judged: tidescale as shipped (prometheus-adapter), through KEDA asking the recommender, direct.
 JUDGED_ROWS = ("tidescale", "tidescale+keda", "tidescale+direct")
 
