@@ -16,8 +16,10 @@ SCALE_UP: Final = {"rate": "scale_up_rate", "lookahead": "scale_up_lookahead", "
 # Holds the recommender or the service chose, whatever the replicas read: `hold-down` (less is
 # needed, not yet for the down delay), `saturated` (the SLO burns, or the completions per replica sit
 # at their measured ceiling), `replicas` (the replica reading disagrees with the HPA or with what was
-# asked for: the last answer stands).
-HOLDS: Final = {"hold-down": "hold_down_delay", "saturated": "hold_saturated", "replicas": "hold_replicas_disagree"}
+# asked for: the last answer stands), `withdrawn` (the fast path took back a scale-down the HPA had
+# not applied yet: the pods read more load than the smaller fleet carries).
+HOLDS: Final = {"hold-down": "hold_down_delay", "saturated": "hold_saturated", "replicas": "hold_replicas_disagree",
+                "withdrawn": "hold_scale_down_withdrawn"}
 # Asking for at least the replicas there are while some of them cannot be scheduled (no node has a
 # free GPU): the count still goes out (a node autoscaler provisions for the Pending pods), and says so.
 UNSCHEDULABLE: Final = "wait_unschedulable"

@@ -48,7 +48,7 @@ def post_recommendation(api: EventSeriesApi, namespace: str, deployment: str, ch
 
 
 def panic_detail(reading: FastReading, panic_window_s: float, capacity_rps: float) -> str:
-    """What the fast path read when it panicked, for the Event."""
+    """What the fast path read when it raised the count (a panic, a withdrawn scale-down), for the Event."""
     newest = "" if reading.newest_rps is None else f" ({reading.newest_rps:.1f} req/s over the newest read)"
     return (f"arrival {reading.arrival_rps or 0.0:.1f} req/s read from {reading.pods} pod(s) over the last "
             f"{panic_window_s:g} s{newest}, capacity {capacity_rps:.1f} req/s per replica")

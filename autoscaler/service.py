@@ -4,9 +4,10 @@ Per target Deployment, a slow evaluation every `interval_s` reads the inputs (`q
 `Recommender` (recommend.py) decides, and the service publishes the count, or holds the last good
 one when Prometheus is down or a value is missing, NaN or stale (never a scale-down on missing data;
 `tidescale_recommender_failsafe{reason}` says why). The fast path reads Triton's own counters from
-the pods every `fast_path.interval_s` and only ever raises the count (a panic). A change becomes a
-Kubernetes Event (`events.py`); in `scale_mode: direct` the service writes the scale subresource
-itself. `tick(now)` runs whichever pass is due; `app.py` serves the state.
+the pods every `fast_path.interval_s` and only ever raises the count: a panic, or a scale-down the
+HPA has not applied yet, withdrawn when the pods read more load than the smaller fleet carries. A
+change becomes a Kubernetes Event (`events.py`); in `scale_mode: direct` the service writes the
+scale subresource itself. `tick(now)` runs whichever pass is due; `app.py` serves the state.
 """
 
 from __future__ import annotations
@@ -264,8 +265,9 @@ class RecommenderService:
     def evaluate_fast(self, now: float | None = None) -> None:
         """One round of the fast path for every target: read its pods, panic on an overload.
 
-        The panic only ever raises the published count (at once, with its Event); everything else
-        stays with the slow evaluation. A pod that does not answer keeps its last good values in the
+        The panic, and the withdrawal of a pending scale-down (`Recommender.withdraw`), only ever
+        raise the published count (at once, with its Event); everything else stays with the slow
+        evaluation. A pod that does not answer keeps its last good values in the
         window, and the next slow evaluation does not scale down (`hold_missing_data`). The pods are
         those of the last discovery, found again every `fast_path.discovery_interval_s` between
         evaluations; they are found and read, and the Event posted, with no lock held."""
@@ -289,11 +291,15 @@ class RecommenderService:
                 reading = st.fast_reading = st.fast.add(stamp, reads)
                 rec = st.recommender.panic(stamp, reading.arrival_rps, asked_replicas(st.published, st.current),
                                            reading.newest_rps)
+                if rec is None and st.published is not None and st.current is not None \
+                        and self.settings.scale_mode != "direct":
+                    # Direct mode has applied its scale-down already; the removed pods are draining.
+                    rec = st.recommender.withdraw(reading.arrival_rps, st.published, st.current)
                 if rec is None or st.published is None or rec.desired <= st.published:
                     continue
                 before = st.published
                 st.publish(rec.desired, stamp, self._lag_s)
-                st.decision, st.detail = "scale_up_panic", rec.reason
+                st.decision, st.detail = decision(rec.desired, st.current or 0, rec.reason, None), rec.reason
                 event = (before, rec.desired, st.decision, panic_detail(reading, st.recommender.config.panic_window_s,
                                                                           st.recommender.capacity_rps))
             self._send_event(st, *event)

@@ -73,7 +73,9 @@ def build() -> dash_b.Dashboard:
             "hold_down_delay, hold_saturated (the latency SLO burns, or the "
             "replicas serve their measured ceiling: no scale-down), hold_replicas_disagree (the replica reading "
             "disagrees with the HPA or with what was asked for: the last answer stands), "
-            "hold_steady, hold_missing_data (the fail-safe: never a scale-down on missing data), "
+            "hold_scale_down_withdrawn (the pods read more load than a scale-down not yet applied leaves "
+            "room for: taken back at once), hold_steady, "
+            "hold_missing_data (the fail-safe: never a scale-down on missing data), "
             "wait_unschedulable (some of the replicas asked for cannot be scheduled: no node has a free GPU). "
             "A change of the recommendation is also a Kubernetes Event on the Deployment (`kubectl describe`).",
             "short", [Query(f"{_by_deployment('tidescale_recommender_decision', ', reason')} == 1",

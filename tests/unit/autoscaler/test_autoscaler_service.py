@@ -489,13 +489,15 @@ class FakeReader:
         self.counters = {p: PodCounters(rps_per_pod * t, 0.0, 0.0) for p in self.counters}
 
 
-def fast_service(events: FakeEventApi | None = None) -> tuple[RecommenderService, FakeProm, FakeReader]:
+def fast_service(events: FakeEventApi | None = None, **kw: object) -> tuple[RecommenderService, FakeProm, FakeReader]:
+    """A service with the fast path on five pods; *kw* are more `RecommenderSettings` (or `scaler`)."""
     target = TargetSettings(deployment="triton", namespace="ml", model="resnet", min_replicas=1, max_replicas=50)
     fake, reader = FakeProm(), FakeReader()
     fake.pods = {f"triton-abc-{k}": f"10.0.0.{k}:8002" for k in range(5)}
     reader.counters = {p: PodCounters(0.0, 0.0, 0.0) for p in fake.pods}
-    svc = RecommenderService(RecommenderSettings(targets=[target], capacity_rps=100.0), fake,  # type: ignore[arg-type]
-                             events=events, reader=reader)  # type: ignore[arg-type]
+    scaler = kw.pop("scaler", None)
+    settings = RecommenderSettings(targets=[target], capacity_rps=100.0, **kw)  # type: ignore[arg-type]
+    svc = RecommenderService(settings, fake, events=events, reader=reader, scaler=scaler)  # type: ignore[arg-type]
     return svc, fake, reader
 
 
@@ -524,6 +526,36 @@ def test_the_fast_path_reads_the_pods_prometheus_scrapes_and_panics_between_eval
     assert "966.7 req/s read from 5 pod(s) over the last 6 s (2000.0 req/s over the newest read)" in body["message"]
     svc.evaluate(15.0)  # the slow path still reads 450 req/s: it keeps the panic's count
     assert desired(svc) == up
+
+
+@pytest.mark.parametrize("mode", ["hpa", "direct"])
+def test_the_fast_path_takes_back_a_scale_down_the_hpa_has_not_applied_when_the_load_comes_back(mode: str) -> None:
+    """Stop 61's demo: a scale-down decided a second before an overload, applied by the HPA's sync ten
+    seconds into it. Until the HPA applies it, the Deployment still reads 5 replicas. In direct mode
+    the service has written the scale-down itself: nothing is pending, the pods are draining."""
+    events = FakeEventApi()
+    scaler = FakeScaler()
+    svc, fake, reader = fast_service(events, scale_mode=mode, scaler=scaler if mode == "direct" else None)
+    svc.evaluate(0.0)
+    fake.values["rate("] = 100.0  # calm: 2 replicas carry it at 0.8
+    for t in range(15, 91, 15):
+        svc.evaluate(float(t))
+    assert desired(svc) == 2 and decisions(svc)["scale_down"] == 1.0
+    for t in (92.0, 94.0, 96.0, 98.0):  # 20 req/s per pod: the smaller fleet carries it, nothing changes
+        reader.served(20.0, t)
+        svc.evaluate_fast(t)
+    assert desired(svc) == 2
+    for t in (100.0, 102.0):  # 80 req/s per pod: 400 req/s, more than 2 x 100 x 0.8, less than a panic's 450
+        reader.counters = {p: PodCounters(20.0 * 98 + 80.0 * (t - 98), 0.0, 0.0) for p in reader.counters}
+        svc.evaluate_fast(t)
+    if mode == "direct":
+        assert desired(svc) == 2 and set(scaler.writes) == {("ml", "triton", 2)}  # never written back up
+        return
+    assert desired(svc) == 5 and decisions(svc)["hold_scale_down_withdrawn"] == 1.0
+    assert events.posted[-1][1]["message"].startswith("tidescale recommends 5 replicas (was 2): "
+                                                      "hold_scale_down_withdrawn; arrival ")
+    svc.evaluate(105.0)  # the slow path still reads the calm minute: the down delay starts again
+    assert desired(svc) == 5 and decisions(svc)["hold_down_delay"] == 1.0
 
 
 def test_a_pod_that_does_not_answer_blocks_scale_down_and_says_so() -> None:
