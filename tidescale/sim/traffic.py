@@ -107,6 +107,34 @@ def flash_crowd(base_rps: float, duration_s: float, factor: float = 10.0, at_s: 
     return Scenario("flash-crowd", sc.duration_s, sc.rate, f"{factor:g}x flash crowd", sc.peak_rps)
 
 
+def lulls(base_rps: float, duration_s: float, depth: float = 0.35, lulls_s: tuple[float, ...] = (70.0, 85.0, 100.0,
+          115.0, 130.0), back_s: float = 100.0, ramp_s: float = 5.0) -> Scenario:
+    """The base rate with lulls at *depth* x it, each followed by the base rate back within *ramp_s*
+    for *back_s*; the lulls take the lengths of *lulls_s* in turn. An autoscaler scales down about a
+    down delay into a lull, and an HPA applies it up to a sync later: the lengths sweep the load's
+    return across that moment, where a scale-down lands on a load the smaller fleet cannot carry
+    (the demo's "beyond maxReplicas", decided a second before it began)."""
+    if not 0 < depth < 1 or not lulls_s or min(lulls_s) <= ramp_s or back_s <= ramp_s:
+        raise UsageError("lulls: need 0 < depth < 1, and lulls and returns longer than the ramp")
+    starts, t, k = [], back_s, 0
+    while t < duration_s:  # (lull start, return start)
+        starts.append((t, t + lulls_s[k % len(lulls_s)]))
+        t, k = starts[-1][1] + back_s, k + 1
+    low = base_rps * depth
+
+    def rate(t: float) -> float:
+        for lull, back in starts:
+            if lull <= t < back:
+                return base_rps - (base_rps - low) * min(1.0, (t - lull) / ramp_s)
+            if back <= t < back + ramp_s:
+                return low + (base_rps - low) * (t - back) / ramp_s
+        return base_rps
+
+    lengths = "/".join(f"{x:g}" for x in lulls_s)
+    return Scenario("lulls", duration_s, rate, f"lulls to {depth:g}x for {lengths} s in turn, the load back within "
+                    f"{ramp_s:g} s for {back_s:g} s", base_rps)
+
+
 def diurnal_surge(base_rps: float, duration_s: float, factor: float = 3.0) -> Scenario:
     """The demo default: a diurnal shape with a 3x surge inside 60 s at 40 % of the run."""
     day = diurnal(base_rps, duration_s, amplitude=0.3)

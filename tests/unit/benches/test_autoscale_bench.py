@@ -390,7 +390,8 @@ def test_the_startup_scenarios_run_only_when_named_on_a_page_of_their_own() -> N
     assert "GPU(s) free" in node.describe() and "lognormal" in available["cold-start-variance"].describe()
     assert available["surge-3x"].oracle_ahead_s == available["surge-3x"].fastest_start_s == 60.0
     opts = benchreport.BenchOptions(list(bench.STARTUP_SCENARIOS), ("oracle",), quick=True)
-    assert opts.paths == (benchreport.STARTUP_DOC, benchreport.STARTUP_PNG, benchreport.STARTUP_FRONTIER_PNG)
+    assert opts.paths == benchreport.named_page("startup")
+    assert opts.paths[0].name == "autoscale-startup.md"
     mixed = benchreport.BenchOptions(["surge-3x", "node-provisioning"], ("oracle",), quick=True)
     assert mixed.paths[0] == benchreport.DOC
     doc, _runs = benchreport.run(benchreport.BenchOptions(["node-provisioning"], ("oracle",), quick=True,
@@ -458,6 +459,26 @@ def test_the_frontier_plot_is_drawn_with_nothing_to_put_in_its_legend(tmp_path: 
     assert path.stat().st_size > 0
 
 
+def test_the_lulls_run_only_when_named_on_a_page_of_their_own_and_every_named_group_has_one() -> None:
+    from tidescale.benches.autoscale import report as benchreport
+
+    available = bench.build_scenarios(1200.0, 800.0)
+    assert set(bench.LULL_SCENARIOS) <= set(available)
+    assert available["lulls"].surge_at_s is None  # judged as steady traffic: the load never exceeds the base
+    assert available["lulls"].traffic.peak_rps == 800.0
+    opts = benchreport.BenchOptions(list(bench.LULL_SCENARIOS), ("oracle",), quick=True)
+    assert opts.paths == benchreport.named_page("lulls") and opts.paths[1].name == "autoscale-lulls.png"
+    defaults = set(benchreport.default_scenarios(available, None))
+    pages = set()
+    for page, group in bench.NAMED_ONLY.items():
+        assert not set(group) & defaults
+        doc = benchreport.BenchOptions(list(group), ("oracle",), quick=True).paths[0]
+        assert doc == benchreport.named_page(page)[0]
+        pages.add(doc)
+    assert len(pages) == len(bench.NAMED_ONLY)  # one page each, none the default's
+    assert benchreport.DOC not in pages
+
+
 def test_the_readiness_scenarios_run_only_when_named_on_a_page_of_their_own() -> None:
     """Flaps and crash loops replay the 3x surge; their pods start at the surge, and they are recorded apart."""
     from tidescale.benches.autoscale import report as benchreport
@@ -470,5 +491,6 @@ def test_the_readiness_scenarios_run_only_when_named_on_a_page_of_their_own() ->
     assert "CrashLoopBackOff" in crash.describe() and "from the surge on" in crash.describe()
     opts = benchreport.BenchOptions(list(bench.READINESS_SCENARIOS), ("oracle",), quick=True,
                                     oracle_search=QUICK_ORACLE)
-    assert opts.paths == (benchreport.READINESS_DOC, benchreport.READINESS_PNG, benchreport.READINESS_FRONTIER_PNG)
+    assert opts.paths == benchreport.named_page("readiness")
+    assert opts.paths[2].name == "autoscale-readiness-frontiers.png"
     assert not set(bench.READINESS_SCENARIOS) & set(benchreport.default_scenarios(available, None))

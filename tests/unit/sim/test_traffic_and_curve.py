@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from tidescale.benches.autoscale.scenarios import AZURE_TRACE as AZURE
 from tidescale.contracts.errors import UsageError
 from tidescale.sim.servicecurve import ServiceCurve
-from tidescale.sim.traffic import load_trace_timestamps, replay, scenario
+from tidescale.sim.traffic import load_trace_timestamps, lulls, replay, scenario
 
 
 def test_v100_curve_reproduces_the_published_throughput() -> None:
@@ -25,6 +25,24 @@ def test_v100_curve_reproduces_the_published_throughput() -> None:
     assert all(b > a for a, b in itertools.pairwise(times))
     assert curve.max_throughput() == pytest.approx(380)
     assert curve.scaled(2).exec_seconds(8) == pytest.approx(2 * curve.exec_seconds(8))
+
+
+def test_lulls_take_their_lengths_in_turn_and_the_load_comes_back_to_the_base_rate() -> None:
+    sc = lulls(800.0, 1200.0, depth=0.25, lulls_s=(60.0, 90.0), back_s=100.0, ramp_s=5.0)
+    # base until 100 s; lull 100-160 (60 s), back 160-260; lull 260-350 (90 s), back 350-450; ...
+    assert [sc.rate(t) for t in (50.0, 130.0, 200.0, 300.0, 400.0, 500.0)] == [800.0, 200.0, 800.0, 200.0, 800.0,
+                                                                              200.0]
+    assert sc.rate(162.5) == pytest.approx(500.0)  # halfway up the 5 s return
+    assert sc.rate(102.5) == pytest.approx(500.0)  # and down
+    assert max(sc.rate(float(t)) for t in range(1200)) == sc.peak_rps == 800.0
+    assert "60/90 s in turn" in sc.description
+
+
+@pytest.mark.parametrize("kw", [{"depth": 0.0}, {"depth": 1.0}, {"lulls_s": ()}, {"lulls_s": (4.0,)},
+                                {"back_s": 5.0}])
+def test_lulls_refuse_shapes_that_are_not_lulls(kw: dict[str, object]) -> None:
+    with pytest.raises(UsageError, match="lulls"):
+        lulls(800.0, 1200.0, **kw)  # type: ignore[arg-type]
 
 
 def test_the_p99_execution_is_the_p99_of_the_simulators_executions() -> None:

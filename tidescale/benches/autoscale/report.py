@@ -49,15 +49,17 @@ SHED_FRONTIER_PNG = BENCH_DIR / "autoscale-queue-timeout-frontiers.png"
 NO_POLICY_DOC = BENCH_DIR / "autoscale-no-queue-policy.md"
 NO_POLICY_PNG = BENCH_DIR / "autoscale-no-queue-policy.png"
 NO_POLICY_FRONTIER_PNG = BENCH_DIR / "autoscale-no-queue-policy-frontiers.png"
-STARTUP_DOC = BENCH_DIR / "autoscale-startup.md"
-STARTUP_PNG = BENCH_DIR / "autoscale-startup.png"
-STARTUP_FRONTIER_PNG = BENCH_DIR / "autoscale-startup-frontiers.png"
-READINESS_DOC = BENCH_DIR / "autoscale-readiness.md"
-READINESS_PNG = BENCH_DIR / "autoscale-readiness.png"
-READINESS_FRONTIER_PNG = BENCH_DIR / "autoscale-readiness-frontiers.png"
+
 QUEUE_POLICIES = ("recommended", "none")
 FULL_S, QUICK_S = 3600.0, 1200.0
 MAX_JOBS = 256
+
+
+def named_page(page: str) -> tuple[Path, Path, Path]:
+    """The Markdown, replica plot and frontier plot of a scenario group run only when named
+    (`scenarios.NAMED_ONLY`): autoscale-<page>.md, .png and -frontiers.png."""
+    return (BENCH_DIR / f"autoscale-{page}.md", BENCH_DIR / f"autoscale-{page}.png",
+            BENCH_DIR / f"autoscale-{page}-frontiers.png")
 
 
 @dataclass(frozen=True)
@@ -227,8 +229,8 @@ def judge(scores: Mapping[str, dict[str, Any]], sweeps: Mapping[str, Sequence[fl
 
 def default_scenarios(available: Mapping[str, bench.BenchScenario], trace: Path | None) -> list[str]:
     """What a run without `--scenario` runs: the trace alone, or every scenario but the start-up and
-    readiness ones (other clusters'; they have their pages)."""
-    named_only = set(bench.STARTUP_SCENARIOS) | set(bench.READINESS_SCENARIOS)
+    readiness ones (other clusters'), the lulls: each named group has its page (`scenarios.NAMED_ONLY`)."""
+    named_only = {n for group in bench.NAMED_ONLY.values() for n in group}
     return ["trace"] if trace else [n for n in available if n not in named_only]
 
 
@@ -450,19 +452,16 @@ SWEEP_RULES = [
 def page_paths(queue_policy: str, scenarios: Sequence[str], slo_s: float = bench.DEFAULT_SLO_S,
                client_retries: int = 0) -> tuple[Path, Path, Path]:
     """The Markdown, replica plot and frontier plot of a run: a queue timeout ("explicit") or none is
-    another server setup; the start-up (or the readiness) scenarios alone are another cluster; another
+    another server setup; a named-only group alone (start-up, readiness, lulls) has its page; another
     SLO, or clients that retry, are other users. Each such run is recorded beside the default, never
     over it."""
     if queue_policy == "explicit":
         doc, png, frontier = SHED_DOC, SHED_PNG, SHED_FRONTIER_PNG
     elif queue_policy != "recommended":
         doc, png, frontier = NO_POLICY_DOC, NO_POLICY_PNG, NO_POLICY_FRONTIER_PNG
-    elif scenarios and set(scenarios) <= set(bench.STARTUP_SCENARIOS):
-        doc, png, frontier = STARTUP_DOC, STARTUP_PNG, STARTUP_FRONTIER_PNG
-    elif scenarios and set(scenarios) <= set(bench.READINESS_SCENARIOS):
-        doc, png, frontier = READINESS_DOC, READINESS_PNG, READINESS_FRONTIER_PNG
     else:
-        doc, png, frontier = DOC, PNG, FRONTIER_PNG
+        page = next((p for p, group in bench.NAMED_ONLY.items() if scenarios and set(scenarios) <= set(group)), None)
+        doc, png, frontier = (DOC, PNG, FRONTIER_PNG) if page is None else named_page(page)
     suffix = (f"-slo-{slo_s:g}s" if slo_s != bench.DEFAULT_SLO_S else "") + (
         f"-retries-{client_retries}" if client_retries else "")
     if not suffix:

@@ -28,7 +28,7 @@ from tidescale.sim import BatcherConfig, FleetSim
 from tidescale.sim.readiness import ReadinessFaults
 from tidescale.sim.servicecurve import ServiceCurve
 from tidescale.sim.startup import PodStartup
-from tidescale.sim.traffic import Scenario, flash_crowd, replay, scenario, surge
+from tidescale.sim.traffic import Scenario, flash_crowd, lulls, replay, scenario, surge
 
 DEFAULT_SLO_S = SLO_LATENCY_THRESHOLD_S
 DEFAULT_BASE_RPS = 800.0
@@ -105,6 +105,7 @@ def build_scenarios(duration_s: float, base_rps: float, trace: Path | None = Non
                                                target_rps=target_rps or base_rps), DEFAULT_COLD_START_S)
     out.update(startup_scenarios(duration_s, base_rps))
     out.update(readiness_scenarios(duration_s, base_rps))
+    out.update(lull_scenarios(duration_s, base_rps))
     return out
 
 
@@ -140,6 +141,22 @@ def readiness_scenarios(duration_s: float, base_rps: float) -> dict[str, BenchSc
             "crash-loop": BenchScenario("crash-loop", traffic, DEFAULT_COLD_START_S, at,
                                         faults=ReadinessFaults(crash_looping=2, crash_up_s=60.0,
                                                                crash_from_s=WARMUP_S + at))}
+
+
+# Run only when named, too; recorded on autoscale-lulls.md.
+LULL_SCENARIOS = ("lulls",)
+
+
+def lull_scenarios(duration_s: float, base_rps: float) -> dict[str, BenchScenario]:
+    """Lulls, each long enough for some policies to scale down, and the load back as they do (issue 45,
+    item 11: no scale-down onto a load the smaller fleet cannot carry). The load never exceeds what the
+    fleet before the lull served: a policy that keeps its replicas, or takes a scale-down back in
+    time, keeps the SLO; one whose scale-down lands on the returning load misses it for a cold start."""
+    return {"lulls": BenchScenario("lulls", lulls(base_rps, duration_s), DEFAULT_COLD_START_S)}
+
+
+# Every scenario group that runs only when named, by the page it is recorded on (autoscale-<page>.md).
+NAMED_ONLY = {"startup": STARTUP_SCENARIOS, "readiness": READINESS_SCENARIOS, "lulls": LULL_SCENARIOS}
 
 
 def measure_capacity(curve: ServiceCurve, cfg: BatcherConfig, slo_s: float, seed: int = 0,
