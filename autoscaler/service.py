@@ -292,8 +292,12 @@ class RecommenderService:
                 rec = st.recommender.panic(stamp, reading.arrival_rps, asked_replicas(st.published, st.current),
                                            reading.newest_rps)
                 if rec is None and st.published is not None and st.current is not None \
-                        and self.settings.scale_mode != "direct":
-                    # Direct mode has applied its scale-down already; the removed pods are draining.
+                        and self.settings.scale_mode != "direct" and not reading.missing \
+                        and reading.pods >= st.current:
+                    # Pending only while the whole fleet read answers: direct mode has applied its
+                    # scale-down already, and a pod that no longer answers, or is no longer found,
+                    # is one the HPA removed (the replicas read lag it): the window would still
+                    # count its last rate while the pods left serve its share too.
                     rec = st.recommender.withdraw(reading.arrival_rps, st.published, st.current)
                 if rec is None or st.published is None or rec.desired <= st.published:
                     continue

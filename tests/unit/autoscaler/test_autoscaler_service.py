@@ -558,6 +558,39 @@ def test_the_fast_path_takes_back_a_scale_down_the_hpa_has_not_applied_when_the_
     assert desired(svc) == 5 and decisions(svc)["hold_down_delay"] == 1.0
 
 
+def test_a_scale_down_the_hpa_has_applied_is_not_taken_back_on_the_pods_it_removed() -> None:
+    """The replicas read lag the HPA: once it removed pods, they stop answering (their last rate still
+    in the window) or are no longer found, and the pods left serve their share: the window over-reads.
+    Found in the benchmark: after a flash crowd every scale-down to 3 of 9 was taken back, 90 s apart."""
+    svc, fake, reader = fast_service()
+    svc.evaluate(0.0)
+    fake.values["rate("] = 100.0
+    for t in range(15, 91, 15):
+        svc.evaluate(float(t))
+    assert desired(svc) == 2  # the Deployment still reads 5
+    state = next(iter(svc.states.values()))
+    for t in (92.0, 94.0, 96.0, 98.0):  # 150 req/s: 2 x 100 x 0.8 carries it
+        reader.served(30.0, t)
+        svc.evaluate_fast(t)
+    gone = sorted(reader.counters)[2:]
+    reader.silent = set(gone)  # the HPA removed three pods
+    for t in (100.0, 102.0, 104.0):  # the two left take the fleet's 150 req/s; the window still counts the three
+        reader.counters = {p: PodCounters(30.0 * 98 + 75.0 * (t - 98), 0.0, 0.0) if p not in gone else c
+                           for p, c in reader.counters.items()}
+        svc.evaluate_fast(t)
+    assert state.fast_reading is not None and state.fast_reading.arrival_rps > 160.0  # over-read ...
+    assert desired(svc) == 2  # ... and nothing taken back
+    fake.pods = {p: a for p, a in fake.pods.items() if p not in gone}  # discovery no longer finds them
+    state.pods = {p: a for p, a in state.pods.items() if p not in gone}
+    reader.silent = set()
+    reader.counters = {p: c for p, c in reader.counters.items() if p not in gone}
+    for t in (106.0, 108.0):
+        reader.counters = {p: PodCounters(30.0 * 98 + 75.0 * (t - 98) + 60.0 * (t - 104), 0.0, 0.0)
+                           for p in reader.counters}
+        svc.evaluate_fast(t)
+    assert desired(svc) == 2  # 270 req/s on two pods read where five are counted: applied (a panic judges it)
+
+
 def test_a_pod_that_does_not_answer_blocks_scale_down_and_says_so() -> None:
     svc, fake, reader = fast_service()
     svc.evaluate(0.0)
