@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 from tidescale.autoscaler.decisions import event_message
 from tidescale.autoscaler.fastpath import FastReading
+from tidescale.autoscaler.forecast import period_name
 from tidescale.autoscaler.recommend import Observation
 from tidescale.contracts.kubeapi import EventSeriesApi, deployment_event, post_event_once
 
@@ -60,4 +61,7 @@ def observation_detail(obs: Observation, capacity_rps: float) -> str:
     return (f"arrival {obs.arrival_rps:.1f} req/s, rejected {obs.rejected_rps:.1f} req/s, queue "
             f"{obs.queue_depth:.0f}, P99 {p99}, capacity {capacity_rps:.1f} req/s per replica, "
             f"{obs.ready_replicas}/{obs.current_replicas} replicas ready"
-            + (f", {obs.unschedulable_pods} pod(s) cannot be scheduled" if obs.unschedulable_pods else ""))
+            + (f", {obs.unschedulable_pods} pod(s) cannot be scheduled" if obs.unschedulable_pods else "")
+            + ("" if obs.forecast is None else
+               f", forecast {obs.forecast.rps:.1f} req/s ({period_name(obs.forecast.period_s)} ago peaked at "
+               f"{obs.forecast.peak_rps:.1f} req/s, x{obs.forecast.growth:.2f} today's level)"))

@@ -7,13 +7,21 @@ turns into a hold instead of a scale-down.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from tidescale.autoscaler.coldstart import FirstReadyTracker
+from tidescale.autoscaler.forecast import Forecast, SeasonReading, seasonal_forecast
 from tidescale.autoscaler.recommend import Observation
-from tidescale.autoscaler.settings import RecommenderSettings, RecommenderTuning, TargetSettings, promql_range
+from tidescale.autoscaler.settings import (
+    ForecastSettings,
+    RecommenderSettings,
+    RecommenderTuning,
+    TargetSettings,
+    promql_range,
+)
 from tidescale.contracts import catalog
 from tidescale.contracts import recorded as names
 from tidescale.contracts.prometheus import InstantQueries, PrometheusUnavailable
@@ -27,6 +35,35 @@ class DataProblem(Exception):
     def __init__(self, reason: str, detail: str) -> None:
         super().__init__(detail)
         self.reason = reason
+
+
+# The resolution of the forecast's subqueries: a recording rule's, one sample a minute.
+HISTORY_STEP_S = 60.0
+
+
+@dataclass(frozen=True)
+class SeasonQuery:
+    """One season's reads (forecast.py), with the windows they cover, so that a simulated Prometheus
+    answers the same question: each window ends `…_offset_s` before now."""
+
+    period_s: float
+    peak: str  # max of the demand over [now - period - margin, now - period + ahead + margin]
+    level: str  # median of the demand over the level window ending one period ago
+    peak_window_s: float
+    peak_offset_s: float
+    level_window_s: float
+
+
+def season_query(demand: str, period_s: float, ahead_s: float, margin_s: float, level_window_s: float) -> SeasonQuery:
+    """The PromQL of one season: subqueries of the *demand* expression at `HISTORY_STEP_S`, offset by
+    what lies between now and the end of each window a period ago."""
+    step = promql_range(HISTORY_STEP_S)
+    window, offset = ahead_s + 2 * margin_s, period_s - ahead_s - margin_s
+    whole = math.ceil(window)  # PromQL offsets and ranges: whole seconds here
+    peak = f"max_over_time(({demand})[{promql_range(whole)}:{step}] offset {promql_range(math.floor(offset))})"
+    level = (f"quantile_over_time(0.5, ({demand})[{promql_range(level_window_s)}:{step}] "
+             f"offset {promql_range(period_s)})")
+    return SeasonQuery(period_s, peak, level, float(whole), float(math.floor(offset)), level_window_s)
 
 
 @dataclass(frozen=True)
@@ -55,6 +92,19 @@ class TargetQueries:
     # recorded P99 holds five minutes of the past. No series (read as None) where the SLO is no
     # bucket boundary or nothing was served.
     slow_share: str
+    # The demand now (the median over the forecast's level window) and each season's reads; none when
+    # the forecast is off.
+    demand_level: str | None = None
+    seasons: tuple[SeasonQuery, ...] = ()
+
+    def expressions(self) -> dict[str, str]:
+        """Every query by name (a season's as `seasons[<period>].peak`/`.level`): what a test or a
+        simulated Prometheus must know of."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+               if isinstance(getattr(self, f.name), str)}
+        for s in self.seasons:
+            out[f"seasons[{s.period_s:g}].peak"], out[f"seasons[{s.period_s:g}].level"] = s.peak, s.level
+        return out
 
     @staticmethod
     def _of_deployment(t: TargetSettings, scope: Mapping[str, str]) -> str:
@@ -99,9 +149,11 @@ class TargetQueries:
 
     @classmethod
     def for_target(cls, t: TargetSettings, tuning: RecommenderTuning | None = None,
-                   scope: Mapping[str, str] | None = None, slo_s: float = SLO_LATENCY_THRESHOLD_S) -> TargetQueries:
+                   scope: Mapping[str, str] | None = None, slo_s: float = SLO_LATENCY_THRESHOLD_S,
+                   forecast: ForecastSettings | None = None, cold_start_s: float = 60.0) -> TargetQueries:
         """*scope*: label matchers on every series (`series_matchers`, e.g. this cluster's label);
-        *slo_s*: the target's latency SLO (its P99 threshold)."""
+        *slo_s*: the target's latency SLO (its P99 threshold); *forecast*: the seasonal forecast's
+        settings (None or disabled: no forecast reads), looking ahead from the configured *cold_start_s*."""
         tuning, scope = tuning or RecommenderTuning(), scope or {}
         slow, fast = promql_range(tuning.rate_window_s), promql_range(tuning.fast_window_s)
         dep = {"namespace": t.namespace, **scope, "deployment": t.deployment}
@@ -112,10 +164,21 @@ class TargetQueries:
         rejected = cls._triton("nv_inference_request_failure", t, scope, reason="REJECTED")
         # Each Triton series once, however many jobs scrape the pods (the chart's PodMonitor and the
         # platform team's own monitor): a sum over both copies would ask for twice the replicas.
+        completions, rejections = triton_sum_rate(success, None, slow), triton_sum_rate(rejected, None, slow)
+        # The demand a season ago: completions + rejections (Triton before 24.08 has no REJECTED series).
+        demand = f"{completions} + ({rejections} or vector(0))"
+        seasons: tuple[SeasonQuery, ...] = ()
+        level: str | None = None
+        if forecast is not None and forecast.enabled:
+            ahead = forecast.ahead(cold_start_s, tuning)
+            seasons = tuple(season_query(demand, p, ahead, forecast.margin_s, forecast.level_window_s)
+                            for p in forecast.periods_s)
+            level = (f"quantile_over_time(0.5, ({demand})[{promql_range(forecast.level_window_s)}:"
+                     f"{promql_range(HISTORY_STEP_S)}])")
         return cls(
-            completions=triton_sum_rate(success, None, slow),
+            completions=completions,
             fast_completions=triton_sum_rate(success, None, fast),
-            rejections=triton_sum_rate(rejected, None, slow),
+            rejections=rejections,
             fast_rejections=triton_sum_rate(rejected, None, fast),
             queue=triton_sum(pending),
             max_pod_queue=f"max({triton_sum(pending, 'pod')})",
@@ -131,6 +194,8 @@ class TargetQueries:
             hpa_desired=cls._hpa("kube_horizontalpodautoscaler_status_desired_replicas", t, scope),
             unschedulable=f"count({cls._per_pod('kube_pod_status_unschedulable', t, scope)} > 0)",
             slow_share=cls._slow_share(t, scope, slo_s, slow),
+            demand_level=level,
+            seasons=seasons,
         )
 
     @staticmethod
@@ -178,9 +243,10 @@ def pod_values(client: InstantQueries, expr: str) -> dict[str, float]:
 
 
 def observe(client: InstantQueries, q: TargetQueries, now: float, replicas: Callable[[], tuple[int, int]],
-            slo_latency_threshold_s: float, stale_after_s: float) -> Observation:
+            slo_latency_threshold_s: float, stale_after_s: float, max_growth: float = 2.0) -> Observation:
     """One Observation of a target: raises PrometheusUnavailable, or DataProblem when a required input is
-    missing, NaN or stale. *replicas* gives (spec, Ready) replicas (kube-state-metrics, or the demo's)."""
+    missing, NaN or stale. *replicas* gives (spec, Ready) replicas (kube-state-metrics, or the demo's);
+    *max_growth* bounds the seasonal forecast's level correction."""
     completions = value(client, q.completions, "completion rate")
     queue = value(client, q.queue, "queue depth")
     age = value(client, q.queue_age, "queue sample age")
@@ -194,10 +260,25 @@ def observe(client: InstantQueries, q: TargetQueries, now: float, replicas: Call
     worst = value(client, q.max_pod_queue, "worst pod's queue", required=False)
     unschedulable = value(client, q.unschedulable, "unschedulable pods", required=False)
     slow = value(client, q.slow_share, "share of requests slower than the SLO", required=False)
+    forecast = read_forecast(client, q, max_growth)
     return Observation(now, completions or 0.0, queue or 0.0, ready, current, p99, slo_latency_threshold_s,
                        fast_arrival_rps=fast, max_pod_queue=worst, rejected_rps=rejected or 0.0,
                        fast_rejected_rps=fast_rejected, unschedulable_pods=int(unschedulable or 0),
-                       slow_share=None if slow is None else min(1.0, max(0.0, slow)))
+                       slow_share=None if slow is None else min(1.0, max(0.0, slow)), forecast=forecast)
+
+
+def read_forecast(client: InstantQueries, q: TargetQueries, max_growth: float) -> Forecast | None:
+    """The seasonal forecast from Prometheus' history (None: off, no history, or Prometheus cannot say:
+    the forecast only ever adds to what the recommender sizes for, so going without it is safe)."""
+    if q.demand_level is None or not q.seasons:
+        return None
+    try:
+        now = value(client, q.demand_level, "demand level", required=False)
+        readings = [SeasonReading(s.period_s, value(client, s.peak, "seasonal peak", required=False),
+                                  value(client, s.level, "seasonal level", required=False)) for s in q.seasons]
+    except PrometheusUnavailable:
+        return None
+    return seasonal_forecast(readings, now, max_growth)
 
 
 def read_cold_start(client: InstantQueries, q: TargetQueries, tracker: FirstReadyTracker,

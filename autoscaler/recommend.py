@@ -28,6 +28,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
+from tidescale.autoscaler.forecast import Forecast
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.slo import QUANTILE_WINDOW_S
 
@@ -146,6 +147,7 @@ class Observation:
     fast_rejected_rps: float | None = None  # the same over the short window (else rejected_rps)
     unschedulable_pods: int = 0  # the Deployment's pods the scheduler cannot place (kube-state-metrics)
     slow_share: float | None = None  # share of the last rate window's requests slower than the SLO, if known
+    forecast: Forecast | None = None  # the demand a season ago over the lookahead, at today's level (forecast.py)
 
 
 @dataclass(frozen=True)
@@ -531,15 +533,20 @@ class Recommender:
         backlog_rps = obs.queue_depth / cfg.drain_s
         drain_need = drain_replicas(arrival, pod_backlog, self.capacity_rps, cfg.pod_drain_s, cfg.max_replicas)
         standing = replicas_for(floor_rps * cfg.headroom, self.capacity_rps, cfg.utilisation) if cfg.headroom > 1 else 0
-        rate_need = max(standing, replicas_for(projected + backlog_rps, self.capacity_rps, cfg.utilisation))
+        # A season ago the demand peaked at this within the lookahead: be ready for it when the replicas
+        # asked for now are, and keep them until that peak has passed (the down need holds it too).
+        seasonal = 0 if obs.forecast is None else replicas_for(obs.forecast.rps, self.capacity_rps, cfg.utilisation)
+        measured_need = max(standing, replicas_for(projected + backlog_rps, self.capacity_rps, cfg.utilisation))
+        rate_need = max(seasonal, measured_need)
         drain_need = min(drain_need, math.ceil(cfg.max_drain_factor * max(rate_need, 1)))
         up_need = max(rate_need, drain_need, obs.current_replicas + 1 if hidden else 0)
         projected_down = projected_rate(down_arrival, slope, lookahead, cfg.trend_cap)
-        down_need = max(drain_need, standing, replicas_for(max(projected_down, down_arrival) + backlog_rps,
+        down_need = max(drain_need, standing, seasonal, replicas_for(max(projected_down, down_arrival) + backlog_rps,
                                                            self.capacity_rps, cfg.down_utilisation))
         queue_driven = arrival - obs.arrival_rps + backlog_rps > 0.1 * max(projected, 1e-9)
         reason = "latency" if up_need > max(rate_need, drain_need) else \
             "drain" if drain_need > rate_need and up_need > obs.current_replicas else \
+            "forecast" if seasonal > measured_need and up_need > obs.current_replicas else \
             "queue" if queue_driven and up_need > obs.current_replicas else (
             "lookahead" if slope > 0 and up_need > replicas_for(arrival, self.capacity_rps,
                                                                 cfg.utilisation) else "rate")

@@ -84,9 +84,9 @@ class RecommenderService:
                 raise UsageError(f"target {t.namespace}/{t.deployment} is listed twice")
             Target(t.deployment, t.namespace, t.model, t.min_replicas, t.max_replicas)  # validates the names
             config = settings.config_for(t)
-            self.states[key] = TargetState(t, Recommender(config), TargetQueries.for_target(t, settings.tuning,
-                                                                                   settings.series_matchers,
-                                                                                   settings.slo_for(t)),
+            queries = TargetQueries.for_target(t, settings.tuning, settings.series_matchers, settings.slo_for(t),
+                                               settings.forecast, settings.cold_start_s)
+            self.states[key] = TargetState(t, Recommender(config), queries,
                                            fast=FastWindow(config.panic_window_s, config.client_retries)
                                            if settings.fast_path.enabled else None,
                                            first_ready=FirstReadyTracker(self.started))
@@ -131,7 +131,7 @@ class RecommenderService:
     def observe(self, st: TargetState, now: float) -> Observation:
         """One Observation from Prometheus; raises PrometheusUnavailable or DataProblem."""
         return observe(self.client, st.queries, now, lambda: self._replicas(st), self.settings.slo_for(st.settings),
-                       self.settings.stale_after_s)
+                       self.settings.stale_after_s, self.settings.forecast.max_growth)
 
     # --- one evaluation ----------------------------------------------------------------------------
     def evaluate(self, now: float | None = None) -> dict[tuple[str, str], TargetState]:

@@ -18,6 +18,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from tidescale.autoscaler.capacity import load_capacity
+from tidescale.autoscaler.forecast import DAY_S, WEEK_S
 from tidescale.autoscaler.recommend import MAX_CLIENT_RETRIES, RecommenderConfig
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.prometheus import DEFAULT_PROMETHEUS_URL, MAX_ANSWER_BYTES, PrometheusAuth
@@ -102,6 +103,37 @@ class FastPathSettings(SettingsModel):
     discovery_interval_s: float = Field(default=6.0, ge=0.5, le=300, allow_inf_nan=False)
 
 
+class ForecastSettings(SettingsModel):
+    """`recommender.settings.forecast`: pre-scale ahead of the peaks Prometheus' history holds (forecast.py).
+
+    Each evaluation reads the demand (completions + rejections) of the target one period ago, over
+    the lookahead plus `margin_s` either side (a peak that came a little earlier or later), and
+    scales its peak by today's level against that period's (the median over `level_window_s`, now
+    and then; at most `max_growth`). The longest period Prometheus holds wins. Prometheus must keep
+    the longest period (kube-prometheus-stack keeps 10 days)."""
+
+    enabled: bool = True
+    periods_s: list[float] = Field(default_factory=lambda: [DAY_S, WEEK_S], min_length=1, max_length=4)
+    # How far ahead the peak is looked for; None: the configured cold start + the lookahead's extra.
+    ahead_s: float | None = Field(default=None, gt=0, le=3600, allow_inf_nan=False)
+    margin_s: float = Field(default=120.0, ge=0, le=3600, allow_inf_nan=False)
+    level_window_s: float = Field(default=600.0, ge=60, le=7200, allow_inf_nan=False)
+    max_growth: float = Field(default=2.0, ge=1, le=10, allow_inf_nan=False)
+
+    @field_validator("periods_s")
+    @classmethod
+    def _periods(cls, v: list[float]) -> list[float]:
+        """Whole minutes from an hour to five weeks: a season, not a rate window."""
+        for p in v:
+            if not (math.isfinite(p) and 3600 <= p <= 5 * WEEK_S and p % 60 == 0):
+                raise ValueError(f"forecast periods must be whole minutes from 3600 s to {5 * WEEK_S:g} s, got {p:g}")
+        return sorted(set(v))
+
+    def ahead(self, cold_start_s: float, tuning: RecommenderTuning) -> float:
+        """How far ahead of now the peak a period ago is read."""
+        return self.ahead_s if self.ahead_s is not None else cold_start_s + tuning.lookahead_extra_s
+
+
 class TargetSettings(SettingsModel):
     """One Deployment to recommend for."""
 
@@ -169,6 +201,7 @@ class RecommenderSettings(ServingSettings):
     hpa_tolerance_rounding: bool = False  # cluster without behavior.*.tolerance (k8s < 1.33)
     tuning: RecommenderTuning = Field(default_factory=RecommenderTuning)
     fast_path: FastPathSettings = Field(default_factory=FastPathSettings)
+    forecast: ForecastSettings = Field(default_factory=ForecastSettings)
     # hpa: publish tidescale_desired_replicas for the HPA (or KEDA) to apply at its next sync.
     # direct: write each target Deployment's scale subresource at once, as Knative's KPA does; no HPA
     # may manage the Deployment then, and only one recommender may run (docs/autoscaler.md).

@@ -11,15 +11,21 @@ service itself (`RecommenderService.tick`), not a copy of its decision path.
 - `SimPods` reads those pods' own counters as their `/metrics` shows them now (the fast path); a
   pod that is gone does not answer.
 - `SimScale` is the Deployment's scale subresource (direct mode).
+- `DemandHistory` is what Prometheus remembers of the demand for the seasonal forecast: one sample a
+  minute, the days before the run handed in, the run's own as it goes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import bisect
+import statistics
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from tidescale.autoscaler.fastpath import PodCounters
-from tidescale.autoscaler.queries import TargetQueries
+from tidescale.autoscaler.queries import HISTORY_STEP_S, TargetQueries
 from tidescale.autoscaler.recommend import RecommenderConfig
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.slo import SLO_LATENCY_THRESHOLD_S
@@ -29,14 +35,59 @@ from tidescale.sim.lag import MetricsLag
 POD_PORT = 8002  # Triton's metrics port: the `instance` the fast path reads
 
 
+class DemandHistory:
+    """The demand (completions + rejections a second, over the rate window) one sample a minute, as the
+    forecast's subqueries read it: *before* (time, rate) samples ending where the run starts, then
+    what the run's scrapes show, recorded as the simulated Prometheus is asked."""
+
+    def __init__(self, before: Sequence[tuple[float, float]] = ()) -> None:
+        self.times = [t for t, _ in before]
+        self.rates = [r for _, r in before]
+        if any(b <= a for a, b in zip(self.times, self.times[1:], strict=False)):
+            raise UsageError("the demand history's samples must be in time order")
+
+    def due(self, now: float) -> bool:
+        """Whether a minute has passed since the newest sample."""
+        return not self.times or now >= self.times[-1] + HISTORY_STEP_S
+
+    def record(self, now: float, rps: float) -> None:
+        if self.due(now):
+            self.times.append(now)
+            self.rates.append(rps)
+
+    def _within(self, start: float, end: float) -> list[float]:
+        """The samples in (start, end], as a range selector takes them."""
+        return self.rates[bisect.bisect_right(self.times, start):bisect.bisect_right(self.times, end)]
+
+    def peak(self, start: float, end: float) -> float | None:
+        got = self._within(start, end)
+        return max(got) if got else None
+
+    def median(self, start: float, end: float) -> float | None:
+        got = self._within(start, end)
+        return statistics.median(got) if got else None
+
+
+def minute_rates(arrivals: np.ndarray, offset_s: float) -> list[tuple[float, float]]:
+    """The demand samples of *arrivals* as the recording rule would have stored them: the requests of
+    each minute a second, stamped at the minute's end, shifted by *offset_s*."""
+    if len(arrivals) == 0:
+        return []
+    minutes = int(np.ceil(float(arrivals[-1]) / HISTORY_STEP_S)) or 1
+    counts = np.bincount((arrivals // HISTORY_STEP_S).astype(int), minlength=minutes)
+    return [(offset_s + (k + 1) * HISTORY_STEP_S, float(c) / HISTORY_STEP_S) for k, c in enumerate(counts)]
+
+
 class SimPrometheus:
     """One target's queries answered from the simulator (`bind` sets the instant they are asked at)."""
 
     def __init__(self, queries: TargetQueries, config: RecommenderConfig,
-                 slo_s: float = SLO_LATENCY_THRESHOLD_S) -> None:
+                 slo_s: float = SLO_LATENCY_THRESHOLD_S, history: DemandHistory | None = None) -> None:
         self.queries = queries
         self._at: tuple[float, MetricsLag, FleetSim] | None = None
+        self.history = history or DemandHistory()
         slow, fast = config.rate_window_s, config.fast_window_s
+        self._rate_window_s = slow
         self._values: dict[str, Callable[[MetricsLag, FleetSim, float], float | None]] = {
             queries.completions: lambda lag, sim, now: lag.rate("requests", slow),
             queries.fast_completions: lambda lag, sim, now: lag.rate("requests", fast),
@@ -53,13 +104,36 @@ class SimPrometheus:
             # count(...) of no pods is no series
             queries.unschedulable: lambda lag, sim, now: float(sim.unschedulable) or None,
         }
+        self._values.update(self._forecast_values())
         self._pod_times: dict[str, Callable[[tuple[str, float, float | None]], float | None]] = {
             queries.pod_started: lambda pod: pod[1], queries.pod_ready_at: lambda pod: pod[2]}
         self._silent = {queries.model_load, queries.hpa_current, queries.hpa_desired}
         self._discovery = f"group by (pod, instance) ({queries.pending})"
 
+    def _forecast_values(self) -> dict[str, Callable[[MetricsLag, FleetSim, float], float | None]]:
+        """The forecast's reads (`SeasonQuery`), from the demand history."""
+        q, history = self.queries, self.history
+        out: dict[str, Callable[[MetricsLag, FleetSim, float], float | None]] = {}
+        if q.demand_level is None:
+            return out
+        level_s = q.seasons[0].level_window_s
+        out[q.demand_level] = lambda lag, sim, now: history.median(now - level_s, now)
+        for season in q.seasons:
+            def peak(lag: MetricsLag, sim: FleetSim, now: float, s: Any = season) -> float | None:
+                return history.peak(now - s.peak_offset_s - s.peak_window_s, now - s.peak_offset_s)
+
+            def level(lag: MetricsLag, sim: FleetSim, now: float, s: Any = season) -> float | None:
+                return history.median(now - s.period_s - s.level_window_s, now - s.period_s)
+
+            out[season.peak], out[season.level] = peak, level
+        return out
+
     def bind(self, now: float, lag: MetricsLag, sim: FleetSim) -> None:
         self._at = (now, lag, sim)
+        if self.queries.demand_level is not None and self.history.due(now):
+            completed = lag.rate("requests", self._rate_window_s)
+            if completed is not None:
+                self.history.record(now, completed + (lag.rate("failures", self._rate_window_s) or 0.0))
 
     def _bound(self) -> tuple[float, MetricsLag, FleetSim]:
         if self._at is None:

@@ -32,11 +32,16 @@ class Scenario:
     peak_rps: float = 0.0  # an upper bound of rate(t), for thinning
     # Replayed traces carry their own arrival times instead of a rate function.
     timestamps: np.ndarray | None = None
+    # Arrivals drawn at a rate constant over each step of this many seconds, not by thinning: a real
+    # day at hundreds of requests a second would call `rate` for each of 10^8 candidates.
+    step_s: float | None = None
 
     def arrivals(self, seed: int = 0) -> np.ndarray:
         """Arrival times (seconds, sorted) of one realisation of the scenario."""
         if self.timestamps is not None:
             return self.timestamps[self.timestamps < self.duration_s]
+        if self.step_s is not None:
+            return stepped_poisson_arrivals(self.rate, self.duration_s, self.step_s, seed)
         return poisson_arrivals(self.rate, self.duration_s, self.peak_rps or _peak(self.rate, self.duration_s), seed)
 
     def mean_rps(self) -> float:
@@ -61,6 +66,17 @@ def poisson_arrivals(rate: RateFn, duration_s: float, peak: float, seed: int) ->
     rates = np.fromiter((rate(float(t)) for t in cand), dtype=float, count=len(cand))
     keep = rng.uniform(0.0, peak, len(cand)) < rates
     return cand[keep]
+
+
+def stepped_poisson_arrivals(rate: RateFn, duration_s: float, step_s: float, seed: int) -> np.ndarray:
+    """Poisson arrivals at `rate` of each step's middle over the step: one call of *rate* a step."""
+    rng = np.random.default_rng(seed)
+    starts = np.arange(0.0, duration_s, step_s)
+    rates = np.fromiter((rate(float(t) + step_s / 2) for t in starts), dtype=float, count=len(starts))
+    counts = rng.poisson(np.maximum(rates, 0.0) * step_s)
+    times = np.repeat(starts, counts) + rng.uniform(0.0, step_s, int(counts.sum()))
+    times.sort()
+    return times[times < duration_s]
 
 
 # --- built-in shapes ---------------------------------------------------------------------------
@@ -133,6 +149,39 @@ def lulls(base_rps: float, duration_s: float, depth: float = 0.35, lulls_s: tupl
     lengths = "/".join(f"{x:g}" for x in lulls_s)
     return Scenario("lulls", duration_s, rate, f"lulls to {depth:g}x for {lengths} s in turn, the load back within "
                     f"{ramp_s:g} s for {back_s:g} s", base_rps)
+
+
+DAY_S = 86400.0
+# The peaks of `workday`: (hour it starts, factor on the day's curve, how long it holds in s). Logins
+# as the offices open, and an evening batch.
+WORKDAY_PEAKS = ((9.0, 2.5, 1200.0), (19.0, 2.0, 900.0))
+
+
+def workday(base_rps: float, peaks: tuple[tuple[float, float, float], ...] = WORKDAY_PEAKS, shift_s: float = 0.0,
+            ramp_s: float = 30.0) -> Scenario:
+    """A real day (24 h, from midnight) as an inference service sees it: a night at 0.35x *base_rps*
+    (04:00), an afternoon at 1.05x (16:00), and *peaks* at the same hours every day that rise within
+    *ramp_s*, faster than a GPU replica starts; *shift_s* moves the peaks (the day before, a little
+    later). What a seasonal forecast is for: the peaks are known, not detectable in time."""
+    if base_rps <= 0 or ramp_s <= 0 or any(not (0 <= h < 24 and f >= 1 and hold > 0) for h, f, hold in peaks):
+        raise UsageError("workday: need a base rate > 0, a ramp > 0 and peaks (hour 0-24, factor >= 1, hold > 0)")
+
+    def bump(t: float) -> float:
+        out = 1.0
+        for hour, factor, hold in peaks:
+            x = t - (hour * 3600 + shift_s)
+            if 0 <= x < 2 * ramp_s + hold:
+                up = min(1.0, x / ramp_s, (2 * ramp_s + hold - x) / ramp_s)
+                out = max(out, 1 + (factor - 1) * up)
+        return out
+
+    def rate(t: float) -> float:
+        return base_rps * (0.7 - 0.35 * math.cos(2 * math.pi * (t - 4 * 3600) / DAY_S)) * bump(t)
+
+    hours = " and ".join(f"{f:g}x at {int(h):02d}:{int(h % 1 * 60):02d} for {hold / 60:g} min" for h, f, hold in peaks)
+    return Scenario("workday", DAY_S, rate, f"a real 24 h day (night 0.35x, afternoon 1.05x) with peaks {hours}, "
+                    f"each within {ramp_s:g} s", base_rps * 1.05 * max((f for _, f, _ in peaks), default=1.0),
+                    step_s=1.0)
 
 
 def diurnal_surge(base_rps: float, duration_s: float, factor: float = 3.0) -> Scenario:

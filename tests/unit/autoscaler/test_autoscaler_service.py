@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import threading
@@ -25,7 +24,7 @@ from tidescale.autoscaler.fastpath import PodCounters
 from tidescale.autoscaler.manifests import DESIRED_FIELD
 from tidescale.autoscaler.queries import TargetQueries
 from tidescale.autoscaler.service import RecommenderService
-from tidescale.autoscaler.settings import RecommenderSettings, RecommenderTuning, TargetSettings
+from tidescale.autoscaler.settings import ForecastSettings, RecommenderSettings, RecommenderTuning, TargetSettings
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.prometheus import PrometheusClient, PrometheusUnavailable
 from tidescale.contracts.settings import load_settings
@@ -142,8 +141,9 @@ def test_series_matchers_scope_every_selector_to_one_cluster() -> None:
     """A Prometheus API holding several clusters: every selector of every query carries the matcher
     (escaped), so another cluster's Deployment of the same name is not read as demand."""
     q = TargetQueries.for_target(TargetSettings(deployment="triton", namespace="ml", model="resnet"), None,
-                                 {"cluster": 'eu"1'})
-    for expr in dataclasses.astuple(q):
+                                 {"cluster": 'eu"1'}, forecast=ForecastSettings())
+    assert q.seasons
+    for expr in q.expressions().values():
         assert expr.count("{") == expr.count('cluster="eu\\"1"') > 0, expr
     target = TargetSettings(deployment="triton", namespace="ml", model="resnet")
     for bad, message in [({"namespace": "x"}, "set themselves"), ({"1cluster": "x"}, "not a Prometheus label"),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -24,7 +24,7 @@ from tidescale.autoscaler.settings import RecommenderSettings, TargetSettings
 from tidescale.contracts.errors import UsageError
 from tidescale.sim import FleetSim, MetricsLag
 from tidescale.sim.hpa_controller import HpaEmulator, MetricValue, Pod
-from tidescale.sim.recommender_io import SimPods, SimPrometheus, SimScale
+from tidescale.sim.recommender_io import DemandHistory, SimPods, SimPrometheus, SimScale
 
 HPA_SYNC_S = 15.0
 PROXY_TICK_S = 2.0
@@ -279,6 +279,8 @@ class TidescalePolicy:
     late, each pod's counters as its `/metrics` shows them now. Its answer reaches the HPA one scrape
     of the recommender later (`publish_delay_s`: its ServiceMonitor's interval; the adapter then
     serves it). `direct` replaces the HPA: the service writes the scale subresource itself, at once.
+    Its seasonal forecast reads *history* (the demand of the days before the run, a sample a minute),
+    then what the run's scrapes show; *forecast* False turns it off, as `forecast.enabled` does.
     """
 
     name = "tidescale"
@@ -286,7 +288,8 @@ class TidescalePolicy:
     def __init__(self, initial: int, min_r: int, max_r: int, capacity_rps: float, cold_start_s: float,
                  slo_s: float, *, publish_delay_s: float, headroom: float = 1.0,
                  fast_path: bool | None = None, direct: bool = False, sync_offset_s: float = 0.0,
-                 client_retries: int = 0) -> None:
+                 client_retries: int = 0, forecast: bool = True, history: Sequence[tuple[float, float]] = ()
+                 ) -> None:
         target = Target("triton", "bench", "model", min_r, max_r)
         self.hpa = HpaEmulator(tidescale_hpa_spec(target), initial)
         settings = RecommenderSettings(cold_start_s=cold_start_s, headroom=headroom, slo_latency_threshold_s=slo_s,
@@ -297,10 +300,12 @@ class TidescalePolicy:
                                                                capacity_rps=capacity_rps)])
         if fast_path is not None:  # None: as shipped
             settings.fast_path.enabled = fast_path
+        settings.forecast.enabled = forecast
         [target_settings] = settings.targets
         config = settings.config_for(target_settings)
-        queries = TargetQueries.for_target(target_settings, settings.tuning, slo_s=slo_s)
-        self.prometheus = SimPrometheus(queries, config, slo_s)
+        queries = TargetQueries.for_target(target_settings, settings.tuning, slo_s=slo_s, forecast=settings.forecast,
+                                           cold_start_s=cold_start_s)
+        self.prometheus = SimPrometheus(queries, config, slo_s, DemandHistory(history))
         self.pods = SimPods()
         self.scale = SimScale()
         self.now = 0.0
