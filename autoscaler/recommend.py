@@ -10,7 +10,9 @@ lower count to have been enough for `down_delay_s` and to fit at a lower utilisa
 hysteresis), judged on the lower of the two windows' rates: on the way down the short window reads
 the fall sooner, and the largest need over `down_delay_s` keeps a passing dip from counting.
 With `headroom` > 1 the fleet never drops below what headroom × the recent floor of the load needs
-(standing replicas for a surge faster than detection + cold start). Capacity starts at the
+(standing replicas for a surge faster than detection + cold start), and with a seasonal forecast
+(forecast.py: the demand a day or a week ago over the lookahead, at today's level) never below what
+that needs, up or down. Capacity starts at the
 load-test value and is refined from observed saturation.
 
 Scale-down is measured against the larger of the replicas read and the count last recommended, so

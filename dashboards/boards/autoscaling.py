@@ -68,7 +68,8 @@ def build() -> dash_b.Dashboard:
         .with_panel(graph(
             "Why the recommender decided",
             "Each evaluation's decision (tidescale_recommender_decision == 1): scale_up_rate, scale_up_queue, "
-            "scale_up_panic (an overload read straight from the Triton pods: scaled at once), scale_up_drain "
+            "scale_up_panic (an overload read straight from the Triton pods: scaled at once), scale_up_forecast "
+            "(the demand a day or a week ago peaked within the lookahead), scale_up_drain "
             "(a pod's backlog), scale_up_latency (most requests slow with no queue to show why), scale_down, "
             "hold_down_delay, hold_saturated (the latency SLO burns, or the "
             "replicas serve their measured ceiling: no scale-down), hold_replicas_disagree (the replica reading "

@@ -65,6 +65,15 @@ def triton_metrics() -> Iterator[str]:
     server.server_close()
 
 
+def recommender_of(prom: PrometheusServer) -> RecommenderService:
+    """The service for the fake Triton's model on 3 replicas, reading *prom* over 10 s / 5 s windows."""
+    settings = RecommenderSettings(
+        prometheus_url=prom.url, capacity_rps=100.0, query_timeout_s=2.0,
+        tuning=RecommenderTuning(rate_window_s=10, fast_window_s=5),
+        targets=[TargetSettings(deployment="triton", namespace="ml", model="resnet", max_replicas=20)])
+    return RecommenderService(settings, replicas_fn=lambda _t: (3, 3))
+
+
 def test_prometheus_stops_mid_run_recommendation_holds(tmp_path: Path, triton_metrics: str) -> None:
     # A canary Deployment serves the same model in the same namespace: its pod's requests are not the
     # target's demand (read together, the answer would double).
@@ -74,11 +83,7 @@ def test_prometheus_stops_mid_run_recommendation_holds(tmp_path: Path, triton_me
     try:
         prom.wait_for_targets_up()
         prom.wait_for('sum(rate(nv_inference_request_success{namespace="ml"}[10s])) > 760', timeout=40)
-        settings = RecommenderSettings(
-            prometheus_url=prom.url, capacity_rps=100.0, query_timeout_s=2.0,
-            tuning=RecommenderTuning(rate_window_s=10, fast_window_s=5),
-            targets=[TargetSettings(deployment="triton", namespace="ml", model="resnet", max_replicas=20)])
-        service = RecommenderService(settings, replicas_fn=lambda _t: (3, 3))
+        service = recommender_of(prom)
         client = TestClient(make_app(service))
         (state,) = service.evaluate().values()
         assert state.failsafe is None, state.detail
@@ -101,11 +106,7 @@ def test_the_fast_path_finds_the_pod_prometheus_scrapes_and_reads_its_counters(t
     prom.start()
     try:
         prom.wait_for_targets_up()
-        settings = RecommenderSettings(
-            prometheus_url=prom.url, capacity_rps=100.0, query_timeout_s=2.0,
-            tuning=RecommenderTuning(rate_window_s=10, fast_window_s=5),
-            targets=[TargetSettings(deployment="triton", namespace="ml", model="resnet", max_replicas=20)])
-        service = RecommenderService(settings, replicas_fn=lambda _t: (3, 3))
+        service = recommender_of(prom)
         prom.wait_for('sum(rate(nv_inference_request_success{namespace="ml"}[10s])) > 380', timeout=40)
         (state,) = service.evaluate().values()
         assert state.pods == {POD: triton_metrics}  # the `pod` and `instance` labels of the scraped series
@@ -118,6 +119,30 @@ def test_the_fast_path_finds_the_pod_prometheus_scrapes_and_reads_its_counters(t
         assert reading.arrival_rps == pytest.approx(RATE + REJECTED, rel=0.05)
         body = TestClient(make_app(service)).get("/metrics").text
         assert 'tidescale_recommender_fast_path_pods{deployment="triton",namespace="ml",state="answered"} 1.0' in body
+    finally:
+        prom.stop()
+        service.close()
+
+
+def test_prometheus_evaluates_the_seasonal_forecasts_reads(tmp_path: Path, triton_metrics: str) -> None:
+    """The forecast's subqueries are PromQL a real Prometheus runs: a day and a week back it holds
+    nothing yet (no forecast, no error), and the demand level now is completions + queue-policy
+    rejections (model errors are not demand) at the subquery's minute steps."""
+    prom = PrometheusServer(tmp_path, [ScrapeTarget("triton", triton_metrics, {"namespace": "ml", "pod": POD})])
+    prom.start()
+    try:
+        prom.wait_for_targets_up()
+        service = recommender_of(prom)
+        (state,) = service.states.values()
+        assert state.queries.demand_level is not None and len(state.queries.seasons) == 2
+        for season in state.queries.seasons:
+            assert service.client.instant(season.peak) == [] and service.client.instant(season.level) == []
+        # The level's steps fall on whole minutes: the first one after two scrapes has a value.
+        prom.wait_for(f"({state.queries.demand_level}) > {0.95 * (RATE + REJECTED)}", timeout=90)
+        [(_, level)] = service.client.instant(state.queries.demand_level)
+        assert level == pytest.approx(RATE + REJECTED, rel=0.05)
+        (state,) = service.evaluate().values()
+        assert state.failsafe is None, state.detail
     finally:
         prom.stop()
         service.close()

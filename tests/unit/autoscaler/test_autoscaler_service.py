@@ -398,6 +398,29 @@ def test_every_evaluation_exports_one_decision_and_a_change_posts_an_event_sayin
     assert len(events.posted) == 1  # holding is no change
 
 
+def test_a_peak_a_day_ago_scales_ahead_of_it_and_the_event_says_so() -> None:
+    """The seasonal forecast through the service: Prometheus' history says the demand peaked at 900
+    req/s within the lookahead a day ago (a week ago it holds nothing), at the level of today."""
+    events = FakeEventApi()
+    target = TargetSettings(deployment="triton", namespace="ml", model="resnet", min_replicas=1, max_replicas=50)
+    fake = FakeProm()
+    svc = RecommenderService(RecommenderSettings(targets=[target], capacity_rps=100.0), fake,  # type: ignore[arg-type]
+                             events=events)
+    svc.evaluate(0.0)
+    assert desired(svc) == 5
+    fake.values = {"offset 604": None, "max_over_time(": 900.0, "quantile_over_time(": 450.0,
+                   **fake.values}
+    svc.evaluate(15.0)
+    assert desired(svc) == 10 and decisions(svc)["scale_up_forecast"] == 1.0
+    [(_, body)] = events.posted
+    assert "scale_up_forecast" in body["message"]
+    assert "forecast 900.0 req/s (1d ago peaked at 900.0 req/s, x1.00 today's level)" in body["message"]
+    off = RecommenderService(RecommenderSettings(targets=[target], capacity_rps=100.0,  # type: ignore[arg-type]
+                                                 forecast={"enabled": False}), fake)  # type: ignore[arg-type]
+    off.evaluate(15.0)
+    assert desired(off) == 5 and not any("over_time" in q for q in fake.queries[-20:])
+
+
 def test_the_event_names_the_cluster_whose_series_it_read() -> None:
     """Issue 46: behind a shared query layer the recommender reads one cluster's series; its Events say so."""
     events = FakeEventApi()

@@ -25,7 +25,7 @@ from tidescale.benches.autoscale.closedloop import (
 )
 from tidescale.contracts.errors import UsageError
 from tidescale.devstack.live_autoscaler import LiveAutoscaler
-from tidescale.sim import BatcherConfig
+from tidescale.sim import BatcherConfig, traffic
 from tidescale.sim.servicecurve import ServiceCurve
 from tidescale.sim.traffic import scenario
 from tidescale.sim.traffic import surge as surge_scenario
@@ -477,6 +477,23 @@ def test_the_lulls_run_only_when_named_on_a_page_of_their_own_and_every_named_gr
         pages.add(doc)
     assert len(pages) == len(bench.NAMED_ONLY)  # one page each, none the default's
     assert benchreport.DOC not in pages
+
+
+def test_the_workday_is_a_real_day_with_the_day_before_as_history_and_a_row_without_the_forecast() -> None:
+    from tidescale.benches.autoscale import report as benchreport
+
+    for duration in (1200.0, 3600.0):  # --quick or not: a season is 24 h
+        sc = bench.build_scenarios(duration, 800.0)["workday"]
+        assert sc.traffic.duration_s == 86400.0 and sc.history is not None and sc.cold_start_s == 120.0
+    assert "workday" not in benchreport.default_scenarios(bench.build_scenarios(1200.0, 800.0), None)
+    assert benchreport.BenchOptions(["workday"], ("oracle",), quick=True).paths == benchreport.named_page("seasonal")
+    day_before = bench.BenchScenario("d", traffic.steady(100.0, 600.0), 60.0, history=traffic.steady(50.0, 7200.0))
+    samples = bench.history_samples(day_before, seed=0)
+    # The day before ends where the run's warm-up does: its last minute is stamped at WARMUP_S.
+    assert samples[-1][0] == bench.WARMUP_S and samples[0][0] == bench.WARMUP_S - 7200.0 + 60.0
+    assert 40.0 < sum(r for _, r in samples) / len(samples) < 60.0
+    assert bench.history_samples(dataclasses.replace(day_before, history=None), 0) == []
+    assert samples != bench.history_samples(day_before, seed=1)
 
 
 def test_the_readiness_scenarios_run_only_when_named_on_a_page_of_their_own() -> None:

@@ -121,14 +121,13 @@ def test_the_check_catches_an_unknown_metric() -> None:
 # requests, and the recommender would ask for twice the replicas.
 
 def recommender_queries() -> list[tuple[str, str]]:
-    from dataclasses import asdict
-
     from tidescale.autoscaler.queries import TargetQueries
-    from tidescale.autoscaler.settings import TargetSettings
+    from tidescale.autoscaler.settings import ForecastSettings, TargetSettings
 
     queries = TargetQueries.for_target(TargetSettings(deployment="triton", namespace="ml", model="resnet"),
-                                       None, {"cluster": "east"})
-    return [(f"recommender {field}", expr) for field, expr in asdict(queries).items()
+                                       None, {"cluster": "east"}, forecast=ForecastSettings())
+    assert queries.seasons  # the seasonal forecast's reads are checked too
+    return [(f"recommender {field}", expr) for field, expr in queries.expressions().items()
             if field != "pending"]  # the bare selector the fast path discovers pods with (a `group by`)
 
 

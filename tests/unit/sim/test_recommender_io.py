@@ -4,14 +4,16 @@ and its passes run (a pass that raised would be logged and the benchmark would s
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tidescale.autoscaler.fastpath import valid_address
 from tidescale.autoscaler.queries import TargetQueries
 from tidescale.autoscaler.settings import RecommenderSettings, TargetSettings
 from tidescale.benches.autoscale import policies as pol
 from tidescale.benches.autoscale.closedloop import SimParams, run_policy
+from tidescale.contracts.errors import UsageError
 from tidescale.sim import BatcherConfig, FleetSim, MetricsLag
-from tidescale.sim.recommender_io import SimPods, SimPrometheus, SimScale
+from tidescale.sim.recommender_io import DemandHistory, SimPods, SimPrometheus, SimScale, minute_rates
 from tidescale.sim.servicecurve import ServiceCurve
 from tidescale.sim.startup import PodStartup
 
@@ -109,3 +111,43 @@ def test_direct_mode_writes_the_simulated_scale_subresource() -> None:
     policy = pol.TidescalePolicy(1, 1, 8, 370.0, 0.0, 0.5, publish_delay_s=5.0, direct=True)
     run_policy(policy, np.sort(np.random.default_rng(2).uniform(0.0, 90.0, 90 * 900)), 90.0, 1, params)
     assert isinstance(policy.scale, SimScale) and policy.scale.replicas == policy.current >= 3
+
+
+def test_the_demand_history_keeps_a_sample_a_minute_and_reads_windows_as_range_selectors() -> None:
+    history = DemandHistory([(-120.0, 10.0), (-60.0, 30.0), (0.0, 20.0)])
+    history.record(30.0, 99.0)  # within the minute: not a sample
+    history.record(60.0, 40.0)
+    assert history.times == [-120.0, -60.0, 0.0, 60.0]
+    assert history.peak(-120.0, 0.0) == 30.0  # (start, end]: -120 is out
+    assert history.median(-180.0, 60.0) == 25.0
+    assert history.peak(100.0, 200.0) is None and history.median(-999.0, -500.0) is None
+    with pytest.raises(UsageError, match="time order"):
+        DemandHistory([(0.0, 1.0), (0.0, 2.0)])
+
+
+def test_minute_rates_are_what_a_recording_rule_would_have_stored() -> None:
+    arrivals = np.concatenate([np.linspace(0.0, 59.9, 600), np.linspace(60.0, 119.9, 1200)])
+    assert minute_rates(arrivals, -120.0) == [(-60.0, 10.0), (0.0, 20.0)]
+    assert minute_rates(np.empty(0), 0.0) == []
+
+
+def test_the_simulated_prometheus_answers_the_forecast_from_the_day_before_then_records_the_run() -> None:
+    """A peak of 900 req/s a day (minus a minute) before the end of a 60 s run: the season's peak
+    read finds it; the level now is the run's own recorded demand (~100 req/s)."""
+    settings = RecommenderSettings(targets=[TargetSettings(deployment="triton", namespace="bench", model="model",
+                                                           capacity_rps=370.0)], kube_events=False)
+    queries = TargetQueries.for_target(settings.targets[0], settings.tuning, forecast=settings.forecast)
+    before = [(t, 900.0 if t == 60.0 - 86400 + 60 else 100.0) for t in np.arange(-86400.0 - 600, 0.0, 60.0)]
+    prom = SimPrometheus(queries, settings.config_for(settings.targets[0]), history=DemandHistory(before))
+    sim = FleetSim(CURVE, CFG, 2, 0.0)
+    lag = MetricsLag(sim, 15.0)
+    sim.offer(np.arange(0.0, 60.0, 0.01))
+    lag.advance(60.0)
+    prom.bind(60.0, lag, sim)
+    day, week = queries.seasons
+    assert prom.instant(day.peak) == [(60.0, 900.0)]
+    assert prom.instant(day.level) == [(60.0, 100.0)]
+    assert prom.instant(week.peak) == [] and prom.instant(week.level) == []  # no week of history
+    assert queries.demand_level is not None
+    [(_, now)] = prom.instant(queries.demand_level)
+    assert 50.0 < now < 150.0  # the run's own sample, one scrape late

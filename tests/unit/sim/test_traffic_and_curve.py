@@ -13,7 +13,15 @@ from hypothesis import strategies as st
 from tidescale.benches.autoscale.scenarios import AZURE_TRACE as AZURE
 from tidescale.contracts.errors import UsageError
 from tidescale.sim.servicecurve import ServiceCurve
-from tidescale.sim.traffic import load_trace_timestamps, lulls, replay, scenario
+from tidescale.sim.traffic import (
+    DAY_S,
+    load_trace_timestamps,
+    lulls,
+    replay,
+    scenario,
+    stepped_poisson_arrivals,
+    workday,
+)
 
 
 def test_v100_curve_reproduces_the_published_throughput() -> None:
@@ -43,6 +51,40 @@ def test_lulls_take_their_lengths_in_turn_and_the_load_comes_back_to_the_base_ra
 def test_lulls_refuse_shapes_that_are_not_lulls(kw: dict[str, object]) -> None:
     with pytest.raises(UsageError, match="lulls"):
         lulls(800.0, 1200.0, **kw)  # type: ignore[arg-type]
+
+
+def test_a_workday_is_a_real_day_with_its_peaks_at_the_same_hours() -> None:
+    day = workday(800.0)
+    assert day.duration_s == DAY_S and day.step_s == 1.0
+    assert day.rate(4 * 3600) == pytest.approx(0.35 * 800.0)  # the night's trough
+    assert day.rate(16 * 3600) == pytest.approx(1.05 * 800.0)  # the afternoon
+    plain = workday(800.0, peaks=())
+
+    def factor(t: float, of: object = day) -> float:
+        return of.rate(t) / plain.rate(t)  # type: ignore[attr-defined, no-any-return]
+
+    assert [round(factor(9 * 3600 + x), 3) for x in (-1, 15, 30, 600, 1230, 1245, 1261)] == [1, 1.75, 2.5, 2.5, 2.5,
+                                                                                             1.75, 1]
+    assert factor(19 * 3600 + 300) == pytest.approx(2.0) and factor(12 * 3600) == 1.0
+    later = workday(800.0, shift_s=90.0)
+    assert factor(9 * 3600 + 90, later) == 1.0 and factor(9 * 3600 + 120, later) == 2.5
+    assert max(day.rate(float(t)) for t in range(0, 86400, 30)) <= day.peak_rps
+    assert "09:00" in day.description and "19:00" in day.description
+
+
+@pytest.mark.parametrize("kw", [{"base_rps": 0.0}, {"ramp_s": 0.0}, {"peaks": ((25.0, 2.0, 60.0),)},
+                                {"peaks": ((9.0, 0.5, 60.0),)}, {"peaks": ((9.0, 2.0, 0.0),)}])
+def test_a_workday_refuses_what_is_not_a_day(kw: dict[str, object]) -> None:
+    with pytest.raises(UsageError, match="workday"):
+        workday(**{"base_rps": 800.0, **kw})  # type: ignore[arg-type]
+
+
+def test_stepped_arrivals_draw_each_steps_rate() -> None:
+    got = stepped_poisson_arrivals(lambda t: 100.0 if t < 50 else 400.0, 100.0, 1.0, seed=3)
+    assert np.all(np.diff(got) >= 0) and got[0] >= 0 and got[-1] < 100.0
+    first, second = int(np.sum(got < 50)), int(np.sum(got >= 50))
+    assert abs(first - 5000) < 5 * 71 and abs(second - 20000) < 5 * 142  # Poisson: within 5 sigma
+    assert np.array_equal(got, stepped_poisson_arrivals(lambda t: 100.0 if t < 50 else 400.0, 100.0, 1.0, seed=3))
 
 
 def test_the_p99_execution_is_the_p99_of_the_simulators_executions() -> None:
