@@ -7,6 +7,7 @@ autoscaling benchmark, so every consumer sees identical traffic for a given seed
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -182,6 +183,13 @@ def workday(base_rps: float, peaks: tuple[tuple[float, float, float], ...] = WOR
     return Scenario("workday", DAY_S, rate, f"a real 24 h day (night 0.35x, afternoon 1.05x) with peaks {hours}, "
                     f"each within {ramp_s:g} s", base_rps * 1.05 * max((f for _, f, _ in peaks), default=1.0),
                     step_s=1.0)
+
+
+def weekend(base_rps: float, level: float = 0.5) -> Scenario:
+    """A weekend day beside `workday(base_rps)`: the same shape at *level* x its rate, without the peaks."""
+    day = workday(base_rps * level, peaks=())
+    return dataclasses.replace(day, name="weekend", description=f"a weekend day: a workday's shape at {level:g}x "
+                               "its rate, without its peaks")
 
 
 def diurnal_surge(base_rps: float, duration_s: float, factor: float = 3.0) -> Scenario:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from pathlib import Path
 from typing import ClassVar
 
@@ -479,21 +480,46 @@ def test_the_lulls_run_only_when_named_on_a_page_of_their_own_and_every_named_gr
     assert benchreport.DOC not in pages
 
 
-def test_the_workday_is_a_real_day_with_the_day_before_as_history_and_a_row_without_the_forecast() -> None:
+def test_the_workday_is_a_real_day_with_the_day_before_as_history() -> None:
     from tidescale.benches.autoscale import report as benchreport
 
     for duration in (1200.0, 3600.0):  # --quick or not: a season is 24 h
         sc = bench.build_scenarios(duration, 800.0)["workday"]
-        assert sc.traffic.duration_s == 86400.0 and sc.history is not None and sc.cold_start_s == 120.0
-    assert "workday" not in benchreport.default_scenarios(bench.build_scenarios(1200.0, 800.0), None)
+        assert sc.traffic.duration_s == 86400.0 and len(sc.history) == 1 and sc.cold_start_s == 120.0
+    available = bench.build_scenarios(1200.0, 800.0)
+    assert not {"workday", "monday", "saturday"} & set(benchreport.default_scenarios(available, None))
     assert benchreport.BenchOptions(["workday"], ("oracle",), quick=True).paths == benchreport.named_page("seasonal")
-    day_before = bench.BenchScenario("d", traffic.steady(100.0, 600.0), 60.0, history=traffic.steady(50.0, 7200.0))
-    samples = bench.history_samples(day_before, seed=0)
-    # The day before ends where the run's warm-up does: its last minute is stamped at WARMUP_S.
-    assert samples[-1][0] == bench.WARMUP_S and samples[0][0] == bench.WARMUP_S - 7200.0 + 60.0
-    assert 40.0 < sum(r for _, r in samples) / len(samples) < 60.0
-    assert bench.history_samples(dataclasses.replace(day_before, history=None), 0) == []
-    assert samples != bench.history_samples(day_before, seed=1)
+    assert benchreport.BenchOptions(["monday", "saturday"], ("oracle",), quick=True).paths == \
+        benchreport.named_page("weekly")
+    days = (traffic.steady(50.0, 7200.0), traffic.steady(100.0, 3600.0))
+    before = bench.BenchScenario("d", traffic.steady(100.0, 600.0), 60.0, history=days)
+    samples = bench.history_samples(before, seed=0)
+    # The days before end where the run's warm-up does, the oldest first: its last minute at WARMUP_S.
+    assert samples[-1][0] == bench.WARMUP_S and samples[0][0] == bench.WARMUP_S - 10800.0 + 60.0
+    assert {b[0] - a[0] for a, b in itertools.pairwise(samples)} == {60.0}
+    split = bench.WARMUP_S - 3600
+    older, newer = [r for t, r in samples if t <= split], [r for t, r in samples if t > split]
+    assert 40.0 < sum(older) / len(older) < 60.0 and 90.0 < sum(newer) / len(newer) < 110.0
+    assert bench.history_samples(dataclasses.replace(before, history=()), 0) == []
+    assert samples != bench.history_samples(before, seed=1)
+
+
+def test_a_week_with_a_weekend_reads_last_monday_on_monday_and_last_saturday_on_saturday() -> None:
+    available = bench.build_scenarios(1200.0, 800.0)
+    monday, saturday = available["monday"], available["saturday"]
+    for sc in (monday, saturday):
+        assert len(sc.history) == 7 and sum(d.duration_s for d in sc.history) == 7 * 86400.0
+    nine = 9 * 3600 + 600.0  # ten minutes into the 09:00 peak
+    assert monday.history[0].rate(nine) > 2 * monday.history[-1].rate(nine)  # last Monday peaked, Sunday did not
+    assert saturday.history[-1].rate(nine) > 4 * saturday.history[0].rate(nine)  # Friday peaked, last Saturday not
+    assert saturday.traffic.rate(nine) == pytest.approx(traffic.workday(800.0, peaks=()).rate(nine) * 0.5)
+    assert set(bench.FORECAST_VARIANTS) == {bench.NO_FORECAST, "tidescale+forecast-1d"}
+    policy = bench.make_policy("tidescale+forecast-1d", 2, 370.0, 120.0, [], 0.5)
+    assert isinstance(policy, pol.TidescalePolicy)
+    [state] = policy.service.states.values()
+    assert [s.period_s for s in state.queries.seasons] == [86400.0]
+    off = bench.make_policy(bench.NO_FORECAST, 2, 370.0, 120.0, [], 0.5)
+    assert [s.queries.seasons for s in off.service.states.values()] == [()]  # type: ignore[attr-defined]
 
 
 def test_the_readiness_scenarios_run_only_when_named_on_a_page_of_their_own() -> None:

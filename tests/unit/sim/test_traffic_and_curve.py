@@ -20,6 +20,7 @@ from tidescale.sim.traffic import (
     replay,
     scenario,
     stepped_poisson_arrivals,
+    weekend,
     workday,
 )
 
@@ -70,6 +71,9 @@ def test_a_workday_is_a_real_day_with_its_peaks_at_the_same_hours() -> None:
     assert factor(9 * 3600 + 90, later) == 1.0 and factor(9 * 3600 + 120, later) == 2.5
     assert max(day.rate(float(t)) for t in range(0, 86400, 30)) <= day.peak_rps
     assert "09:00" in day.description and "19:00" in day.description
+    rest = weekend(800.0)
+    assert rest.rate(9 * 3600 + 600) == pytest.approx(0.5 * plain.rate(9 * 3600 + 600))
+    assert "weekend" in rest.description
 
 
 @pytest.mark.parametrize("kw", [{"base_rps": 0.0}, {"ramp_s": 0.0}, {"peaks": ((25.0, 2.0, 60.0),)},

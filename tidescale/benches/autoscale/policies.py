@@ -280,7 +280,8 @@ class TidescalePolicy:
     of the recommender later (`publish_delay_s`: its ServiceMonitor's interval; the adapter then
     serves it). `direct` replaces the HPA: the service writes the scale subresource itself, at once.
     Its seasonal forecast reads *history* (the demand of the days before the run, a sample a minute),
-    then what the run's scrapes show; *forecast* False turns it off, as `forecast.enabled` does.
+    then what the run's scrapes show; *forecast_periods* () turns it off, as `forecast.enabled` does
+    (None: the shipped periods).
     """
 
     name = "tidescale"
@@ -288,7 +289,8 @@ class TidescalePolicy:
     def __init__(self, initial: int, min_r: int, max_r: int, capacity_rps: float, cold_start_s: float,
                  slo_s: float, *, publish_delay_s: float, headroom: float = 1.0,
                  fast_path: bool | None = None, direct: bool = False, sync_offset_s: float = 0.0,
-                 client_retries: int = 0, forecast: bool = True, history: Sequence[tuple[float, float]] = ()
+                 client_retries: int = 0, forecast_periods: tuple[float, ...] | None = None,
+                 history: Sequence[tuple[float, float]] = ()
                  ) -> None:
         target = Target("triton", "bench", "model", min_r, max_r)
         self.hpa = HpaEmulator(tidescale_hpa_spec(target), initial)
@@ -300,7 +302,9 @@ class TidescalePolicy:
                                                                capacity_rps=capacity_rps)])
         if fast_path is not None:  # None: as shipped
             settings.fast_path.enabled = fast_path
-        settings.forecast.enabled = forecast
+        if forecast_periods is not None:
+            settings.forecast.enabled = bool(forecast_periods)
+            settings.forecast.periods_s = list(forecast_periods) or settings.forecast.periods_s
         [target_settings] = settings.targets
         config = settings.config_for(target_settings)
         queries = TargetQueries.for_target(target_settings, settings.tuning, slo_s=slo_s, forecast=settings.forecast,

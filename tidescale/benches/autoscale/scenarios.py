@@ -29,7 +29,7 @@ from tidescale.sim.readiness import ReadinessFaults
 from tidescale.sim.recommender_io import minute_rates
 from tidescale.sim.servicecurve import ServiceCurve
 from tidescale.sim.startup import PodStartup
-from tidescale.sim.traffic import Scenario, flash_crowd, lulls, replay, scenario, surge, workday
+from tidescale.sim.traffic import DAY_S, Scenario, flash_crowd, lulls, replay, scenario, surge, weekend, workday
 
 DEFAULT_SLO_S = SLO_LATENCY_THRESHOLD_S
 DEFAULT_BASE_RPS = 800.0
@@ -53,8 +53,9 @@ class BenchScenario:
     surge_at_s: float | None = None
     startup: PodStartup | None = None
     faults: ReadinessFaults | None = None  # how its pods lose readiness once they serve
-    # The day before, as Prometheus holds it for the seasonal forecast (its end meets the run's start).
-    history: Scenario | None = None
+    # The days before, oldest first, as Prometheus holds them for the seasonal forecast (each ends where
+    # the next begins, the last where the run's warm-up ends).
+    history: tuple[Scenario, ...] = ()
 
     @property
     def fastest_start_s(self) -> float:
@@ -167,28 +168,46 @@ SEASONAL_COLD_START_S = 120.0
 YESTERDAY_SHIFT_S, YESTERDAY_LEVEL = 90.0, 0.9
 
 
+# A week: the weekend at half the base rate, without the office-hours peaks.
+WEEKEND_LEVEL = 0.5
+WEEKLY_SCENARIOS = ("monday", "saturday")
+
+
 def seasonal_scenarios(base_rps: float) -> dict[str, BenchScenario]:
     """A real 24 h day whose peaks come every day at the same hours and rise within 30 s, with GPU
     replicas that take 2 minutes to start (issue 45, item 8): detection cannot meet them, standing
     capacity can at a price, and a seasonal forecast can from the day before (a real day whatever
-    `--quick` says: the forecast reads a season of 24 h)."""
-    return {"workday": BenchScenario("workday", workday(base_rps), SEASONAL_COLD_START_S,
-                                     history=workday(base_rps * YESTERDAY_LEVEL, shift_s=YESTERDAY_SHIFT_S))}
+    `--quick` says: the forecast reads a season of 24 h). Then a week with a weekend: a Monday after
+    a quiet Sunday (the day before says no peak, last Monday says one), and a Saturday after a Friday
+    (the day before says a peak, last Saturday says none)."""
+    day, rest = workday(base_rps), weekend(base_rps, WEEKEND_LEVEL)
+    shifted = workday(base_rps * YESTERDAY_LEVEL, shift_s=YESTERDAY_SHIFT_S)  # a workday a little off today's
+    monday = (shifted, day, day, day, day, rest, rest)
+    saturday = (rest, rest, day, day, day, day, shifted)
+    return {"workday": BenchScenario("workday", day, SEASONAL_COLD_START_S, history=(shifted,)),
+            "monday": BenchScenario("monday", dataclasses.replace(day, description="a Monday after a weekend: "
+                                                                  + day.description), SEASONAL_COLD_START_S,
+                                    history=monday),
+            "saturday": BenchScenario("saturday", rest, SEASONAL_COLD_START_S, history=saturday)}
 
 
 def history_samples(sc: BenchScenario, seed: int) -> list[tuple[float, float]]:
-    """The demand of the day before the run, a sample a minute, ending where the run's warm-up ends
-    (the scenario's t=0): a draw of its own seed. What Prometheus would hold, had the fleet served it."""
-    if sc.history is None:
-        return []
-    return minute_rates(sc.history.arrivals(seed + HISTORY_SEED), WARMUP_S - sc.history.duration_s)
+    """The demand of the days before the run, a sample a minute, ending where the run's warm-up ends
+    (the scenario's t=0): each day a draw of its own seed. What Prometheus would hold, had the fleet
+    served it."""
+    samples: list[tuple[float, float]] = []
+    end = WARMUP_S - sum(day.duration_s for day in sc.history)
+    for k, day in enumerate(sc.history):
+        samples += minute_rates(day.arrivals(seed + HISTORY_SEED + k), end)
+        end += day.duration_s
+    return samples
 
 
 HISTORY_SEED = 1_000_003  # the day before is a draw of its own, not today's arrivals again
 
 # Every scenario group that runs only when named, by the page it is recorded on (autoscale-<page>.md).
 NAMED_ONLY = {"startup": STARTUP_SCENARIOS, "readiness": READINESS_SCENARIOS, "lulls": LULL_SCENARIOS,
-              "seasonal": SEASONAL_SCENARIOS}
+              "seasonal": SEASONAL_SCENARIOS, "weekly": WEEKLY_SCENARIOS}
 
 
 def measure_capacity(curve: ServiceCurve, cfg: BatcherConfig, slo_s: float, seed: int = 0,
@@ -229,12 +248,13 @@ def make_policy(name: str, initial: int, capacity_rps: float, cold_start_s: floa
     lo, hi = MIN_REPLICAS, MAX_REPLICAS
     if name in pol.KNOBS:
         return pol.peer_policy(name, pol.KNOBS[name].fixed if setting is None else setting, initial, lo, hi)
-    if name in STEP_VARIANTS or name == NO_FORECAST:
+    if name in STEP_VARIANTS or name in FORECAST_VARIANTS:
         fast_path, delivery = STEP_VARIANTS.get(name, STEP_VARIANTS["tidescale"])
         return pol.TidescalePolicy(initial, lo, hi, capacity_rps, cold_start_s, slo_s, headroom=headroom,
                                    fast_path=fast_path, direct=delivery == "direct",
                                    publish_delay_s=PUBLISH_DELAY_S[delivery], sync_offset_s=sync_offset_s,
-                                   client_retries=client_retries, forecast=name != NO_FORECAST, history=history)
+                                   client_retries=client_retries, forecast_periods=FORECAST_VARIANTS.get(name),
+                                   history=history)
     return pol.Oracle(list(schedule), optimum.SLOT_S, cold_start_s if oracle_ahead_s is None else oracle_ahead_s,
                       lo, hi)
 
@@ -284,8 +304,10 @@ STEP_VARIANTS: dict[str, tuple[bool | None, str]] = {
 # `monitoring.recommender.interval`, 2 s; a unit test holds the two equal) after it changed, charged
 # in full; KEDA's metrics-api trigger asks the recommender at the HPA's sync; direct mode writes it.
 PUBLISH_DELAY_S = {"adapter": 2.0, "keda": 0.0, "direct": 0.0}
-# tidescale as shipped but with its seasonal forecast off: a row on scenarios with a day before.
+# tidescale as shipped but with its seasonal forecast off, or reading only the day before (the periods
+# it reads): rows on scenarios with days before.
 NO_FORECAST = "tidescale+no-forecast"
+FORECAST_VARIANTS: dict[str, tuple[float, ...]] = {NO_FORECAST: (), "tidescale+forecast-1d": (DAY_S,)}
 
 
 def headroom_variant(factor: float) -> str:
@@ -341,8 +363,10 @@ def run_scenario(sc: BenchScenario, policy_names: list[str], params: SimParams, 
         runs_to_do += [(v, v, headroom, None, capacity_rps, retries) for v in STEP_VARIANTS if v != "tidescale"]
         if retries:  # what the setting buys: tidescale left at its default, counting every attempt
             runs_to_do.append((retries_variant(0), "tidescale", headroom, None, capacity_rps, 0))
-        if sc.history is not None:  # what the forecast buys
-            runs_to_do.append((NO_FORECAST, NO_FORECAST, headroom, None, capacity_rps, retries))
+        if sc.history:  # what the forecast buys; and the week, over the day alone, where a week is held
+            held = sum(day.duration_s for day in sc.history)
+            runs_to_do += [(v, v, headroom, None, capacity_rps, retries) for v, periods in FORECAST_VARIANTS.items()
+                           if periods == () or held > max(periods)]
     runs_to_do += [(headroom_variant(h), "tidescale", h, None, capacity_rps, retries) for h in headroom_sweep]
     runs_to_do += [(capacity_variant(f), "tidescale", headroom, None, f * capacity_rps, retries)
                    for f in capacity_errors]
