@@ -29,7 +29,9 @@ from tidescale.devstack.cluster import addons, thanos
 from tidescale.devstack.cluster.serving import triton_deployment
 from tidescale.devstack.node.kubeapi import ApiError
 
-pytestmark = [pytest.mark.e2e, pytest.mark.builds(KEDA_BUILD, ADDONS_BUILD, THANOS_BUILD)]
+# The first test's setup rolls kps's Prometheus, which may wait out the operator's 600 s grace for the
+# old pod (thanos.ROLL_TIMEOUT_S): more than pytest-timeout's default for a whole test.
+pytestmark = [pytest.mark.e2e, pytest.mark.builds(KEDA_BUILD, ADDONS_BUILD, THANOS_BUILD), pytest.mark.timeout(1200)]
 
 RELEASE, NAMESPACE, SERVING = "west", "global-view", "fleet"
 EAST_DESIRED = 3  # east's recommendation; the target's maxReplicas allows it

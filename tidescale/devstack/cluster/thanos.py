@@ -16,7 +16,7 @@ import yaml
 from tidescale.devstack.cluster import addons
 from tidescale.devstack.cluster.config import ClusterConfig
 from tidescale.devstack.cluster.kubectl import deployment_available, kubectl, wait_for
-from tidescale.devstack.node.kubeapi import KubeApi
+from tidescale.devstack.node.kubeapi import ApiError, KubeApi
 
 # The pinned module's version (deploy/cluster/go/thanos); the tag only names what the host runs.
 THANOS_IMAGE = "quay.io/thanos/thanos:v0.42.4"
@@ -38,11 +38,23 @@ def _pod_is(api: KubeApi, want_sidecar: bool) -> bool:
 
 
 def _waiting(api: KubeApi) -> str:
-    """Why the Prometheus pod's containers are not running yet (ErrImagePull names a missing thanos)."""
-    pod = api.get(f"/api/v1/namespaces/{addons.MONITORING_NS}/pods/{addons.PROMETHEUS_POD}")
-    return "; ".join(f"{c['name']}: {w.get('reason')} {w.get('message', '')}".strip()
-                     for c in pod.get("status", {}).get("containerStatuses", [])
-                     if (w := c.get("state", {}).get("waiting")))
+    """Where the Prometheus pod's roll stands: gone, still terminating (since when), or its containers
+    not running (ErrImagePull names a missing thanos) or not ready."""
+    try:
+        pod = api.get(f"/api/v1/namespaces/{addons.MONITORING_NS}/pods/{addons.PROMETHEUS_POD}")
+    except ApiError as exc:
+        return f"no pod {addons.PROMETHEUS_POD} ({exc})"
+    if pod["metadata"].get("deletionTimestamp"):
+        return f"the old pod is terminating since {pod['metadata']['deletionTimestamp']}"
+    return "; ".join(f"{c['name']}: " + (f"{w.get('reason')} {w.get('message', '')}".strip()
+                                         if (w := c.get("state", {}).get("waiting")) else
+                                         "ready" if c.get("ready") else "running, not ready")
+                     for c in pod.get("status", {}).get("containerStatuses", []))
+
+
+# The operator gives its Prometheus pods 600 s to stop: a roll may wait that long for the old pod (it
+# stops in seconds, nearly always), and then for the new one to start.
+ROLL_TIMEOUT_S = 600 + 240
 
 
 def sidecar_on_kps_prometheus(api: KubeApi, cluster: str | None) -> None:
@@ -53,7 +65,7 @@ def sidecar_on_kps_prometheus(api: KubeApi, cluster: str | None) -> None:
                             if cluster is not None else {"externalLabels": None, "thanos": None})
     api.patch_merge(KPS_PROMETHEUS_PATH, {"spec": spec})
     wait_for("Prometheus " + ("with its Thanos sidecar" if cluster else "without a sidecar"),
-             lambda: _pod_is(api, cluster is not None), 240, lambda: _waiting(api))
+             lambda: _pod_is(api, cluster is not None), ROLL_TIMEOUT_S, lambda: _waiting(api))
 
 
 def prometheus_with_sidecar(namespace: str, name: str, cluster: str, metrics_page: str) -> list[dict[str, Any]]:
