@@ -54,6 +54,12 @@ class SeasonQuery:
     level_window_s: float
 
 
+def median_over(demand: str, window_s: float, offset_s: float | None = None) -> str:
+    """The median of the *demand* expression over *window_s* at `HISTORY_STEP_S`, ending *offset_s* ago."""
+    offset = "" if offset_s is None else f" offset {promql_range(offset_s)}"
+    return f"quantile_over_time(0.5, ({demand})[{promql_range(window_s)}:{promql_range(HISTORY_STEP_S)}]{offset})"
+
+
 def season_query(demand: str, period_s: float, ahead_s: float, margin_s: float, level_window_s: float) -> SeasonQuery:
     """The PromQL of one season: subqueries of the *demand* expression at `HISTORY_STEP_S`, offset by
     what lies between now and the end of each window a period ago."""
@@ -61,9 +67,8 @@ def season_query(demand: str, period_s: float, ahead_s: float, margin_s: float, 
     window, offset = ahead_s + 2 * margin_s, period_s - ahead_s - margin_s
     whole = math.ceil(window)  # PromQL offsets and ranges: whole seconds here
     peak = f"max_over_time(({demand})[{promql_range(whole)}:{step}] offset {promql_range(math.floor(offset))})"
-    level = (f"quantile_over_time(0.5, ({demand})[{promql_range(level_window_s)}:{step}] "
-             f"offset {promql_range(period_s)})")
-    return SeasonQuery(period_s, peak, level, float(whole), float(math.floor(offset)), level_window_s)
+    return SeasonQuery(period_s, peak, median_over(demand, level_window_s, period_s), float(whole),
+                       float(math.floor(offset)), level_window_s)
 
 
 @dataclass(frozen=True)
@@ -173,8 +178,7 @@ class TargetQueries:
             ahead = forecast.ahead(cold_start_s, tuning)
             seasons = tuple(season_query(demand, p, ahead, forecast.margin_s, forecast.level_window_s)
                             for p in forecast.periods_s)
-            level = (f"quantile_over_time(0.5, ({demand})[{promql_range(forecast.level_window_s)}:"
-                     f"{promql_range(HISTORY_STEP_S)}])")
+            level = median_over(demand, forecast.level_window_s)
         return cls(
             completions=completions,
             fast_completions=triton_sum_rate(success, None, fast),

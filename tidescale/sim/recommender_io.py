@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from tidescale.autoscaler.fastpath import PodCounters
-from tidescale.autoscaler.queries import HISTORY_STEP_S, TargetQueries
+from tidescale.autoscaler.queries import HISTORY_STEP_S, SeasonQuery, TargetQueries
 from tidescale.autoscaler.recommend import RecommenderConfig
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.slo import SLO_LATENCY_THRESHOLD_S
@@ -119,10 +119,10 @@ class SimPrometheus:
         level_s = q.seasons[0].level_window_s
         out[q.demand_level] = lambda lag, sim, now: history.median(now - level_s, now)
         for season in q.seasons:
-            def peak(lag: MetricsLag, sim: FleetSim, now: float, s: Any = season) -> float | None:
+            def peak(lag: MetricsLag, sim: FleetSim, now: float, s: SeasonQuery = season) -> float | None:
                 return history.peak(now - s.peak_offset_s - s.peak_window_s, now - s.peak_offset_s)
 
-            def level(lag: MetricsLag, sim: FleetSim, now: float, s: Any = season) -> float | None:
+            def level(lag: MetricsLag, sim: FleetSim, now: float, s: SeasonQuery = season) -> float | None:
                 return history.median(now - s.period_s - s.level_window_s, now - s.period_s)
 
             out[season.peak], out[season.level] = peak, level
