@@ -36,6 +36,9 @@ RECOVERY_STREAK_S = 60.0
 HISTORY_S = 150.0  # completions the simulator keeps (the P99 of the last minute reads them)
 COLLECT_EVERY_S = 60.0  # well inside HISTORY_S
 ROUTING_QUANTUM_S = 0.01  # a least-loaded router's loads are read every this long (a policy's `routing`)
+# The load is beyond the largest fleet where its mean over this long exceeds what maxReplicas complete:
+# long enough that a Poisson second over the line is not an overload, short against any scale-down.
+SATURATION_WINDOW_S = 30
 
 
 @dataclass(frozen=True)
@@ -187,6 +190,37 @@ def recovery_seconds(arrivals: np.ndarray, latency: np.ndarray, slo_s: float, su
         if len(p99[k:k + streak]) == streak and all(v <= slo_s for v in good):
             return k * RECOVERY_WINDOW_S - surge_at_s
     return duration_s - surge_at_s
+
+
+def per_second_arrivals(arrivals: np.ndarray, start_s: float, end_s: float) -> np.ndarray:
+    """Arrivals in each second of [start_s, end_s) (scored time: second 0 starts at *start_s*)."""
+    scored = arrivals[(arrivals >= start_s) & (arrivals < end_s)] - start_s
+    seconds = max(1, math.ceil(end_s - start_s))
+    return np.bincount(np.minimum(scored.astype(int), seconds - 1), minlength=seconds).astype(float)
+
+
+def saturated_seconds(arrivals: np.ndarray, start_s: float, end_s: float, fleet_rps: float,
+                      window_s: int = SATURATION_WINDOW_S) -> np.ndarray:
+    """Per scored second, whether the load around it outgrew a fleet completing *fleet_rps* (maxReplicas
+    flat out): the seconds in which no policy should scale down, whatever its metric says."""
+    per_second = per_second_arrivals(arrivals, start_s, end_s)
+    return np.convolve(per_second, np.ones(window_s) / window_s, mode="same") > fleet_rps
+
+
+def saturation_scores(result: RunResult, saturated: np.ndarray, start_s: float, max_replicas: int
+                      ) -> dict[str, float | None]:
+    """How a run behaved while the load outgrew maxReplicas (*saturated*, per scored second): its
+    scale-downs then (each one a defect: the fleet serves less of a load it already cannot carry),
+    and the share of that time it had asked for every replica it may have (None: never saturated)."""
+    if not saturated.any():
+        return {"saturated_s": 0.0, "scale_downs_saturated": 0.0, "saturated_at_max": None}
+    last = len(saturated) - 1
+    downs = sum(1 for (_, a), (t, b) in itertools.pairwise(zip(result.times, result.replicas, strict=True))
+                if b < a and t >= start_s and saturated[min(int(t - start_s), last)])
+    mid_seconds = np.flatnonzero(saturated) + start_s + 0.5
+    asked = np.asarray(result.replicas)[np.maximum(np.searchsorted(result.times, mid_seconds, side="right") - 1, 0)]
+    return {"saturated_s": float(saturated.sum()), "scale_downs_saturated": float(downs),
+            "saturated_at_max": float(np.mean(asked >= max_replicas))}
 
 
 def score(result: RunResult, slo_s: float, start_s: float, end_s: float, surge_at_s: float | None

@@ -19,7 +19,13 @@ from tidescale.autoscaler.settings import RecommenderSettings
 from tidescale.benches.autoscale import optimum
 from tidescale.benches.autoscale import policies as pol
 from tidescale.benches.autoscale import scenarios as bench
-from tidescale.benches.autoscale.closedloop import RunResult, SimParams, recorded_offsets, with_seed
+from tidescale.benches.autoscale.closedloop import (
+    SATURATION_WINDOW_S,
+    RunResult,
+    SimParams,
+    recorded_offsets,
+    with_seed,
+)
 from tidescale.benches.autoscale.frontier import Point, best_point, dominated_by, pareto_frontier
 from tidescale.benches.autoscale.goals import (
     DEFAULT_SURGE_GAP_PT,
@@ -450,6 +456,7 @@ def markdown(doc: dict[str, Any]) -> str:
     lines += UNREACHABLE
     lines += bound_lines(doc)
     lines += own_bound_lines(doc)
+    lines += saturation_lines(doc)
     lines += yardstick_lines(doc)
     lines += step_lines(doc)
     lines += [f"![replicas vs load per policy (each peer at its best setting)]({replica_png})", "",
@@ -649,6 +656,29 @@ def own_bound_lines(doc: dict[str, Any]) -> list[str]:
         gap = 100 * (r["requests_within_slo"] - r["surge_bound"])
         out.append(f"| {name} | {row} | {r['fleet_at_surge']:g} | {100 * r['surge_bound']:.2f} % "
                    f"| {100 * r['requests_within_slo']:.2f} % | {gap:+.2f} |")
+    return [*out, ""]
+
+
+def saturation_lines(doc: dict[str, Any]) -> list[str]:
+    """Each row while the load outgrew maxReplicas (`closedloop.saturation_scores`), where a scenario caps
+    the fleet below it."""
+    rows = [(name, row, r) for name, res in doc["scenarios"].items() for row, r in res.items()
+            if r.get("saturated_s")]
+    if not rows:
+        return []
+    out = ["### While the load outgrew maxReplicas", "",
+           f"Seconds in which the load of the {SATURATION_WINDOW_S} s around them exceeded what maxReplicas "
+           "complete flat out: no policy can hold the SLO then, and none should scale down (the fleet would serve "
+           "less of a load it already cannot carry). Each row: its scale-downs in those seconds, and the share of "
+           "them in which it had asked for every replica it may have (the rest is mostly the climb at the start). "
+           "The surge bound above already counts what maxReplicas cannot serve.", "",
+           "| scenario | row | saturated s | scale-downs while saturated | at maxReplicas | requests within SLO |",
+           "|---|---|---:|---:|---:|---:|"]
+    for name, row, r in rows:
+        downs = f"{r['scale_downs_saturated']:g}"
+        downs = downs if not r["scale_downs_saturated"] else f"**{downs}**"  # each one a defect
+        out.append(f"| {name} | {row} | {r['saturated_s']:g} | {downs} | {100 * r['saturated_at_max']:.1f} % "
+                   f"| {100 * r['requests_within_slo']:.2f} % |")
     return [*out, ""]
 
 

@@ -20,7 +20,15 @@ import numpy as np
 
 from tidescale.benches.autoscale import optimum
 from tidescale.benches.autoscale import policies as pol
-from tidescale.benches.autoscale.closedloop import RunResult, SimParams, run_policy, score
+from tidescale.benches.autoscale.closedloop import (
+    RunResult,
+    SimParams,
+    per_second_arrivals,
+    run_policy,
+    saturated_seconds,
+    saturation_scores,
+    score,
+)
 from tidescale.benches.autoscale.goals import GOALS
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.slo import SLO_LATENCY_THRESHOLD_S
@@ -56,6 +64,9 @@ class BenchScenario:
     # The days before, oldest first, as Prometheus holds them for the seasonal forecast (each ends where
     # the next begins, the last where the run's warm-up ends).
     history: tuple[Scenario, ...] = ()
+    # The Deployment's maxReplicas as every policy is configured (the GPU budget); below MAX_REPLICAS
+    # where the load outgrows it (the overload scenario).
+    max_replicas: int = MAX_REPLICAS
 
     @property
     def fastest_start_s(self) -> float:
@@ -71,7 +82,8 @@ class BenchScenario:
         """The page's title for it: the traffic, how replicas start and how they lose readiness."""
         faults = "" if self.faults is None else "; " + self.faults.describe(
             "the surge" if self.surge_at_s is not None else None)
-        return self._describe_start() + faults
+        ceiling = "" if self.max_replicas == MAX_REPLICAS else f"; maxReplicas {self.max_replicas}"
+        return self._describe_start() + faults + ceiling
 
     def _describe_start(self) -> str:
         if self.startup is None:
@@ -111,6 +123,7 @@ def build_scenarios(duration_s: float, base_rps: float, trace: Path | None = Non
     out.update(readiness_scenarios(duration_s, base_rps))
     out.update(lull_scenarios(duration_s, base_rps))
     out.update(seasonal_scenarios(base_rps))
+    out.update(overload_scenarios(duration_s, base_rps))
     return out
 
 
@@ -160,6 +173,24 @@ def lull_scenarios(duration_s: float, base_rps: float) -> dict[str, BenchScenari
     return {"lulls": BenchScenario("lulls", lulls(base_rps, duration_s), DEFAULT_COLD_START_S)}
 
 
+# Run only when named, too; recorded on autoscale-overload.md.
+OVERLOAD_SCENARIOS = ("overload",)
+# The fleet's ceiling there: 5 replicas complete 1,900 req/s flat out (V100), the surge asks 2,400.
+OVERLOAD_MAX_REPLICAS = 5
+
+
+def overload_scenarios(duration_s: float, base_rps: float) -> dict[str, BenchScenario]:
+    """The 3× surge again, onto a Deployment whose maxReplicas (the GPUs it may have) carries a quarter
+    less than the surge (issue 45, item 11). No policy can meet the SLO while it lasts; each can hold
+    every replica it may have until the load falls back, or scale down onto a load the whole fleet
+    already cannot carry, as the demo's recommender once did when completions fell under overload.
+    Scored apart (`closedloop.saturation_scores`): scale-downs while saturated, and the share of that
+    time at maxReplicas."""
+    at = duration_s * 0.3
+    return {"overload": BenchScenario("overload", surge(base_rps, duration_s, 3.0, at_s=at, ramp_s=60.0),
+                                      DEFAULT_COLD_START_S, at, max_replicas=OVERLOAD_MAX_REPLICAS)}
+
+
 # Run only when named, too; recorded on autoscale-seasonal.md.
 SEASONAL_SCENARIOS = ("workday",)
 SEASONAL_COLD_START_S = 120.0
@@ -207,7 +238,7 @@ HISTORY_SEED = 1_000_003  # the day before is a draw of its own, not today's arr
 
 # Every scenario group that runs only when named, by the page it is recorded on (autoscale-<page>.md).
 NAMED_ONLY = {"startup": STARTUP_SCENARIOS, "readiness": READINESS_SCENARIOS, "lulls": LULL_SCENARIOS,
-              "seasonal": SEASONAL_SCENARIOS, "weekly": WEEKLY_SCENARIOS}
+              "seasonal": SEASONAL_SCENARIOS, "weekly": WEEKLY_SCENARIOS, "overload": OVERLOAD_SCENARIOS}
 
 
 def measure_capacity(curve: ServiceCurve, cfg: BatcherConfig, slo_s: float, seed: int = 0,
@@ -239,13 +270,13 @@ def oracle_needed(arrivals: np.ndarray, duration_s: float, capacity_rps: float) 
 def make_policy(name: str, initial: int, capacity_rps: float, cold_start_s: float, schedule: Sequence[int],
                 slo_s: float, headroom: float = 1.0, setting: float | None = None, sync_offset_s: float = 0.0,
                 oracle_ahead_s: float | None = None, client_retries: int = 0,
-                history: Sequence[tuple[float, float]] = ()) -> pol.Policy:
+                history: Sequence[tuple[float, float]] = (), max_replicas: int = MAX_REPLICAS) -> pol.Policy:
     """Policy *name*; a peer runs at *setting* of its knob (default: its fixed setting). The HPA-driven
     peers sync on the loop's ticks; tidescale's HPA needs *sync_offset_s* (its loop ticks every 2 s),
     and is told its clients retry *client_retries* times. The oracle follows *schedule* (a level per
     `optimum.SLOT_S`) *oracle_ahead_s* ahead (default: the cold start). tidescale's forecast reads
-    *history* (`history_samples`)."""
-    lo, hi = MIN_REPLICAS, MAX_REPLICAS
+    *history* (`history_samples`). Every policy scales within MIN_REPLICAS and *max_replicas*."""
+    lo, hi = MIN_REPLICAS, max_replicas
     if name in pol.KNOBS:
         return pol.peer_policy(name, pol.KNOBS[name].fixed if setting is None else setting, initial, lo, hi)
     if name in STEP_VARIANTS or name in FORECAST_VARIANTS:
@@ -268,11 +299,11 @@ def optimal_schedule(sc: BenchScenario, arrivals: np.ndarray, end: float, initia
     slo = params.slo_latency_threshold_s
 
     def evaluate(levels: Sequence[int]) -> optimum.Evaluation:
-        policy = pol.Oracle(list(levels), optimum.SLOT_S, sc.oracle_ahead_s, MIN_REPLICAS, MAX_REPLICAS)
+        policy = pol.Oracle(list(levels), optimum.SLOT_S, sc.oracle_ahead_s, MIN_REPLICAS, sc.max_replicas)
         return optimum.evaluation_of(run_policy(policy, arrivals, end, initial, params), slo, WARMUP_S, end)
 
     target = optimum.Target(GOALS["requests_within_slo"], GOALS["windows_within_slo"])
-    return optimum.cheapest_schedule(evaluate, start, target, MIN_REPLICAS, MAX_REPLICAS,
+    return optimum.cheapest_schedule(evaluate, start, target, MIN_REPLICAS, sc.max_replicas,
                                      pol.lookahead_slots(sc.oracle_ahead_s, optimum.SLOT_S),
                                      first_free=int(WARMUP_S // optimum.SLOT_S), max_evaluations=max_evaluations)
 
@@ -344,7 +375,7 @@ def run_scenario(sc: BenchScenario, policy_names: list[str], params: SimParams, 
     arrivals, end = scenario_arrivals(sc, params.seed)
     needed = oracle_needed(arrivals, end, capacity_rps)
     replica_rps = max(capacity_rps, params.curve.max_throughput())  # what a replica completes flat out
-    initial = opening_fleet(needed)
+    initial = min(opening_fleet(needed), sc.max_replicas)
     p = dataclasses.replace(params, cold_start_s=sc.cold_start_s, startup=sc.startup, faults=sc.faults)
     surge_at = None if sc.surge_at_s is None else sc.surge_at_s
     scores: dict[str, dict[str, Any]] = {}
@@ -376,18 +407,22 @@ def run_scenario(sc: BenchScenario, policy_names: list[str], params: SimParams, 
         schedule = optimal_schedule(sc, arrivals, end, initial, needed, p, oracle_search)
     levels = list(schedule.levels) if schedule else []
     history = history_samples(sc, params.seed)
+    saturated = (saturated_seconds(arrivals, WARMUP_S, end, sc.max_replicas * replica_rps)
+                 if sc.max_replicas < MAX_REPLICAS else None)
     for k, (name, kind, factor, setting, configured, told) in enumerate(runs_to_do):
         progress(f"{sc.name}: {name} ({k + 1}/{len(runs_to_do)})")
         policy = make_policy(kind, initial, configured, sc.cold_start_s, levels, params.slo_latency_threshold_s,
                              factor, setting, p.sync_offset_s, oracle_ahead_s=sc.oracle_ahead_s, client_retries=told,
-                             history=history)
+                             history=history, max_replicas=sc.max_replicas)
         run = run_policy(policy, arrivals, end, initial, p)
         scores[name] = score(run, params.slo_latency_threshold_s, WARMUP_S, end, surge_at)
+        if saturated is not None:
+            scores[name].update(saturation_scores(run, saturated, WARMUP_S, sc.max_replicas))
         if surge_at is not None:
             fleet = fleet_at(run, WARMUP_S + surge_at)
             before = run.replicas[: bisect.bisect_right(run.times, WARMUP_S + surge_at)]
             own = surge_bound(arrivals, WARMUP_S, end, surge_at, sc.fastest_start_s, replica_rps, fleet,
-                              GOALS["requests_within_slo"], MAX_REPLICAS, node_limit(sc, initial, before))
+                              GOALS["requests_within_slo"], sc.max_replicas, node_limit(sc, initial, before))
             scores[name].update(fleet_at_surge=float(fleet), surge_bound=own.requests_within_slo)
         runs[name] = dataclasses.replace(run, latency=np.empty(0))
     if schedule is not None:
@@ -396,7 +431,8 @@ def run_scenario(sc: BenchScenario, policy_names: list[str], params: SimParams, 
                                 start_requests_within_slo=schedule.start.requests_within_slo,
                                 start_windows_within_slo=schedule.start.windows_within_slo)
     oracle_hours = scores.get("oracle", {}).get("replica_hours")
-    fluid = fluid_bound_hours(arrivals, WARMUP_S, end, replica_rps, MIN_REPLICAS, GOALS["requests_within_slo"])
+    fluid = fluid_bound_hours(arrivals, WARMUP_S, end, replica_rps, MIN_REPLICAS, GOALS["requests_within_slo"],
+                              sc.max_replicas)
     for s in scores.values():
         s["cost_vs_oracle"] = s["replica_hours"] / oracle_hours if oracle_hours else None
         s["cost_vs_fluid"] = s["replica_hours"] / fluid
@@ -416,12 +452,14 @@ def fleet_at(run: RunResult, t: float) -> int:
 
 
 def fluid_bound_hours(arrivals: np.ndarray, start_s: float, end_s: float, replica_rps: float, min_replicas: int,
-                      goal: float) -> float:
+                      goal: float, max_replicas: int = MAX_REPLICAS) -> float:
     """Replica-hours no schedule can undercut while serving *goal* of the scored requests: each served
     request takes 1/*replica_rps* of a replica-second (a replica at full throughput, batching at its
     best, no cold start, no queueing), and the fleet never has fewer than *min_replicas*. A true lower
-    bound, unlike the oracle, which is a good schedule, not the best one."""
-    served = goal * float(np.sum((arrivals >= start_s) & (arrivals < end_s)))
+    bound, unlike the oracle, which is a good schedule, not the best one. Where the load outgrows
+    *max_replicas*, *goal* of what they could serve at most."""
+    per_second = per_second_arrivals(arrivals, start_s, end_s)
+    served = goal * (float(per_second.sum()) - excess_arrivals(per_second, max_replicas * replica_rps))
     return max(min_replicas * (end_s - start_s), served / replica_rps) / 3600.0
 
 
@@ -481,19 +519,23 @@ def surge_bound(arrivals: np.ndarray, start_s: float, end_s: float, surge_at_s: 
                 ) -> SurgeBound:
     """`SurgeBound` of the scored arrivals in [start_s, end_s) for a surge at *surge_at_s* (scored time).
     With *gpus*, replicas beyond the GPUs there are serve only after a node's least wait too."""
-    scored = arrivals[(arrivals >= start_s) & (arrivals < end_s)] - start_s
-    if not len(scored):
+    per_second = per_second_arrivals(arrivals, start_s, end_s)
+    total = float(per_second.sum())
+    if not total:
         return SurgeBound(fleet, 1.0, fleet)
-    seconds = max(1, math.ceil(end_s - start_s))
-    per_second = np.bincount(np.minimum(scored.astype(int), seconds - 1), minlength=seconds).astype(float)
-    blind = per_second[int(surge_at_s): math.ceil(surge_at_s + cold_start_s)]
-    short = (per_second[math.ceil(surge_at_s + cold_start_s): math.ceil(surge_at_s + cold_start_s + gpus.wait_s)]
-             if gpus is not None else per_second[:0])
+    blind_end = math.ceil(surge_at_s + cold_start_s)
+    short_end = blind_end + (math.ceil(gpus.wait_s) if gpus is not None else 0)
+    blind, short = per_second[int(surge_at_s): blind_end], per_second[blind_end: short_end]
+    # Before the surge and once every replica could serve, the most any fleet serves: *max_replicas*
+    # (nothing is lost there unless the load outgrows the maximum, as in the overload scenario).
+    ceiling = excess_arrivals(np.concatenate([per_second[: int(surge_at_s)], per_second[short_end:]]),
+                              max_replicas * replica_rps)
 
     def reachable(n: int) -> float:
         # until the cold start, the standing fleet alone; then until a node could join, the GPUs there
-        capped = excess_arrivals(short, max(n, gpus.count) * replica_rps) if gpus is not None else 0.0
-        return 1.0 - (excess_arrivals(blind, n * replica_rps) + capped) / len(scored)
+        capped = (excess_arrivals(short, min(max(n, gpus.count), max_replicas) * replica_rps)
+                  if gpus is not None else 0.0)
+        return 1.0 - (excess_arrivals(blind, n * replica_rps) + capped + ceiling) / total
 
     needed = next((n for n in range(fleet, max_replicas + 1) if reachable(n) >= goal), None)
     return SurgeBound(fleet, reachable(fleet), needed)
@@ -511,4 +553,4 @@ def scenario_bound(sc: BenchScenario, seed: int, capacity_rps: float, replica_rp
     fleet = max(needed[max(0, k - int(60.0 / ORACLE_SLOT_S)): k] or [MIN_REPLICAS])
     initial = opening_fleet(needed)
     return surge_bound(arrivals, WARMUP_S, end, sc.surge_at_s, sc.fastest_start_s, replica_rps, fleet, goal,
-                       MAX_REPLICAS, node_limit(sc, initial, [fleet]))
+                       sc.max_replicas, node_limit(sc, initial, [fleet]))
