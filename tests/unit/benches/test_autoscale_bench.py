@@ -20,6 +20,8 @@ from tidescale.benches.autoscale.closedloop import (
     recovery_seconds,
     replica_hours,
     run_policy,
+    saturated_seconds,
+    saturation_scores,
     score,
     window_p99,
     with_seed,
@@ -537,3 +539,82 @@ def test_the_readiness_scenarios_run_only_when_named_on_a_page_of_their_own() ->
     assert opts.paths == benchreport.named_page("readiness")
     assert opts.paths[2].name == "autoscale-readiness-frontiers.png"
     assert not set(bench.READINESS_SCENARIOS) & set(benchreport.default_scenarios(available, None))
+
+
+def test_the_overload_runs_only_when_named_and_every_policy_stays_within_its_max_replicas() -> None:
+    from tidescale.benches.autoscale import report as benchreport
+
+    sc = bench.build_scenarios(1200.0, 800.0)["overload"]
+    assert sc.max_replicas == bench.OVERLOAD_MAX_REPLICAS < bench.MAX_REPLICAS
+    # the surge's load outgrows what maxReplicas complete flat out (the point of the scenario)
+    assert sc.traffic.peak_rps > sc.max_replicas * CURVE.max_throughput()
+    assert "maxReplicas 5" in sc.describe()
+    assert benchreport.BenchOptions(["overload"], ("oracle",), quick=True).paths == benchreport.named_page("overload")
+    def made(name: str, setting: float | None = None) -> pol.Policy:
+        return bench.make_policy(name, 3, 370.0, 60.0, [9] * 100, 0.5, setting=setting, max_replicas=sc.max_replicas)
+
+    assert made("static", 9).decide(0.0, None, None) == 5  # type: ignore[arg-type]
+    assert made("oracle").decide(0.0, None, None) == 5  # type: ignore[arg-type]  # the schedule asks 9
+    for name in ("hpa-cpu", "keda-rps+fast", "tidescale"):
+        hpa = made(name).hpa  # type: ignore[attr-defined]
+        assert hpa.spec.max_replicas == 5, name
+
+
+def test_saturation_is_the_load_beyond_max_replicas_and_a_scale_down_then_is_counted() -> None:
+    """100 req/s for 100 s, 300 req/s for 100 s, 100 req/s again; the largest fleet completes 200."""
+    rates = [100.0] * 100 + [300.0] * 100 + [100.0] * 100
+    arrivals = np.concatenate([k + (np.arange(int(r)) + 0.5) / r for k, r in enumerate(rates)])
+    saturated = saturated_seconds(arrivals, 0.0, 300.0, 200.0)
+    assert 98 <= np.flatnonzero(saturated)[0] <= 102 and 197 <= np.flatnonzero(saturated)[-1] <= 202
+    assert saturated.sum() == pytest.approx(100, abs=2)  # where most of the 30 s around a second is the overload
+    climbs = RunResult("p", arrivals, np.zeros(len(arrivals)), times=[0.0, 90.0, 130.0, 250.0],
+                       replicas=[2, 3, 5, 2])
+    held = saturation_scores(climbs, saturated, 0.0, 5)
+    assert held["scale_downs_saturated"] == 0  # the scale-down at 250 s came after the overload
+    assert held["saturated_at_max"] == pytest.approx(70 / saturated.sum(), abs=0.03)  # at 5 from 130 s
+    drops = dataclasses.replace(climbs, times=[0.0, 90.0, 130.0, 160.0, 250.0], replicas=[2, 3, 5, 4, 2])
+    assert saturation_scores(drops, saturated, 0.0, 5)["scale_downs_saturated"] == 1
+    calm = saturation_scores(climbs, saturated_seconds(arrivals, 0.0, 300.0, 400.0), 0.0, 5)
+    assert calm == {"saturated_s": 0.0, "scale_downs_saturated": 0.0, "saturated_at_max": None}
+
+
+def test_the_bounds_count_what_max_replicas_cannot_serve() -> None:
+    """The surge of the first bound test held for 400 s instead of 60: beyond 2 replicas of 100 req/s
+    (the maximum), 100 req/s are lost for the whole surge, whatever the policy does."""
+    rates = np.full(1000, 100.0)
+    rates[500:900] = 300.0
+    arrivals = np.concatenate([k + (np.arange(int(r)) + 0.5) / r for k, r in enumerate(rates)])
+    free = bench.surge_bound(arrivals, 0.0, 1000.0, 500.0, 10.0, 100.0, 2, 0.999, 40)
+    capped = bench.surge_bound(arrivals, 0.0, 1000.0, 500.0, 10.0, 100.0, 2, 0.999, 2)
+    total = 1000 * 100 + 400 * 200
+    assert free.requests_within_slo == pytest.approx(1 - 1000 / total)
+    assert capped.requests_within_slo == pytest.approx(1 - 400 * 100 / total)  # the blind 10 s included
+    assert capped.replicas_for_goal is None
+    uncapped = bench.fluid_bound_hours(arrivals, 0.0, 1000.0, 100.0, 1, 1.0)
+    assert uncapped == pytest.approx(total / 100 / 3600)
+    assert bench.fluid_bound_hours(arrivals, 0.0, 1000.0, 100.0, 1, 1.0, max_replicas=2) == pytest.approx(
+        (total - 400 * 100) / 100 / 3600)
+
+
+def test_the_page_marks_a_scale_down_under_overload() -> None:
+    from tidescale.benches.autoscale import report as benchreport
+
+    row = {"saturated_s": 300.0, "scale_downs_saturated": 0.0, "saturated_at_max": 0.9, "requests_within_slo": 0.8}
+    doc = {"scenarios": {"overload": {"tidescale": row, "keda-rps": {**row, "scale_downs_saturated": 2.0},
+                                      "static": row, "oracle": {**row, "saturated_s": 0.0}}},
+           "knobs": {"keda-rps": {"unit": "req/s"}},
+           "sweeps": {"overload": {"keda-rps": [{"setting": 500.0, "scale_downs_saturated": 2.0},
+                                                {"setting": 148.0, "scale_downs_saturated": 0.0}],
+                                   "static": [{"setting": 5.0, "scale_downs_saturated": 0.0}]}}}
+    lines = "\n".join(benchreport.saturation_lines(doc))
+    assert "| overload | tidescale | 300 | 0 | 90.0 % | 80.00 % | – |" in lines
+    assert "| overload | keda-rps | 300 | **2** | 90.0 % | 80.00 % | 500 req/s (2) |" in lines
+    assert "| overload | static | 300 | 0 | 90.0 % | 80.00 % | none of 1 |" in lines
+    assert "| overload | oracle |" not in lines
+    draw = {"saturated_s": 290.0, "scale_downs_saturated": 1.0, "saturated_at_max": 0.8, "requests_within_slo": 0.8}
+    doc["seeds"] = {"scenarios": {"overload": {"1": {"rows": {"tidescale": draw}},
+                                               "2": {"rows": {"tidescale": {**draw, "scale_downs_saturated": 0.0,
+                                                                            "saturated_at_max": 1.0}}}}}}
+    assert ("- overload, tidescale on the 2 extra draws: 1 scale-downs while saturated in all, at maxReplicas "
+            "90.0 % of that time on average") in benchreport.saturation_lines(doc)
+    assert benchreport.saturation_lines({"scenarios": {"diurnal": {"tidescale": {"requests_within_slo": 1.0}}}}) == []

@@ -197,8 +197,10 @@ def _point(setting: float, s: Mapping[str, Any]) -> Point:
 
 
 def _entry(p: Point, s: Mapping[str, Any]) -> dict[str, Any]:
+    """A swept setting's measures; where the load outgrew maxReplicas, its scale-downs then too."""
+    downs = {"scale_downs_saturated": s["scale_downs_saturated"]} if s.get("saturated_s") else {}
     return {"setting": p.setting, "requests_within_slo": p.requests_within_slo,
-            "windows_within_slo": p.windows_within_slo, "cost_vs_oracle": recorded(s["cost_vs_oracle"])}
+            "windows_within_slo": p.windows_within_slo, "cost_vs_oracle": recorded(s["cost_vs_oracle"]), **downs}
 
 
 def judge(scores: Mapping[str, dict[str, Any]], sweeps: Mapping[str, Sequence[float]]) -> Judged:
@@ -671,15 +673,40 @@ def saturation_lines(doc: dict[str, Any]) -> list[str]:
            "complete flat out: no policy can hold the SLO then, and none should scale down (the fleet would serve "
            "less of a load it already cannot carry). Each row: its scale-downs in those seconds, and the share of "
            "them in which it had asked for every replica it may have (the rest is mostly the climb at the start). "
+           "A peer's row is its best setting; the last column looks at every setting it was swept over. "
            "The surge bound above already counts what maxReplicas cannot serve.", "",
-           "| scenario | row | saturated s | scale-downs while saturated | at maxReplicas | requests within SLO |",
-           "|---|---|---:|---:|---:|---:|"]
+           "| scenario | row | saturated s | scale-downs while saturated | at maxReplicas | requests within SLO "
+           "| swept settings that scaled down while saturated |",
+           "|---|---|---:|---:|---:|---:|---|"]
     for name, row, r in rows:
         downs = f"{r['scale_downs_saturated']:g}"
         downs = downs if not r["scale_downs_saturated"] else f"**{downs}**"  # each one a defect
+        swept = doc.get("sweeps", {}).get(name, {}).get(row)
         out.append(f"| {name} | {row} | {r['saturated_s']:g} | {downs} | {100 * r['saturated_at_max']:.1f} % "
-                   f"| {100 * r['requests_within_slo']:.2f} % |")
-    return [*out, ""]
+                   f"| {100 * r['requests_within_slo']:.2f} % | {_downs_over_sweep(doc, row, swept)} |")
+    return [*out, "", *_saturated_draws(doc)]
+
+
+def _saturated_draws(doc: dict[str, Any]) -> list[str]:
+    """The same for tidescale's rows on the extra draws (`--extra-seed`)."""
+    out = []
+    for name, by_seed in doc.get("seeds", {}).get("scenarios", {}).items():
+        rows = [(row, r) for draw in by_seed.values() for row, r in draw["rows"].items() if r.get("saturated_s")]
+        for row in dict.fromkeys(row for row, _ in rows):
+            mine = [r for who, r in rows if who == row]
+            at_max = sum(r["saturated_at_max"] for r in mine) / len(mine)
+            out.append(f"- {name}, {row} on the {len(mine)} extra draws: "
+                       f"{sum(r['scale_downs_saturated'] for r in mine):g} scale-downs while saturated in all, "
+                       f"at maxReplicas {100 * at_max:.1f} % of that time on average")
+    return [*out, ""] if out else []
+
+
+def _downs_over_sweep(doc: dict[str, Any], peer: str, swept: Sequence[Mapping[str, Any]] | None) -> str:
+    if not swept:
+        return "–"
+    bad = [f"{_setting(doc, peer, e['setting'])} ({e['scale_downs_saturated']:g})" for e in swept
+           if e.get("scale_downs_saturated")]
+    return ", ".join(bad) if bad else f"none of {len(swept)}"
 
 
 def yardstick_lines(doc: dict[str, Any]) -> list[str]:

@@ -21,6 +21,8 @@ from tidescale.benches.report import recorded
 from tidescale.benches.stats import interval
 
 MEASURES = ("requests_within_slo", "windows_within_slo", "cost_vs_oracle")
+# Recorded per draw where a scenario's load outgrows maxReplicas (`closedloop.saturation_scores`).
+SATURATION_MEASURES = ("saturated_s", "scale_downs_saturated", "saturated_at_max")
 # The draws the shipped defaults were tuned on (the page's seed and the extra seeds of the runs that
 # chose them): any other seed is held out, and the page reports the goals on those apart.
 TUNED_SEEDS = (0, 1, 2, 3)
@@ -47,7 +49,8 @@ def seed_spread(available: Mapping[str, bench.BenchScenario], names: Sequence[st
         bound = bench.scenario_bound(sc, seed, capacity_rps, replica_rps, GOALS["requests_within_slo"])
         return {"clock_offsets_s": recorded_offsets(seeded),
                 "bound": None if bound is None else recorded(bound.requests_within_slo),
-                "rows": {row: {k: recorded(scores[row][k]) for k in MEASURES} for row in JUDGED_ROWS}}
+                "rows": {row: {k: recorded(scores[row][k]) for k in (*MEASURES, *SATURATION_MEASURES)
+                               if k in scores[row]} for row in JUDGED_ROWS}}
 
     draws = [(seed, name) for seed in seeds for name in names]
     results = fork_map(one_draw, draws, jobs, lambda d: progress(f"seed {d[0]}: {d[1]} done"))
