@@ -448,6 +448,12 @@ def test_another_slo_or_retrying_clients_are_recorded_beside_the_default_pages()
     assert names(client_retries=2)[0] == "autoscale-retries-2.md"
     assert names(queue_policy="none", client_retries=2)[0] == "autoscale-no-queue-policy-retries-2.md"
     assert names(slo_s=0.15, client_retries=1)[0] == "autoscale-slo-0.15s-retries-1.md"
+    # a named group on other servers: beside its own page, never over the default one of those servers
+    assert names(scenarios=["overload"], queue_policy="none") == [
+        "autoscale-overload-no-queue-policy.md", "autoscale-overload-no-queue-policy.png",
+        "autoscale-overload-no-queue-policy-frontiers.png"]
+    assert names(scenarios=["lulls"], queue_timeout_s=0.3)[0] == "autoscale-lulls-queue-timeout.md"
+    assert names(queue_timeout_s=0.3)[0] == "autoscale-queue-timeout.md"
     with pytest.raises(UsageError, match="client retries must be 0..10"):
         benchreport.BenchOptions(client_retries=11)
 

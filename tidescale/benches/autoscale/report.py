@@ -482,17 +482,20 @@ SWEEP_RULES = [
 def page_paths(queue_policy: str, scenarios: Sequence[str], slo_s: float = bench.DEFAULT_SLO_S,
                client_retries: int = 0) -> tuple[Path, Path, Path]:
     """The Markdown, replica plot and frontier plot of a run: a queue timeout ("explicit") or none is
-    another server setup; a named-only group alone (start-up, readiness, lulls) has its page; another
-    SLO, or clients that retry, are other users. Each such run is recorded beside the default, never
-    over it."""
-    if queue_policy == "explicit":
-        doc, png, frontier = SHED_DOC, SHED_PNG, SHED_FRONTIER_PNG
+    another server setup; a named-only group alone (start-up, readiness, lulls) has its page (and on
+    other servers, that page's name with theirs); another SLO, or clients that retry, are other users.
+    Each such run is recorded beside the default, never over it."""
+    page = next((p for p, group in bench.NAMED_ONLY.items() if scenarios and set(scenarios) <= set(group)), None)
+    servers = {"recommended": "", "explicit": "-queue-timeout"}.get(queue_policy, "-no-queue-policy")
+    if page is not None:  # a named group's page, beside it for other servers
+        doc, png, frontier = named_page(page)
+    elif queue_policy == "explicit":
+        doc, png, frontier, servers = SHED_DOC, SHED_PNG, SHED_FRONTIER_PNG, ""
     elif queue_policy != "recommended":
-        doc, png, frontier = NO_POLICY_DOC, NO_POLICY_PNG, NO_POLICY_FRONTIER_PNG
+        doc, png, frontier, servers = NO_POLICY_DOC, NO_POLICY_PNG, NO_POLICY_FRONTIER_PNG, ""
     else:
-        page = next((p for p, group in bench.NAMED_ONLY.items() if scenarios and set(scenarios) <= set(group)), None)
-        doc, png, frontier = (DOC, PNG, FRONTIER_PNG) if page is None else named_page(page)
-    suffix = (f"-slo-{slo_s:g}s" if slo_s != bench.DEFAULT_SLO_S else "") + (
+        doc, png, frontier = DOC, PNG, FRONTIER_PNG
+    suffix = servers + (f"-slo-{slo_s:g}s" if slo_s != bench.DEFAULT_SLO_S else "") + (
         f"-retries-{client_retries}" if client_retries else "")
     if not suffix:
         return doc, png, frontier
