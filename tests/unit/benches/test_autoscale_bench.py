@@ -468,6 +468,29 @@ def test_the_frontier_plot_is_drawn_with_nothing_to_put_in_its_legend(tmp_path: 
     assert path.stat().st_size > 0
 
 
+@pytest.mark.parametrize("scenarios", [1, 2, 6])
+def test_the_frontier_legend_fits_its_figure_however_many_panels(scenarios: int) -> None:
+    """Every peer, tidescale's rows and the oracle: a one-panel figure cut the legend off at both sides."""
+    import matplotlib.pyplot as plt
+
+    from tidescale.benches.autoscale import report as benchreport
+
+    row = {"requests_within_slo": 0.99, "windows_within_slo": 1.0, "cost_vs_oracle": 1.2}
+    front = {peer: [{"setting": 1.0, "requests_within_slo": 0.9, "cost_vs_oracle": 1.0}] for peer in pol.PEERS}
+    names = [f"s{k}" for k in range(scenarios)]
+    fig = benchreport.frontier_figure({"scenarios": {n: {"tidescale": row, "tidescale+direct": row, "oracle": row}
+                                                     for n in names}, "frontiers": dict.fromkeys(names, front)})
+    try:
+        fig.canvas.draw()
+        legend = fig.legends[0].get_window_extent()
+        assert len(fig.legends[0].get_texts()) == len(pol.PEERS) + 3
+        assert legend.x0 >= 0 and legend.x1 <= fig.bbox.x1 and legend.y1 <= fig.bbox.y1
+        top = max(ax.get_tightbbox().y1 for ax in fig.axes if ax.get_visible())
+        assert top <= legend.y0  # the panels' titles under the legend, not behind it
+    finally:
+        plt.close(fig)
+
+
 def test_the_lulls_run_only_when_named_on_a_page_of_their_own_and_every_named_group_has_one() -> None:
     from tidescale.benches.autoscale import report as benchreport
 

@@ -911,7 +911,20 @@ def _cost_ticks(ax: Any) -> None:
     ax.set_xticklabels([f"{t:g}×" for t in ticks])
 
 
+LEGEND_COLUMN_IN = 2.4  # a legend column at 9 pt: a peer's name, its marker and the gap to the next
+
+
 def plot_frontiers(doc: dict[str, Any], path: Path) -> None:
+    """`frontier_figure` of *doc*, saved to *path*."""
+    import matplotlib.pyplot as plt
+
+    fig = frontier_figure(doc)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def frontier_figure(doc: dict[str, Any]) -> Any:
     """A panel per scenario: cost vs oracle (log) against requests within SLO (nines scale), each
     peer's frontier as a line with markers labelled by setting, tidescale a star, the oracle a cross."""
     import matplotlib
@@ -961,10 +974,13 @@ def plot_frontiers(doc: dict[str, Any], path: Path) -> None:
     for ax in list(axes.flat)[len(names):]:
         ax.set_visible(False)
     handles, labels = axes[0, 0].get_legend_handles_labels()
-    ncol = max(1, min(len(labels), 6))  # eight in a row ran off a two-panel figure
+    # A column of the legend takes about 2.4 in (eight in a row ran off a two-panel figure, three off one
+    # panel); the figure grows by the rows the legend needs rather than squeezing its panels.
+    width = 6.4 * cols
+    ncol = max(1, min(len(labels), 6, int(width // LEGEND_COLUMN_IN)))
+    legend_rows = math.ceil(len(labels) / ncol)
+    fig.set_size_inches(width, 5.0 * rows + 0.2 * legend_rows)
     if labels:  # none where tidescale ran without the oracle and no peer
         fig.legend(handles, labels, loc="upper center", ncol=ncol, fontsize=9)
-    fig.tight_layout(rect=(0, 0, 1, legend_top(fig, math.ceil(len(labels) / ncol), 0.2)))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    fig.tight_layout(rect=(0, 0, 1, legend_top(fig, legend_rows, 0.2)))
+    return fig
