@@ -486,13 +486,14 @@ def page_paths(queue_policy: str, scenarios: Sequence[str], slo_s: float = bench
     other servers, that page's name with theirs); another SLO, or clients that retry, are other users.
     Each such run is recorded beside the default, never over it."""
     page = next((p for p, group in bench.NAMED_ONLY.items() if scenarios and set(scenarios) <= set(group)), None)
-    servers = {"recommended": "", "explicit": "-queue-timeout"}.get(queue_policy, "-no-queue-policy")
+    servers = ""
     if page is not None:  # a named group's page, beside it for other servers
         doc, png, frontier = named_page(page)
+        servers = {"recommended": "", "explicit": "-queue-timeout"}.get(queue_policy, "-no-queue-policy")
     elif queue_policy == "explicit":
-        doc, png, frontier, servers = SHED_DOC, SHED_PNG, SHED_FRONTIER_PNG, ""
+        doc, png, frontier = SHED_DOC, SHED_PNG, SHED_FRONTIER_PNG
     elif queue_policy != "recommended":
-        doc, png, frontier, servers = NO_POLICY_DOC, NO_POLICY_PNG, NO_POLICY_FRONTIER_PNG, ""
+        doc, png, frontier = NO_POLICY_DOC, NO_POLICY_PNG, NO_POLICY_FRONTIER_PNG
     else:
         doc, png, frontier = DOC, PNG, FRONTIER_PNG
     suffix = servers + (f"-slo-{slo_s:g}s" if slo_s != bench.DEFAULT_SLO_S else "") + (
@@ -694,9 +695,12 @@ def _saturated_draws(doc: dict[str, Any]) -> list[str]:
     """The same for tidescale's rows on the extra draws (`--extra-seed`)."""
     out = []
     for name, by_seed in doc.get("seeds", {}).get("scenarios", {}).items():
-        rows = [(row, r) for draw in by_seed.values() for row, r in draw["rows"].items() if r.get("saturated_s")]
-        for row in dict.fromkeys(row for row, _ in rows):
-            mine = [r for who, r in rows if who == row]
+        by_row: dict[str, list[Mapping[str, Any]]] = {}
+        for draw in by_seed.values():
+            for row, r in draw["rows"].items():
+                if r.get("saturated_s"):
+                    by_row.setdefault(row, []).append(r)
+        for row, mine in by_row.items():
             at_max = sum(r["saturated_at_max"] for r in mine) / len(mine)
             out.append(f"- {name}, {row} on the {len(mine)} extra draws: "
                        f"{sum(r['scale_downs_saturated'] for r in mine):g} scale-downs while saturated in all, "
