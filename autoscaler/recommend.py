@@ -30,15 +30,20 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
+from tidescale.autoscaler.burst import BurstProfile
 from tidescale.autoscaler.forecast import Forecast
 from tidescale.contracts.errors import UsageError
-from tidescale.contracts.slo import QUANTILE_WINDOW_S
+from tidescale.contracts.slo import QUANTILE_WINDOW_S, SLO_LATENCY_THRESHOLD_S
 
 # The share of a rate window's requests slower than the SLO beyond which they are "slow now": five
 # times a P99's budget. Stop 55's "over half" missed stop 56's demo, whose clients waited 8-10 s
 # under its overload while 9-30 % of the requests were slow inside Triton (the rest of the wait is
 # in its HTTP front end, which its traces do not time), and its fleet went 4 -> 3 -> 2.
 SLOW_NOW = 0.05
+SIZINGS = ("fixed", "burst")  # RecommenderConfig.sizing
+# The knobs of burst sizing: with the fixed sizing none of them acts.
+BURST_KNOBS = ("sizing", "burst_window_s", "burst_smooth_s", "burst_delay_ratio", "burst_late_share",
+               "max_burst_factor")
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,17 @@ class RecommenderConfig:
     panic_trend_window_s: float = 10.0  # the panic's trend: shorter than the slow path's, so the first
     # seconds of a ramp are not averaged with the flat minute before it (the first ask sets the fleet
     # that is Ready one cold start later)
+    # Sizing: "fixed" sizes at `utilisation` (down: `down_utilisation`) whatever the traffic; "burst"
+    # at 1 / the burst factor of the fast path's readings over `burst_window_s` both ways (burst.py: the
+    # margin a fluid queue needs so that at most `burst_late_share` of the arrivals wait
+    # `burst_delay_ratio` x the SLO beyond the profile's P99), the fixed pair until the readings span
+    # two minutes. Opt-in: docs/benchmarks/autoscale-burst-sizing.md measures both.
+    sizing: str = "fixed"
+    burst_window_s: float = 600.0
+    burst_smooth_s: float = 60.0  # a burst is the rate over its centred mean over this long
+    burst_delay_ratio: float = 0.5
+    burst_late_share: float = 0.01
+    max_burst_factor: float = 2.0
 
     def __post_init__(self) -> None:
         if self.capacity_rps <= 0:
@@ -104,6 +120,12 @@ class RecommenderConfig:
             raise UsageError(f"headroom_window_s must be > 0, got {self.headroom_window_s}")
         if not 0 <= self.client_retries <= MAX_CLIENT_RETRIES:
             raise UsageError(f"client_retries must be 0..{MAX_CLIENT_RETRIES}, got {self.client_retries}")
+        if self.sizing not in SIZINGS:
+            raise UsageError(f"sizing must be one of {', '.join(SIZINGS)}, got {self.sizing!r}")
+        if not (self.burst_window_s > 0 and self.burst_smooth_s > 0 and self.burst_delay_ratio >= 0
+                and 0 <= self.burst_late_share < 1 and self.max_burst_factor >= 1):
+            raise UsageError("need burst_window_s > 0, burst_smooth_s > 0, burst_delay_ratio >= 0, "
+                             "0 <= burst_late_share < 1 and max_burst_factor >= 1")
         if not (self.panic_threshold > 0 and self.panic_window_s > 0 and self.panic_hold_s >= 0
                 and self.panic_trend_window_s > 0 and self.panic_trend_cap >= 1 and self.trend_cap >= 1):
             raise UsageError("need panic_threshold > 0, panic_window_s > 0, panic_trend_window_s > 0, "
@@ -256,7 +278,26 @@ class Recommender:
         self._per_replica: deque[tuple[float, float]] = deque(maxlen=512)  # (t, completions per Ready replica)
         self.ceiling: tuple[float, float] | None = None  # (t, completions per replica) measured while the SLO burned
         self._latency_step: tuple[int, float] | None = None  # (replicas, completions) at hidden demand's last ask
+        self.bursts = BurstProfile(config.burst_window_s, config.burst_smooth_s, config.burst_late_share,
+                                   config.max_burst_factor)
+        self._burst_delay_s = config.burst_delay_ratio * SLO_LATENCY_THRESHOLD_S
         self.last: Recommendation | None = None
+
+    def record_interval(self, t: float, arrival_rps: float | None) -> None:
+        """The fast path's reading of the fleet's arrivals over its newest interval (burst sizing's input)."""
+        if self.config.sizing == "burst":
+            self.bursts.add(t, arrival_rps)
+
+    def utilisations(self, t: float) -> tuple[float, float]:
+        """The shares of capacity to size at, up and down: the fixed pair, or with burst sizing 1 / the
+        burst factor of the readings held, both ways. The factor is itself the margin for the swings
+        seen, and a fixed gap below it kept a 4-replica fleet on the Azure trace from ever returning
+        to 3 (the down delay and the largest need over it are the hysteresis left)."""
+        cfg = self.config
+        factor = self.bursts.factor(t, self._burst_delay_s) if cfg.sizing == "burst" else None
+        if factor is None:
+            return cfg.utilisation, cfg.down_utilisation
+        return 1 / factor, 1 / factor
 
     @staticmethod
     def burning(obs: Observation) -> bool:
@@ -469,12 +510,14 @@ class Recommender:
         self._fast_rates.append((t, arrival_rps))
         while self._fast_rates[0][0] < t - cfg.panic_trend_window_s:
             self._fast_rates.popleft()
-        if arrival_rps <= cfg.panic_threshold * asked * self.capacity_rps * cfg.utilisation:
+        # A burst of the readings' window is the panic's reading itself: never more eager than the fixed share.
+        up_share = max(cfg.utilisation, self.utilisations(t)[0])
+        if arrival_rps <= cfg.panic_threshold * asked * self.capacity_rps * up_share:
             return None
         front = newest_rps if newest_rps is not None and math.isfinite(newest_rps) else 0.0
         projected = projected_rate(max(arrival_rps, front), trend_slope(list(self._fast_rates)),
                                    cfg.cold_start_s + cfg.panic_lookahead_extra_s, cfg.panic_trend_cap)
-        need = min(cfg.max_replicas, replicas_for(projected, self.capacity_rps, cfg.utilisation))
+        need = min(cfg.max_replicas, replicas_for(projected, self.capacity_rps, up_share))
         if need <= asked:
             return None
         self._panic_floor = max(need, self._panic_floor if t < self._panic_until else 0)
@@ -483,7 +526,7 @@ class Recommender:
         self.last = Recommendation(self._panic_floor, "panic", projected, self.capacity_rps)
         return self.last
 
-    def withdraw(self, arrival_rps: float | None, published: int, current: int) -> Recommendation | None:
+    def withdraw(self, t: float, arrival_rps: float | None, published: int, current: int) -> Recommendation | None:
         """The fast path's check on a scale-down not yet applied (*published* below the *current*
         replicas): when the arrivals read from the pods over the panic window exceed what the
         *published* count carries at `down_utilisation`, the scale-down is taken back whole (the
@@ -500,10 +543,9 @@ class Recommender:
         that were right and it cost 4 % more replica-hours (the window: 0.3 %, as many misses
         avoided). Only through an HPA: in direct mode the service applies a scale-down at once
         (`RecommenderService.evaluate_fast`)."""
-        cfg = self.config
         if arrival_rps is None or not math.isfinite(arrival_rps) or published >= current:
             return None
-        if arrival_rps <= published * self.capacity_rps * cfg.down_utilisation:
+        if arrival_rps <= published * self.capacity_rps * self.utilisations(t)[1]:
             return None
         self._down_candidates.clear()
         self.last = Recommendation(current, "withdrawn", arrival_rps, self.capacity_rps)
@@ -517,6 +559,9 @@ class Recommender:
         cfg = self.config
         if not all(math.isfinite(x) and x >= 0 for x in (obs.arrival_rps, obs.queue_depth, obs.rejected_rps)):
             raise ValueError("arrival rate, rejection rate and queue depth must be finite and >= 0")
+        if obs.slo_latency_threshold_s is not None and math.isfinite(obs.slo_latency_threshold_s):
+            self._burst_delay_s = cfg.burst_delay_ratio * obs.slo_latency_threshold_s
+        up_share, down_share = self.utilisations(obs.t)
         per_replica = self.track_completions(obs)
         steady = self.track_fleet(obs)  # at every evaluation, so a change between two is seen
         self.refine_capacity(obs, steady)
@@ -534,24 +579,24 @@ class Recommender:
         projected = projected_rate(arrival, slope, lookahead, cfg.trend_cap)
         backlog_rps = obs.queue_depth / cfg.drain_s
         drain_need = drain_replicas(arrival, pod_backlog, self.capacity_rps, cfg.pod_drain_s, cfg.max_replicas)
-        standing = replicas_for(floor_rps * cfg.headroom, self.capacity_rps, cfg.utilisation) if cfg.headroom > 1 else 0
+        standing = replicas_for(floor_rps * cfg.headroom, self.capacity_rps, up_share) if cfg.headroom > 1 else 0
         # A season ago the demand peaked at this within the lookahead: be ready for it when the replicas
         # asked for now are, and keep them until that peak has passed (the down need holds it too).
-        seasonal = 0 if obs.forecast is None else replicas_for(obs.forecast.rps, self.capacity_rps, cfg.utilisation)
-        measured_need = max(standing, replicas_for(projected + backlog_rps, self.capacity_rps, cfg.utilisation))
+        seasonal = 0 if obs.forecast is None else replicas_for(obs.forecast.rps, self.capacity_rps, up_share)
+        measured_need = max(standing, replicas_for(projected + backlog_rps, self.capacity_rps, up_share))
         rate_need = max(seasonal, measured_need)
         drain_need = min(drain_need, math.ceil(cfg.max_drain_factor * max(rate_need, 1)))
         up_need = max(rate_need, drain_need, obs.current_replicas + 1 if hidden else 0)
         projected_down = projected_rate(down_arrival, slope, lookahead, cfg.trend_cap)
         down_need = max(drain_need, standing, seasonal, replicas_for(max(projected_down, down_arrival) + backlog_rps,
-                                                           self.capacity_rps, cfg.down_utilisation))
+                                                           self.capacity_rps, down_share))
         queue_driven = arrival - obs.arrival_rps + backlog_rps > 0.1 * max(projected, 1e-9)
         reason = "latency" if up_need > max(rate_need, drain_need) else \
             "drain" if drain_need > rate_need and up_need > obs.current_replicas else \
             "forecast" if seasonal > measured_need and up_need > obs.current_replicas else \
             "queue" if queue_driven and up_need > obs.current_replicas else (
             "lookahead" if slope > 0 and up_need > replicas_for(arrival, self.capacity_rps,
-                                                                cfg.utilisation) else "rate")
+                                                                up_share) else "rate")
         # What a lower answer is a scale-down from: the replicas read, or the count last recommended
         # when more (a stale or bad reading, a scale-up the HPA has not applied yet). Measured
         # against the reading alone, a stale 3 where 12 run made 8 a "scale-up" past the down delay.

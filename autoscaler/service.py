@@ -289,6 +289,7 @@ class RecommenderService:
             stamp = self.clock() if now is None else now
             with self._lock:
                 reading = st.fast_reading = st.fast.add(stamp, reads)
+                st.recommender.record_interval(stamp, reading.newest_rps)
                 rec = st.recommender.panic(stamp, reading.arrival_rps, asked_replicas(st.published, st.current),
                                            reading.newest_rps)
                 if rec is None and st.published is not None and st.current is not None \
@@ -298,7 +299,7 @@ class RecommenderService:
                     # scale-down already, and a pod that no longer answers, or is no longer found,
                     # is one the HPA removed (the replicas read lag it): the window would still
                     # count its last rate while the pods left serve its share too.
-                    rec = st.recommender.withdraw(reading.arrival_rps, st.published, st.current)
+                    rec = st.recommender.withdraw(stamp, reading.arrival_rps, st.published, st.current)
                 if rec is None or st.published is None or rec.desired <= st.published:
                     continue
                 before = st.published

@@ -68,6 +68,12 @@ class RecommenderTuning(SettingsModel):
     panic_trend_cap: float = Field(default=_default("panic_trend_cap"), ge=1, allow_inf_nan=False)
     panic_trend_window_s: float = Field(default=_default("panic_trend_window_s"), gt=0, allow_inf_nan=False)
     trend_cap: InfOff = Field(default=_default("trend_cap"), ge=1)  # inf: off
+    sizing: Literal["fixed", "burst"] = Field(default=_default("sizing"))
+    burst_window_s: float = Field(default=_default("burst_window_s"), gt=0, allow_inf_nan=False)
+    burst_smooth_s: float = Field(default=_default("burst_smooth_s"), gt=0, allow_inf_nan=False)
+    burst_delay_ratio: float = Field(default=_default("burst_delay_ratio"), ge=0, allow_inf_nan=False)
+    burst_late_share: float = Field(default=_default("burst_late_share"), ge=0, lt=1)
+    max_burst_factor: float = Field(default=_default("max_burst_factor"), ge=1, allow_inf_nan=False)
 
     def as_json(self) -> dict[str, Any]:
         """Plain JSON values (inf as "Infinity"), as recorded by the benchmark and printed by the CLI."""

@@ -247,6 +247,9 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
         jobs: int = typer.Option(
             1, "--jobs", help="Scenarios (and extra draws) simulated at once, in forked workers; the results are "
             "the same, the wall time shorter."),
+        sizing: str | None = typer.Option(
+            None, "--sizing", help="tidescale's sizing instead of the shipped one: fixed or burst "
+            "(docs/autoscaler.md); recorded as autoscale-<sizing>-sizing.md."),
         write: bool = typer.Option(True, "--write/--no-write", help="Record docs/benchmarks/autoscale.md + PNGs."),
     ) -> None:
         """Closed-loop autoscaling: tidescale vs HPA CPU/GPU, Triton queue time, KEDA, KPA, Ray Serve, oracle."""
@@ -262,7 +265,7 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
                                         headroom_sweep=tuple(headroom_sweep), sweep=sweep,
                                         peer_settings=tuple(peer_setting), extra_seeds=tuple(extra_seed),
                                         capacity_errors=tuple(capacity_error), client_retries=client_retries,
-                                        jobs=jobs,
+                                        jobs=jobs, sizing=sizing,
                                         **({} if oracle_search is None else {"oracle_search": oracle_search}))
         err = Console(stderr=True)
         with err.status("autoscale benchmark") as status:

@@ -216,12 +216,12 @@ def test_panic_never_asks_beyond_max_replicas() -> None:
 def test_a_scale_down_not_yet_applied_is_withdrawn_when_the_pods_read_more_than_the_smaller_fleet_carries(
 ) -> None:
     rec = Recommender(RecommenderConfig(capacity_rps=100.0, max_replicas=50))
-    assert rec.withdraw(150.0, published=2, current=5) is None  # 2 x 100 x 0.8 = 160 carries 150
-    assert rec.withdraw(500.0, published=5, current=5) is None  # nothing pending
-    back = rec.withdraw(300.0, published=2, current=5)
+    assert rec.withdraw(0.0, 150.0, published=2, current=5) is None  # 2 x 100 x 0.8 = 160 carries 150
+    assert rec.withdraw(0.0, 500.0, published=5, current=5) is None  # nothing pending
+    back = rec.withdraw(0.0, 300.0, published=2, current=5)
     assert back is not None and back.reason == "withdrawn" and back.desired == 5  # taken back whole
     for bad in (None, math.nan, math.inf):
-        assert rec.withdraw(bad, published=1, current=5) is None
+        assert rec.withdraw(0.0, bad, published=1, current=5) is None
 
 
 def test_after_a_withdrawal_the_down_delay_starts_again() -> None:
@@ -230,7 +230,7 @@ def test_after_a_withdrawal_the_down_delay_starts_again() -> None:
             for t in range(0, 76, 15)]
     answers = [rec.recommend(obs).desired for obs in calm]
     assert answers[-1] == 2 and answers[0] == 5  # 100 req/s at 0.8 x 100 per replica, after 60 s
-    assert rec.withdraw(300.0, published=2, current=5) is not None
+    assert rec.withdraw(0.0, 300.0, published=2, current=5) is not None
     # The slow path still reads the old rate: it waits the whole delay again, from its next evaluation.
     later = [rec.recommend(Observation(t, arrival_rps=100.0, queue_depth=0.0, ready_replicas=5,
                                        current_replicas=5)).desired for t in (90.0, 105.0, 120.0, 135.0, 150.0)]

@@ -281,7 +281,7 @@ class TidescalePolicy:
     serves it). `direct` replaces the HPA: the service writes the scale subresource itself, at once.
     Its seasonal forecast reads *history* (the demand of the days before the run, a sample a minute),
     then what the run's scrapes show; *forecast_periods* () turns it off, as `forecast.enabled` does
-    (None: the shipped periods).
+    (None: the shipped periods). *sizing* replaces the shipped `tuning.sizing` (`--sizing`).
     """
 
     name = "tidescale"
@@ -290,7 +290,7 @@ class TidescalePolicy:
                  slo_s: float, *, publish_delay_s: float, headroom: float = 1.0,
                  fast_path: bool | None = None, direct: bool = False, sync_offset_s: float = 0.0,
                  client_retries: int = 0, forecast_periods: tuple[float, ...] | None = None,
-                 history: Sequence[tuple[float, float]] = ()
+                 history: Sequence[tuple[float, float]] = (), sizing: str | None = None
                  ) -> None:
         target = Target("triton", "bench", "model", min_r, max_r)
         self.hpa = HpaEmulator(tidescale_hpa_spec(target), initial)
@@ -302,6 +302,8 @@ class TidescalePolicy:
                                                                capacity_rps=capacity_rps)])
         if fast_path is not None:  # None: as shipped
             settings.fast_path.enabled = fast_path
+        if sizing is not None:  # None: as shipped
+            settings.tuning.sizing = sizing  # type: ignore[assignment]
         if forecast_periods is not None:
             settings.forecast.enabled = bool(forecast_periods)
             settings.forecast.periods_s = list(forecast_periods) or settings.forecast.periods_s

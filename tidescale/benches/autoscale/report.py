@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from tidescale.autoscaler.queue_policy import recommended_queue_policy
-from tidescale.autoscaler.recommend import check_headroom
+from tidescale.autoscaler.recommend import SIZINGS, check_headroom
 from tidescale.autoscaler.settings import RecommenderSettings
 from tidescale.benches.autoscale import optimum
 from tidescale.benches.autoscale import policies as pol
@@ -94,6 +94,7 @@ class BenchOptions:
     client_retries: int = 0  # every policy's clients retry a refused request this often (Envoy's back-off)
     oracle_search: int = optimum.MAX_EVALUATIONS  # simulations the oracle's schedule search may run per draw
     jobs: int = 1  # scenarios (and extra draws) simulated at once, in forked workers: only the wall time changes
+    sizing: str | None = None  # tidescale's `tuning.sizing` instead of the shipped one (None: as shipped)
 
     def __post_init__(self) -> None:
         if self.slo_s <= 0:
@@ -110,6 +111,8 @@ class BenchOptions:
         if self.queue_policy not in QUEUE_POLICIES:
             raise UsageError(f"--queue-policy must be one of {', '.join(QUEUE_POLICIES)}, got {self.queue_policy!r}")
         ClientRetries(max_retries=self.client_retries)  # a UsageError naming the bad count
+        if self.sizing is not None and self.sizing not in SIZINGS:
+            raise UsageError(f"--sizing must be one of {', '.join(SIZINGS)}, got {self.sizing!r}")
         if not 1 <= self.jobs <= MAX_JOBS:
             raise UsageError(f"--jobs must be in [1, {MAX_JOBS}], got {self.jobs}")
         if not 1 <= self.oracle_search <= optimum.MAX_EVALUATIONS_LIMIT:
@@ -129,7 +132,7 @@ class BenchOptions:
     def paths(self) -> tuple[Path, Path, Path]:
         """Where the Markdown, the replica plot and the frontier plot are recorded."""
         kind = "explicit" if self.queue_timeout_s is not None else self.queue_policy
-        return page_paths(kind, self.scenarios or (), self.slo_s, self.client_retries)
+        return page_paths(kind, self.scenarios or (), self.slo_s, self.client_retries, self.sizing)
 
     def queue_policy_of(self, curve: ServiceCurve) -> dict[str, Any]:
         """The queue policy every replica runs: what tidescale recommends, none, or the given timeout."""
@@ -275,12 +278,15 @@ def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
                   "capacity_errors": list(opts.capacity_errors), "scenarios_named": list(opts.scenarios or []),
                   # clients retry a refused request this often, with Envoy's back-off (sim/clients.py)
                   "client_retries": opts.client_retries,
+                  # tidescale's sizing when not the shipped one (`--sizing`)
+                  **({"sizing": opts.sizing} if opts.sizing else {}),
                   # simulations the oracle's schedule search could run per scenario and draw
                   "oracle_search": opts.oracle_search,
                   # what tidescale ran: the service's defaults (`autoscale recommend --print-config`)
-                  "tidescale_tuning": RecommenderSettings().tuning.as_json(), "sweep": opts.sweep},
+                  "tidescale_tuning": tuning_of(opts.sizing), "sweep": opts.sweep},
         # the recommender configuration that ran (`autoscale recommend --print-config` at this headroom)
-        "config": RecommenderSettings(headroom=opts.headroom, slo_latency_threshold_s=opts.slo_s).effective_config(),
+        "config": shipped_settings(opts.sizing, headroom=opts.headroom, slo_latency_threshold_s=opts.slo_s
+                                   ).effective_config(),
         # the queue policy every replica ran (the one `autoscale render --max-batch-exec-ms` prints)
         "queue_policy": queue_policy,
         "knobs": {peer: {"knob": pol.KNOBS[peer].knob, "unit": pol.KNOBS[peer].unit, "fixed": pol.KNOBS[peer].fixed,
@@ -302,7 +308,7 @@ def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
         errors = opts.capacity_errors if "tidescale" in opts.policies else ()
         told = progress if opts.jobs == 1 else lambda _m: None  # a forked worker cannot draw the status line
         scores, runs = bench.run_scenario(sc, list(opts.policies), params, capacity, told, opts.headroom, sweep,
-                                          sweeps, errors, opts.oracle_search)
+                                          sweeps, errors, opts.oracle_search, opts.sizing)
         judged = judge(scores, sweeps)
         bound = bench.scenario_bound(sc, opts.seed, capacity, replica_rps, GOALS["requests_within_slo"])
         return scores, judged, {row: runs[run] for row, run in judged.run_of.items()}, bound
@@ -324,7 +330,7 @@ def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
         all_runs[name] = runs
     if opts.extra_seeds:
         doc["seeds"] = seed_spread(available, names, opts.extra_seeds, params, capacity, replica_rps, opts.headroom,
-                                   progress, opts.oracle_search, opts.jobs)
+                                   progress, opts.oracle_search, opts.jobs, opts.sizing)
     doc["setup"]["extra_seeds"] = list(opts.extra_seeds)
     doc["setup"]["wall_s"] = round(time.monotonic() - started, 1)
     doc["setup"]["jobs"] = opts.jobs
@@ -361,6 +367,7 @@ def _flags(setup: dict[str, Any]) -> str:
     slo = setup.get("slo_latency_threshold_s", bench.DEFAULT_SLO_S)
     out += "" if slo == bench.DEFAULT_SLO_S else f" --slo-latency-threshold {slo:g}"
     out += f" --client-retries {setup['client_retries']}" if setup.get("client_retries") else ""
+    out += f" --sizing {setup['sizing']}" if setup.get("sizing") else ""
     search = setup.get("oracle_search", optimum.MAX_EVALUATIONS)
     out += "" if search == optimum.MAX_EVALUATIONS else f" --oracle-search {search}"
     out += f" --jobs {setup['jobs']}" if setup.get("jobs", 1) != 1 else ""
@@ -428,7 +435,8 @@ def markdown(doc: dict[str, Any]) -> str:
         "(`tidescale+headroomNx` rows: the same policy at N×, not a peer)"
         + ("; `tidescale+capacityFx` rows: tidescale configured with F × the measured capacity per replica, "
            "its profile off by that much" if s.get("capacity_errors") else ""),
-        "- tidescale tuning, the service's shipped defaults (`tidescale autoscale recommend --print-config`): "
+        "- tidescale tuning, the service's shipped defaults (`tidescale autoscale recommend --print-config`)"
+        + (f", with `sizing: {s['sizing']}`" if s.get("sizing") else "") + ": "
         f"`{json.dumps(s['tidescale_tuning'], sort_keys=True)}`",
         "- tidescale is the recommender service itself (`RecommenderService`, run by its own `tick`), its "
         "Prometheus queries and pod reads answered by the simulator (`tidescale/sim/recommender_io.py`)",
@@ -479,12 +487,26 @@ SWEEP_RULES = [
 ]
 
 
+def shipped_settings(sizing: str | None = None, **fields: Any) -> RecommenderSettings:
+    """The service's settings as shipped, with *fields*, and *sizing* instead of the shipped one."""
+    settings = RecommenderSettings(**fields)
+    if sizing is not None:
+        settings.tuning.sizing = sizing  # type: ignore[assignment]
+    return settings
+
+
+def tuning_of(sizing: str | None) -> dict[str, Any]:
+    """The tuning tidescale runs with (`autoscale recommend --print-config`'s, *sizing* replaced)."""
+    return shipped_settings(sizing).tuning.as_json()
+
+
 def page_paths(queue_policy: str, scenarios: Sequence[str], slo_s: float = bench.DEFAULT_SLO_S,
-               client_retries: int = 0) -> tuple[Path, Path, Path]:
+               client_retries: int = 0, sizing: str | None = None) -> tuple[Path, Path, Path]:
     """The Markdown, replica plot and frontier plot of a run: a queue timeout ("explicit") or none is
     another server setup; a named-only group alone (start-up, readiness, lulls) has its page (and on
-    other servers, that page's name with theirs); another SLO, or clients that retry, are other users.
-    Each such run is recorded beside the default, never over it."""
+    other servers, that page's name with theirs); another SLO, or clients that retry, are other users;
+    another sizing (`--sizing`) is another tidescale. Each such run is recorded beside the default,
+    never over it."""
     page = next((p for p, group in bench.NAMED_ONLY.items() if scenarios and set(scenarios) <= set(group)), None)
     servers = ""
     if page is not None:  # a named group's page, beside it for other servers
@@ -497,7 +519,7 @@ def page_paths(queue_policy: str, scenarios: Sequence[str], slo_s: float = bench
     else:
         doc, png, frontier = DOC, PNG, FRONTIER_PNG
     suffix = servers + (f"-slo-{slo_s:g}s" if slo_s != bench.DEFAULT_SLO_S else "") + (
-        f"-retries-{client_retries}" if client_retries else "")
+        f"-retries-{client_retries}" if client_retries else "") + (f"-{sizing}-sizing" if sizing else "")
     if not suffix:
         return doc, png, frontier
     stem = doc.stem + suffix
@@ -508,7 +530,7 @@ def _pngs(setup: dict[str, Any]) -> tuple[Path, Path]:
     kind = setup.get("queue_policy", "explicit" if setup.get("queue_timeout_s") is not None else "none")
     _doc, png, frontier = page_paths(kind, setup.get("scenarios_named", []),
                                      setup.get("slo_latency_threshold_s", bench.DEFAULT_SLO_S),
-                                     setup.get("client_retries", 0))
+                                     setup.get("client_retries", 0), setup.get("sizing"))
     return png, frontier
 
 

@@ -270,12 +270,14 @@ def oracle_needed(arrivals: np.ndarray, duration_s: float, capacity_rps: float) 
 def make_policy(name: str, initial: int, capacity_rps: float, cold_start_s: float, schedule: Sequence[int],
                 slo_s: float, headroom: float = 1.0, setting: float | None = None, sync_offset_s: float = 0.0,
                 oracle_ahead_s: float | None = None, client_retries: int = 0,
-                history: Sequence[tuple[float, float]] = (), max_replicas: int = MAX_REPLICAS) -> pol.Policy:
+                history: Sequence[tuple[float, float]] = (), max_replicas: int = MAX_REPLICAS,
+                sizing: str | None = None) -> pol.Policy:
     """Policy *name*; a peer runs at *setting* of its knob (default: its fixed setting). The HPA-driven
     peers sync on the loop's ticks; tidescale's HPA needs *sync_offset_s* (its loop ticks every 2 s),
     and is told its clients retry *client_retries* times. The oracle follows *schedule* (a level per
     `optimum.SLOT_S`) *oracle_ahead_s* ahead (default: the cold start). tidescale's forecast reads
-    *history* (`history_samples`). Every policy scales within MIN_REPLICAS and *max_replicas*."""
+    *history* (`history_samples`) and sizes as *sizing* says (None: as shipped). Every policy scales
+    within MIN_REPLICAS and *max_replicas*."""
     lo, hi = MIN_REPLICAS, max_replicas
     if name in pol.KNOBS:
         return pol.peer_policy(name, pol.KNOBS[name].fixed if setting is None else setting, initial, lo, hi)
@@ -285,7 +287,7 @@ def make_policy(name: str, initial: int, capacity_rps: float, cold_start_s: floa
                                    fast_path=fast_path, direct=delivery == "direct",
                                    publish_delay_s=PUBLISH_DELAY_S[delivery], sync_offset_s=sync_offset_s,
                                    client_retries=client_retries, forecast_periods=FORECAST_VARIANTS.get(name),
-                                   history=history)
+                                   history=history, sizing=sizing)
     return pol.Oracle(list(schedule), optimum.SLOT_S, cold_start_s if oracle_ahead_s is None else oracle_ahead_s,
                       lo, hi)
 
@@ -364,14 +366,14 @@ def sweep_row(peer: str, setting: float) -> str:
 def run_scenario(sc: BenchScenario, policy_names: list[str], params: SimParams, capacity_rps: float,
                  progress: Callable[[str], None] = lambda _: None, headroom: float = 1.0,
                  headroom_sweep: tuple[float, ...] = (), settings: Mapping[str, Sequence[float]] | None = None,
-                 capacity_errors: tuple[float, ...] = (), oracle_search: int = optimum.MAX_EVALUATIONS
-                 ) -> tuple[dict[str, dict[str, Any]], dict[str, RunResult]]:
+                 capacity_errors: tuple[float, ...] = (), oracle_search: int = optimum.MAX_EVALUATIONS,
+                 sizing: str | None = None) -> tuple[dict[str, dict[str, Any]], dict[str, RunResult]]:
     """Every policy on the same arrivals (after a warm-up), each peer at each of its *settings*
     (default: its fixed setting; rows `sweep_row(peer, setting)`), then tidescale at each swept
     headroom and with its capacity profile off by each of *capacity_errors*; scores exclude the
     warm-up. The oracle follows the cheapest schedule a search of at most *oracle_search* simulations
-    finds (`optimal_schedule`). The runs keep their replica timelines, not per-request latencies (a sweep would hold
-    hundreds of MB of them)."""
+    finds (`optimal_schedule`). tidescale sizes as *sizing* says (None: as shipped). The runs keep
+    their replica timelines, not per-request latencies (a sweep would hold hundreds of MB of them)."""
     arrivals, end = scenario_arrivals(sc, params.seed)
     needed = oracle_needed(arrivals, end, capacity_rps)
     replica_rps = max(capacity_rps, params.curve.max_throughput())  # what a replica completes flat out
@@ -413,7 +415,7 @@ def run_scenario(sc: BenchScenario, policy_names: list[str], params: SimParams, 
         progress(f"{sc.name}: {name} ({k + 1}/{len(runs_to_do)})")
         policy = make_policy(kind, initial, configured, sc.cold_start_s, levels, params.slo_latency_threshold_s,
                              factor, setting, p.sync_offset_s, oracle_ahead_s=sc.oracle_ahead_s, client_retries=told,
-                             history=history, max_replicas=sc.max_replicas)
+                             history=history, max_replicas=sc.max_replicas, sizing=sizing)
         run = run_policy(policy, arrivals, end, initial, p)
         scores[name] = score(run, params.slo_latency_threshold_s, WARMUP_S, end, surge_at)
         if saturated is not None:

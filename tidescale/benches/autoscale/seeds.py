@@ -31,7 +31,7 @@ TUNED_SEEDS = (0, 1, 2, 3)
 def seed_spread(available: Mapping[str, bench.BenchScenario], names: Sequence[str], seeds: Sequence[int],
                 params: SimParams, capacity_rps: float, replica_rps: float, headroom: float,
                 progress: Callable[[str], None] = lambda _m: None, oracle_search: int = optimum.MAX_EVALUATIONS,
-                jobs: int = 1) -> dict[str, Any]:
+                jobs: int = 1, sizing: str | None = None) -> dict[str, Any]:
     """`{"seeds": [...], "scenarios": {scenario: {seed: {"bound": b, "rows": {row: measures}}}}}`; *jobs*
     draws at once (`forked.fork_map`)."""
 
@@ -45,7 +45,7 @@ def seed_spread(available: Mapping[str, bench.BenchScenario], names: Sequence[st
 
         sc = available[name]
         scores, _ = bench.run_scenario(sc, ["tidescale", "oracle"], seeded, capacity_rps, tell, headroom,
-                                       oracle_search=oracle_search)
+                                       oracle_search=oracle_search, sizing=sizing)
         bound = bench.scenario_bound(sc, seed, capacity_rps, replica_rps, GOALS["requests_within_slo"])
         return {"clock_offsets_s": recorded_offsets(seeded),
                 "bound": None if bound is None else recorded(bound.requests_within_slo),

@@ -141,7 +141,7 @@ def slow_share_query(s: DemoSettings) -> str:
     """The recommender's own `slow_share` query for the demo's target, to show what it read."""
     target = TargetSettings(deployment=DEPLOYMENT, namespace=SERVING, model=AUTOSCALED_MODEL,
                             min_replicas=s.min_replicas, max_replicas=s.max_replicas)
-    tuning = RecommenderTuning(**DEMO_TUNING)
+    tuning = RecommenderTuning.model_validate(DEMO_TUNING)
     return TargetQueries.for_target(target, tuning, slo_s=s.slo_latency_threshold_s).slow_share
 
 

@@ -1,0 +1,117 @@
+"""Burst sizing: the margin over the smoothed rate a fleet needs for the bursts the fast path read."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tidescale.autoscaler.burst import MIN_SPAN_S, BurstProfile, burst_factor, centred_means, late_share
+from tidescale.autoscaler.recommend import Observation, Recommender, RecommenderConfig
+from tidescale.autoscaler.settings import RecommenderTuning
+from tidescale.contracts.errors import UsageError
+
+
+def readings(rates: list[float], step: float = 2.0) -> list[tuple[float, float]]:
+    return [(step * (i + 1), r) for i, r in enumerate(rates)]
+
+
+def poisson_like(mean: float, n: int, seed: int) -> list[float]:
+    """2 s readings of a Poisson stream at *mean* req/s (normal approximation)."""
+    rng = random.Random(seed)
+    return [max(0.0, rng.gauss(mean, math.sqrt(mean / 2))) for _ in range(n)]
+
+
+def bursty(mean: float, n: int, seed: int, every: int = 15, height: float = 1.6) -> list[float]:
+    """The same with a 2 s burst to *height* x the mean every *every* readings."""
+    return [r * (height if i % every == 0 else 1.0) for i, r in enumerate(poisson_like(mean, n, seed))]
+
+
+def test_a_smooth_stream_needs_almost_no_margin_and_a_bursty_one_needs_more() -> None:
+    smooth = burst_factor(readings(poisson_like(1500.0, 300, 1)), 60.0, 0.1, 0.001, 2.0)
+    spiky = burst_factor(readings(bursty(1500.0, 300, 1)), 60.0, 0.1, 0.001, 2.0)
+    assert smooth is not None and spiky is not None
+    assert smooth < 1.05  # what the fixed 0.9 gives is 1.11
+    assert spiky > 1.2  # a 60 % burst for 2 s: 1.2 s of work at f = 1
+    # The more late arrivals allowed, or the longer they may wait, the smaller the margin.
+    assert burst_factor(readings(bursty(1500.0, 300, 1)), 60.0, 0.5, 0.001, 2.0) < spiky
+    assert burst_factor(readings(bursty(1500.0, 300, 1)), 60.0, 0.1, 0.1, 2.0) < spiky
+
+
+def test_a_trend_is_not_a_burst() -> None:
+    """The projection follows a ramp; only the swings around its centred mean need standing capacity."""
+    ramp = [500.0 + 5.0 * i for i in range(300)]  # 500 -> 2000 req/s over ten minutes, no noise
+    assert burst_factor(readings(ramp), 60.0, 0.1, 0.001, 2.0) == pytest.approx(1.0, abs=0.01)
+
+
+def test_the_factor_waits_for_two_minutes_of_readings_and_stays_within_its_bounds() -> None:
+    short = readings(bursty(1000.0, int(MIN_SPAN_S / 2) - 1, 2))
+    assert burst_factor(short, 60.0, 0.1, 0.001, 2.0) is None
+    assert burst_factor([], 60.0, 0.1, 0.001, 2.0) is None
+    assert burst_factor(readings([0.0] * 100), 60.0, 0.1, 0.001, 2.0) is None  # no arrivals: no answer
+    wild = readings([5000.0 if i % 3 == 0 else 0.0 for i in range(200)])
+    assert burst_factor(wild, 60.0, 0.0, 0.0, 1.7) == 1.7  # capped: a bound, not an ask for everything
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(min_value=0, max_value=1e6, allow_nan=False), min_size=3, max_size=120),
+       st.floats(min_value=0, max_value=2), st.floats(min_value=0, max_value=0.5))
+def test_the_factor_is_the_smallest_one_that_meets_the_share(rates: list[float], delay: float, share: float) -> None:
+    factor = burst_factor(readings(rates), 20.0, delay, share, 3.0)
+    if factor is None:
+        return
+    assert 1.0 <= factor <= 3.0
+    means = centred_means(rates, 5)
+    pairs = [(r / m, 2.0) for r, m in zip(rates[1:], means[1:], strict=True) if m > 0]
+    ratios, dts = [r for r, _ in pairs], [d for _, d in pairs]
+    if factor < 3.0:
+        assert late_share(ratios, dts, factor, delay) <= share + 1e-12
+    if factor > 1.0:
+        assert late_share(ratios, dts, max(1.0, factor - 1e-3), delay) > share - 1e-12
+
+
+def test_the_profile_forgets_old_readings_and_skips_bad_ones() -> None:
+    profile = BurstProfile(window_s=300.0, smooth_s=60.0, share=0.001, max_factor=2.0, refresh_s=0.0)
+    for t, r in readings(bursty(1000.0, 150, 3)):
+        profile.add(t, r)
+    assert (profile.factor(300.0, 0.1) or 0) > 1.2
+    for bad in (None, math.nan, math.inf, -1.0):
+        profile.add(400.0, bad)
+    profile.add(299.0, 1000.0)  # out of order: skipped
+    for t, r in readings(poisson_like(1000.0, 150, 4)):
+        profile.add(300.0 + t, r)  # five minutes of calm push the bursts out
+    assert (profile.factor(600.0, 0.1) or 9) < 1.06
+
+
+def calm(t: float, rps: float, replicas: int) -> Observation:
+    return Observation(t, arrival_rps=rps, queue_depth=0.0, ready_replicas=replicas, current_replicas=replicas,
+                       p99_s=0.1, slo_latency_threshold_s=0.5, fast_arrival_rps=rps)
+
+
+def test_burst_sizing_sizes_a_smooth_stream_thinner_and_a_bursty_one_fatter_than_the_fixed_share() -> None:
+    """1,000 req/s on replicas of 100: the fixed 0.9 asks 12; a smooth stream needs 11, one with 2 s
+    bursts of 60 % every 30 s more than 12. Before two minutes of readings, the fixed share."""
+    def asked(rates: list[float], sizing: str) -> int:
+        rec = Recommender(RecommenderConfig(capacity_rps=100.0, max_replicas=50, sizing=sizing))
+        for t, r in readings(rates):
+            rec.record_interval(t, r)
+        return rec.recommend(calm(2.0 * len(rates), 1000.0, 10)).desired
+
+    assert asked(poisson_like(1000.0, 150, 5), "fixed") == 12
+    assert asked(poisson_like(1000.0, 150, 5), "burst") == 11
+    assert asked(bursty(1000.0, 150, 5), "burst") > 12
+    assert asked(bursty(1000.0, 20, 5), "burst") == 12  # 40 s of readings: the fixed share still
+
+
+def test_burst_sizing_is_a_setting_and_bad_values_are_refused() -> None:
+    assert RecommenderTuning().sizing == "fixed"  # shipped: the fixed share (docs/autoscaler.md says why)
+    assert RecommenderTuning(sizing="burst").sizing == "burst"
+    with pytest.raises(ValueError, match="sizing"):
+        RecommenderTuning(sizing="magic")  # type: ignore[arg-type]
+    for bad in ({"sizing": "magic"}, {"burst_late_share": 1.0}, {"max_burst_factor": 0.5},
+                {"burst_window_s": 0.0}, {"burst_delay_ratio": -1.0}):
+        with pytest.raises(UsageError):
+            RecommenderConfig(capacity_rps=1.0, **bad)  # type: ignore[arg-type]
