@@ -288,16 +288,21 @@ class Recommender:
         if self.config.sizing == "burst":
             self.bursts.add(t, arrival_rps)
 
-    def utilisations(self, t: float) -> tuple[float, float]:
-        """The shares of capacity to size at, up and down: the fixed pair, or with burst sizing 1 / the
-        burst factor of the readings held, both ways. The factor is itself the margin for the swings
-        seen, and a fixed gap below it kept a 4-replica fleet on the Azure trace from ever returning
-        to 3 (the down delay and the largest need over it are the hysteresis left)."""
+    def sizing(self, t: float) -> tuple[float, float, float]:
+        """(margin, up share, down share): the fleet carries max(projected rate, rate x margin) at the
+        share of its capacity, up and down. Fixed: no margin, the fixed pair of shares. Burst: the
+        burst factor of the readings held as the margin, all of the capacity both ways.
+
+        The margin and the trend are not multiplied: the margin stands for the swings of the last
+        minutes, the projection for a ramp, and a bursty trace's swings are what tilts its 30 s
+        trend (sized as their product, the Azure trace's fleet of 3 sat at 4-6). A fixed gap below
+        the factor for scale-down kept a fleet of 4 from ever returning to 3 there; the down delay
+        and the largest need over it are the hysteresis left."""
         cfg = self.config
         factor = self.bursts.factor(t, self._burst_delay_s) if cfg.sizing == "burst" else None
         if factor is None:
-            return cfg.utilisation, cfg.down_utilisation
-        return 1 / factor, 1 / factor
+            return 1.0, cfg.utilisation, cfg.down_utilisation
+        return factor, 1.0, 1.0
 
     @staticmethod
     def burning(obs: Observation) -> bool:
@@ -510,8 +515,8 @@ class Recommender:
         self._fast_rates.append((t, arrival_rps))
         while self._fast_rates[0][0] < t - cfg.panic_trend_window_s:
             self._fast_rates.popleft()
-        # A burst of the readings' window is the panic's reading itself: never more eager than the fixed share.
-        up_share = max(cfg.utilisation, self.utilisations(t)[0])
+        # The panic's reading is the burst itself: it keeps the fixed share, whatever the sizing.
+        up_share = cfg.utilisation
         if arrival_rps <= cfg.panic_threshold * asked * self.capacity_rps * up_share:
             return None
         front = newest_rps if newest_rps is not None and math.isfinite(newest_rps) else 0.0
@@ -545,7 +550,8 @@ class Recommender:
         (`RecommenderService.evaluate_fast`)."""
         if arrival_rps is None or not math.isfinite(arrival_rps) or published >= current:
             return None
-        if arrival_rps <= published * self.capacity_rps * self.utilisations(t)[1]:
+        margin, _, down_share = self.sizing(t)
+        if arrival_rps * margin <= published * self.capacity_rps * down_share:
             return None
         self._down_candidates.clear()
         self.last = Recommendation(current, "withdrawn", arrival_rps, self.capacity_rps)
@@ -561,7 +567,7 @@ class Recommender:
             raise ValueError("arrival rate, rejection rate and queue depth must be finite and >= 0")
         if obs.slo_latency_threshold_s is not None and math.isfinite(obs.slo_latency_threshold_s):
             self._burst_delay_s = cfg.burst_delay_ratio * obs.slo_latency_threshold_s
-        up_share, down_share = self.utilisations(obs.t)
+        margin, up_share, down_share = self.sizing(obs.t)
         per_replica = self.track_completions(obs)
         steady = self.track_fleet(obs)  # at every evaluation, so a change between two is seen
         self.refine_capacity(obs, steady)
@@ -579,23 +585,25 @@ class Recommender:
         projected = projected_rate(arrival, slope, lookahead, cfg.trend_cap)
         backlog_rps = obs.queue_depth / cfg.drain_s
         drain_need = drain_replicas(arrival, pod_backlog, self.capacity_rps, cfg.pod_drain_s, cfg.max_replicas)
-        standing = replicas_for(floor_rps * cfg.headroom, self.capacity_rps, up_share) if cfg.headroom > 1 else 0
+        standing = replicas_for(floor_rps * cfg.headroom * margin, self.capacity_rps, up_share) \
+            if cfg.headroom > 1 else 0
         # A season ago the demand peaked at this within the lookahead: be ready for it when the replicas
         # asked for now are, and keep them until that peak has passed (the down need holds it too).
-        seasonal = 0 if obs.forecast is None else replicas_for(obs.forecast.rps, self.capacity_rps, up_share)
-        measured_need = max(standing, replicas_for(projected + backlog_rps, self.capacity_rps, up_share))
+        seasonal = 0 if obs.forecast is None else replicas_for(obs.forecast.rps * margin, self.capacity_rps, up_share)
+        measured_need = max(standing, replicas_for(max(projected, arrival * margin) + backlog_rps, self.capacity_rps,
+                                                   up_share))
         rate_need = max(seasonal, measured_need)
         drain_need = min(drain_need, math.ceil(cfg.max_drain_factor * max(rate_need, 1)))
         up_need = max(rate_need, drain_need, obs.current_replicas + 1 if hidden else 0)
         projected_down = projected_rate(down_arrival, slope, lookahead, cfg.trend_cap)
-        down_need = max(drain_need, standing, seasonal, replicas_for(max(projected_down, down_arrival) + backlog_rps,
-                                                           self.capacity_rps, down_share))
+        down_need = max(drain_need, standing, seasonal, replicas_for(
+            max(projected_down, down_arrival * margin) + backlog_rps, self.capacity_rps, down_share))
         queue_driven = arrival - obs.arrival_rps + backlog_rps > 0.1 * max(projected, 1e-9)
         reason = "latency" if up_need > max(rate_need, drain_need) else \
             "drain" if drain_need > rate_need and up_need > obs.current_replicas else \
             "forecast" if seasonal > measured_need and up_need > obs.current_replicas else \
             "queue" if queue_driven and up_need > obs.current_replicas else (
-            "lookahead" if slope > 0 and up_need > replicas_for(arrival, self.capacity_rps,
+            "lookahead" if slope > 0 and up_need > replicas_for(arrival * margin, self.capacity_rps,
                                                                 up_share) else "rate")
         # What a lower answer is a scale-down from: the replicas read, or the count last recommended
         # when more (a stale or bad reading, a scale-up the HPA has not applied yet). Measured

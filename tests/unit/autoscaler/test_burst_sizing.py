@@ -115,3 +115,19 @@ def test_burst_sizing_is_a_setting_and_bad_values_are_refused() -> None:
                 {"burst_window_s": 0.0}, {"burst_delay_ratio": -1.0}):
         with pytest.raises(UsageError):
             RecommenderConfig(capacity_rps=1.0, **bad)  # type: ignore[arg-type]
+
+
+def test_the_burst_margin_and_the_trend_are_not_multiplied() -> None:
+    """A ramp to 1,500 req/s over the lookahead on a bursty stream: the fleet carries the larger of the
+    projection and the rate x the margin (15 of 100 req/s), not both at once (19 or more): a bursty
+    trace's swings are what tilts its trend."""
+    rec = Recommender(RecommenderConfig(capacity_rps=100.0, max_replicas=50, sizing="burst", cold_start_s=60.0,
+                                        lookahead_extra_s=30.0, trend_window_s=30.0))
+    for t, r in readings(bursty(1000.0, 150, 6)):
+        rec.record_interval(t, r)
+    margin, up_share, down_share = rec.sizing(300.0)
+    assert margin > 1.2 and up_share == down_share == 1.0
+    answers = [rec.recommend(calm(t, rps, 12)).desired for t, rps in ((270.0, 1000 - 500 / 3), (285.0, 1000 - 250 / 3),
+                                                                      (300.0, 1000.0))]
+    assert rec.last is not None and rec.last.projected_rps == pytest.approx(1500.0)
+    assert answers[-1] == 15 and answers[-1] < math.ceil(1500.0 * margin / 100.0)

@@ -260,6 +260,20 @@ def test_report_records_the_bound_and_where_a_queue_timeout_run_goes() -> None:
         benchreport.BenchOptions(["surge-3x"], ("oracle",), quick=True, queue_policy="fifo")
 
 
+def test_another_sizing_is_recorded_beside_the_shipped_one_and_says_what_ran() -> None:
+    from tidescale.benches.autoscale import report as benchreport
+
+    burst = benchreport.BenchOptions(["diurnal"], ("oracle",), quick=True, sizing="burst")
+    assert [p.name for p in burst.paths] == ["autoscale-burst-sizing.md", "autoscale-burst-sizing.png",
+                                             "autoscale-burst-sizing-frontiers.png"]
+    assert benchreport.tuning_of("burst")["sizing"] == "burst" and benchreport.tuning_of(None)["sizing"] == "fixed"
+    assert benchreport._flags({"sizing": "burst"}).endswith(" --sizing burst")
+    with pytest.raises(UsageError, match="--sizing must be one of fixed, burst"):
+        benchreport.BenchOptions(["diurnal"], ("oracle",), quick=True, sizing="magic")
+    policy = pol.TidescalePolicy(2, 1, 40, 375.9, 60.0, 0.5, publish_delay_s=2.0, sizing="burst")
+    assert policy.state.recommender.config.sizing == "burst"
+
+
 def test_each_draw_has_its_own_clock_phases() -> None:
     """Where a surge falls in the scrape's and the HPA's 15 s cycles decides how long it goes unseen,
     so each seed draws both phases (the same ones every time), and every policy of a draw shares them."""
