@@ -91,11 +91,12 @@ class RecommenderConfig:
     panic_trend_window_s: float = 10.0  # the panic's trend: shorter than the slow path's, so the first
     # seconds of a ramp are not averaged with the flat minute before it (the first ask sets the fleet
     # that is Ready one cold start later)
-    # Sizing: "fixed" sizes at `utilisation` (down: `down_utilisation`) whatever the traffic; "burst"
-    # at 1 / the burst factor of the fast path's readings over `burst_window_s` both ways (burst.py: the
-    # margin a fluid queue needs so that at most `burst_late_share` of the arrivals wait
-    # `burst_delay_ratio` x the SLO beyond the profile's P99), the fixed pair until the readings span
-    # two minutes. Opt-in: docs/benchmarks/autoscale-burst-sizing.md measures both.
+    # Sizing: "fixed" sizes the projected rate at `utilisation` (down: `down_utilisation`) whatever the
+    # traffic; "burst" sizes the larger of the projected rate and the rate x the burst factor of the
+    # fast path's readings over `burst_window_s` at the full capacity, both ways (burst.py: the margin
+    # a fluid queue needs so that at most `burst_late_share` of the arrivals wait `burst_delay_ratio` x
+    # the SLO), the fixed pair until the readings span two minutes (`sizing()`). Opt-in:
+    # docs/benchmarks/autoscale-burst-sizing.md measures it.
     sizing: str = "fixed"
     burst_window_s: float = 600.0
     burst_smooth_s: float = 60.0  # a burst is the rate over its centred mean over this long
