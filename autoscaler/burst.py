@@ -23,6 +23,7 @@ from itertools import pairwise
 
 MIN_SPAN_S = 120.0  # readings needed before the factor counts: two minutes of them
 SEARCH_STEPS = 24  # bisection steps: the factor to within (max - 1) / 2^24
+MAX_READINGS = 4096  # held at most, whatever the window and the fast path's interval (memory and time bound)
 
 
 def centred_means(rates: Sequence[float], half: int) -> list[float]:
@@ -84,7 +85,7 @@ class BurstProfile:
                  refresh_s: float = 10.0) -> None:
         self.window_s, self.smooth_s = window_s, smooth_s
         self.share, self.max_factor, self.refresh_s = share, max_factor, refresh_s
-        self._samples: deque[tuple[float, float]] = deque()
+        self._samples: deque[tuple[float, float]] = deque(maxlen=MAX_READINGS)
         self._cached: tuple[float, float | None] = (-math.inf, None)
 
     def add(self, t: float, rps: float | None) -> None:

@@ -517,13 +517,12 @@ class Recommender:
         while self._fast_rates[0][0] < t - cfg.panic_trend_window_s:
             self._fast_rates.popleft()
         # The panic's reading is the burst itself: it keeps the fixed share, whatever the sizing.
-        up_share = cfg.utilisation
-        if arrival_rps <= cfg.panic_threshold * asked * self.capacity_rps * up_share:
+        if arrival_rps <= cfg.panic_threshold * asked * self.capacity_rps * cfg.utilisation:
             return None
         front = newest_rps if newest_rps is not None and math.isfinite(newest_rps) else 0.0
         projected = projected_rate(max(arrival_rps, front), trend_slope(list(self._fast_rates)),
                                    cfg.cold_start_s + cfg.panic_lookahead_extra_s, cfg.panic_trend_cap)
-        need = min(cfg.max_replicas, replicas_for(projected, self.capacity_rps, up_share))
+        need = min(cfg.max_replicas, replicas_for(projected, self.capacity_rps, cfg.utilisation))
         if need <= asked:
             return None
         self._panic_floor = max(need, self._panic_floor if t < self._panic_until else 0)
@@ -535,7 +534,8 @@ class Recommender:
     def withdraw(self, t: float, arrival_rps: float | None, published: int, current: int) -> Recommendation | None:
         """The fast path's check on a scale-down not yet applied (*published* below the *current*
         replicas): when the arrivals read from the pods over the panic window exceed what the
-        *published* count carries at `down_utilisation`, the scale-down is taken back whole (the
+        *published* count carries at `down_utilisation` (with burst sizing: the rate x its margin at
+        the full capacity, as `recommend` sizes), the scale-down is taken back whole (the
         replicas read are asked for again, at once) and the down delay starts again: the slow path
         would hold there anyway, its candidates gone. None otherwise.
 

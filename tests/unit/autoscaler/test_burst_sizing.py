@@ -9,7 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidescale.autoscaler.burst import MIN_SPAN_S, BurstProfile, burst_factor, centred_means, late_share
+from tidescale.autoscaler.burst import (
+    MAX_READINGS,
+    MIN_SPAN_S,
+    BurstProfile,
+    burst_factor,
+    centred_means,
+    late_share,
+)
 from tidescale.autoscaler.recommend import Observation, Recommender, RecommenderConfig
 from tidescale.autoscaler.settings import RecommenderTuning
 from tidescale.contracts.errors import UsageError
@@ -84,6 +91,10 @@ def test_the_profile_forgets_old_readings_and_skips_bad_ones() -> None:
     for t, r in readings(poisson_like(1000.0, 150, 4)):
         profile.add(300.0 + t, r)  # five minutes of calm push the bursts out
     assert (profile.factor(600.0, 0.1) or 9) < 1.06
+    endless = BurstProfile(window_s=1e12, smooth_s=60.0, share=0.01, max_factor=2.0)
+    for k in range(MAX_READINGS + 500):
+        endless.add(float(k), 100.0)
+    assert len(endless._samples) == MAX_READINGS  # a window no one meant stays bounded
 
 
 def calm(t: float, rps: float, replicas: int) -> Observation:
