@@ -13,7 +13,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from tidescale.autoscaler import adapter
 from tidescale.autoscaler.hpa import Behavior, HpaSpec, MetricSpec, ScalingPolicy, ScalingRules
@@ -269,6 +269,15 @@ class RayServe:
         return self.current
 
 
+def shipped_settings(sizing: str | None = None, **fields: Any) -> RecommenderSettings:
+    """The service's settings as shipped, with *fields*, and *sizing* instead of the shipped one (None:
+    as shipped): what the benchmark runs and what its pages record."""
+    settings = RecommenderSettings(**fields)
+    if sizing is not None:
+        settings.tuning.sizing = sizing  # type: ignore[assignment]
+    return settings
+
+
 class TidescalePolicy:
     """The recommender service itself, feeding the HPA it renders (External AverageValue 1, tolerance 0).
 
@@ -294,16 +303,14 @@ class TidescalePolicy:
                  ) -> None:
         target = Target("triton", "bench", "model", min_r, max_r)
         self.hpa = HpaEmulator(tidescale_hpa_spec(target), initial)
-        settings = RecommenderSettings(cold_start_s=cold_start_s, headroom=headroom, slo_latency_threshold_s=slo_s,
-                                       client_retries=client_retries, kube_events=False,
-                                       scale_mode="direct" if direct else "hpa",
-                                       targets=[TargetSettings(deployment="triton", namespace="bench", model="model",
-                                                               min_replicas=min_r, max_replicas=max_r,
-                                                               capacity_rps=capacity_rps)])
+        settings = shipped_settings(sizing, cold_start_s=cold_start_s, headroom=headroom,
+                                    slo_latency_threshold_s=slo_s, client_retries=client_retries, kube_events=False,
+                                    scale_mode="direct" if direct else "hpa",
+                                    targets=[TargetSettings(deployment="triton", namespace="bench", model="model",
+                                                            min_replicas=min_r, max_replicas=max_r,
+                                                            capacity_rps=capacity_rps)])
         if fast_path is not None:  # None: as shipped
             settings.fast_path.enabled = fast_path
-        if sizing is not None:  # None: as shipped
-            settings.tuning.sizing = sizing  # type: ignore[assignment]
         if forecast_periods is not None:
             settings.forecast.enabled = bool(forecast_periods)
             settings.forecast.periods_s = list(forecast_periods) or settings.forecast.periods_s

@@ -15,7 +15,6 @@ import numpy as np
 
 from tidescale.autoscaler.queue_policy import recommended_queue_policy
 from tidescale.autoscaler.recommend import SIZINGS, check_headroom
-from tidescale.autoscaler.settings import RecommenderSettings
 from tidescale.benches.autoscale import optimum
 from tidescale.benches.autoscale import policies as pol
 from tidescale.benches.autoscale import scenarios as bench
@@ -285,7 +284,7 @@ def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
                   # what tidescale ran: the service's defaults (`autoscale recommend --print-config`)
                   "tidescale_tuning": tuning_of(opts.sizing), "sweep": opts.sweep},
         # the recommender configuration that ran (`autoscale recommend --print-config` at this headroom)
-        "config": shipped_settings(opts.sizing, headroom=opts.headroom, slo_latency_threshold_s=opts.slo_s
+        "config": pol.shipped_settings(opts.sizing, headroom=opts.headroom, slo_latency_threshold_s=opts.slo_s
                                    ).effective_config(),
         # the queue policy every replica ran (the one `autoscale render --max-batch-exec-ms` prints)
         "queue_policy": queue_policy,
@@ -487,17 +486,9 @@ SWEEP_RULES = [
 ]
 
 
-def shipped_settings(sizing: str | None = None, **fields: Any) -> RecommenderSettings:
-    """The service's settings as shipped, with *fields*, and *sizing* instead of the shipped one."""
-    settings = RecommenderSettings(**fields)
-    if sizing is not None:
-        settings.tuning.sizing = sizing  # type: ignore[assignment]
-    return settings
-
-
 def tuning_of(sizing: str | None) -> dict[str, Any]:
     """The tuning tidescale runs with (`autoscale recommend --print-config`'s, *sizing* replaced)."""
-    return shipped_settings(sizing).tuning.as_json()
+    return pol.shipped_settings(sizing).tuning.as_json()
 
 
 def page_paths(queue_policy: str, scenarios: Sequence[str], slo_s: float = bench.DEFAULT_SLO_S,
