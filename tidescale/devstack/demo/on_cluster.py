@@ -94,6 +94,21 @@ def share_within(counts: list[list[int]]) -> float | None:
     return round(sum(c[1] for c in counts) / sent, 4) if sent else None
 
 
+def autoscaled_by_phase(records: list[Any], s: DemoSettings) -> dict[str, dict[str, Any]]:
+    """Per phase, what the autoscaled model's clients saw (requests, share within the SLO, P99 of those
+    served): the figures `bench closed-loop` sets the simulator's replay of the story against."""
+    mine = [r for r in records if r.model == AUTOSCALED_MODEL]
+    out: dict[str, dict[str, Any]] = {}
+    for p in story_phases():
+        inside = [r for r in mine if phase_at(r.t_send, s.duration_s).name == p.name]
+        served = [r.latency_s for r in inside if r.ok]
+        out[p.name] = {"sent": len(inside), "errors": len(inside) - len(served),
+                       "requests_within_slo": share_within([[len(inside), sum(
+                           1 for v in served if v <= s.slo_latency_threshold_s)]]),
+                       "latency_p99_s": round(percentile(served, 0.99), 4) if served else None}
+    return out
+
+
 def story_phases() -> tuple[Phase, ...]:
     # The overload phase is the longest: the HPA first climbs from minReplicas, and the maxed-out alert
     # needs its condition to hold through its window and an evaluation at maxReplicas.
@@ -424,6 +439,10 @@ def summarise(stack: ClusterStack, s: DemoSettings, mode: str, sc: Scenario, tim
         "requests_within_slo": round(within / len(records), 4) if records else None,
         "requests_within_slo_by_phase": {name: round(good / sent, 4) if sent else None
                                          for name, (sent, good) in by_phase.items()},
+        # What a replay of this run needs (`tidescale bench closed-loop`): the demo's settings, and the
+        # autoscaled model's own figures per phase (the simulator serves that model alone).
+        "settings": s.model_dump(mode="json"),
+        "autoscaled_model": {"name": AUTOSCALED_MODEL, "by_phase": autoscaled_by_phase(records, s)},
         "slo_latency_threshold_s": s.slo_latency_threshold_s,
         "alerts_fired": sorted(sampler.alerts_seen | firing_now | set(timeline.alerts_seen())),
         "notifications": sink.alert_names(),

@@ -96,3 +96,20 @@ def test_without_a_terminal_the_live_view_is_one_line_every_ten_seconds() -> Non
     lines = out.getvalue().splitlines()
     assert len(lines) == 3 and lines[1].startswith("t=10/300s story: calm: replicas 2/2 (desired 2)")
     assert lines[1].endswith("P50/P95/P99 10 ms/20 ms/30 ms, queue 0.5, firing X")
+
+
+def test_the_autoscaled_models_figures_per_phase_count_only_its_requests() -> None:
+    from tidescale.devstack.demo.on_cluster import AUTOSCALED_MODEL, REVIEW_MODEL, autoscaled_by_phase
+    from tidescale.devstack.demo.settings import DemoSettings
+    from tidescale.devstack.fleet.loadgen import RequestRecord
+
+    s = DemoSettings(duration_s=100.0, slo_latency_threshold_s=0.5)
+    records = [RequestRecord(1.0, 0, 0.2, 200, AUTOSCALED_MODEL, "a"),
+               RequestRecord(2.0, 0, 0.9, 200, AUTOSCALED_MODEL, "a"),
+               RequestRecord(3.0, 0, 0.0, 503, AUTOSCALED_MODEL, "a"),
+               RequestRecord(4.0, 0, 9.0, 200, REVIEW_MODEL, "a"),  # another model: not counted
+               RequestRecord(35.0, 0, 0.1, 200, AUTOSCALED_MODEL, "a")]
+    out = autoscaled_by_phase(records, s)
+    assert out["steady"] == {"sent": 3, "errors": 1, "requests_within_slo": 0.3333, "latency_p99_s": 0.9}
+    assert out["calm"]["sent"] == 1 and out["calm"]["latency_p99_s"] == 0.1
+    assert out["recovery"] == {"sent": 0, "errors": 0, "requests_within_slo": None, "latency_p99_s": None}
