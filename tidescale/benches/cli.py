@@ -69,6 +69,23 @@ def _register_sim_benches(bench: typer.Typer) -> None:
             fidelity.record(result)
         _emit(result, as_json, fidelity.render(result))
 
+    @bench.command("closed-loop")
+    def closed_loop_command(
+        demo_out: Path = typer.Option(Path("demo-out"), "--demo-out",
+                                      help="A `tidescale demo` run's folder (summary.json, timeline.json, values.yaml)."),
+        draws: int = typer.Option(10, "--draws", help="Simulated draws of the story (draw 0: the run's own requests)."),
+        as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+        record: bool = typer.Option(True, "--record/--no-record",
+                                    help="Write docs/benchmarks/fidelity-closed-loop.md and its PNG."),
+    ) -> None:
+        """The demo's story as the local cluster played it vs the same story in the simulator."""
+        from tidescale.benches import loop_fidelity
+
+        doc, run, results = loop_fidelity.run_bench(demo_out, draws)
+        if record:
+            loop_fidelity.record(doc, run, results)
+        _emit(doc, as_json, loop_fidelity.render(doc))
+
 
 def _register_latency_benches(bench: typer.Typer) -> None:
     @bench.command("percentiles")

@@ -327,6 +327,12 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:+.1f} %"
 
 
+# This page holds one replica; the loop (replicas, recommender, HPA, lags) has a page of its own.
+CLOSED_LOOP_POINTER = ("## The closed loop\n\nThe whole loop (the recommender, the HPA, replicas starting, the lags "
+                       "between them) against the local cluster's run of the demo's story: "
+                       "[fidelity-closed-loop.md](fidelity-closed-loop.md) (`tidescale bench closed-loop`).\n")
+
+
 def render(result: dict[str, Any]) -> str:
     m = result["model"]
     per_point = result["points"][0]["seconds"] if result["points"] else 0
@@ -392,6 +398,7 @@ def render(result: dict[str, Any]) -> str:
             out.append(line + ".\n")
     pc = result["published_case"]
     f, o = pc["fit"], pc["overload"]
+    out.append(CLOSED_LOOP_POINTER)
     out.append("## Published case\n")
     out.append(f"{pc['source']} reports mean queue time {pc['reported_queue_ms']['200']} ms, "
                f"{pc['reported_queue_ms']['300']} ms and {pc['reported_queue_ms']['400'] / 1e3:.1f} s at 200, 300 "

@@ -12,12 +12,26 @@ attempt to the answer of the last, or none if every attempt was refused.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 from tidescale.autoscaler.recommend import MAX_CLIENT_RETRIES
 from tidescale.contracts.errors import UsageError
+from tidescale.sim.results import FleetCounters
+
+
+class FleetSimLike(Protocol):
+    """What capped clients need of the fleet (FleetSim; a protocol, since the fleet imports this module)."""
+
+    @property
+    def now(self) -> float: ...
+
+    def counters(self) -> FleetCounters: ...
+
+    def offer(self, arrival_times: np.ndarray) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -91,3 +105,53 @@ class RetryLedger:
             return arrivals
         origin = self._origin
         return np.fromiter((origin.pop(a, (a, 0))[0] for a in arrivals.tolist()), float, len(arrivals))
+
+
+@dataclass(frozen=True)
+class OpenRequestCap:
+    """Clients that hold at most *max_open* requests open and drop, unsent, any request due while they
+    do: the demo's load generator (`LoadGenerator(max_in_flight=...)`). Beyond what a fleet serves,
+    the cap, not the fleet, bounds the latency of what is served: a request waits behind at most
+    *max_open* others."""
+
+    max_open: int
+    step_s: float = 0.05  # how often the clients look at what is still open
+
+    def __post_init__(self) -> None:
+        if self.max_open < 1:
+            raise UsageError(f"the clients' cap on open requests must be >= 1, got {self.max_open}")
+        if not (math.isfinite(self.step_s) and self.step_s > 0):
+            raise UsageError(f"the clients' step must be > 0 s, got {self.step_s}")
+
+
+class CappedSender:
+    """Offers a fleet the arrivals that capped clients send, step by step as the fleet answers.
+
+    A request is open from its send until the fleet completes or refuses it (a batch counts as
+    answered once dispatched, so the open count reads up to a batch per replica low; the clients'
+    own timeout is not modelled). What is due while *max_open* are open is never sent: it stays
+    unserved, as the load generator records it `dropped_max_in_flight`."""
+
+    def __init__(self, cap: OpenRequestCap, arrivals: np.ndarray) -> None:
+        self.cap = cap
+        self.arrivals = arrivals
+        self._pos = 0
+        self.sent = 0
+        self.not_sent = 0
+
+    def offer_until(self, sim: FleetSimLike, to_t: float, advance: Callable[[float], None]) -> None:
+        """Send what is due up to *to_t*, *advance* (the fleet, or the scrapes around it) step by step."""
+        t = sim.now
+        while t < to_t:
+            t = min(to_t, t + self.cap.step_s)
+            c = sim.counters()
+            room = max(0, self.cap.max_open - (self.sent - (c.requests + c.failures + c.dropped)))
+            end = int(np.searchsorted(self.arrivals, t, side="right"))
+            due = self.arrivals[self._pos:end]
+            self._pos = end
+            send = due[:room]
+            self.not_sent += len(due) - len(send)
+            if len(send):
+                sim.offer(send)
+                self.sent += len(send)
+            advance(t)

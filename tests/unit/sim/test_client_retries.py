@@ -7,7 +7,7 @@ import pytest
 
 from tidescale.contracts.errors import UsageError
 from tidescale.sim import BatcherConfig, FleetSim
-from tidescale.sim.clients import ClientRetries, RetryLedger
+from tidescale.sim.clients import CappedSender, ClientRetries, RetryLedger
 from tidescale.sim.servicecurve import ServiceCurve
 
 FLAT = ServiceCurve(((1, 0.010), (32, 0.010)), jitter_sigma=0.0)  # batches of 4 in 10 ms: 400 req/s
@@ -87,3 +87,39 @@ def test_retry_times_are_unique_sorted_and_never_before_now() -> None:
 def test_bad_retry_settings_are_refused(kwargs: dict[str, float]) -> None:
     with pytest.raises(UsageError):
         ClientRetries(**kwargs)  # type: ignore[arg-type]
+
+
+def _capped_run(rate: float, cap: int) -> tuple[CappedSender, np.ndarray, np.ndarray]:
+    from tidescale.sim.clients import CappedSender, OpenRequestCap
+
+    no_timeout = BatcherConfig(max_batch_size=4, preferred_batch_sizes=(), max_queue_delay_s=0.001)
+    sim = FleetSim(FLAT, no_timeout, 1, cold_start_s=0.0)  # 400 req/s
+    arrivals = np.arange(0.0, 20.0, 1.0 / rate)
+    sender = CappedSender(OpenRequestCap(cap), arrivals)
+    sender.offer_until(sim, 20.0, sim.advance)
+    sim.advance(200.0)
+    done = sim.completed()
+    return sender, done.arrival, done.latency
+
+
+def test_capped_clients_send_everything_a_fleet_keeps_up_with() -> None:
+    sender, arrival, _ = _capped_run(rate=5.0, cap=8)
+    assert sender.not_sent == 0 and sender.sent == len(arrival) == 100
+
+
+def test_capped_clients_drop_what_is_due_while_the_cap_is_open_and_bound_the_wait() -> None:
+    capped, arrival, latency = _capped_run(rate=800.0, cap=8)
+    assert capped.not_sent > 0 and capped.sent + capped.not_sent == 16_000
+    assert len(arrival) == capped.sent
+    _, _, unbounded = _capped_run(rate=800.0, cap=100_000)
+    # a request waits behind at most the cap (and a batch in service): far below the unbounded queue
+    assert latency.max() < 0.1 * unbounded.max()
+
+
+def test_a_cap_below_one_is_refused() -> None:
+    from tidescale.sim.clients import OpenRequestCap
+
+    with pytest.raises(UsageError, match="open requests must be >= 1"):
+        OpenRequestCap(0)
+    with pytest.raises(UsageError, match="step must be > 0"):
+        OpenRequestCap(4, step_s=float("nan"))

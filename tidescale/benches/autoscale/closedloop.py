@@ -20,7 +20,7 @@ import numpy as np
 
 from tidescale.benches.autoscale.policies import HPA_SYNC_S, Policy, tick_after
 from tidescale.sim import BatcherConfig, CompletedRequests, FleetSim, MetricsLag
-from tidescale.sim.clients import ClientRetries
+from tidescale.sim.clients import CappedSender, ClientRetries, OpenRequestCap
 from tidescale.sim.lag import DEFAULT_EXTRACTORS
 from tidescale.sim.readiness import ReadinessFaults
 from tidescale.sim.results import FleetCounters
@@ -54,6 +54,8 @@ class SimParams:
     startup: PodStartup | None = None  # how new replicas start, where not all in cold_start_s
     retries: ClientRetries | None = None  # clients that retry refused requests (None: they do not)
     faults: ReadinessFaults | None = None  # how replicas lose readiness once they serve (None: never)
+    scrape_interval_s: float = SCRAPE_INTERVAL_S  # Prometheus' scrape interval (the demo's chart: 5 s)
+    open_cap: OpenRequestCap | None = None  # clients that hold at most this many requests open (None: no cap)
 
 
 def clock_offsets(seed: int) -> tuple[float, float]:
@@ -84,6 +86,7 @@ class RunResult:
     replicas: list[int] = field(default_factory=list)  # replicas (incl. starting) after each decision
     ready: list[int] = field(default_factory=list)
     scale_events: int = 0
+    not_sent: int = 0  # requests capped clients never sent (`SimParams.open_cap`)
 
 
 def _pending_max(sim: FleetSim, c: FleetCounters) -> float:
@@ -97,9 +100,18 @@ def run_policy(policy: Policy, arrivals: np.ndarray, duration_s: float, initial:
                    keep_history_s=HISTORY_S, routing=getattr(policy, "routing", "round-robin"),
                    routing_quantum_s=ROUTING_QUANTUM_S, startup=params.startup, retries=params.retries,
                    faults=params.faults)
-    lag = MetricsLag(sim, SCRAPE_INTERVAL_S, extractors={**DEFAULT_EXTRACTORS, "pending_max": _pending_max},
+    lag = MetricsLag(sim, params.scrape_interval_s, extractors={**DEFAULT_EXTRACTORS, "pending_max": _pending_max},
                      offset_s=params.scrape_offset_s)
-    sim.offer(arrivals)
+    sender = None if params.open_cap is None else CappedSender(params.open_cap, arrivals)
+    if sender is None:
+        sim.offer(arrivals)
+
+    def advance(to_t: float) -> None:
+        if sender is None:
+            lag.advance(to_t)
+        else:
+            sender.offer_until(sim, to_t, lag.advance)
+
     result = RunResult(policy.name, arrivals, np.full(len(arrivals), np.inf))
     done_arrival: list[np.ndarray] = []
     done_latency: list[np.ndarray] = []
@@ -111,7 +123,7 @@ def run_policy(policy: Policy, arrivals: np.ndarray, duration_s: float, initial:
     result.ready.append(initial)
     while t < duration_s:
         t = min(duration_s, t + policy.period_s)
-        lag.advance(t)
+        advance(t)
         if t < params.hold_s:
             continue
         desired = policy.decide(t, lag, sim)
@@ -125,7 +137,8 @@ def run_policy(policy: Policy, arrivals: np.ndarray, duration_s: float, initial:
         if t - collected_to >= COLLECT_EVERY_S:
             _collect(sim, sim.completed(since_t=collected_to), done_arrival, done_latency)
             collected_to = t
-    lag.advance(duration_s + DRAIN_S)
+    advance(duration_s + DRAIN_S)
+    result.not_sent = 0 if sender is None else sender.not_sent
     _collect(sim, sim.completed(since_t=collected_to), done_arrival, done_latency)
     _fill_latencies(result, np.concatenate(done_arrival), np.concatenate(done_latency))
     return result

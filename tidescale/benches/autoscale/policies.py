@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -291,6 +291,7 @@ class TidescalePolicy:
     Its seasonal forecast reads *history* (the demand of the days before the run, a sample a minute),
     then what the run's scrapes show; *forecast_periods* () turns it off, as `forecast.enabled` does
     (None: the shipped periods). *sizing* replaces the shipped `tuning.sizing` (`--sizing`).
+    *overrides* are the chart's `recommender.settings` where a run installs its own (the demo's story).
     """
 
     name = "tidescale"
@@ -299,13 +300,13 @@ class TidescalePolicy:
                  slo_s: float, *, publish_delay_s: float, headroom: float = 1.0,
                  fast_path: bool | None = None, direct: bool = False, sync_offset_s: float = 0.0,
                  client_retries: int = 0, forecast_periods: tuple[float, ...] | None = None,
-                 history: Sequence[tuple[float, float]] = (), sizing: str | None = None
-                 ) -> None:
+                 history: Sequence[tuple[float, float]] = (), sizing: str | None = None,
+                 overrides: Mapping[str, Any] | None = None) -> None:
         target = Target("triton", "bench", "model", min_r, max_r)
         self.hpa = HpaEmulator(tidescale_hpa_spec(target), initial)
-        settings = shipped_settings(sizing, cold_start_s=cold_start_s, headroom=headroom,
-                                    slo_latency_threshold_s=slo_s, client_retries=client_retries, kube_events=False,
-                                    scale_mode="direct" if direct else "hpa",
+        fields: dict[str, Any] = {"cold_start_s": cold_start_s, "headroom": headroom, "slo_latency_threshold_s": slo_s,
+                                  "client_retries": client_retries, **(overrides or {})}
+        settings = shipped_settings(sizing, **fields, kube_events=False, scale_mode="direct" if direct else "hpa",
                                     targets=[TargetSettings(deployment="triton", namespace="bench", model="model",
                                                             min_replicas=min_r, max_replicas=max_r,
                                                             capacity_rps=capacity_rps)])
@@ -317,7 +318,7 @@ class TidescalePolicy:
         [target_settings] = settings.targets
         config = settings.config_for(target_settings)
         queries = TargetQueries.for_target(target_settings, settings.tuning, slo_s=slo_s, forecast=settings.forecast,
-                                           cold_start_s=cold_start_s)
+                                           cold_start_s=settings.cold_start_s)
         self.prometheus = SimPrometheus(queries, config, slo_s, DemandHistory(history))
         self.pods = SimPods()
         self.scale = SimScale()

@@ -40,7 +40,7 @@ from tidescale.autoscaler.queries import TargetQueries
 from tidescale.autoscaler.settings import RecommenderTuning, TargetSettings
 from tidescale.contracts import catalog
 from tidescale.contracts.errors import TidescaleError
-from tidescale.contracts.promql import selector, triton_sum
+from tidescale.contracts.promql import selector, triton_sum, triton_sum_rate
 from tidescale.devstack.cluster import addons, lifecycle
 from tidescale.devstack.cluster.config import ClusterConfig
 from tidescale.devstack.cluster.kubectl import kubectl
@@ -57,7 +57,7 @@ from tidescale.devstack.demo.run import (
 )
 from tidescale.devstack.demo.settings import DemoSettings
 from tidescale.devstack.demo.summary import reviews_opened
-from tidescale.devstack.demo.timeline import Sample, Timeline
+from tidescale.devstack.demo.timeline import HostCpu, Sample, Timeline
 from tidescale.devstack.fleet.model_repo import DEFAULT_MODELS, ModelSpec, sustainable_rps
 from tidescale.devstack.localstack import NotificationSink
 from tidescale.devstack.node.kubeapi import KubeApi
@@ -82,6 +82,10 @@ class Phase:
     start: float  # fraction of the run
     factor: float  # times the base rate; the overload phase's rate is computed instead
 
+
+# Clients that keep up to this many requests open: beyond maxReplicas the queues stay long (a smaller
+# cap lets them drain between bursts, and the maxed-out alert's window restarts).
+MAX_IN_FLIGHT = 1024
 
 # The phases whose demand outruns the fleet at first, during which the HPA's desired replicas never fall.
 OVERLOAD_PHASE = "beyond maxReplicas"
@@ -158,6 +162,12 @@ def slow_share_query(s: DemoSettings) -> str:
                             min_replicas=s.min_replicas, max_replicas=s.max_replicas)
     tuning = RecommenderTuning.model_validate(DEMO_TUNING)
     return TargetQueries.for_target(target, tuning, slo_s=s.slo_latency_threshold_s).slow_share
+
+
+def pod_rate_query() -> str:
+    """Each Triton pod's completions of the autoscaled model over the last 15 s (three of the demo's scrapes)."""
+    success = selector(catalog.get("nv_inference_request_success").name, namespace=SERVING, model=AUTOSCALED_MODEL)
+    return triton_sum_rate(success, "pod", "15s")
 
 
 def recommender_decision() -> str:
@@ -339,6 +349,8 @@ class ClusterSampler:
         self._slow_share: float | None = None
         self._decision: str | None = None
         self._firing: tuple[str, ...] = ()
+        self._pod_rps: dict[str, float] | None = None
+        self._cpu = HostCpu()
         self.alerts_seen: set[str] = set()
         self._n = 0
 
@@ -352,6 +364,9 @@ class ClusterSampler:
         with contextlib.suppress(Exception):
             found = self.stack.query(f"{recommender_decision()} == 1")
             self._decision = found[0]["metric"].get("reason") if found else None
+        with contextlib.suppress(Exception):
+            found = self.stack.query(pod_rate_query())
+            self._pod_rps = {r["metric"].get("pod", "?"): round(float(r["value"][1]), 2) for r in found}
         with contextlib.suppress(Exception):
             found = self.stack.query('ALERTS{alertstate="firing", alertname!="Watchdog"}')
             self._firing = tuple(sorted({r["metric"]["alertname"] for r in found}))
@@ -374,7 +389,8 @@ class ClusterSampler:
             replicas_ready=int(dep.get("status", {}).get("readyReplicas") or 0),
             replicas_total=int(dep.get("spec", {}).get("replicas") or 0),
             replicas_desired=desired, queue_depth=self._queue, firing=self._firing,
-            slow_share=self._slow_share, decision=self._decision)
+            slow_share=self._slow_share, decision=self._decision, pod_rps=self._pod_rps,
+            host_cpu_busy=self._cpu.busy())
 
 
 def hpa_report(stack: ClusterStack) -> dict[str, Any]:
@@ -441,7 +457,7 @@ def summarise(stack: ClusterStack, s: DemoSettings, mode: str, sc: Scenario, tim
                                          for name, (sent, good) in by_phase.items()},
         # What a replay of this run needs (`tidescale bench closed-loop`): the demo's settings, and the
         # autoscaled model's own figures per phase (the simulator serves that model alone).
-        "settings": s.model_dump(mode="json"),
+        "settings": s.model_dump(mode="json"), "load_generator": {"max_in_flight": MAX_IN_FLIGHT},
         "autoscaled_model": {"name": AUTOSCALED_MODEL, "by_phase": autoscaled_by_phase(records, s)},
         "slo_latency_threshold_s": s.slo_latency_threshold_s,
         "alerts_fired": sorted(sampler.alerts_seen | firing_now | set(timeline.alerts_seen())),
@@ -499,9 +515,7 @@ def run_cluster_demo(s: DemoSettings, out: Path, mode: str = "keda") -> dict[str
             url = stack.service_url(SERVING, DEPLOYMENT)
             say(f"traffic to the Triton Service at {url} for {s.duration_s:.0f} s; "
                 f"export KUBECONFIG={config.admin_kubeconfig} to watch")
-            # Clients that keep up to 1,024 requests open: beyond maxReplicas the queues stay long (a
-            # smaller cap lets them drain between bursts, and the maxed-out alert's window restarts).
-            loadgen = LoadGenerator(sc, lambda: [url], s.model_mix, seed=s.seed, max_in_flight=1024).start()
+            loadgen = LoadGenerator(sc, lambda: [url], s.model_mix, seed=s.seed, max_in_flight=MAX_IN_FLIGHT).start()
             sampler = ClusterSampler(stack, sc, loadgen, slow_share_query(s))
             faults: dict[str, Any] = {}
             start = time.monotonic()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -26,6 +27,11 @@ class Sample:
     # requests slower than the SLO inside Triton (its `slow_share`), and its last decision.
     slow_share: float | None = None
     decision: str | None = None
+    # On the cluster: how each Triton pod's completions of the autoscaled model split (req/s by pod, from
+    # Prometheus), and the share of the machine's cores busy over the last sample (/proc/stat): what
+    # tells a replica the Service does not balance to from a machine too busy to serve.
+    pod_rps: dict[str, float] | None = None
+    host_cpu_busy: float | None = None
 
 
 def _finite(values: list[float | None]) -> list[float]:
@@ -61,3 +67,25 @@ class Timeline:
 
     def to_rows(self) -> list[dict[str, Any]]:
         return [{**asdict(s), "firing": list(s.firing)} for s in self.samples]
+
+
+class HostCpu:
+    """The share of the machine's cores busy between two reads of /proc/stat (None where there is none)."""
+
+    def __init__(self, stat: Path = Path("/proc/stat")) -> None:
+        self.stat = stat
+        self._last = self._read()
+
+    def _read(self) -> tuple[int, int] | None:
+        try:
+            fields = [int(v) for v in self.stat.read_text().splitlines()[0].split()[1:]]
+            return sum(fields), fields[3] + (fields[4] if len(fields) > 4 else 0)  # all, idle + iowait
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def busy(self) -> float | None:
+        now, last = self._read(), self._last
+        self._last = now
+        if now is None or last is None or now[0] <= last[0]:
+            return None
+        return round(1.0 - (now[1] - last[1]) / (now[0] - last[0]), 3)

@@ -86,6 +86,16 @@ def normalize_mix(models: Mapping[str, float] | Sequence[str]) -> tuple[list[str
     return names, p / p.sum()
 
 
+def request_schedule(scenario: Scenario, models: Mapping[str, float] | Sequence[str], seed: int
+                     ) -> tuple[np.ndarray, list[str]]:
+    """The send time and model of every request a run with *seed* sends: a function of the seed alone,
+    so that a replay in the simulator (`bench closed-loop`) offers the very requests the run sent."""
+    names, p = normalize_mix(models)
+    arrivals = scenario.arrivals(seed)
+    choices = np.random.default_rng(seed + 1).choice(len(names), size=len(arrivals), p=p)
+    return arrivals, [names[int(c)] for c in choices]
+
+
 def infer_body(input_dims: Sequence[int]) -> bytes:
     """A batch-1 KServe v2 JSON request for the emulated models."""
     shape = [1, *input_dims]
@@ -104,7 +114,8 @@ class LoadGenerator:
             raise UsageError("max_in_flight must be >= 1")
         self.scenario = scenario
         self.endpoints = endpoints
-        self.model_names, self.model_p = normalize_mix(models)
+        normalize_mix(models)  # a bad mix fails here, not in the sending thread
+        self.models = models
         self.seed = seed
         self.max_in_flight = max_in_flight
         self.timeout_s = timeout_s
@@ -176,17 +187,15 @@ class LoadGenerator:
             self.error = exc
 
     async def _main(self) -> None:
-        arrivals = self.scenario.arrivals(self.seed)
-        rng = np.random.default_rng(self.seed + 1)
-        choices = rng.choice(len(self.model_names), size=len(arrivals), p=self.model_p)
+        arrivals, models = request_schedule(self.scenario, self.models, self.seed)
         limits = httpx.Limits(max_connections=self.max_in_flight, max_keepalive_connections=64)
         tasks: set[asyncio.Task[None]] = set()
         async with httpx.AsyncClient(timeout=self.timeout_s, limits=limits) as client:
             self.started_at = self.clock()
-            for t_arrival, choice in zip(arrivals, choices, strict=True):
+            for t_arrival, model in zip(arrivals, models, strict=True):
                 if not await self._sleep_until(float(t_arrival)):
                     break
-                task = self._dispatch(client, float(t_arrival), self.model_names[int(choice)])
+                task = self._dispatch(client, float(t_arrival), model)
                 if task is not None:
                     tasks.add(task)
                     task.add_done_callback(tasks.discard)

@@ -113,3 +113,24 @@ def test_the_autoscaled_models_figures_per_phase_count_only_its_requests() -> No
     assert out["steady"] == {"sent": 3, "errors": 1, "requests_within_slo": 0.3333, "latency_p99_s": 0.9}
     assert out["calm"]["sent"] == 1 and out["calm"]["latency_p99_s"] == 0.1
     assert out["recovery"] == {"sent": 0, "errors": 0, "requests_within_slo": None, "latency_p99_s": None}
+
+
+def test_the_hosts_busy_share_comes_from_proc_stat(tmp_path: Path) -> None:
+    from tidescale.devstack.demo.timeline import HostCpu
+
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 0 100 700 100 0 0 0 0 0\ncpu0 1 2 3\n")
+    cpu = HostCpu(stat)
+    stat.write_text("cpu  250 0 150 750 150 0 0 0 0 0\n")  # +300 ticks, of which +100 idle or iowait
+    assert cpu.busy() == pytest.approx(0.667, abs=1e-3)
+    assert cpu.busy() is None  # no tick since
+    stat.write_text("garbage")
+    assert cpu.busy() is None
+    assert HostCpu(tmp_path / "absent").busy() is None
+
+
+def test_the_per_pod_rate_counts_each_triton_series_once() -> None:
+    from tidescale.devstack.demo.on_cluster import pod_rate_query
+
+    q = pod_rate_query()
+    assert q.startswith("sum by (pod) (max by (") and 'model="resnet50"' in q and "[15s]" in q

@@ -1,0 +1,151 @@
+"""`bench closed-loop`: reading a demo's record, measuring its cold start, replaying it, judging it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from tidescale import cli
+from tidescale.benches import loop_fidelity as lf
+from tidescale.contracts.errors import UsageError
+from tidescale.devstack.demo import on_cluster
+from tidescale.devstack.demo.settings import DemoSettings
+from tidescale.devstack.fleet.loadgen import request_schedule
+
+SETTINGS = DemoSettings(duration_s=60.0, base_rps=10.0)
+
+
+def row(t: float, ready: int, total: int, p99: float | None = 0.2) -> dict[str, Any]:
+    return {"t": t, "replicas_ready": ready, "replicas_total": total, "replicas_desired": total, "p99_s": p99,
+            "offered_rps": 1.0, "completed_rps": 1.0, "firing": []}
+
+
+def write_run(folder: Path, rows: list[dict[str, Any]], by_phase: dict[str, Any] | None = None,
+              **summary: Any) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    figures = by_phase or {p.name: {"sent": 10, "errors": 0, "requests_within_slo": 1.0, "latency_p99_s": 0.2}
+                           for p in on_cluster.story_phases()}
+    doc = {"on": "cluster", "scenario": "cluster-story", "autoscaling_mode": "keda",
+           "kubernetes": {"server_version": "v1.test"}, "settings": SETTINGS.model_dump(mode="json"),
+           "autoscaled_model": {"name": on_cluster.AUTOSCALED_MODEL, "by_phase": figures}, **summary}
+    (folder / "summary.json").write_text(json.dumps(doc))
+    (folder / "timeline.json").write_text(json.dumps(rows))
+    (folder / "values.yaml").write_text(yaml.safe_dump(on_cluster.chart_values(SETTINGS, "keda", 40.0)))
+    return folder
+
+
+ROWS = [row(0, 1, 1), row(10, 1, 2), row(19, 2, 2), row(40, 2, 2), row(59, 2, 2)]
+
+
+def test_the_cold_start_is_what_the_cluster_gave_each_added_replica() -> None:
+    rows = [lf._Row.model_validate(r) for r in
+            [row(0, 1, 1), row(10, 1, 3), row(15, 2, 3), row(20, 3, 3), row(30, 3, 4), row(31, 3, 3), row(40, 3, 3)]]
+    # 1 -> 3 at 10 s: Ready at 15 and 20; the fourth, added at 30, was scaled away before it was Ready
+    assert lf.pod_start_seconds(rows) == [5.0, 10.0]
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("5s", 5), ("1m30s", 90), ("500ms", 0.5), ("2h", 7200)])
+def test_prometheus_durations(text: str, seconds: float) -> None:
+    assert lf.prometheus_seconds(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["5", "5x", "s", "5s ", "-5s", ""])
+def test_a_bad_interval_is_named(text: str) -> None:
+    with pytest.raises(UsageError, match="not a Prometheus duration"):
+        lf.prometheus_seconds(text)
+
+
+def test_a_record_is_read_with_the_charts_settings(tmp_path: Path) -> None:
+    run = lf.load_recorded_run(write_run(tmp_path / "out", ROWS))
+    assert run.settings.duration_s == 60.0 and run.mode == "keda" and run.kubernetes == "v1.test"
+    assert run.target.capacityRps == 40.0 and run.target.maxReplicas == SETTINGS.max_replicas
+    assert run.scrape_interval_s == 5.0  # the demo's chart scrapes every 5 s
+    assert run.recommender_settings["tuning"] == on_cluster.DEMO_TUNING
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda d: d.unlink(), "summary.json: not found"),
+    (lambda d: d.write_text("{nope"), "summary.json: not readable as JSON"),
+    (lambda d: d.write_text(json.dumps({"on": "local"})), "not a demo on the cluster"),
+    (lambda d: d.write_text(json.dumps({"on": "cluster", "scenario": "diurnal-surge"})), "only the told story"),
+    (lambda d: d.write_text(json.dumps({"on": "cluster", "scenario": "cluster-story"})), "recorded by an older"),
+    (lambda d: d.write_text(d.read_text().replace('"base_rps": 10.0', '"base_rps": -1')), "settings.base_rps"),
+    (lambda d: d.write_text(d.read_text().replace('"steady"', '"warm"')), "lacks the phases steady"),
+    (lambda d: d.with_name("timeline.json").write_text('[{"t": "soon"}]'), "timeline.json: 0.t"),
+    (lambda d: d.with_name("timeline.json").write_text("[]"), "fewer than two samples"),
+    (lambda d: d.with_name("values.yaml").write_text("autoscaling: {targets: []}"), "autoscaling.targets is empty"),
+    (lambda d: d.with_name("values.yaml").write_text(
+        "autoscaling: {targets: [{minReplicas: 1, maxReplicas: 2, capacityRps: 1}]}\nmonitoring: {interval: soon}"),
+     "monitoring.interval 'soon'"),
+])
+def test_a_record_a_replay_cannot_use_is_refused_by_name(tmp_path: Path, change: Any, message: str) -> None:
+    folder = write_run(tmp_path / "out", ROWS)
+    change(folder / "summary.json")
+    with pytest.raises(UsageError, match=message.replace(".", r"\.")):
+        lf.load_recorded_run(folder)
+
+
+def test_draw_0_offers_the_requests_the_run_sent(tmp_path: Path) -> None:
+    run = lf.load_recorded_run(write_run(tmp_path / "out", ROWS))
+    sc = on_cluster.story(SETTINGS, on_cluster.overload_rate(SETTINGS, on_cluster.served_models(SETTINGS)))
+    sent, models = request_schedule(sc, SETTINGS.model_mix, SETTINGS.seed)
+    mine = sent[np.asarray(models) == on_cluster.AUTOSCALED_MODEL]
+    assert 0 < len(mine) < len(sent)
+    np.testing.assert_array_equal(lf.replay_arrivals(run, 0), mine)
+    assert not np.array_equal(lf.replay_arrivals(run, 1)[:20], mine[:20])
+
+
+def test_agreement_widens_the_draws_by_the_tolerance() -> None:
+    assert lf.agreement("ready", 2.4, [2.0, 1.9])["agrees"] is True
+    assert lf.agreement("ready", 2.6, [2.0, 1.9])["agrees"] is False
+    assert lf.agreement("latency_p99_s", 1.2, [1.0, 0.9])["agrees"] is True  # 1.0 x 1.25
+    assert lf.agreement("latency_p99_s", 1.3, [1.0, 0.9])["agrees"] is False
+    assert lf.agreement("latency_p99_s", None, [1.0])["agrees"] is None
+    assert lf.agreement("first_scale_up_s", 10.0, [None, None])["agrees"] is None
+
+
+def test_a_run_that_behaves_as_simulated_agrees_and_one_that_does_not_is_a_miss(tmp_path: Path) -> None:
+    folder = write_run(tmp_path / "probe", ROWS)
+    run = lf.load_recorded_run(folder)
+    # a "cluster" that did exactly what draw 0 of the simulator did
+    twin = lf.replay(run, 0, 9.0)
+    figures = lf.simulated_figures(twin, SETTINGS)
+    rows = [row(t, ready, total) for t, ready, total in zip(twin.times, twin.ready, twin.replicas, strict=True)]
+    rows.append(row(SETTINGS.duration_s, twin.ready[-1], twin.replicas[-1]))
+    by_phase = {}
+    for name, start, end in lf.phase_bounds(SETTINGS):
+        inside = twin.latency[(twin.arrivals >= start) & (twin.arrivals < end)]
+        by_phase[name] = {"sent": len(inside), "errors": int(np.sum(~np.isfinite(inside))),
+                          "requests_within_slo": figures[name]["requests_within_slo"],
+                          "latency_p99_s": figures[name]["latency_p99_s"]}
+    same = lf.load_recorded_run(write_run(tmp_path / "same", rows, by_phase))
+    doc, results = lf.compare(same, 2)
+    assert len(results) == 2
+    assert all(e["agrees"] is not False for p in doc["phases"].values() for e in p.values())
+    # ... and one whose overload P99 was ten times what any draw shows
+    slow = dict(by_phase)
+    slow["beyond maxReplicas"] = {**by_phase["beyond maxReplicas"],
+                                  "latency_p99_s": 10 * (by_phase["beyond maxReplicas"]["latency_p99_s"] or 1)}
+    doc, _ = lf.compare(lf.load_recorded_run(write_run(tmp_path / "slow", rows, slow)), 2)
+    assert doc["phases"]["beyond maxReplicas"]["latency_p99_s"]["agrees"] is False
+    assert doc["goal_met"] is False
+    assert "**no**" in lf.render(doc)
+
+
+def test_the_command_refuses_a_missing_record_with_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["bench", "closed-loop", "--no-record", "--demo-out", str(tmp_path / "none")])
+    assert exc.value.code == 2
+    assert "summary.json: not found" in capsys.readouterr().err
+
+
+def test_the_command_refuses_too_many_draws(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["bench", "closed-loop", "--no-record", "--draws", "0", "--demo-out", str(tmp_path)])
+    assert exc.value.code == 2
+    assert "--draws 0" in capsys.readouterr().err
