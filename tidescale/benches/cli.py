@@ -72,7 +72,7 @@ def _register_sim_benches(bench: typer.Typer) -> None:
     @bench.command("closed-loop")
     def closed_loop_command(
         demo_out: Path = typer.Option(Path("demo-out"), "--demo-out",
-                                      help="A `tidescale demo` run's folder (summary.json, timeline.json, values.yaml)."),
+                                      help="A `tidescale demo` run: summary.json, timeline.json, values.yaml."),
         draws: int = typer.Option(10, "--draws", help="Simulated draws of the story (draw 0: the run's own requests)."),
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
         record: bool = typer.Option(True, "--record/--no-record",

@@ -82,6 +82,8 @@ class _Row(BaseModel):
     replicas_ready: int = Field(ge=0)
     replicas_total: int = Field(ge=0)
     p99_s: float | None = None
+    pod_rps: dict[str, float] | None = None  # older records lack the two diagnostics
+    host_cpu_busy: float | None = Field(default=None, ge=0, le=1)
 
 
 class _PhaseFigures(BaseModel):
@@ -118,7 +120,8 @@ def prometheus_seconds(text: str) -> float:
 
 def _read(path: Path) -> Any:
     if not path.is_file():
-        raise UsageError(f"{path}: not found; `tidescale demo` writes summary.json, timeline.json and values.yaml there")
+        raise UsageError(f"{path}: not found; `tidescale demo` writes summary.json, timeline.json and "
+                         "values.yaml there")
     if path.stat().st_size > MAX_FILE_BYTES:
         raise UsageError(f"{path}: larger than {MAX_FILE_BYTES // 2**20} MiB; not a demo's record")
     try:
@@ -143,7 +146,8 @@ def load_recorded_run(folder: Path) -> RecordedRun:
     if summary.get("scenario") != "cluster-story":
         raise UsageError(f"{spath}: the run played {summary.get('scenario')!r}; only the told story can be replayed")
     if "settings" not in summary or "autoscaled_model" not in summary:
-        raise UsageError(f"{spath}: recorded by an older tidescale (no settings or autoscaled_model); run the demo again")
+        raise UsageError(f"{spath}: recorded by an older tidescale (no settings or autoscaled_model); "
+                         "run the demo again")
     try:
         settings = DemoSettings.model_validate(summary["settings"])
     except ValidationError as e:
@@ -302,8 +306,29 @@ def recorded_figures(run: RecordedRun) -> dict[str, Any]:
     return out
 
 
-def surge_start(settings: DemoSettings) -> float:
-    return next(start for name, start, _ in phase_bounds(settings) if name == "surge 3x")
+def cluster_diagnostics(run: RecordedRun) -> dict[str, dict[str, float | None]]:
+    """Per phase, what the cluster showed beside the measures: the share of the autoscaled model's
+    completions the busiest pod served while two or more were serving or Ready (the simulator's Service
+    spreads every request, 1/Ready), and the share of the machine's cores busy."""
+    out: dict[str, dict[str, float | None]] = {}
+    for name, start, end in phase_bounds(run.settings):
+        inside = [r for r in run.rows if start <= r.t < end]
+        shares, even = [], []
+        for r in inside:
+            rates = [v for v in (r.pod_rps or {}).values() if v >= 0 and math.isfinite(v)]
+            if r.replicas_ready >= 2 and sum(rates) > 0:
+                shares.append(max(rates) / sum(rates))
+                even.append(1 / r.replicas_ready)
+        busy = [r.host_cpu_busy for r in inside if r.host_cpu_busy is not None]
+        out[name] = {"busiest_pod_share": round(statistics.fmean(shares), 3) if shares else None,
+                     "even_share": round(statistics.fmean(even), 3) if even else None,
+                     "host_cpu_busy": round(statistics.fmean(busy), 3) if busy else None}
+    return out
+
+
+def loaded_starts(settings: DemoSettings) -> dict[str, float]:
+    """When each phase whose demand outruns the fleet at first begins (the surge, the overload)."""
+    return {name: start for name, start, _ in phase_bounds(settings) if name in story_run.LOADED_PHASES}
 
 
 def agreement(measure: str, real: float | None, simulated: Sequence[float | None]) -> dict[str, Any]:
@@ -315,7 +340,10 @@ def agreement(measure: str, real: float | None, simulated: Sequence[float | None
         entry["agrees"] = None  # nothing to compare (no request in the phase)
         return entry
     tol = TOLERANCE[measure]
-    lo, hi = (min(sims) * (1 - tol), max(sims) * (1 + tol)) if measure in RELATIVE else (min(sims) - tol, max(sims) + tol)
+    if measure in RELATIVE:
+        lo, hi = min(sims) * (1 - tol), max(sims) * (1 + tol)
+    else:
+        lo, hi = min(sims) - tol, max(sims) + tol
     entry["agrees"] = bool(lo <= real <= hi)
     return entry
 
@@ -331,14 +359,15 @@ def compare(run: RecordedRun, draws: int) -> tuple[dict[str, Any], list[RunResul
     real = recorded_figures(run)
     phases = {name: {m: agreement(m, real[name][m], [s[name][m] for s in sims]) for m in MEASURES}
               for name, _, _ in phase_bounds(run.settings)}
-    at = surge_start(run.settings)
-    rise = agreement("first_scale_up_s", first_rise([r.t for r in run.rows], [r.replicas_total for r in run.rows], at),
-                     [first_rise(r.times, r.replicas, at) for r in results])
-    verdicts = [e["agrees"] for p in phases.values() for e in p.values()] + [rise["agrees"]]
+    totals = [r.replicas_total for r in run.rows]
+    rises = {name: agreement("first_scale_up_s", first_rise([r.t for r in run.rows], totals, at),
+                             [first_rise(r.times, r.replicas, at) for r in results])
+             for name, at in loaded_starts(run.settings).items()}
+    verdicts = [e["agrees"] for p in (*phases.values(), rises) for e in p.values()]
     judged = [v for v in verdicts if v is not None]
     doc = {
         "benchmark": "closed-loop",
-        "run": {"folder": run.folder.name, "kubernetes": run.kubernetes, "autoscaling_mode": run.mode,
+        "run": {"folder": str(run.folder), "kubernetes": run.kubernetes, "autoscaling_mode": run.mode,
                 "duration_s": run.settings.duration_s, "base_rps": run.settings.base_rps,
                 "model_mix": run.settings.model_mix, "seed": run.settings.seed},
         "replay": {"draws": draws, "scheduler": batcher_of(autoscaled_spec(run.settings)).scheduler,
@@ -352,7 +381,8 @@ def compare(run: RecordedRun, draws: int) -> tuple[dict[str, Any], list[RunResul
                    "not_sent": [r.not_sent for r in results]},
         "tolerance": TOLERANCE,
         "phases": phases,
-        "first_scale_up_s": rise,
+        "cluster_diagnostics": cluster_diagnostics(run),
+        "first_scale_up_s": rises,  # per phase whose demand outruns the fleet at first
         "agreeing": [sum(judged), len(judged)],
         "goal_met": all(judged),
     }
@@ -373,6 +403,10 @@ def _fmt(measure: str, v: float | None) -> str:
     return f"{v:.2f}"
 
 
+def _share(v: float | None) -> str:
+    return "–" if v is None else f"{100 * v:.0f} %"
+
+
 def _tolerance(measure: str) -> str:
     tol = TOLERANCE[measure]
     if measure in RELATIVE:
@@ -380,8 +414,9 @@ def _tolerance(measure: str) -> str:
     return f"±{100 * tol:.0f} pt" if measure == "requests_within_slo" else f"±{tol:g}"
 
 
-LABELS = {"replicas": "replicas (mean)", "ready": "Ready replicas (mean)", "served_rps": "served req/s", "requests_within_slo": "within the SLO",
-          "latency_p99_s": "P99 (client)", "first_scale_up_s": "first scale-up after the surge starts (s)"}
+LABELS = {"replicas": "replicas (mean)", "ready": "Ready replicas (mean)", "served_rps": "served req/s",
+          "requests_within_slo": "within the SLO",
+          "latency_p99_s": "P99 (client)", "first_scale_up_s": "first scale-up after the phase starts (s)"}
 
 
 def _row(phase: str, measure: str, e: dict[str, Any]) -> list[str]:
@@ -395,19 +430,22 @@ def _row(phase: str, measure: str, e: dict[str, Any]) -> list[str]:
 def render(doc: dict[str, Any]) -> str:
     run, rp = doc["run"], doc["replay"]
     rows = [_row(phase, m, e) for phase, p in doc["phases"].items() for m, e in p.items()]
-    rows.append(_row("surge 3x", "first_scale_up_s", doc["first_scale_up_s"]))
+    rows += [_row(phase, "first_scale_up_s", e) for phase, e in doc["first_scale_up_s"].items()]
     agree, total = doc["agreeing"]
     lines = [
         "# bench closed-loop: the demo's story on the cluster vs the simulator",
         "",
-        f"`tidescale bench closed-loop` replays a recorded `tidescale demo` run ({run['folder']}/: Kubernetes "
-        f"{run['kubernetes']}, {run['autoscaling_mode']} mode, {run['duration_s']:g} s, {run['base_rps']:g} req/s base, "
+        f"`tidescale bench closed-loop --demo-out {run['folder']}` replays a recorded `tidescale demo` run (Kubernetes "
+        f"{run['kubernetes']}, {run['autoscaling_mode']} mode, {run['duration_s']:g} s, {run['base_rps']:g} req/s "
+        "base, "
         f"models {run['model_mix']}) in the simulator `bench autoscale` runs ({rp['scheduler']} scheduler), "
-        f"{rp['draws']} draws. The replay takes from the run: the autoscaled model's curve (×{rp['curve_scale']:g}) and "
-        f"batching, capacity {rp['capacity_rps']:g} req/s per replica, replicas {rp['replicas'][0]}..{rp['replicas'][1]}, "
-        f"the recommender's settings {rp['recommender_settings']}, scrapes every {rp['scrape_interval_s']:g} s, the HPA "
+        f"{rp['draws']} draws. The replay takes from the run: the autoscaled model's curve (×{rp['curve_scale']:g}) "
+        f"and batching, capacity {rp['capacity_rps']:g} req/s per replica, replicas "
+        f"{rp['replicas'][0]}..{rp['replicas'][1]}, the recommender's settings {rp['recommender_settings']}, "
+        f"scrapes every {rp['scrape_interval_s']:g} s, the HPA "
         f"every {rp['hpa_sync_s']:g} s, and the cold start the cluster gave: median {rp['cold_start_s']:g} s over "
-        f"{len(rp['pod_starts_s'])} pod starts ({', '.join(f'{v:g}' for v in rp['pod_starts_s'])} s). Draw 0 offers the "
+        f"{len(rp['pod_starts_s'])} pod starts ({', '.join(f'{v:g}' for v in rp['pod_starts_s'])} s). "
+        "Draw 0 offers the "
         "very requests the run sent; the other draws are other realisations of the story with other clock phases.",
         "",
         "A measure agrees where the cluster's figure lies within the simulator's draws widened by the tolerance. "
@@ -419,6 +457,14 @@ def render(doc: dict[str, Any]) -> str:
         "",
         f"Goal (every measure within its tolerance): **{'met' if doc['goal_met'] else 'not met'}**, "
         f"{agree} of {total} agree.",
+        "",
+        "What the cluster showed beside (its timeline): the share of the autoscaled model's completions that "
+        "the busiest pod served while two or more were Ready, against the even split the simulator's Service "
+        "gives (1/Ready), and the share of the machine's cores busy.",
+        "",
+        markdown_table(["phase", "busiest pod's share", "even split", "cores busy"],
+                       [[name, _share(d["busiest_pod_share"]), _share(d["even_share"]), _share(d["host_cpu_busy"])]
+                        for name, d in doc["cluster_diagnostics"].items()]),
         "",
         f"![replicas and P99 over the story]({PAGE}.png)",
         "",
@@ -449,7 +495,8 @@ def plot(doc: dict[str, Any], run: RecordedRun, results: Sequence[RunResult], pa
         top.step(results[0].times, results[0].replicas, where="post", color="tab:orange", lw=2,
                  label="simulator, draw 0 (the same requests)")
     times = [r.t for r in run.rows]
-    top.step(times, [r.replicas_total for r in run.rows], where="post", color="tab:blue", lw=2, label="cluster: replicas")
+    top.step(times, [r.replicas_total for r in run.rows], where="post", color="tab:blue", lw=2,
+             label="cluster: replicas")
     top.step(times, [r.replicas_ready for r in run.rows], where="post", color="tab:blue", lw=1, ls="--",
              label="cluster: Ready")
     top.set_ylabel("replicas")
@@ -476,7 +523,8 @@ def plot(doc: dict[str, Any], run: RecordedRun, results: Sequence[RunResult], pa
             ax.axvline(start, color="lightgrey", lw=0.8)
             if ax is top:
                 ax.text(start + 2, ax.get_ylim()[1] * 0.97, name, fontsize=8, va="top", color="dimgrey")
-    fig.suptitle(f"The demo's story: cluster vs simulator ({doc['agreeing'][0]} of {doc['agreeing'][1]} measures agree)")
+    agree, total = doc["agreeing"]
+    fig.suptitle(f"The demo's story: cluster vs simulator ({agree} of {total} measures agree)")
     save_figure(fig, path)
 
 

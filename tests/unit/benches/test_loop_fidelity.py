@@ -149,3 +149,16 @@ def test_the_command_refuses_too_many_draws(tmp_path: Path, capsys: pytest.Captu
         cli.main(["bench", "closed-loop", "--no-record", "--draws", "0", "--demo-out", str(tmp_path)])
     assert exc.value.code == 2
     assert "--draws 0" in capsys.readouterr().err
+
+
+def test_on_a_recorded_cluster_run_the_simulated_loop_scales_as_the_cluster_did() -> None:
+    """The real record (tests/fixtures/demo/): the replay reads it, and the replica measures (mean and
+    Ready, per phase) and the first scale-up agree, as on the page; the latencies are the page's business."""
+    from tidescale.devstack.tools import FIXTURES
+
+    run = lf.load_recorded_run(FIXTURES / "demo" / "cluster-story")
+    doc, _ = lf.compare(run, 3)
+    assert doc["replay"]["pod_starts_s"] and 5 < doc["replay"]["cold_start_s"] < 60
+    for phase, measures in doc["phases"].items():
+        assert measures["replicas"]["agrees"] and measures["ready"]["agrees"], phase
+    assert doc["first_scale_up_s"]["surge 3x"]["agrees"]
