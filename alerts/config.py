@@ -57,6 +57,7 @@ class ForDurations(SettingsModel):
     gpu_xid: Duration = "0s"
     gpu_throttling: Duration = "10m"
     gpu_idle_while_queueing: Duration = "10m"
+    load_imbalance: Duration = "15m"
     model_review: Duration = "15m"
     exporter_down: Duration = "5m"
     series_capped: Duration = "5m"
@@ -109,6 +110,10 @@ class AlertsConfig(ComponentSettings):
     gpu_memory_predict_hours: float = Field(4.0, gt=0)
     gpu_memory_lookback: Duration = "6h"
     gpu_idle_utilization: float = Field(0.05, ge=0, lt=1)
+    # TritonLoadImbalanced: a Deployment's least busy pod serves a model at under 1/ratio of its busiest
+    # pod's rate, while the model gets at least min_rps (idle fleets and single requests stay quiet).
+    load_imbalance_ratio: float = Field(4.0, gt=1)
+    load_imbalance_min_rps: float = Field(1.0, ge=0)
     profile_max_age_s: float = Field(86400.0, gt=0)
     # Spans (OTLP) or trace entries (trace files) the exporter drops: a share of what it received
     # above the ratio, and at least the count, over 15 minutes. Below either, a rollout's few cut

@@ -152,14 +152,19 @@ def label_replace(expr: str, target: str, source: str) -> str:
     return f'label_replace({expr}, "{target}", "$1", "{source}", "(.+)")'
 
 
-def by_deployment(pod_series: str, cfg: AlertsConfig) -> str:
-    """Average a per-pod series over the pods of a Deployment: the owner kube-state-metrics reports, else
-    (no kube-state-metrics, the local process stack) the `<deploy>-<rs>-<pod>` name."""
+def with_deployment(pod_series: str, cfg: AlertsConfig) -> str:
+    """A per-pod series with its pod's Deployment: the owner kube-state-metrics reports, else (no
+    kube-state-metrics, the local process stack) the `<deploy>-<rs>-<pod>` name."""
     owned = f"{pod_series} * on (namespace, pod) group_left (deployment) {n.POD_DEPLOYMENT}"
     regex = escape_label_value(cfg.pod_deployment_regex)
     named = (f'label_replace({pod_series} unless on (namespace, pod) {n.POD_DEPLOYMENT}, '
              f'"deployment", "$1", "pod", "{regex}")')
-    return f"avg by (namespace, deployment) (\n  {owned}\n  or\n  {named}\n)"
+    return f"{owned}\n  or\n  {named}"
+
+
+def by_deployment(pod_series: str, cfg: AlertsConfig) -> str:
+    """Average a per-pod series over the pods of a Deployment."""
+    return f"avg by (namespace, deployment) (\n  {with_deployment(pod_series, cfg)}\n)"
 
 
 def queue_group(cfg: AlertsConfig) -> Group:
@@ -168,6 +173,7 @@ def queue_group(cfg: AlertsConfig) -> Group:
     ok = metric("nv_inference_request_success")
     rules = [
         record(n.POD_DEPLOYMENT, pod_deployment()),
+        record(n.DEPLOYMENT_MODEL_POD_REQUEST_RATE5M, with_deployment(n.POD_REQUEST_SUCCESS_RATE5M, cfg)),
         record(n.POD_QUEUE_DEPTH, triton_sum(pending, NP)),
         record(n.MODEL_POD_QUEUE_DEPTH, triton_sum(pending, NMP)),
         record(n.MODEL_QUEUE_DEPTH_PER_REPLICA, f"avg by ({NM}) ({n.MODEL_POD_QUEUE_DEPTH})"),

@@ -103,6 +103,14 @@ def build() -> dash_b.Dashboard:
             "short", [Query(ratio(f"sum by (pod) ({sel(recorded.MODEL_POD_QUEUE_US_RATE1M, POD_OF_DEPLOYMENT)})",
                                   f"sum by (pod) ({sel(recorded.MODEL_POD_COMPUTE_US_RATE1M, POD_OF_DEPLOYMENT)})"),
                             "{{pod}}")], thresholds=[Threshold(1, "red")], span=8, min_value=0))
+        .with_panel(graph(
+            "Requests per pod: does the Service spread them?",
+            "Each pod's completions per second, by model, from the recorded per-pod rate with its Deployment. "
+            "One pod high and its peers near zero after a scale-out: the clients keep their connections "
+            "(HTTP keep-alive, gRPC) and kube-proxy balances connections, not requests, so added replicas "
+            "take little load (TritonLoadImbalanced).",
+            "reqps", [Query(f"sum by (pod, model) ({sel(recorded.DEPLOYMENT_MODEL_POD_REQUEST_RATE5M, NS_DEPLOY)})",
+                            "{{pod}} {{model}}")], span=24, min_value=0))
         .with_row(row("Control loop health"))
         .with_panel(graph(
             "Cold-start time",

@@ -85,6 +85,8 @@ DEPLOYMENT_SLO_LATENCY_THRESHOLD: Final = "namespace_deployment:tidescale_slo:la
 request-duration counter: µs spent per second = average concurrency) per replica."""
 # Each pod's Deployment from kube-state-metrics' owners (pod -> ReplicaSet -> Deployment), value 1.
 POD_DEPLOYMENT: Final = "namespace_deployment_pod:kube_pod_owner:relabel"
+# Each pod's completions of each model, with the pod's Deployment: how a Deployment's load splits over its pods.
+DEPLOYMENT_MODEL_POD_REQUEST_RATE5M: Final = "namespace_deployment_model_pod:nv_inference_request_success:rate5m"
 POD_QUEUE_DEPTH: Final = "namespace_pod:nv_inference_pending_request_count:sum"
 MODEL_POD_QUEUE_DEPTH: Final = "namespace_model_pod:nv_inference_pending_request_count:sum"
 DEPLOYMENT_QUEUE_DEPTH_PER_REPLICA: Final = "namespace_deployment:triton_queue_depth_per_replica:avg"
