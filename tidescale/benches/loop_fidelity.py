@@ -168,6 +168,8 @@ def load_recorded_run(folder: Path) -> RecordedRun:
         raise _invalid(tpath, e) from None
     if len(timeline) < 2:
         raise UsageError(f"{tpath}: fewer than two samples")
+    if any(b.t < a.t for a, b in itertools.pairwise(timeline)):
+        raise UsageError(f"{tpath}: samples out of time order")
     try:
         chart = _Values.model_validate(values)
         targets = chart.autoscaling.get("targets")
@@ -176,11 +178,12 @@ def load_recorded_run(folder: Path) -> RecordedRun:
         target = _Target.model_validate(targets[0])  # the demo autoscales one Deployment
     except ValidationError as e:
         raise _invalid(vpath, e) from None
-    cap = (summary.get("load_generator") or {}).get("max_in_flight", story_run.MAX_IN_FLIGHT)
+    loadgen, kube = summary.get("load_generator"), summary.get("kubernetes")
+    cap = loadgen.get("max_in_flight") if isinstance(loadgen, dict) else story_run.MAX_IN_FLIGHT
     if not isinstance(cap, int) or isinstance(cap, bool) or cap < 1:
         raise UsageError(f"{spath}: load_generator.max_in_flight must be a positive integer, got {cap!r}")
     return RecordedRun(folder, settings, str(summary.get("autoscaling_mode", "keda")),
-                       str((summary.get("kubernetes") or {}).get("server_version", "?")), target,
+                       str(kube.get("server_version", "?") if isinstance(kube, dict) else "?"), target,
                        dict(chart.recommender.get("settings") or {}),
                        prometheus_seconds(str(chart.monitoring.get("interval", "15s"))), cap, timeline, by_phase)
 

@@ -9,6 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tidescale import cli
 from tidescale.benches import loop_fidelity as lf
@@ -78,6 +80,8 @@ def test_a_record_is_read_with_the_charts_settings(tmp_path: Path) -> None:
     (lambda d: d.write_text(d.read_text().replace('"steady"', '"warm"')), "lacks the phases steady"),
     (lambda d: d.with_name("timeline.json").write_text('[{"t": "soon"}]'), "timeline.json: 0.t"),
     (lambda d: d.with_name("timeline.json").write_text("[]"), "fewer than two samples"),
+    (lambda d: d.with_name("timeline.json").write_text(json.dumps([row(5, 1, 1), row(4, 1, 1)])), "out of time order"),
+    (lambda d: d.with_name("timeline.json").write_text("x" * 10), "timeline.json: not readable as JSON"),
     (lambda d: d.with_name("values.yaml").write_text("autoscaling: {targets: []}"), "autoscaling.targets is empty"),
     (lambda d: d.with_name("values.yaml").write_text(
         "autoscaling: {targets: [{minReplicas: 1, maxReplicas: 2, capacityRps: 1}]}\nmonitoring: {interval: soon}"),
@@ -162,3 +166,29 @@ def test_on_a_recorded_cluster_run_the_simulated_loop_scales_as_the_cluster_did(
     for phase, measures in doc["phases"].items():
         assert measures["replicas"]["agrees"] and measures["ready"]["agrees"], phase
     assert doc["first_scale_up_s"]["surge 3x"]["agrees"]
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+                    max_leaves=12)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(part=st.sampled_from(["summary", "rows", "values", "settings", "by_phase", "load_generator", "kubernetes"]),
+       junk=JSON)
+def test_any_json_in_a_record_is_read_or_refused_by_name(tmp_path: Path, part: str, junk: Any) -> None:
+    folder = write_run(tmp_path / f"fuzz-{part}", ROWS)
+    if part in ("summary", "rows", "values"):
+        name = {"summary": "summary.json", "rows": "timeline.json", "values": "values.yaml"}[part]
+        (folder / name).write_text(yaml.safe_dump(junk) if name.endswith(".yaml") else json.dumps(junk))
+    else:
+        doc = json.loads((folder / "summary.json").read_text())
+        if part == "by_phase":
+            doc["autoscaled_model"]["by_phase"] = junk
+        else:
+            doc[part] = junk
+        (folder / "summary.json").write_text(json.dumps(doc))
+    try:
+        lf.load_recorded_run(folder)
+    except UsageError as e:
+        assert str(folder) in str(e)
