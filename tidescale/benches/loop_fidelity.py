@@ -39,6 +39,7 @@ from tidescale.benches.report import BENCH_DIR, markdown_table, save_figure, wri
 from tidescale.contracts.errors import UsageError
 from tidescale.devstack.demo import on_cluster as story_run
 from tidescale.devstack.demo.settings import DemoSettings
+from tidescale.devstack.demo.timeline import load_spread
 from tidescale.devstack.fleet.loadgen import request_schedule
 from tidescale.devstack.fleet.model_repo import ModelSpec
 from tidescale.sim import BatcherConfig
@@ -311,20 +312,13 @@ def recorded_figures(run: RecordedRun) -> dict[str, Any]:
 
 def cluster_diagnostics(run: RecordedRun) -> dict[str, dict[str, float | None]]:
     """Per phase, what the cluster showed beside the measures: the share of the autoscaled model's
-    completions the busiest pod served while two or more were serving or Ready (the simulator's Service
-    spreads every request, 1/Ready), and the share of the machine's cores busy."""
+    completions the busiest pod served while two or more were Ready (the simulator's Service spreads
+    every request, 1/Ready), and the share of the machine's cores busy."""
     out: dict[str, dict[str, float | None]] = {}
     for name, start, end in phase_bounds(run.settings):
         inside = [r for r in run.rows if start <= r.t < end]
-        shares, even = [], []
-        for r in inside:
-            rates = [v for v in (r.pod_rps or {}).values() if v >= 0 and math.isfinite(v)]
-            if r.replicas_ready >= 2 and sum(rates) > 0:
-                shares.append(max(rates) / sum(rates))
-                even.append(1 / r.replicas_ready)
         busy = [r.host_cpu_busy for r in inside if r.host_cpu_busy is not None]
-        out[name] = {"busiest_pod_share": round(statistics.fmean(shares), 3) if shares else None,
-                     "even_share": round(statistics.fmean(even), 3) if even else None,
+        out[name] = {**load_spread([(r.replicas_ready, r.pod_rps) for r in inside]),
                      "host_cpu_busy": round(statistics.fmean(busy), 3) if busy else None}
     return out
 

@@ -10,6 +10,7 @@ emulated HPA (devstack/demo/run.py).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -55,6 +56,7 @@ def demo_command(
         typer.echo(f"summary: {out / 'summary.json'}  (requests within the SLO while the load fits maxReplicas "
                    f"{summary['requests_within_slo_within_capacity']}; {overload['phase']}, overload by design, "
                    f"{overload['requests_within_slo']}; HPA desired fell under load {len(falls)} time(s); "
+                   f"{_spread(summary)}"
                    f"replicas {summary['hpa']['replicas_seen']['min']}..{summary['hpa']['replicas_seen']['max']}, "
                    f"alerts {', '.join(summary['alerts_fired']) or 'none'}, "
                    f"reviews {len(summary['reviews_opened'])})")
@@ -63,3 +65,13 @@ def demo_command(
     typer.echo(f"summary: {out / 'summary.json'}  (p99 {summary['latency_p99_s']:.3f}s, "
                f"replicas {summary['replicas']['min']}..{summary['replicas']['max']}, "
                f"alerts {', '.join(summary['alerts_fired']) or 'none'})")
+
+
+def _spread(summary: dict[str, Any]) -> str:
+    """The surge's load spread in a few words: where the Service kept it on one pod, the replicas added
+    did not carry the surge, whatever the autoscaler asked."""
+    spread = summary.get("load_spread", {}).get("surge 3x") or {}
+    busiest, even = spread.get("busiest_pod_share"), spread.get("even_share")
+    if busiest is None or even is None:
+        return ""
+    return f"busiest pod's share of the surge {100 * busiest:.0f} % (even {100 * even:.0f} %); "

@@ -455,6 +455,10 @@ def summarise(stack: ClusterStack, s: DemoSettings, mode: str, sc: Scenario, tim
         "requests_within_slo": round(within / len(records), 4) if records else None,
         "requests_within_slo_by_phase": {name: round(good / sent, 4) if sent else None
                                          for name, (sent, good) in by_phase.items()},
+        # Whether the Service spread the autoscaled model's requests over the Ready pods, per phase: the
+        # busiest pod's share against 1/Ready (keep-alive clients stay on the pods they first reached).
+        "load_spread": {p.name: timeline.load_spread(p.start * s.duration_s, end * s.duration_s)
+                        for p, end in zip(story_phases(), [q.start for q in story_phases()[1:]] + [1.0], strict=True)},
         # What a replay of this run needs (`tidescale bench closed-loop`): the demo's settings, and the
         # autoscaled model's own figures per phase (the simulator serves that model alone).
         "settings": s.model_dump(mode="json"), "load_generator": {"max_in_flight": MAX_IN_FLIGHT},

@@ -58,6 +58,12 @@ class Timeline:
                 if a.replicas_desired is not None and b.replicas_desired is not None
                 and b.replicas_desired < a.replicas_desired]
 
+    def load_spread(self, start_s: float, end_s: float) -> dict[str, float | None]:
+        """How the autoscaled model's completions split over its pods within [start_s, end_s): the mean
+        share of the busiest pod while two or more were Ready, against the even split (1/Ready). A
+        Service that balances connections, not requests, leaves it near 1 (None: never two Ready)."""
+        return load_spread([(s.replicas_ready, s.pod_rps) for s in self.samples if start_s <= s.t < end_s])
+
     def alerts_seen(self) -> list[str]:
         return sorted({a for s in self.samples for a in s.firing})
 
@@ -67,6 +73,18 @@ class Timeline:
 
     def to_rows(self) -> list[dict[str, Any]]:
         return [{**asdict(s), "firing": list(s.firing)} for s in self.samples]
+
+
+def load_spread(samples: list[tuple[int, dict[str, float] | None]]) -> dict[str, float | None]:
+    """`Timeline.load_spread` over (Ready replicas, req/s by pod) pairs, as a demo's record holds them."""
+    shares, even = [], []
+    for ready, pod_rps in samples:
+        rates = [v for v in (pod_rps or {}).values() if math.isfinite(v) and v >= 0]
+        if ready >= 2 and sum(rates) > 0:
+            shares.append(max(rates) / sum(rates))
+            even.append(1 / ready)
+    return {"busiest_pod_share": round(sum(shares) / len(shares), 3) if shares else None,
+            "even_share": round(sum(even) / len(even), 3) if even else None}
 
 
 class HostCpu:

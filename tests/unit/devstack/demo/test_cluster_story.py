@@ -134,3 +134,14 @@ def test_the_per_pod_rate_counts_each_triton_series_once() -> None:
 
     q = pod_rate_query()
     assert q.startswith("sum by (pod) (max by (") and 'model="resnet50"' in q and "[15s]" in q
+
+
+def test_the_load_spread_is_the_busiest_pods_share_while_two_or_more_are_ready() -> None:
+    from tidescale.devstack.demo.timeline import load_spread
+
+    # one pod Ready: not judged; then 3 Ready with one pod carrying 99 %; then 2 Ready sharing evenly
+    spread = load_spread([(1, {"a": 20.0}), (3, {"a": 49.5, "b": 0.5, "c": 0.0}), (2, {"a": 10.0, "b": 10.0}),
+                          (2, {"a": float("nan"), "b": 0.0}), (2, None)])
+    assert spread == {"busiest_pod_share": pytest.approx((0.99 + 0.5) / 2),
+                      "even_share": pytest.approx((1 / 3 + 1 / 2) / 2, abs=1e-3)}
+    assert load_spread([(1, {"a": 5.0})]) == {"busiest_pod_share": None, "even_share": None}
