@@ -179,13 +179,20 @@ def load_recorded_run(folder: Path) -> RecordedRun:
         target = _Target.model_validate(targets[0])  # the demo autoscales one Deployment
     except ValidationError as e:
         raise _invalid(vpath, e) from None
+    recommender = chart.recommender.get("settings") or {}
+    try:
+        if not isinstance(recommender, dict):
+            raise UsageError(f"{vpath}: recommender.settings must be a mapping")
+        pol.shipped_settings(**recommender)
+    except ValidationError as e:
+        raise _invalid(vpath, e, ("recommender", "settings")) from None
     loadgen, kube = summary.get("load_generator"), summary.get("kubernetes")
     cap = loadgen.get("max_in_flight") if isinstance(loadgen, dict) else story_run.MAX_IN_FLIGHT
     if not isinstance(cap, int) or isinstance(cap, bool) or cap < 1:
         raise UsageError(f"{spath}: load_generator.max_in_flight must be a positive integer, got {cap!r}")
     return RecordedRun(folder, settings, str(summary.get("autoscaling_mode", "keda")),
                        str(kube.get("server_version", "?") if isinstance(kube, dict) else "?"), target,
-                       dict(chart.recommender.get("settings") or {}),
+                       recommender,
                        prometheus_seconds(str(chart.monitoring.get("interval", "15s"))), cap, timeline, by_phase)
 
 

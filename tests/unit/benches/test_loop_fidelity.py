@@ -84,6 +84,12 @@ def test_a_record_is_read_with_the_charts_settings(tmp_path: Path) -> None:
     (lambda d: d.with_name("timeline.json").write_text("x" * 10), "timeline.json: not readable as JSON"),
     (lambda d: d.with_name("values.yaml").write_text("autoscaling: {targets: []}"), "autoscaling.targets is empty"),
     (lambda d: d.with_name("values.yaml").write_text(
+        "autoscaling: {targets: [{minReplicas: 1, maxReplicas: 2, capacityRps: 1}]}\n"
+        "recommender: {settings: {interval_s: -1}}"), "recommender.settings.interval_s"),
+    (lambda d: d.with_name("values.yaml").write_text(
+        "autoscaling: {targets: [{minReplicas: 1, maxReplicas: 2, capacityRps: 1}]}\n"
+        "recommender: {settings: [1]}"), "recommender.settings must be a mapping"),
+    (lambda d: d.with_name("values.yaml").write_text(
         "autoscaling: {targets: [{minReplicas: 1, maxReplicas: 2, capacityRps: 1}]}\nmonitoring: {interval: soon}"),
      "monitoring.interval 'soon'"),
 ])
@@ -174,11 +180,16 @@ JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(part=st.sampled_from(["summary", "rows", "values", "settings", "by_phase", "load_generator", "kubernetes"]),
+@given(part=st.sampled_from(["summary", "rows", "values", "settings", "by_phase", "load_generator", "kubernetes",
+                            "recommender"]),
        junk=JSON)
 def test_any_json_in_a_record_is_read_or_refused_by_name(tmp_path: Path, part: str, junk: Any) -> None:
     folder = write_run(tmp_path / f"fuzz-{part}", ROWS)
-    if part in ("summary", "rows", "values"):
+    if part == "recommender":
+        values = yaml.safe_load((folder / "values.yaml").read_text())
+        values["recommender"] = {"settings": junk}
+        (folder / "values.yaml").write_text(yaml.safe_dump(values))
+    elif part in ("summary", "rows", "values"):
         name = {"summary": "summary.json", "rows": "timeline.json", "values": "values.yaml"}[part]
         (folder / name).write_text(yaml.safe_dump(junk) if name.endswith(".yaml") else json.dumps(junk))
     else:
@@ -192,3 +203,12 @@ def test_any_json_in_a_record_is_read_or_refused_by_name(tmp_path: Path, part: s
         lf.load_recorded_run(folder)
     except UsageError as e:
         assert str(folder) in str(e)
+
+
+def test_the_replay_keeps_its_own_target_and_delivery_whatever_the_chart_set(tmp_path: Path) -> None:
+    folder = write_run(tmp_path / "out", ROWS)
+    values = yaml.safe_load((folder / "values.yaml").read_text())
+    values["recommender"]["settings"].update(kube_events=True, scale_mode="direct", targets=[])
+    (folder / "values.yaml").write_text(yaml.safe_dump(values))
+    result = lf.replay(lf.load_recorded_run(folder), 0, 9.0)
+    assert max(result.replicas) <= SETTINGS.max_replicas and len(result.times) > 10

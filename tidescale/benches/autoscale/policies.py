@@ -304,12 +304,14 @@ class TidescalePolicy:
                  overrides: Mapping[str, Any] | None = None) -> None:
         target = Target("triton", "bench", "model", min_r, max_r)
         self.hpa = HpaEmulator(tidescale_hpa_spec(target), initial)
-        fields: dict[str, Any] = {"cold_start_s": cold_start_s, "headroom": headroom, "slo_latency_threshold_s": slo_s,
-                                  "client_retries": client_retries, **(overrides or {})}
-        settings = shipped_settings(sizing, **fields, kube_events=False, scale_mode="direct" if direct else "hpa",
-                                    targets=[TargetSettings(deployment="triton", namespace="bench", model="model",
-                                                            min_replicas=min_r, max_replicas=max_r,
-                                                            capacity_rps=capacity_rps)])
+        fields: dict[str, Any] = {
+            "cold_start_s": cold_start_s, "headroom": headroom, "slo_latency_threshold_s": slo_s,
+            "client_retries": client_retries, **(overrides or {}),
+            # what the loop itself decides: its one target, its delivery, no Kubernetes Events
+            "kube_events": False, "scale_mode": "direct" if direct else "hpa",
+            "targets": [TargetSettings(deployment="triton", namespace="bench", model="model", min_replicas=min_r,
+                                       max_replicas=max_r, capacity_rps=capacity_rps)]}
+        settings = shipped_settings(sizing, **fields)
         if fast_path is not None:  # None: as shipped
             settings.fast_path.enabled = fast_path
         if forecast_periods is not None:
