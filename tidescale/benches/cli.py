@@ -74,6 +74,9 @@ def _register_sim_benches(bench: typer.Typer) -> None:
         demo_out: Path = typer.Option(Path("demo-out"), "--demo-out",
                                       help="A `tidescale demo` run: summary.json, timeline.json, values.yaml."),
         draws: int = typer.Option(10, "--draws", help="Simulated draws of the story (draw 0: the run's own requests)."),
+        service: str = typer.Option("connections", "--service",
+                                    help="connections: kube-proxy and clients that keep theirs, as the cluster ran; "
+                                         "round-robin: a Service that spreads every request."),
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
         record: bool = typer.Option(True, "--record/--no-record",
                                     help="Write docs/benchmarks/fidelity-closed-loop.md and its PNG."),
@@ -81,7 +84,7 @@ def _register_sim_benches(bench: typer.Typer) -> None:
         """The demo's story as the local cluster played it vs the same story in the simulator."""
         from tidescale.benches import loop_fidelity
 
-        doc, run, results = loop_fidelity.run_bench(demo_out, draws)
+        doc, run, results = loop_fidelity.run_bench(demo_out, draws, service)
         if record:
             loop_fidelity.record(doc, run, results)
         _emit(doc, as_json, loop_fidelity.render(doc))

@@ -42,8 +42,9 @@ from tidescale.devstack.demo.settings import DemoSettings
 from tidescale.devstack.demo.timeline import load_spread
 from tidescale.devstack.fleet.loadgen import request_schedule
 from tidescale.devstack.fleet.model_repo import ModelSpec
-from tidescale.sim import BatcherConfig
+from tidescale.sim import BatcherConfig, FleetSim, MetricsLag
 from tidescale.sim.clients import OpenRequestCap
+from tidescale.sim.fleet import KEEPALIVE_CONNECTIONS
 from tidescale.sim.samples import sample_quantile
 
 PAGE = "fidelity-closed-loop"
@@ -241,28 +242,61 @@ def replay_arrivals(run: RecordedRun, draw: int) -> np.ndarray:
     return arrivals[np.asarray(names) == story_run.AUTOSCALED_MODEL]
 
 
-def replay(run: RecordedRun, draw: int, cold_start_s: float) -> RunResult:
-    """The story in the simulator with the chart's settings, one draw."""
+PodRates = tuple[float, int, dict[str, float]]  # (t, Ready replicas, req/s by pod over the last RATE_WINDOW_S)
+RATE_WINDOW_S = 15.0  # as the demo's sampler reads each pod's rate (three of its 5 s scrapes)
+
+
+class PodSampler:
+    """A policy that reads each pod's completions at every decision, then lets *inner* decide: the
+    simulator's side of the demo's per-pod rates."""
+
+    def __init__(self, inner: pol.Policy) -> None:
+        self.inner, self.name, self.period_s = inner, inner.name, inner.period_s
+        self.counts: list[tuple[float, int, dict[str, int]]] = []
+
+    def decide(self, now: float, lag: MetricsLag, sim: FleetSim) -> int:
+        replicas = sim.counters().replicas
+        self.counts.append((now, sim.replicas_ready, {r.name: r.requests for r in replicas if not r.draining}))
+        return self.inner.decide(now, lag, sim)
+
+    def rates(self, window_s: float = RATE_WINDOW_S) -> list[PodRates]:
+        out: list[PodRates] = []
+        first = 0  # the oldest reading within the window of the current one
+        for t, ready, now in self.counts:
+            while self.counts[first][0] < t - window_s:
+                first += 1
+            then_t, _, then = self.counts[first]
+            if t > then_t:
+                out.append((t, ready, {pod: (n - then.get(pod, 0)) / (t - then_t) for pod, n in now.items()}))
+        return out
+
+
+def replay(run: RecordedRun, draw: int, cold_start_s: float, routing: str = "connections"
+           ) -> tuple[RunResult, list[PodRates]]:
+    """The story in the simulator with the chart's settings, one draw, and each pod's rate over time.
+    *routing* "connections": the Service as kube-proxy has it, with clients that keep their
+    connections (the demo's load generator); "round-robin": a Service that spreads every request."""
     s, target = run.settings, run.target
     spec = autoscaled_spec(s)
     scrape, sync = clock_offsets(draw)
     params = SimParams(spec.curve, batcher_of(spec), cold_start_s, s.slo_latency_threshold_s, seed=draw, hold_s=0.0,
                        scrape_offset_s=scrape % run.scrape_interval_s, sync_offset_s=sync,
-                       scrape_interval_s=run.scrape_interval_s, open_cap=open_cap(run))
+                       scrape_interval_s=run.scrape_interval_s, open_cap=open_cap(run), routing=routing)
     configured_cold_start = RecommenderSettings.model_fields["cold_start_s"].default
-    policy = pol.TidescalePolicy(target.minReplicas, target.minReplicas, target.maxReplicas, target.capacityRps,
-                                 configured_cold_start, s.slo_latency_threshold_s,
-                                 publish_delay_s=PUBLISH_DELAY_S.get(run.mode, 0.0), sync_offset_s=sync,
-                                 overrides=run.recommender_settings)
+    policy = PodSampler(pol.TidescalePolicy(
+        target.minReplicas, target.minReplicas, target.maxReplicas, target.capacityRps, configured_cold_start,
+        s.slo_latency_threshold_s, publish_delay_s=PUBLISH_DELAY_S.get(run.mode, 0.0), sync_offset_s=sync,
+        overrides=run.recommender_settings))
     # Until two scrapes hold the story's first requests the service holds, and says so every tick; the
     # cluster's recommender had scraped an idle fleet before the story began and held just the same.
     service_log = logging.getLogger("tidescale.autoscaler.service")
     level = service_log.level
     service_log.setLevel(logging.ERROR)
     try:
-        return run_policy(policy, replay_arrivals(run, draw), s.duration_s, target.minReplicas, params)
+        result = run_policy(policy, replay_arrivals(run, draw), s.duration_s, target.minReplicas, params)
     finally:
         service_log.setLevel(level)
+    return result, policy.rates()
 
 
 # --- measures ---------------------------------------------------------------------------------------
@@ -317,15 +351,17 @@ def recorded_figures(run: RecordedRun) -> dict[str, Any]:
     return out
 
 
-def cluster_diagnostics(run: RecordedRun) -> dict[str, dict[str, float | None]]:
-    """Per phase, what the cluster showed beside the measures: the share of the autoscaled model's
-    completions the busiest pod served while two or more were Ready (the simulator's Service spreads
-    every request, 1/Ready), and the share of the machine's cores busy."""
+def load_diagnostics(run: RecordedRun, simulated: Sequence[PodRates]) -> dict[str, dict[str, float | None]]:
+    """Per phase, where the load went: the share of the autoscaled model's completions the busiest pod
+    served while two or more were Ready, on the cluster and in draw 0 of the simulator, against the
+    even split (1/Ready, the cluster's), and the share of the cluster machine's cores busy."""
     out: dict[str, dict[str, float | None]] = {}
     for name, start, end in phase_bounds(run.settings):
         inside = [r for r in run.rows if start <= r.t < end]
         busy = [r.host_cpu_busy for r in inside if r.host_cpu_busy is not None]
+        sim = load_spread([(ready, rates) for t, ready, rates in simulated if start <= t < end])
         out[name] = {**load_spread([(r.replicas_ready, r.pod_rps) for r in inside]),
+                     "simulator_busiest_pod_share": sim["busiest_pod_share"],
                      "host_cpu_busy": round(statistics.fmean(busy), 3) if busy else None}
     return out
 
@@ -352,13 +388,14 @@ def agreement(measure: str, real: float | None, simulated: Sequence[float | None
     return entry
 
 
-def compare(run: RecordedRun, draws: int) -> tuple[dict[str, Any], list[RunResult]]:
+def compare(run: RecordedRun, draws: int, routing: str = "connections") -> tuple[dict[str, Any], list[RunResult]]:
     starts = pod_start_seconds(run.rows)
     if not starts:
         raise UsageError(f"{run.folder / 'timeline.json'}: no replica became Ready after the run added it; "
                          "the cold start cannot be measured")
     cold = float(statistics.median(starts))
-    results = [replay(run, k, cold) for k in range(draws)]
+    replays = [replay(run, k, cold, routing) for k in range(draws)]
+    results = [r for r, _ in replays]
     sims = [simulated_figures(r, run.settings) for r in results]
     real = recorded_figures(run)
     phases = {name: {m: agreement(m, real[name][m], [s[name][m] for s in sims]) for m in MEASURES}
@@ -380,12 +417,13 @@ def compare(run: RecordedRun, draws: int) -> tuple[dict[str, Any], list[RunResul
                    "scrape_interval_s": run.scrape_interval_s, "hpa_sync_s": pol.HPA_SYNC_S,
                    "publish_delay_s": PUBLISH_DELAY_S.get(run.mode, 0.0),
                    "recommender_settings": run.recommender_settings,
+                   "service_routing": routing, "keepalive_connections": KEEPALIVE_CONNECTIONS,
                    "cold_start_s": round(cold, 1), "pod_starts_s": starts,
                    "max_open_requests": open_cap(run).max_open, "max_in_flight": run.max_in_flight,
                    "not_sent": [r.not_sent for r in results]},
         "tolerance": TOLERANCE,
         "phases": phases,
-        "cluster_diagnostics": cluster_diagnostics(run),
+        "load_spread": load_diagnostics(run, replays[0][1]),
         "first_scale_up_s": rises,  # per phase whose demand outruns the fleet at first
         "agreeing": [sum(judged), len(judged)],
         "goal_met": all(judged),
@@ -431,6 +469,15 @@ def _row(phase: str, measure: str, e: dict[str, Any]) -> list[str]:
             _tolerance(measure), verdict]
 
 
+SERVICE_TEXT = {
+    "connections": "The Service balances connections, as kube-proxy does, and the clients keep theirs (up to "
+                   "{keepalive} idle, as the load generator's httpx pool): a request rides a connection opened "
+                   "to the pod that was Ready when it opened.",
+    "round-robin": "The Service spreads every request over the Ready pods (an L7 balancer's view, not kube-proxy's).",
+}
+SERVICES = tuple(SERVICE_TEXT)
+
+
 def render(doc: dict[str, Any]) -> str:
     run, rp = doc["run"], doc["replay"]
     rows = [_row(phase, m, e) for phase, p in doc["phases"].items() for m, e in p.items()]
@@ -449,7 +496,7 @@ def render(doc: dict[str, Any]) -> str:
         f"scrapes every {rp['scrape_interval_s']:g} s, the HPA "
         f"every {rp['hpa_sync_s']:g} s, and the cold start the cluster gave: median {rp['cold_start_s']:g} s over "
         f"{len(rp['pod_starts_s'])} pod starts ({', '.join(f'{v:g}' for v in rp['pod_starts_s'])} s). "
-        "Draw 0 offers the "
+        f"{SERVICE_TEXT[rp['service_routing']].format(keepalive=rp['keepalive_connections'])} Draw 0 offers the "
         "very requests the run sent; the other draws are other realisations of the story with other clock phases.",
         "",
         "A measure agrees where the cluster's figure lies within the simulator's draws widened by the tolerance. "
@@ -462,13 +509,14 @@ def render(doc: dict[str, Any]) -> str:
         f"Goal (every measure within its tolerance): **{'met' if doc['goal_met'] else 'not met'}**, "
         f"{agree} of {total} agree.",
         "",
-        "What the cluster showed beside (its timeline): the share of the autoscaled model's completions that "
-        "the busiest pod served while two or more were Ready, against the even split the simulator's Service "
-        "gives (1/Ready), and the share of the machine's cores busy.",
+        "Where the load went: the share of the autoscaled model's completions that the busiest pod served "
+        "while two or more were Ready (each pod's rate over 15 s), on the cluster and in draw 0, against the "
+        "even split (1/Ready), and the share of the cluster machine's cores busy.",
         "",
-        markdown_table(["phase", "busiest pod's share", "even split", "cores busy"],
-                       [[name, _share(d["busiest_pod_share"]), _share(d["even_share"]), _share(d["host_cpu_busy"])]
-                        for name, d in doc["cluster_diagnostics"].items()]),
+        markdown_table(["phase", "busiest pod's share, cluster", "simulator, draw 0", "even split", "cores busy"],
+                       [[name, _share(d["busiest_pod_share"]), _share(d["simulator_busiest_pod_share"]),
+                         _share(d["even_share"]), _share(d["host_cpu_busy"])]
+                        for name, d in doc["load_spread"].items()]),
         "",
         f"![replicas and P99 over the story]({PAGE}.png)",
         "",
@@ -532,11 +580,14 @@ def plot(doc: dict[str, Any], run: RecordedRun, results: Sequence[RunResult], pa
     save_figure(fig, path)
 
 
-def run_bench(folder: Path, draws: int) -> tuple[dict[str, Any], RecordedRun, list[RunResult]]:
+def run_bench(folder: Path, draws: int, service: str = "connections"
+              ) -> tuple[dict[str, Any], RecordedRun, list[RunResult]]:
     if not 1 <= draws <= MAX_DRAWS:
         raise UsageError(f"--draws {draws}: must be between 1 and {MAX_DRAWS}")
+    if service not in SERVICES:
+        raise UsageError(f"--service {service!r}: choose one of {', '.join(SERVICES)}")
     run = load_recorded_run(folder)
-    doc, results = compare(run, draws)
+    doc, results = compare(run, draws, service)
     return doc, run, results
 
 

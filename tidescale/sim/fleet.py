@@ -18,13 +18,15 @@ import numpy as np
 from tidescale.contracts.errors import UsageError
 from tidescale.sim.batcher import BatcherConfig, JitterStream, ReplicaBatcher
 from tidescale.sim.clients import ClientRetries, RetryLedger
+from tidescale.sim.connections import ClientConnections
 from tidescale.sim.readiness import Outages, ReadinessFaults
 from tidescale.sim.results import CompletedRequests, FleetCounters, ReplicaCounters
 from tidescale.sim.servicecurve import ServiceCurve
 from tidescale.sim.startup import PodStartup
 from tidescale.sim.triton_batcher import TritonBatcher
 
-ROUTINGS = ("round-robin", "random", "least-loaded")
+ROUTINGS = ("round-robin", "random", "least-loaded", "connections")
+KEEPALIVE_CONNECTIONS = 64  # idle connections the clients keep (httpx's default; the demo's load generator)
 FLUSH_RECORDS = 20_000  # fold a replica's batch records into counters past this many (bounded memory)
 # With clients that retry, the fleet is stepped this finely: a refused request is retried no sooner
 # than the next step (Envoy's back-offs are 0-250 ms).
@@ -71,11 +73,14 @@ class FleetSim:
                  seed: int = 0, routing: str = "round-robin", keep_history_s: float | None = 600.0,
                  routing_quantum_s: float = 0.01, cpu_base_cores: float = 0.05,
                  cpu_seconds_per_request: float = 0.0005, startup: PodStartup | None = None,
-                 retries: ClientRetries | None = None, faults: ReadinessFaults | None = None) -> None:
+                 retries: ClientRetries | None = None, faults: ReadinessFaults | None = None,
+                 keepalive: int = KEEPALIVE_CONNECTIONS) -> None:
         """*startup*: how new replicas start (`PodStartup`: varying starts, waits for GPU nodes);
         None: each is Ready *cold_start_s* after it is asked for. *retries*: clients retry what the
         queue policy rejects or what finds no Ready replica (`sim/clients.py`); None: they do not.
-        *faults*: how replicas lose readiness once they serve (`sim/readiness.py`); None: never."""
+        *faults*: how replicas lose readiness once they serve (`sim/readiness.py`); None: never.
+        *routing* "connections": clients that keep up to *keepalive* idle connections, each on the pod
+        kube-proxy picked when it opened (`sim/connections.py`); the others spread every request."""
         if routing not in ROUTINGS:
             raise UsageError(f"unknown routing {routing!r}; choose one of {', '.join(ROUTINGS)}")
         if initial_replicas < 0:
@@ -92,6 +97,7 @@ class FleetSim:
         self._replicas: list[Replica] = []
         self._next_index = 0
         self._rr = 0
+        self._connections = ClientConnections(keepalive, np.random.default_rng([seed, 1 << 27]))
         self._offered = np.empty(0)
         self._offered_pos = 0
         self._last_offered = 0.0
@@ -168,8 +174,8 @@ class FleetSim:
             joined = heapq.heappop(self._nodes_due)
             self._gpus += 1
             self._place(joined)
-        if self.routing == "least-loaded":
-            self._advance_least_loaded(to_t)
+        if self.routing in ("least-loaded", "connections"):
+            self._advance_in_quanta(to_t)
         else:
             self._route_until(to_t)
             for r in self._replicas:
@@ -402,8 +408,9 @@ class FleetSim:
             r.batcher.arrivals.extend(x[(j - self._rr) % m:: m].tolist())
         self._rr = (self._rr + len(x)) % m
 
-    def _advance_least_loaded(self, to_t: float) -> None:
-        """Route each quantum's arrivals to the replica with the fewest outstanding requests."""
+    def _advance_in_quanta(self, to_t: float) -> None:
+        """Route each quantum's arrivals from the replicas' state at its start: to the one with the
+        fewest outstanding requests (least-loaded), or over the clients' connections (connections)."""
         t = self.now
         while t < to_t:
             t_end = min(to_t, t + self.routing_quantum_s)
@@ -414,6 +421,11 @@ class FleetSim:
                 ready = [r for r in self._replicas if r.ready(t)]
                 if not ready:
                     self._refuse(x)
+                elif self.routing == "connections":
+                    loads = [r.batcher.pending + r.batcher.in_flight(t) for r in ready]
+                    pick = self._connections.route(len(x), [r.index for r in ready], sum(loads))
+                    for j, r in enumerate(ready):
+                        r.batcher.arrivals.extend(x[pick == j].tolist())
                 else:
                     heap = [(r.batcher.pending + r.batcher.in_flight(t), j) for j, r in enumerate(ready)]
                     heapq.heapify(heap)

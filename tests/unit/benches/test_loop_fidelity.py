@@ -123,7 +123,7 @@ def test_a_run_that_behaves_as_simulated_agrees_and_one_that_does_not_is_a_miss(
     folder = write_run(tmp_path / "probe", ROWS)
     run = lf.load_recorded_run(folder)
     # a "cluster" that did exactly what draw 0 of the simulator did
-    twin = lf.replay(run, 0, 9.0)
+    twin, _ = lf.replay(run, 0, 10.0)  # a multiple of the 2 s decision tick: its rows measure it back
     figures = lf.simulated_figures(twin, SETTINGS)
     rows = [row(t, ready, total) for t, ready, total in zip(twin.times, twin.ready, twin.replicas, strict=True)]
     rows.append(row(SETTINGS.duration_s, twin.ready[-1], twin.replicas[-1]))
@@ -172,6 +172,9 @@ def test_on_a_recorded_cluster_run_the_simulated_loop_scales_as_the_cluster_did(
     for phase, measures in doc["phases"].items():
         assert measures["replicas"]["agrees"] and measures["ready"]["agrees"], phase
     assert doc["first_scale_up_s"]["surge 3x"]["agrees"]
+    # the Service as kube-proxy has it: through the surge the first pod keeps the load, as on the cluster
+    surge = doc["load_spread"]["surge 3x"]
+    assert surge["busiest_pod_share"] > 0.9 and surge["simulator_busiest_pod_share"] > 0.9
 
 
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
@@ -210,5 +213,38 @@ def test_the_replay_keeps_its_own_target_and_delivery_whatever_the_chart_set(tmp
     values = yaml.safe_load((folder / "values.yaml").read_text())
     values["recommender"]["settings"].update(kube_events=True, scale_mode="direct", targets=[])
     (folder / "values.yaml").write_text(yaml.safe_dump(values))
-    result = lf.replay(lf.load_recorded_run(folder), 0, 9.0)
+    result, _ = lf.replay(lf.load_recorded_run(folder), 0, 9.0)
     assert max(result.replicas) <= SETTINGS.max_replicas and len(result.times) > 10
+
+
+def test_the_pod_sampler_reads_each_pods_rate_over_its_window() -> None:
+    class Fixed:
+        name, period_s = "fixed", 2.0
+
+        def decide(self, now: float, lag: Any, sim: Any) -> int:
+            return 1
+
+    class Counters:
+        def __init__(self, n: int) -> None:
+            self.replicas = [type("C", (), {"name": "a", "requests": n, "draining": False})()]
+
+    class Sim:
+        replicas_ready = 1
+
+        def __init__(self) -> None:
+            self.n = 0
+
+        def counters(self) -> Counters:
+            self.n += 20
+            return Counters(self.n)
+
+    sampler, sim = lf.PodSampler(Fixed()), Sim()  # type: ignore[arg-type]
+    for t in range(0, 40, 2):
+        sampler.decide(float(t), None, sim)  # type: ignore[arg-type]
+    rates = sampler.rates()
+    assert rates[0][0] == 2.0 and all(r[2]["a"] == pytest.approx(10.0) for r in rates)
+
+
+def test_an_unknown_service_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="--service 'mesh'"):
+        lf.run_bench(write_run(tmp_path / "out", ROWS), 1, "mesh")

@@ -222,3 +222,43 @@ def test_drawn_starts_stay_within_their_clips(seed: int, sigma: float) -> None:
 def test_a_bad_startup_model_is_named(bad: dict[str, float]) -> None:
     with pytest.raises(UsageError, match="invalid pod start-up model"):
         PodStartup(**{"container_s": 60.0, **bad})  # type: ignore[arg-type]
+
+
+def test_clients_that_keep_their_connections_stay_on_the_pods_they_first_reached() -> None:
+    """kube-proxy balances connections: at a steady load, pods that become Ready later get none of it,
+    where a Service that spreads requests gives them their share."""
+    from tidescale.sim.servicecurve import ServiceCurve
+
+    curve = ServiceCurve(((1, 0.010), (32, 0.010)), jitter_sigma=0.0)
+    cfg = BatcherConfig(max_batch_size=4, preferred_batch_sizes=(), max_queue_delay_s=0.001)
+    shares = {}
+    for routing in ("connections", "round-robin"):
+        sim = FleetSim(curve, cfg, 1, cold_start_s=1.0, routing=routing, seed=3)
+        sim.offer(np.arange(0.0, 30.0, 1 / 100))  # 100 req/s: a few requests open at a time
+        sim.advance(5.0)
+        sim.set_replicas(3)  # Ready at 6 s
+        sim.advance(40.0)
+        counts = [r.requests for r in sim.counters().replicas]
+        shares[routing] = max(counts) / sum(counts)
+    assert shares["connections"] > 0.95
+    assert shares["round-robin"] < 0.6
+
+
+def test_connections_to_a_pod_that_left_are_reopened_on_the_ready_ones() -> None:
+    from tidescale.sim.connections import ClientConnections
+
+    pool = ClientConnections(keepalive=4, rng=np.random.default_rng(0))
+    assert set(pool.route(10, [7], outstanding=3).tolist()) == {0}  # 4 connections, all on pod 7
+    assert pool.held == {7: 4}
+    picks = pool.route(50, [8, 9], outstanding=5)  # pod 7 gone: six connections on 8 and 9
+    assert sum(pool.held.values()) == 6 and set(pool.held) <= {8, 9}
+    assert set(picks.tolist()) <= {0, 1}
+    pool.route(5, [8, 9], outstanding=0)  # idle: down to the keep-alive limit
+    assert sum(pool.held.values()) == 4
+
+
+def test_a_pool_without_keepalive_is_refused() -> None:
+    from tidescale.sim.connections import ClientConnections
+
+    with pytest.raises(UsageError, match="keep-alive connections must be >= 1"):
+        ClientConnections(keepalive=0, rng=np.random.default_rng(0))

@@ -56,6 +56,7 @@ class SimParams:
     faults: ReadinessFaults | None = None  # how replicas lose readiness once they serve (None: never)
     scrape_interval_s: float = SCRAPE_INTERVAL_S  # Prometheus' scrape interval (the demo's chart: 5 s)
     open_cap: OpenRequestCap | None = None  # clients that hold at most this many requests open (None: no cap)
+    routing: str | None = None  # how the Service routes, where not the policy's (`FleetSim` routing)
 
 
 def clock_offsets(seed: int) -> tuple[float, float]:
@@ -97,7 +98,7 @@ def _pending_max(sim: FleetSim, c: FleetCounters) -> float:
 def run_policy(policy: Policy, arrivals: np.ndarray, duration_s: float, initial: int, params: SimParams
                ) -> RunResult:
     sim = FleetSim(params.curve, params.batcher, initial, params.cold_start_s, seed=params.seed,
-                   keep_history_s=HISTORY_S, routing=getattr(policy, "routing", "round-robin"),
+                   keep_history_s=HISTORY_S, routing=str(params.routing or getattr(policy, "routing", "round-robin")),
                    routing_quantum_s=ROUTING_QUANTUM_S, startup=params.startup, retries=params.retries,
                    faults=params.faults)
     lag = MetricsLag(sim, params.scrape_interval_s, extractors={**DEFAULT_EXTRACTORS, "pending_max": _pending_max},

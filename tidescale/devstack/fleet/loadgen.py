@@ -23,6 +23,7 @@ import numpy as np
 
 from tidescale.contracts.errors import UsageError
 from tidescale.devstack.fleet.model_repo import INPUT_NAME
+from tidescale.sim.fleet import KEEPALIVE_CONNECTIONS
 from tidescale.sim.samples import sample_quantiles
 from tidescale.sim.traffic import Scenario
 
@@ -188,7 +189,7 @@ class LoadGenerator:
 
     async def _main(self) -> None:
         arrivals, models = request_schedule(self.scenario, self.models, self.seed)
-        limits = httpx.Limits(max_connections=self.max_in_flight, max_keepalive_connections=64)
+        limits = httpx.Limits(max_connections=self.max_in_flight, max_keepalive_connections=KEEPALIVE_CONNECTIONS)
         tasks: set[asyncio.Task[None]] = set()
         async with httpx.AsyncClient(timeout=self.timeout_s, limits=limits) as client:
             self.started_at = self.clock()
