@@ -52,6 +52,7 @@ PNG = BENCH_DIR / f"{PAGE}.png"
 FILES = ("summary.json", "timeline.json", "values.yaml")
 MAX_FILE_BYTES = 32 * 1024 * 1024  # a 24 h demo's timeline is ~25 MB
 MAX_DRAWS = 50
+MAX_REPLICAS = 10_000  # a record claiming more is not a demo's (and would cost memory per replica)
 DRAW_SEED_STEP = 101  # draw k replays the story with seed + k x this (the load generator uses seed and seed + 1)
 # What "agrees" means, per measure (stated on the page): a measure agrees where the cluster's figure
 # lies within the simulator's draws, widened by the tolerance.
@@ -81,8 +82,8 @@ class _Values(BaseModel):
 class _Row(BaseModel):
     model_config = ConfigDict(extra="ignore")
     t: float = Field(ge=0, allow_inf_nan=False)
-    replicas_ready: int = Field(ge=0)
-    replicas_total: int = Field(ge=0)
+    replicas_ready: int = Field(ge=0, le=MAX_REPLICAS)
+    replicas_total: int = Field(ge=0, le=MAX_REPLICAS)
     p99_s: float | None = None
     pod_rps: dict[str, float] | None = None  # older records lack the two diagnostics
     host_cpu_busy: float | None = Field(default=None, ge=0, le=1)
@@ -187,6 +188,8 @@ def load_recorded_run(folder: Path) -> RecordedRun:
         pol.shipped_settings(**recommender)
     except ValidationError as e:
         raise _invalid(vpath, e, ("recommender", "settings")) from None
+    except TypeError:  # a key that is not a string
+        raise UsageError(f"{vpath}: recommender.settings keys must be setting names") from None
     loadgen, kube = summary.get("load_generator"), summary.get("kubernetes")
     cap = loadgen.get("max_in_flight") if isinstance(loadgen, dict) else story_run.MAX_IN_FLIGHT
     if not isinstance(cap, int) or isinstance(cap, bool) or cap < 1:

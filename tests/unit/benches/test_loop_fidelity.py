@@ -80,6 +80,11 @@ def test_a_record_is_read_with_the_charts_settings(tmp_path: Path) -> None:
     (lambda d: d.write_text(d.read_text().replace('"steady"', '"warm"')), "lacks the phases steady"),
     (lambda d: d.with_name("timeline.json").write_text('[{"t": "soon"}]'), "timeline.json: 0.t"),
     (lambda d: d.with_name("timeline.json").write_text("[]"), "fewer than two samples"),
+    (lambda d: d.with_name("timeline.json").write_text(json.dumps([row(0, 1, 1), row(1, 1, 10**9)])),
+     "timeline.json: 1.replicas_total"),
+    (lambda d: d.with_name("values.yaml").write_text(
+        "autoscaling: {targets: [{minReplicas: 1, maxReplicas: 2, capacityRps: 1}]}\n"
+        "recommender: {settings: {1: 2}}"), "recommender.settings keys must be setting names"),
     (lambda d: d.with_name("timeline.json").write_text(json.dumps([row(5, 1, 1), row(4, 1, 1)])), "out of time order"),
     (lambda d: d.with_name("timeline.json").write_text("x" * 10), "timeline.json: not readable as JSON"),
     (lambda d: d.with_name("values.yaml").write_text("autoscaling: {targets: []}"), "autoscaling.targets is empty"),
