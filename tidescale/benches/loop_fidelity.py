@@ -305,9 +305,7 @@ def replay(run: RecordedRun, draw: int, cold_start_s: float, routing: str = "con
 # --- measures ---------------------------------------------------------------------------------------
 
 def phase_bounds(settings: DemoSettings) -> list[tuple[str, float, float]]:
-    phases = story_run.story_phases()
-    ends = [p.start for p in phases[1:]] + [1.0]
-    return [(p.name, p.start * settings.duration_s, e * settings.duration_s) for p, e in zip(phases, ends, strict=True)]
+    return story_run.phase_spans(settings.duration_s)
 
 
 def step_mean(times: Sequence[float], values: Sequence[float], start: float, end: float) -> float:

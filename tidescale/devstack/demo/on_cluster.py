@@ -120,6 +120,13 @@ def story_phases() -> tuple[Phase, ...]:
             Phase(OVERLOAD_PHASE, 0.45, 0.0), Phase("recovery", 0.9, 1.0))
 
 
+def phase_spans(duration_s: float) -> list[tuple[str, float, float]]:
+    """Each phase of a story *duration_s* long: (name, start s, end s)."""
+    phases = story_phases()
+    ends = [p.start for p in phases[1:]] + [1.0]
+    return [(p.name, p.start * duration_s, end * duration_s) for p, end in zip(phases, ends, strict=True)]
+
+
 def phase_at(t: float, duration_s: float) -> Phase:
     phases = story_phases()
     return [p for p in phases if t >= p.start * duration_s][-1] if t >= 0 else phases[0]
@@ -438,10 +445,9 @@ def summarise(stack: ClusterStack, s: DemoSettings, mode: str, sc: Scenario, tim
         "hpa": {**hpa_report(stack), "replicas_seen": timeline.replicas_range(),
                 # The HPA must never scale down while demand outruns the fleet (issue 43): each fall of its
                 # desired replicas during the surge and the overload, expected empty.
-                "desired_fell_under_load": {
-                    p.name: timeline.desired_falls(p.start * s.duration_s, end * s.duration_s)
-                    for p, end in zip(story_phases(), [q.start for q in story_phases()[1:]] + [1.0], strict=True)
-                    if p.name in LOADED_PHASES}},
+                "desired_fell_under_load": {name: timeline.desired_falls(start, end)
+                                            for name, start, end in phase_spans(s.duration_s)
+                                            if name in LOADED_PHASES}},
         "latency_p50_s": pct(0.50), "latency_p95_s": pct(0.95), "latency_p99_s": pct(0.99),
         "requests": {"sent": len(records), "ok": len(ok), "errors": len(records) - len(ok),
                      "errors_by_status": error_breakdown(records)},
@@ -457,8 +463,7 @@ def summarise(stack: ClusterStack, s: DemoSettings, mode: str, sc: Scenario, tim
                                          for name, (sent, good) in by_phase.items()},
         # Whether the Service spread the autoscaled model's requests over the Ready pods, per phase: the
         # busiest pod's share against 1/Ready (keep-alive clients stay on the pods they first reached).
-        "load_spread": {p.name: timeline.load_spread(p.start * s.duration_s, end * s.duration_s)
-                        for p, end in zip(story_phases(), [q.start for q in story_phases()[1:]] + [1.0], strict=True)},
+        "load_spread": {name: timeline.load_spread(start, end) for name, start, end in phase_spans(s.duration_s)},
         # What a replay of this run needs (`tidescale bench closed-loop`): the demo's settings, and the
         # autoscaled model's own figures per phase (the simulator serves that model alone).
         "settings": s.model_dump(mode="json"), "load_generator": {"max_in_flight": MAX_IN_FLIGHT},

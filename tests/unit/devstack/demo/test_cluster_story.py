@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -145,3 +146,12 @@ def test_the_load_spread_is_the_busiest_pods_share_while_two_or_more_are_ready()
     assert spread == {"busiest_pod_share": pytest.approx((0.99 + 0.5) / 2),
                       "even_share": pytest.approx((1 / 3 + 1 / 2) / 2, abs=1e-3)}
     assert load_spread([(1, {"a": 5.0})]) == {"busiest_pod_share": None, "even_share": None}
+
+
+def test_the_phases_span_the_story_end_to_end() -> None:
+    from tidescale.devstack.demo.on_cluster import phase_spans
+
+    spans = phase_spans(300.0)
+    assert spans[0][1] == 0.0 and spans[-1][2] == 300.0
+    assert all(a[2] == b[1] for a, b in itertools.pairwise(spans))
+    assert [name for name, _, _ in spans][1] == "surge 3x" and spans[1][1:] == (30.0, 90.0)
