@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from tidescale.autoscaler.settings import RecommenderSettings
 from tidescale.benches.autoscale import policies as pol
-from tidescale.benches.autoscale.closedloop import RunResult, SimParams, clock_offsets, run_policy
+from tidescale.benches.autoscale.closedloop import RunResult, SimParams, clock_offsets, run_policy, step_integral
 from tidescale.benches.autoscale.scenarios import PUBLISH_DELAY_S
 from tidescale.benches.report import BENCH_DIR, markdown_table, save_figure, write_page
 from tidescale.contracts.errors import UsageError
@@ -310,11 +310,7 @@ def phase_bounds(settings: DemoSettings) -> list[tuple[str, float, float]]:
 
 def step_mean(times: Sequence[float], values: Sequence[float], start: float, end: float) -> float:
     """Time-weighted mean over [start, end) of a step function (each value holds until the next time)."""
-    total = 0.0
-    for k, t in enumerate(times):
-        nxt = times[k + 1] if k + 1 < len(times) else end
-        total += values[k] * max(0.0, min(nxt, end) - max(t, start))
-    return total / (end - start) if end > start else math.nan
+    return step_integral(times, values, start, end) / (end - start) if end > start else math.nan
 
 
 def first_rise(times: Sequence[float], values: Sequence[float], after_s: float) -> float | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -179,13 +180,18 @@ def window_p99(arrivals: np.ndarray, latency: np.ndarray, window_s: float, durat
     return out
 
 
-def replica_hours(times: list[float], replicas: list[int], start_s: float, end_s: float) -> float:
-    """Integral of the replica count over [start_s, end_s] (each decision holds until the next one)."""
+def step_integral(times: Sequence[float], values: Sequence[float], start_s: float, end_s: float) -> float:
+    """Integral over [start_s, end_s] of a step function (each value holds until the next time)."""
     total = 0.0
     for k in range(len(times)):
         nxt = times[k + 1] if k + 1 < len(times) else end_s
-        total += replicas[k] * max(0.0, min(nxt, end_s) - max(times[k], start_s))
-    return total / 3600.0
+        total += values[k] * max(0.0, min(nxt, end_s) - max(times[k], start_s))
+    return total
+
+
+def replica_hours(times: list[float], replicas: list[int], start_s: float, end_s: float) -> float:
+    """Integral of the replica count over [start_s, end_s] (each decision holds until the next one)."""
+    return step_integral(times, replicas, start_s, end_s) / 3600.0
 
 
 def recovery_seconds(arrivals: np.ndarray, latency: np.ndarray, slo_s: float, surge_at_s: float | None,
