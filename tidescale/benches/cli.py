@@ -77,6 +77,9 @@ def _register_sim_benches(bench: typer.Typer) -> None:
         service: str = typer.Option("connections", "--service",
                                     help="connections: kube-proxy and clients that keep theirs, as the cluster ran; "
                                          "round-robin: a Service that spreads every request."),
+        scheduler: str = typer.Option("stepped", "--scheduler",
+                                      help="The simulator's batcher: stepped (what bench autoscale runs) or "
+                                           "triton-2.51 (Triton's batcher thread, event by event)."),
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
         record: bool = typer.Option(True, "--record/--no-record",
                                     help="Write docs/benchmarks/fidelity-closed-loop.md and its PNG."),
@@ -84,7 +87,7 @@ def _register_sim_benches(bench: typer.Typer) -> None:
         """The demo's story as the local cluster played it vs the same story in the simulator."""
         from tidescale.benches import loop_fidelity
 
-        doc, run, results = loop_fidelity.run_bench(demo_out, draws, service)
+        doc, run, results = loop_fidelity.run_bench(demo_out, draws, service, scheduler)
         if record:
             loop_fidelity.record(doc, run, results)
         _emit(doc, as_json, loop_fidelity.render(doc))

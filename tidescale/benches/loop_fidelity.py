@@ -43,6 +43,7 @@ from tidescale.devstack.demo.timeline import load_spread
 from tidescale.devstack.fleet.loadgen import request_schedule
 from tidescale.devstack.fleet.model_repo import ModelSpec
 from tidescale.sim import BatcherConfig, FleetSim, MetricsLag
+from tidescale.sim.batcher import SCHEDULERS
 from tidescale.sim.clients import OpenRequestCap
 from tidescale.sim.fleet import KEEPALIVE_CONNECTIONS
 from tidescale.sim.samples import sample_quantile
@@ -217,13 +218,13 @@ def autoscaled_spec(settings: DemoSettings) -> ModelSpec:
     return next(m for m in story_run.served_models(settings) if m.name == story_run.AUTOSCALED_MODEL)
 
 
-def batcher_of(spec: ModelSpec) -> BatcherConfig:
-    """The model's `dynamic_batching` and instances as the simulator's batcher (its default scheduler,
-    the one `bench autoscale` runs)."""
+def batcher_of(spec: ModelSpec, scheduler: str = "stepped") -> BatcherConfig:
+    """The model's `dynamic_batching` and instances as the simulator's batcher (by default the stepped
+    scheduler, the one `bench autoscale` runs)."""
     timeout = None if spec.queue_timeout_us is None else spec.queue_timeout_us / 1e6
     return BatcherConfig(max_batch_size=spec.max_batch_size, preferred_batch_sizes=spec.preferred_batch_sizes,
                          max_queue_delay_s=spec.max_queue_delay_us / 1e6, instance_count=spec.instance_count,
-                         queue_timeout_s=timeout)
+                         queue_timeout_s=timeout, scheduler=scheduler)
 
 
 def autoscaled_share(settings: DemoSettings) -> float:
@@ -274,16 +275,17 @@ class PodSampler:
         return out
 
 
-def replay(run: RecordedRun, draw: int, cold_start_s: float, routing: str = "connections"
-           ) -> tuple[RunResult, list[PodRates]]:
+def replay(run: RecordedRun, draw: int, cold_start_s: float, routing: str = "connections",
+           scheduler: str = "stepped") -> tuple[RunResult, list[PodRates]]:
     """The story in the simulator with the chart's settings, one draw, and each pod's rate over time.
     *routing* "connections": the Service as kube-proxy has it, with clients that keep their
-    connections (the demo's load generator); "round-robin": a Service that spreads every request."""
+    connections (the demo's load generator); "round-robin": a Service that spreads every request.
+    *scheduler*: the simulator's model of Triton's batcher (sim.batcher.SCHEDULERS)."""
     s, target = run.settings, run.target
     spec = autoscaled_spec(s)
     scrape, sync = clock_offsets(draw)
-    params = SimParams(spec.curve, batcher_of(spec), cold_start_s, s.slo_latency_threshold_s, seed=draw, hold_s=0.0,
-                       scrape_offset_s=scrape % run.scrape_interval_s, sync_offset_s=sync,
+    params = SimParams(spec.curve, batcher_of(spec, scheduler), cold_start_s, s.slo_latency_threshold_s, seed=draw,
+                       hold_s=0.0, scrape_offset_s=scrape % run.scrape_interval_s, sync_offset_s=sync,
                        scrape_interval_s=run.scrape_interval_s, open_cap=open_cap(run), routing=routing)
     configured_cold_start = RecommenderSettings.model_fields["cold_start_s"].default
     policy = PodSampler(pol.TidescalePolicy(
@@ -385,13 +387,14 @@ def agreement(measure: str, real: float | None, simulated: Sequence[float | None
     return entry
 
 
-def compare(run: RecordedRun, draws: int, routing: str = "connections") -> tuple[dict[str, Any], list[RunResult]]:
+def compare(run: RecordedRun, draws: int, routing: str = "connections",
+            scheduler: str = "stepped") -> tuple[dict[str, Any], list[RunResult]]:
     starts = pod_start_seconds(run.rows)
     if not starts:
         raise UsageError(f"{run.folder / 'timeline.json'}: no replica became Ready after the run added it; "
                          "the cold start cannot be measured")
     cold = float(statistics.median(starts))
-    replays = [replay(run, k, cold, routing) for k in range(draws)]
+    replays = [replay(run, k, cold, routing, scheduler) for k in range(draws)]
     results = [r for r, _ in replays]
     sims = [simulated_figures(r, run.settings) for r in results]
     real = recorded_figures(run)
@@ -408,7 +411,7 @@ def compare(run: RecordedRun, draws: int, routing: str = "connections") -> tuple
         "run": {"folder": str(run.folder), "kubernetes": run.kubernetes, "autoscaling_mode": run.mode,
                 "duration_s": run.settings.duration_s, "base_rps": run.settings.base_rps,
                 "model_mix": run.settings.model_mix, "seed": run.settings.seed},
-        "replay": {"draws": draws, "scheduler": batcher_of(autoscaled_spec(run.settings)).scheduler,
+        "replay": {"draws": draws, "scheduler": scheduler,
                    "curve_scale": run.settings.curve_scale, "capacity_rps": run.target.capacityRps,
                    "replicas": [run.target.minReplicas, run.target.maxReplicas],
                    "scrape_interval_s": run.scrape_interval_s, "hpa_sync_s": pol.HPA_SYNC_S,
@@ -475,6 +478,34 @@ SERVICE_TEXT = {
 SERVICES = tuple(SERVICE_TEXT)
 
 
+SCHEDULER_TEXT = {"stepped": "the fast batch-by-batch model `bench autoscale` runs",
+                  "triton-2.51": "Triton's batcher thread replayed event by event, the model within 10 % of real "
+                                 "Triton on [fidelity.md](fidelity.md), its queue policy applied where Triton "
+                                 "applies it"}
+
+
+def _other_schedulers(doc: dict[str, Any]) -> list[str]:
+    """The measures whose verdict the scheduler model changes, and each model's count of agreements."""
+    own = doc["replay"]["scheduler"]
+    lines: list[str] = []
+    for name, alt in doc.get("other_schedulers", {}).items():
+        rows = []
+        pairs = [(phase, m, e, alt["phases"][phase][m]) for phase, p in doc["phases"].items() for m, e in p.items()]
+        pairs += [(phase, "first_scale_up_s", e, alt["first_scale_up_s"][phase])
+                  for phase, e in doc["first_scale_up_s"].items()]
+        for phase, m, e, a in pairs:
+            if e["agrees"] != a["agrees"]:
+                mine, theirs = _row(phase, m, e), _row(phase, m, a)
+                rows.append([phase, LABELS[m], mine[2], mine[4], mine[6], theirs[4], theirs[6]])
+        agree, total = alt["agreeing"]
+        lines += [f"The same replay with the {name} scheduler ({SCHEDULER_TEXT[name]}): {agree} of {total} agree "
+                  f"(the {own} one: {doc['agreeing'][0]}). The measures whose verdict changes:", ""]
+        lines += [markdown_table(["phase", "measure", "cluster", f"{own}, {doc['replay']['draws']} draws", "agrees",
+                                  f"{name}, {doc['replay']['draws']} draws", "agrees"], rows)
+                  if rows else "None.", ""]
+    return lines
+
+
 def render(doc: dict[str, Any]) -> str:
     run, rp = doc["run"], doc["replay"]
     rows = [_row(phase, m, e) for phase, p in doc["phases"].items() for m, e in p.items()]
@@ -486,7 +517,8 @@ def render(doc: dict[str, Any]) -> str:
         f"`tidescale bench closed-loop --demo-out {run['folder']}` replays a recorded `tidescale demo` run (Kubernetes "
         f"{run['kubernetes']}, {run['autoscaling_mode']} mode, {run['duration_s']:g} s, {run['base_rps']:g} req/s "
         "base, "
-        f"models {run['model_mix']}) in the simulator `bench autoscale` runs ({rp['scheduler']} scheduler), "
+        f"models {run['model_mix']}) in the simulator `bench autoscale` runs ({rp['scheduler']} scheduler"
+        f"{'' if rp['scheduler'] == 'stepped' else '; `bench autoscale` runs the stepped one'}), "
         f"{rp['draws']} draws. The replay takes from the run: the autoscaled model's curve (×{rp['curve_scale']:g}) "
         f"and batching, capacity {rp['capacity_rps']:g} req/s per replica, replicas "
         f"{rp['replicas'][0]}..{rp['replicas'][1]}, the recommender's settings {rp['recommender_settings']}, "
@@ -515,6 +547,7 @@ def render(doc: dict[str, Any]) -> str:
                          _share(d["even_share"]), _share(d["host_cpu_busy"])]
                         for name, d in doc["load_spread"].items()]),
         "",
+        *_other_schedulers(doc),
         f"![replicas and P99 over the story]({PAGE}.png)",
         "",
         f"The simulated clients hold at most {rp['max_open_requests']} of the autoscaled model's requests open, its "
@@ -577,14 +610,22 @@ def plot(doc: dict[str, Any], run: RecordedRun, results: Sequence[RunResult], pa
     save_figure(fig, path)
 
 
-def run_bench(folder: Path, draws: int, service: str = "connections"
+def run_bench(folder: Path, draws: int, service: str = "connections", scheduler: str = "stepped"
               ) -> tuple[dict[str, Any], RecordedRun, list[RunResult]]:
     if not 1 <= draws <= MAX_DRAWS:
         raise UsageError(f"--draws {draws}: must be between 1 and {MAX_DRAWS}")
     if service not in SERVICES:
         raise UsageError(f"--service {service!r}: choose one of {', '.join(SERVICES)}")
+    if scheduler not in SCHEDULERS:
+        raise UsageError(f"--scheduler {scheduler!r}: choose one of {', '.join(SCHEDULERS)}")
     run = load_recorded_run(folder)
-    doc, results = compare(run, draws, service)
+    doc, results = compare(run, draws, service, scheduler)
+    # The same story on the other scheduler model(s): whether a miss is the batcher's or the loop's.
+    doc["other_schedulers"] = {}
+    for other in SCHEDULERS:
+        if other != scheduler:
+            alt, _ = compare(run, draws, service, other)
+            doc["other_schedulers"][other] = {k: alt[k] for k in ("phases", "first_scale_up_s", "agreeing")}
     return doc, run, results
 
 

@@ -61,11 +61,8 @@ class BatcherConfig:
             raise UsageError(f"prefetch_depth must be >= 0, got {self.prefetch_depth}")
         if self.scheduler not in SCHEDULERS:
             raise UsageError(f"unknown scheduler {self.scheduler!r}; choose one of {', '.join(SCHEDULERS)}")
-        if self.queue_timeout_s is not None:
-            if not self.queue_timeout_s > 0:
-                raise UsageError(f"queue_timeout_s must be > 0, got {self.queue_timeout_s}")
-            if self.scheduler != "stepped":
-                raise UsageError("queue_timeout_s is modelled by the stepped scheduler only")
+        if self.queue_timeout_s is not None and not self.queue_timeout_s > 0:
+            raise UsageError(f"queue_timeout_s must be > 0, got {self.queue_timeout_s}")
         object.__setattr__(self, "preferred_batch_sizes", prefs)
 
     @property

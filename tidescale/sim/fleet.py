@@ -283,7 +283,7 @@ class FleetSim:
                                    batch_counts=np.zeros(self.config.max_batch_size + 1, dtype=np.int64))
         batcher = (TritonBatcher if self.config.scheduler == "triton-2.51" else ReplicaBatcher)(
             self.config, self.curve, jitter)
-        if self._ledger is not None and isinstance(batcher, ReplicaBatcher):
+        if self._ledger is not None:
             batcher.rejections = []
         replica = Replica(i, self.now, ready_at, batcher, counters, started_at=started_at)
         self._replicas.append(replica)
@@ -355,7 +355,7 @@ class FleetSim:
             self._refused.append((x, x))
 
     def _take_rejections(self, r: Replica) -> None:
-        rejected = getattr(r.batcher, "rejections", None)  # the triton-2.51 scheduler rejects nothing
+        rejected = r.batcher.rejections
         if rejected:
             for when, arrivals in rejected:
                 self._refused.append((np.asarray(arrivals), np.full(len(arrivals), when)))

@@ -8,10 +8,16 @@ executes alone and the others wait for the next batch. This class replays the sc
 machine (`DynamicBatchScheduler::BatcherThread`/`GetDynamicBatch`/`Enqueue` and the rate limiter's
 payload slots, 2 per instance) in simulated time: events are arrivals, the batcher's timed wait,
 and instances finishing.
+
+A queue policy that REJECTs after a timeout acts where Triton's does: `GetDynamicBatch` applies it
+at its cursor, so the requests that waited longer are rejected when the batcher next looks at the
+queue (never while every payload slot is taken, never once they are in a payload), and the timed
+wait is cut short to the oldest pending request's timeout.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 
 from tidescale.sim.batcher import BatcherConfig, BatchRecords, JitterStream, ReplicaBatcher
@@ -19,6 +25,7 @@ from tidescale.sim.servicecurve import ServiceCurve
 
 INF = float("inf")
 SLOTS_PER_INSTANCE = 2  # RateLimiter::PayloadSlotAvailable: queued payloads < 2 x instances
+IDLE_WAIT_S = 0.5  # BatcherThread's default_wait_microseconds: an empty queue is looked at again after this
 
 
 class _Payload:
@@ -32,8 +39,8 @@ class _Payload:
 class TritonBatcher(ReplicaBatcher):
     """Same interface as ReplicaBatcher; `run` walks arrivals, timer and instance events in time order."""
 
-    __slots__ = ("_curr", "_np", "_prefs", "_saturated", "_sched", "_seen", "_sorted_prefs", "_stale", "_timer",
-                 "_zero_delay")
+    __slots__ = ("_curr", "_np", "_prefs", "_rejected", "_saturated", "_sched", "_seen", "_sorted_prefs", "_stale",
+                 "_timer", "_zero_delay")
 
     def __init__(self, cfg: BatcherConfig, curve: ServiceCurve, jitter: JitterStream) -> None:
         super().__init__(cfg, curve, jitter)
@@ -47,6 +54,7 @@ class TritonBatcher(ReplicaBatcher):
         self._sched: deque[_Payload] = deque()  # enqueued payloads not yet started
         self._seen = 0  # arrivals[:seen] have reached the scheduler queue or a payload
         self._timer = INF
+        self._rejected = 0  # rejected by the queue policy since the last flush (no longer in arrivals)
 
     # --- scheduler pieces (names follow Triton's) --------------------------------------------------
 
@@ -57,8 +65,30 @@ class TritonBatcher(ReplicaBatcher):
                 return p
         return self._sorted_prefs[0] if self._sorted_prefs else 0
 
+    def _apply_policy(self, t: float) -> None:
+        """Reject the queued requests whose timeout expired by *t* (ApplyPolicyAtCursor, REJECT).
+
+        Arrivals are FIFO with one timeout, so the expired ones are a prefix of the queue. They leave
+        `arrivals` at once (the payloads before them are recorded only when they start, and flush
+        hands arrivals to records in order); flush reports how many."""
+        a, head, seen, timeout = self.arrivals, self.head, self._seen, self._timeout
+        k = head
+        while k < seen and a[k] + timeout <= t:  # the same sum as the timed wait's: that wake-up rejects
+            k += 1
+        if k == head:
+            return
+        if self.rejections is not None:
+            self.rejections.append((t, a[head:k]))
+        del a[head:k]
+        self._seen -= k - head
+        self._rejected += k - head
+
     def _get_dynamic_batch(self, t: float) -> tuple[float, int]:
         """(wake-up time or 0, requests to move into the payload); mirrors GetDynamicBatch."""
+        if self._timeout < INF:
+            self._apply_policy(t)
+            if self.head == self._seen:
+                return 0.0, 0  # every queued request expired: nothing pending
         payload = self._curr.size
         queued = self._seen - self.head
         best, pending, send_now = 0, 0, False
@@ -90,7 +120,8 @@ class TritonBatcher(ReplicaBatcher):
         self._np = nxt - payload if nxt else 0
         if not self._saturated and payload and payload not in self._prefs:
             return 0.0, pending
-        return deadline, 0
+        expiry = self.arrivals[self.head] + self._timeout  # ClosestTimeout: the oldest pending request's
+        return min(deadline, expiry), 0
 
     def _batcher(self, t: float) -> None:
         """One wake-up of the batcher thread at time t."""
@@ -98,7 +129,10 @@ class TritonBatcher(ReplicaBatcher):
             if self._saturated or self._stale:
                 self._curr, self._saturated, self._stale, self._np = _Payload(), False, False, 0
             if self.head == self._seen:
-                return  # queue empty: sleep until an Enqueue or a payload callback wakes us
+                # queue empty: sleep until an Enqueue or a payload callback wakes us, or the idle wait ends
+                # (what finds a request whose Enqueue did not wake the batcher after the rest expired)
+                self._timer = t + IDLE_WAIT_S
+                return
             if len(self._sched) >= SLOTS_PER_INSTANCE * len(self.free):
                 return  # no payload slot: woken when an instance takes a payload
             wake, take = self._get_dynamic_batch(t)
@@ -112,6 +146,8 @@ class TritonBatcher(ReplicaBatcher):
                 continue
             if wake > 0:
                 self._timer = wake
+            elif self.head == self._seen:
+                continue  # the queue policy emptied the queue: the thread loops on, to its idle wait
             return
 
     def _start_ready(self, t: float) -> None:
@@ -138,9 +174,8 @@ class TritonBatcher(ReplicaBatcher):
 
     def run(self, to_t: float) -> None:
         a = self.arrivals
-        n = len(a)
-        while True:
-            t_arr = a[self._seen] if self._seen < n else INF
+        while True:  # the queue policy shortens `a` as the batcher runs: its length is read each turn
+            t_arr = a[self._seen] if self._seen < len(a) else INF
             t_free = min(self.free) if self._sched else INF
             t = min(t_arr, t_free, self._timer)
             if t > to_t or t == INF:
@@ -168,4 +203,6 @@ class TritonBatcher(ReplicaBatcher):
     def flush(self, now: float) -> BatchRecords:
         rec = super().flush(now)
         self._seen -= int(rec.size.sum())
+        if self._rejected:
+            rec, self._rejected = dataclasses.replace(rec, rejected=rec.rejected + self._rejected), 0
         return rec

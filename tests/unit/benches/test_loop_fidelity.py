@@ -253,3 +253,35 @@ def test_the_pod_sampler_reads_each_pods_rate_over_its_window() -> None:
 def test_an_unknown_service_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="--service 'mesh'"):
         lf.run_bench(write_run(tmp_path / "out", ROWS), 1, "mesh")
+
+
+def test_an_unknown_scheduler_is_refused_with_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(UsageError, match="--scheduler 'exact'"):
+        lf.run_bench(write_run(tmp_path / "out", ROWS), 1, scheduler="exact")
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["bench", "closed-loop", "--no-record", "--scheduler", "exact",
+                  "--demo-out", str(write_run(tmp_path / "cli", ROWS))])
+    assert exc.value.code == 2
+    assert "--scheduler 'exact'" in capsys.readouterr().err
+
+
+def test_the_page_sets_the_other_scheduler_beside_the_one_asked(tmp_path: Path) -> None:
+    doc, _, _ = lf.run_bench(write_run(tmp_path / "out", ROWS), 1, scheduler="triton-2.51")
+    assert doc["replay"]["scheduler"] == "triton-2.51" and set(doc["other_schedulers"]) == {"stepped"}
+    assert doc["other_schedulers"]["stepped"]["agreeing"][1] == doc["agreeing"][1]
+    page = lf.render(doc)
+    assert "The same replay with the stepped scheduler" in page and "`bench autoscale` runs the stepped one" in page
+
+
+def test_on_the_recorded_run_triton_251s_batcher_serves_the_surge_slower_than_the_stepped_model() -> None:
+    """Triton's batcher thread runs a lone early request alone and makes the rest wait for the next batch:
+    at the surge's load on one pod its P99 is above the stepped model's, nearer the cluster's 0.46 s
+    (the page's table); the replica measures agree under both."""
+    from tidescale.devstack.tools import FIXTURES
+
+    run = lf.load_recorded_run(FIXTURES / "demo" / "cluster-story")
+    stepped, _ = lf.compare(run, 2)
+    triton, _ = lf.compare(run, 2, scheduler="triton-2.51")
+    p99 = {name: doc["phases"]["surge 3x"]["latency_p99_s"] for name, doc in (("s", stepped), ("t", triton))}
+    assert p99["t"]["simulator_range"][0] > p99["s"]["simulator_range"][1]
+    assert all(m["replicas"]["agrees"] for m in triton["phases"].values())

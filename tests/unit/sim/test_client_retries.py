@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -15,9 +17,13 @@ CFG = BatcherConfig(max_batch_size=4, preferred_batch_sizes=(), max_queue_delay_
 OVERLOAD = np.arange(0.0, 10.0, 1 / 800)  # twice what one replica serves
 
 
-def overloaded(retries: ClientRetries | None, until: float = 30.0) -> tuple[FleetSim, np.ndarray, np.ndarray]:
+SCHEDULERS = ("stepped", "triton-2.51")  # both reject what outwaits the queue policy's timeout
+
+
+def overloaded(retries: ClientRetries | None, until: float = 30.0,
+               scheduler: str = "stepped") -> tuple[FleetSim, np.ndarray, np.ndarray]:
     """One replica offered OVERLOAD; the client's (first arrival, latency) of every answered request."""
-    sim = FleetSim(FLAT, CFG, 1, cold_start_s=0.0, retries=retries)
+    sim = FleetSim(FLAT, dataclasses.replace(CFG, scheduler=scheduler), 1, cold_start_s=0.0, retries=retries)
     sim.offer(OVERLOAD)
     sim.advance(until)
     done = sim.completed()
@@ -25,16 +31,18 @@ def overloaded(retries: ClientRetries | None, until: float = 30.0) -> tuple[Flee
     return sim, first, done.completion - first
 
 
-def test_without_retries_every_arrival_is_answered_or_refused_once() -> None:
-    sim, first, _ = overloaded(None)
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
+def test_without_retries_every_arrival_is_answered_or_refused_once(scheduler: str) -> None:
+    sim, first, _ = overloaded(None, scheduler=scheduler)
     c = sim.counters()
     assert c.requests + c.failures == len(OVERLOAD)
     assert set(first.tolist()) <= set(OVERLOAD.tolist())
 
 
-def test_retries_add_attempts_that_triton_counts_and_serve_more_requests() -> None:
-    plain, plain_first, _ = overloaded(None)
-    sim, first, latency = overloaded(ClientRetries(max_retries=2))
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
+def test_retries_add_attempts_that_triton_counts_and_serve_more_requests(scheduler: str) -> None:
+    plain, plain_first, _ = overloaded(None, scheduler=scheduler)
+    sim, first, latency = overloaded(ClientRetries(max_retries=2), scheduler=scheduler)
     c, p = sim.counters(), plain.counters()
     # Every attempt reaches Triton: the refused ones again, as requests or as further rejections.
     assert c.requests + c.failures > len(OVERLOAD)
