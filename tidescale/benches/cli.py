@@ -273,6 +273,10 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
         sizing: str | None = typer.Option(
             None, "--sizing", help="tidescale's sizing instead of the shipped one: fixed or burst "
             "(docs/autoscaler.md); recorded as autoscale-<sizing>-sizing.md."),
+        scheduler: str = typer.Option(
+            "stepped", "--scheduler", help="The simulator's model of Triton's batcher on every replica: stepped, or "
+            "triton-2.51 (its batcher thread event by event, ~3.5x the cost); recorded as "
+            "autoscale-triton-2.51-scheduler.md."),
         write: bool = typer.Option(True, "--write/--no-write", help="Record docs/benchmarks/autoscale.md + PNGs."),
     ) -> None:
         """Closed-loop autoscaling: tidescale vs HPA CPU/GPU, Triton queue time, KEDA, KPA, Ray Serve, oracle."""
@@ -288,7 +292,7 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
                                         headroom_sweep=tuple(headroom_sweep), sweep=sweep,
                                         peer_settings=tuple(peer_setting), extra_seeds=tuple(extra_seed),
                                         capacity_errors=tuple(capacity_error), client_retries=client_retries,
-                                        jobs=jobs, sizing=sizing,
+                                        jobs=jobs, sizing=sizing, scheduler=scheduler,
                                         **({} if oracle_search is None else {"oracle_search": oracle_search}))
         err = Console(stderr=True)
         with err.status("autoscale benchmark") as status:

@@ -420,6 +420,31 @@ def test_the_startup_scenarios_run_only_when_named_on_a_page_of_their_own() -> N
     assert "autoscale-startup.png" in text and "autoscale-startup-frontiers.png" in text
 
 
+def test_another_scheduler_model_runs_every_replica_and_is_recorded_beside_the_default(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`--scheduler triton-2.51`: every replica (and the capacity load test) on Triton's batcher thread,
+    said on the page and in its command, recorded as autoscale-triton-2.51-scheduler.md."""
+    from tidescale.benches.autoscale import report as benchreport
+
+    opts = benchreport.BenchOptions(["diurnal"], ("oracle",), quick=True, scheduler="triton-2.51",
+                                    oracle_search=QUICK_ORACLE)
+    assert [p.name for p in opts.paths] == ["autoscale-triton-2.51-scheduler.md", "autoscale-triton-2.51-scheduler.png",
+                                            "autoscale-triton-2.51-scheduler-frontiers.png"]
+    doc, _runs = benchreport.run(opts)
+    assert doc["setup"]["scheduler"] == "triton-2.51"
+    text = benchreport.markdown(doc)
+    assert "--scheduler triton-2.51" in text and "(triton-2.51 scheduler model" in text
+    stepped, _ = benchreport.run(dataclasses.replace(opts, scheduler="stepped"))
+    assert "scheduler" not in stepped["setup"] and "(stepped scheduler model" in benchreport.markdown(stepped)
+    # the capacity load test ran on the other batcher too: Triton's serves a little less at the SLO
+    assert doc["setup"]["capacity_rps_per_replica"] < stepped["setup"]["capacity_rps_per_replica"]
+    with pytest.raises(UsageError, match="--scheduler must be one of stepped, triton-2.51"):
+        benchreport.BenchOptions(["diurnal"], ("oracle",), quick=True, scheduler="exact")
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["bench", "autoscale", "--no-write", "--quick", "--scenario", "diurnal", "--scheduler", "exact"])
+    assert exc.value.code == 2 and "--scheduler must be one of" in capsys.readouterr().err
+
+
 def test_a_surge_bound_short_of_gpus_is_lower_and_still_granted_the_quickest_start() -> None:
     """Beyond the GPUs there are, a replica asked for at the surge serves a node's least wait later."""
     arrivals = np.sort(np.concatenate([np.linspace(0.0, 100.0, 10_000), np.linspace(100.0, 400.0, 90_000)]))

@@ -40,6 +40,7 @@ from tidescale.benches.forked import fork_map
 from tidescale.benches.report import BENCH_DIR, recorded
 from tidescale.contracts.errors import UsageError
 from tidescale.sim import BatcherConfig
+from tidescale.sim.batcher import SCHEDULERS
 from tidescale.sim.clients import ClientRetries
 from tidescale.sim.servicecurve import ServiceCurve
 
@@ -94,6 +95,9 @@ class BenchOptions:
     oracle_search: int = optimum.MAX_EVALUATIONS  # simulations the oracle's schedule search may run per draw
     jobs: int = 1  # scenarios (and extra draws) simulated at once, in forked workers: only the wall time changes
     sizing: str | None = None  # tidescale's `tuning.sizing` instead of the shipped one (None: as shipped)
+    # the simulator's model of Triton's batcher on every replica: "stepped" (fast), or "triton-2.51"
+    # (Triton's batcher thread event by event: the model within 10 % of a real replica, ~3.5x the cost)
+    scheduler: str = "stepped"
 
     def __post_init__(self) -> None:
         if self.slo_s <= 0:
@@ -112,6 +116,8 @@ class BenchOptions:
         ClientRetries(max_retries=self.client_retries)  # a UsageError naming the bad count
         if self.sizing is not None and self.sizing not in SIZINGS:
             raise UsageError(f"--sizing must be one of {', '.join(SIZINGS)}, got {self.sizing!r}")
+        if self.scheduler not in SCHEDULERS:
+            raise UsageError(f"--scheduler must be one of {', '.join(SCHEDULERS)}, got {self.scheduler!r}")
         if not 1 <= self.jobs <= MAX_JOBS:
             raise UsageError(f"--jobs must be in [1, {MAX_JOBS}], got {self.jobs}")
         if not 1 <= self.oracle_search <= optimum.MAX_EVALUATIONS_LIMIT:
@@ -131,7 +137,7 @@ class BenchOptions:
     def paths(self) -> tuple[Path, Path, Path]:
         """Where the Markdown, the replica plot and the frontier plot are recorded."""
         kind = "explicit" if self.queue_timeout_s is not None else self.queue_policy
-        return page_paths(kind, self.scenarios or (), self.slo_s, self.client_retries, self.sizing)
+        return page_paths(kind, self.scenarios or (), self.slo_s, self.client_retries, self.sizing, self.scheduler)
 
     def queue_policy_of(self, curve: ServiceCurve) -> dict[str, Any]:
         """The queue policy every replica runs: what tidescale recommends, none, or the given timeout."""
@@ -254,7 +260,7 @@ def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
     curve = ServiceCurve.v100()
     queue_policy = opts.queue_policy_of(curve)
     cfg = BatcherConfig(max_batch_size=32, preferred_batch_sizes=(8, 16), max_queue_delay_s=0.002, instance_count=1,
-                        queue_timeout_s=queue_policy["timeout_s"])
+                        queue_timeout_s=queue_policy["timeout_s"], scheduler=opts.scheduler)
     capacity = bench.measure_capacity(curve, cfg, opts.slo_s, opts.seed)
     replica_rps = max(capacity, curve.max_throughput())
     sweeps = opts.peer_sweeps(capacity)
@@ -266,6 +272,7 @@ def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
                   "seed": opts.seed,
                   "capacity_rps_per_replica": round(capacity, 1), "quick": opts.quick,
                   "curve": "V100 (ServiceCurve.v100)", "batcher": "max 32, preferred 8/16, 2 ms delay",
+                  **({"scheduler": opts.scheduler} if opts.scheduler != "stepped" else {}),
                   "min_replicas": bench.MIN_REPLICAS, "max_replicas": bench.MAX_REPLICAS,
                   "scrape_interval_s": 15, "hpa_sync_s": 15, "queue_timeout_s": queue_policy["timeout_s"],
                   # this draw's clocks: Prometheus scrapes and the HPA syncs at these offsets in their cycles
@@ -367,6 +374,7 @@ def _flags(setup: dict[str, Any]) -> str:
     out += "" if slo == bench.DEFAULT_SLO_S else f" --slo-latency-threshold {slo:g}"
     out += f" --client-retries {setup['client_retries']}" if setup.get("client_retries") else ""
     out += f" --sizing {setup['sizing']}" if setup.get("sizing") else ""
+    out += f" --scheduler {setup['scheduler']}" if setup.get("scheduler", "stepped") != "stepped" else ""
     search = setup.get("oracle_search", optimum.MAX_EVALUATIONS)
     out += "" if search == optimum.MAX_EVALUATIONS else f" --oracle-search {search}"
     out += f" --jobs {setup['jobs']}" if setup.get("jobs", 1) != 1 else ""
@@ -415,7 +423,8 @@ def markdown(doc: dict[str, Any]) -> str:
         f"- traffic: base {s['base_rps']:g} req/s, {s['duration_s']:g} s per scenario{_own_durations(doc)} (plus a "
         f"120 s unscored warm-up); SLO: P99 ≤ {s['slo_latency_threshold_s']:g} s",
         *_history_lines(doc),
-        f"- replica: {s['curve']}, batcher {s['batcher']}; capacity at the SLO (simulated load test) "
+        f"- replica: {s['curve']}, batcher {s['batcher']} ({s.get('scheduler', 'stepped')} scheduler model, "
+        "docs/sim.md); capacity at the SLO (simulated load test) "
         f"{s['capacity_rps_per_replica']:g} req/s",
         f"- lags: scrape {s['scrape_interval_s']} s, HPA sync {s['hpa_sync_s']} s, rate windows 1 m (30 s for "
         "the Triton queue-time rule); replicas {min}–{max}".format(min=s["min_replicas"], max=s["max_replicas"])
@@ -492,12 +501,13 @@ def tuning_of(sizing: str | None) -> dict[str, Any]:
 
 
 def page_paths(queue_policy: str, scenarios: Sequence[str], slo_s: float = bench.DEFAULT_SLO_S,
-               client_retries: int = 0, sizing: str | None = None) -> tuple[Path, Path, Path]:
+               client_retries: int = 0, sizing: str | None = None, scheduler: str = "stepped"
+               ) -> tuple[Path, Path, Path]:
     """The Markdown, replica plot and frontier plot of a run: a queue timeout ("explicit") or none is
     another server setup; a named-only group alone (start-up, readiness, lulls) has its page (and on
     other servers, that page's name with theirs); another SLO, or clients that retry, are other users;
-    another sizing (`--sizing`) is another tidescale. Each such run is recorded beside the default,
-    never over it."""
+    another sizing (`--sizing`) is another tidescale; another scheduler model (`--scheduler`) is
+    another simulator. Each such run is recorded beside the default, never over it."""
     page = next((p for p, group in bench.NAMED_ONLY.items() if scenarios and set(scenarios) <= set(group)), None)
     servers = ""
     if page is not None:  # a named group's page, beside it for other servers
@@ -510,7 +520,8 @@ def page_paths(queue_policy: str, scenarios: Sequence[str], slo_s: float = bench
     else:
         doc, png, frontier = DOC, PNG, FRONTIER_PNG
     suffix = servers + (f"-slo-{slo_s:g}s" if slo_s != bench.DEFAULT_SLO_S else "") + (
-        f"-retries-{client_retries}" if client_retries else "") + (f"-{sizing}-sizing" if sizing else "")
+        f"-retries-{client_retries}" if client_retries else "") + (f"-{sizing}-sizing" if sizing else "") + (
+        f"-{scheduler}-scheduler" if scheduler != "stepped" else "")
     if not suffix:
         return doc, png, frontier
     stem = doc.stem + suffix
@@ -521,7 +532,8 @@ def _pngs(setup: dict[str, Any]) -> tuple[Path, Path]:
     kind = setup.get("queue_policy", "explicit" if setup.get("queue_timeout_s") is not None else "none")
     _doc, png, frontier = page_paths(kind, setup.get("scenarios_named", []),
                                      setup.get("slo_latency_threshold_s", bench.DEFAULT_SLO_S),
-                                     setup.get("client_retries", 0), setup.get("sizing"))
+                                     setup.get("client_retries", 0), setup.get("sizing"),
+                                     setup.get("scheduler", "stepped"))
     return png, frontier
 
 
