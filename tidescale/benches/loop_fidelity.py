@@ -461,12 +461,18 @@ LABELS = {"replicas": "replicas (mean)", "ready": "Ready replicas (mean)", "serv
           "latency_p99_s": "P99 (client)", "first_scale_up_s": "first scale-up after the phase starts (s)"}
 
 
-def _row(phase: str, measure: str, e: dict[str, Any]) -> list[str]:
+def _band(measure: str, e: dict[str, Any]) -> str:
     lo_hi = e["simulator_range"]
-    band = "–" if lo_hi is None else f"{_fmt(measure, lo_hi[0])} – {_fmt(measure, lo_hi[1])}"
-    verdict = {True: "yes", False: "**no**", None: "–"}[e["agrees"]]
-    return [phase, LABELS[measure], _fmt(measure, e["cluster"]), _fmt(measure, e["simulator"]), band,
-            _tolerance(measure), verdict]
+    return "–" if lo_hi is None else f"{_fmt(measure, lo_hi[0])} – {_fmt(measure, lo_hi[1])}"
+
+
+def _verdict(e: dict[str, Any]) -> str:
+    return {True: "yes", False: "**no**", None: "–"}[e["agrees"]]
+
+
+def _row(phase: str, measure: str, e: dict[str, Any]) -> list[str]:
+    return [phase, LABELS[measure], _fmt(measure, e["cluster"]), _fmt(measure, e["simulator"]), _band(measure, e),
+            _tolerance(measure), _verdict(e)]
 
 
 SERVICE_TEXT = {
@@ -495,8 +501,8 @@ def _other_schedulers(doc: dict[str, Any]) -> list[str]:
                   for phase, e in doc["first_scale_up_s"].items()]
         for phase, m, e, a in pairs:
             if e["agrees"] != a["agrees"]:
-                mine, theirs = _row(phase, m, e), _row(phase, m, a)
-                rows.append([phase, LABELS[m], mine[2], mine[4], mine[6], theirs[4], theirs[6]])
+                rows.append([phase, LABELS[m], _fmt(m, e["cluster"]), _band(m, e), _verdict(e), _band(m, a),
+                             _verdict(a)])
         agree, total = alt["agreeing"]
         lines += [f"The same replay with the {name} scheduler ({SCHEDULER_TEXT[name]}): {agree} of {total} agree "
                   f"(the {own} one: {doc['agreeing'][0]}). The measures whose verdict changes:", ""]
