@@ -3,10 +3,12 @@ what the recommender counts as demand (`nv_inference_request_failure{reason="REJ
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 
 from tidescale.autoscaler.queries import TargetQueries
@@ -15,6 +17,7 @@ from tidescale.contracts.promql import metric_names
 from tidescale.devstack.fleet.exposition import parse
 from tidescale.devstack.fleet.model_repo import INPUT_NAME, ModelSpec, render_config
 from tidescale.devstack.fleet.running import running_fleet
+from tidescale.sim import BatcherConfig, FleetCounters, FleetSim
 from tidescale.sim.servicecurve import ServiceCurve
 
 pytestmark = pytest.mark.integration
@@ -55,3 +58,36 @@ def test_requests_queued_past_the_timeout_are_rejected_and_counted(tmp_path: Pat
     # and the recommender's rejection query selects exactly that family and label
     query = TargetQueries.for_target(TargetSettings(deployment="triton", namespace="ml", model=SLOW.name)).rejections
     assert metric_names(query) == {"nv_inference_request_failure"} and 'reason="REJECTED"' in query
+
+
+def test_requests_in_queued_payloads_are_rejected_too_as_the_triton_scheduler_model_says(tmp_path: Path) -> None:
+    """While the one instance runs the first request, the batcher may move two more into queued payloads
+    (the rate limiter's 2 slots per instance). A real tritonserver 2.51 runs neither once they have waited
+    past the timeout: the first request is the only one served. The `triton-2.51` scheduler model says
+    the same split (it rejects a payload's expired requests when the payload starts); a model that kept
+    them would serve three."""
+    with running_fleet(tmp_path, replicas=1, models=[SLOW]) as fleet:
+        url = fleet.ready_urls()[0]
+        with ThreadPoolExecutor(BURST) as pool:
+            timed = list(pool.map(lambda _: timed_infer(url), range(BURST)))
+    served = sorted(s for r, s in timed if r.status_code == 200)
+    expected = predicted(SLOW, "triton-2.51")
+    assert len(served) == expected.requests == 1 and BURST - len(served) == expected.failures, served
+    assert served[0] < 2 * 0.3  # the one served ran at once, not after a queued payload
+
+
+def timed_infer(url: str) -> tuple[httpx.Response, float]:
+    start = time.monotonic()
+    reply = infer(url)
+    return reply, time.monotonic() - start
+
+
+def predicted(spec: ModelSpec, scheduler: str) -> FleetCounters:
+    """The simulator's counters for BURST requests arriving at once on one replica."""
+    cfg = BatcherConfig(max_batch_size=spec.max_batch_size, preferred_batch_sizes=spec.preferred_batch_sizes,
+                        max_queue_delay_s=spec.max_queue_delay_us / 1e6, scheduler=scheduler,
+                        queue_timeout_s=None if spec.queue_timeout_us is None else spec.queue_timeout_us / 1e6)
+    sim = FleetSim(spec.curve, cfg, 1, cold_start_s=0.0)
+    sim.offer(np.linspace(0.0, 0.01, BURST))
+    sim.advance(10.0)
+    return sim.counters()

@@ -11,8 +11,11 @@ and instances finishing.
 
 A queue policy that REJECTs after a timeout acts where Triton's does: `GetDynamicBatch` applies it
 at its cursor, so the requests that waited longer are rejected when the batcher next looks at the
-queue (never while every payload slot is taken, never once they are in a payload), and the timed
-wait is cut short to the oldest pending request's timeout.
+queue (never while every payload slot is taken), and the timed wait is cut short to the oldest
+pending request's timeout. A queued payload's requests that expired before it starts are rejected
+then, and the rest run: what a real tritonserver 2.51 does (tests/integration/
+test_queue_policy_real_triton.py), though no such check was found in the scheduler's or the rate
+limiter's source read for this.
 """
 
 from __future__ import annotations
@@ -39,8 +42,8 @@ class _Payload:
 class TritonBatcher(ReplicaBatcher):
     """Same interface as ReplicaBatcher; `run` walks arrivals, timer and instance events in time order."""
 
-    __slots__ = ("_curr", "_np", "_prefs", "_rejected", "_saturated", "_sched", "_seen", "_sorted_prefs", "_stale",
-                 "_timer", "_zero_delay")
+    __slots__ = ("_curr", "_np", "_prefs", "_recorded", "_rejected", "_saturated", "_sched", "_seen",
+                 "_sorted_prefs", "_stale", "_timer", "_zero_delay")
 
     def __init__(self, cfg: BatcherConfig, curve: ServiceCurve, jitter: JitterStream) -> None:
         super().__init__(cfg, curve, jitter)
@@ -55,6 +58,7 @@ class TritonBatcher(ReplicaBatcher):
         self._seen = 0  # arrivals[:seen] have reached the scheduler queue or a payload
         self._timer = INF
         self._rejected = 0  # rejected by the queue policy since the last flush (no longer in arrivals)
+        self._recorded = 0  # arrivals[:recorded] are in batch or rejection records not yet flushed
 
     # --- scheduler pieces (names follow Triton's) --------------------------------------------------
 
@@ -159,6 +163,13 @@ class TritonBatcher(ReplicaBatcher):
             self._start(self._sched.popleft(), t, self.free.index(f))
 
     def _start(self, p: _Payload, t: float, instance: int) -> None:
+        if p is self._curr:
+            self._stale = True
+        if self._timeout < INF:
+            self._reject_expired_in(p, t)
+            if not p.size:
+                return  # every request in it expired: the instance stays free for the next payload
+        self._recorded += p.size  # the payload's requests are the next arrivals not yet in a record (FIFO)
         if self._jpos >= len(self._jit):
             self._jit, self._jpos = self._jitter.block(), 0
         e = self._exec[p.size] * self._jit[self._jpos]
@@ -167,8 +178,24 @@ class TritonBatcher(ReplicaBatcher):
         self.execs.append(e)
         self.sizes.append(p.size)
         self.free[instance] = t + e
-        if p is self._curr:
-            self._stale = True
+
+    def _reject_expired_in(self, p: _Payload, t: float) -> None:
+        """A payload's requests that waited past the timeout when it starts are rejected, not run: what a
+        real tritonserver 2.51 did to requests the batcher had already moved into queued payloads
+        (tests/integration/test_queue_policy_real_triton.py), recorded as a rejection before the batch."""
+        a, timeout, first = self.arrivals, self._timeout, self._recorded
+        k = 0
+        while k < p.size and a[first + k] + timeout <= t:
+            k += 1
+        if not k:
+            return
+        if self.rejections is not None:
+            self.rejections.append((t, a[first:first + k]))
+        self.disp.append(t)
+        self.execs.append(0.0)
+        self.sizes.append(-k)
+        self._recorded = first + k
+        p.size -= k
 
     # --- the event loop ----------------------------------------------------------------------------
 
@@ -201,8 +228,11 @@ class TritonBatcher(ReplicaBatcher):
         return INF if self._sched else max(self.free)
 
     def flush(self, now: float) -> BatchRecords:
+        before = len(self.arrivals)
         rec = super().flush(now)
-        self._seen -= int(rec.size.sum())
+        flushed = before - len(self.arrivals)  # served and rejected-in-payload requests alike
+        self._seen -= flushed
+        self._recorded -= flushed
         if self._rejected:
             rec, self._rejected = dataclasses.replace(rec, rejected=rec.rejected + self._rejected), 0
         return rec
