@@ -486,8 +486,7 @@ SERVICES = tuple(SERVICE_TEXT)
 
 SCHEDULER_TEXT = {"stepped": "the fast batch-by-batch model `bench autoscale` runs",
                   "triton-2.51": "Triton's batcher thread replayed event by event, the model within 10 % of real "
-                                 "Triton on [fidelity.md](fidelity.md), its queue policy applied where Triton "
-                                 "applies it"}
+                                 "Triton on [fidelity.md](fidelity.md)"}
 
 
 def _other_schedulers(doc: dict[str, Any]) -> list[str]:
