@@ -9,6 +9,7 @@ import pytest
 
 from tidescale.contracts.errors import UsageError
 from tidescale.sim import BatcherConfig, FleetSim
+from tidescale.sim.batcher import SCHEDULERS
 from tidescale.sim.clients import CappedSender, ClientRetries, RetryLedger
 from tidescale.sim.servicecurve import ServiceCurve
 
@@ -17,7 +18,6 @@ CFG = BatcherConfig(max_batch_size=4, preferred_batch_sizes=(), max_queue_delay_
 OVERLOAD = np.arange(0.0, 10.0, 1 / 800)  # twice what one replica serves
 
 
-SCHEDULERS = ("stepped", "triton-2.51")  # both reject what outwaits the queue policy's timeout
 
 
 def overloaded(retries: ClientRetries | None, until: float = 30.0,

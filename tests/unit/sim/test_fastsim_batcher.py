@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from tidescale.contracts.errors import UsageError
 from tidescale.sim import BatcherConfig, FleetSim, batch_to_send
+from tidescale.sim.batcher import SCHEDULERS
 from tidescale.sim.reference import simulate_naive
 from tidescale.sim.servicecurve import ServiceCurve
 
@@ -113,9 +114,6 @@ def test_queue_grows_without_bound_above_capacity() -> None:
 
 # the stepped model rejects when it forms a batch; Triton 2.51's batcher thread when it next looks at
 # the queue with a payload slot free, and a queued payload's expired requests when the payload starts
-SCHEDULERS = ("stepped", "triton-2.51")
-
-
 @pytest.mark.parametrize("scheduler", SCHEDULERS)
 def test_queue_timeout_rejects_what_waited_too_long_and_bounds_the_backlog(scheduler: str) -> None:
     """Triton's queue policy (REJECT after default_timeout_microseconds): under 2x overload the queue
