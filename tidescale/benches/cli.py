@@ -258,8 +258,8 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
             [], "--capacity-error", help="Also run tidescale configured with this factor x the measured capacity "
             "per replica: its capacity profile off by that much (repeatable)."),
         extra_seed: list[int] = typer.Option(
-            [], "--extra-seed", help="Rerun tidescale's delivery modes and the oracle on this seed's arrivals too, "
-            "and judge each draw against the goals (repeatable)."),
+            [], "--extra-seed", help="Rerun tidescale's delivery modes, the oracle and each peer at its chosen "
+            "setting on this seed's arrivals too, and judge each draw against the goals (repeatable)."),
         client_retries: int = typer.Option(
             0, "--client-retries", help="Every policy's clients retry a refused request (503, no endpoint) this "
             "often, with Envoy's back-off (25 ms base, 250 ms cap); recorded as autoscale-retries-N.md."),

@@ -15,7 +15,7 @@ import numpy as np
 
 from tidescale.autoscaler.queue_policy import recommended_queue_policy
 from tidescale.autoscaler.recommend import SIZINGS, check_headroom
-from tidescale.benches.autoscale import optimum
+from tidescale.benches.autoscale import optimum, peer_draws
 from tidescale.benches.autoscale import policies as pol
 from tidescale.benches.autoscale import scenarios as bench
 from tidescale.benches.autoscale.closedloop import (
@@ -89,7 +89,7 @@ class BenchOptions:
     headroom_sweep: tuple[float, ...] = ()  # extra tidescale rows at these headrooms (surge scenarios)
     sweep: bool = True  # every peer over its knob's sweep (False: its fixed setting alone)
     peer_settings: tuple[str, ...] = ()  # PEER=VALUE: run PEER at these settings instead of its sweep
-    extra_seeds: tuple[int, ...] = ()  # tidescale's delivery modes and the oracle again on these draws
+    extra_seeds: tuple[int, ...] = ()  # tidescale's modes, the oracle and the peers' chosen points on these draws
     capacity_errors: tuple[float, ...] = ()  # extra tidescale rows with its capacity profile off by these factors
     client_retries: int = 0  # every policy's clients retry a refused request this often (Envoy's back-off)
     oracle_search: int = optimum.MAX_EVALUATIONS  # simulations the oracle's schedule search may run per draw
@@ -335,8 +335,10 @@ def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
                                    "headroom_for_goal": recorded(bound.headroom_for_goal)}
         all_runs[name] = runs
     if opts.extra_seeds:
+        rerun = {name: peer_draws.settings_to_rerun(doc["scenarios"][name], doc["frontiers"][name]) for name in names}
         doc["seeds"] = seed_spread(available, names, opts.extra_seeds, params, capacity, replica_rps, opts.headroom,
-                                   progress, opts.oracle_search, opts.jobs, opts.sizing)
+                                   progress, opts.oracle_search, opts.jobs, opts.sizing, rerun)
+        doc["seeds"]["across_draws"] = peer_draws.across_draws(doc)
     doc["setup"]["extra_seeds"] = list(opts.extra_seeds)
     doc["setup"]["wall_s"] = round(time.monotonic() - started, 1)
     doc["setup"]["jobs"] = opts.jobs
@@ -471,6 +473,7 @@ def markdown(doc: dict[str, Any]) -> str:
     lines += fixed_vs_best_lines(doc)
     lines += goal_lines(doc)
     lines += seed_lines(doc)
+    lines += peer_draws.lines(doc)
     lines += UNREACHABLE
     lines += bound_lines(doc)
     lines += own_bound_lines(doc)

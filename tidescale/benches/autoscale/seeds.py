@@ -3,8 +3,9 @@
 One seed is one draw of Poisson arrivals and of the phases of Prometheus' scrape and the HPA's sync
 (`closedloop.with_seed`): where a surge falls within the HPA's 15 s sync can gain or lose a whole
 sync, so a verdict a point from its goal may flip on the next draw. The extra
-seeds rerun tidescale's three delivery modes and the oracle (the peers are not swept again, so
-dominance stays judged on the page's own seed) and judge each draw against the same goals.
+seeds rerun tidescale's three delivery modes, the oracle and the peers at the points
+`peer_draws.settings_to_rerun` names (not their whole sweeps), and judge each draw against the same
+goals.
 """
 
 from __future__ import annotations
@@ -31,9 +32,11 @@ TUNED_SEEDS = (0, 1, 2, 3)
 def seed_spread(available: Mapping[str, bench.BenchScenario], names: Sequence[str], seeds: Sequence[int],
                 params: SimParams, capacity_rps: float, replica_rps: float, headroom: float,
                 progress: Callable[[str], None] = lambda _m: None, oracle_search: int = optimum.MAX_EVALUATIONS,
-                jobs: int = 1, sizing: str | None = None) -> dict[str, Any]:
-    """`{"seeds": [...], "scenarios": {scenario: {seed: {"bound": b, "rows": {row: measures}}}}}`; *jobs*
-    draws at once (`forked.fork_map`)."""
+                jobs: int = 1, sizing: str | None = None,
+                peer_settings: Mapping[str, Mapping[str, tuple[float, ...]]] | None = None) -> dict[str, Any]:
+    """`{"seeds": [...], "scenarios": {scenario: {seed: {"bound": b, "rows": {row: measures},
+    "peers": {peer@setting: measures}}}}}`, the peers at *peer_settings*`[scenario]`; *jobs* draws at
+    once (`forked.fork_map`)."""
 
     def one_draw(draw: tuple[int, str]) -> dict[str, Any]:
         seed, name = draw
@@ -44,13 +47,15 @@ def seed_spread(available: Mapping[str, bench.BenchScenario], names: Sequence[st
                 progress(f"seed {seed}: {message}")
 
         sc = available[name]
-        scores, _ = bench.run_scenario(sc, ["tidescale", "oracle"], seeded, capacity_rps, tell, headroom,
-                                       oracle_search=oracle_search, sizing=sizing)
+        settings = (peer_settings or {}).get(name, {})
+        scores, _ = bench.run_scenario(sc, ["tidescale", "oracle", *settings], seeded, capacity_rps, tell, headroom,
+                                       settings=settings, oracle_search=oracle_search, sizing=sizing)
         bound = bench.scenario_bound(sc, seed, capacity_rps, replica_rps, GOALS["requests_within_slo"])
         return {"clock_offsets_s": recorded_offsets(seeded),
                 "bound": None if bound is None else recorded(bound.requests_within_slo),
-                "rows": {row: {k: recorded(scores[row][k]) for k in (*MEASURES, *SATURATION_MEASURES)
-                               if k in scores[row]} for row in JUDGED_ROWS}}
+                "rows": {row: _measures(scores[row]) for row in JUDGED_ROWS},
+                "peers": {bench.sweep_row(peer, v): _measures(scores[bench.sweep_row(peer, v)])
+                          for peer, values in settings.items() for v in values}}
 
     draws = [(seed, name) for seed in seeds for name in names]
     results = fork_map(one_draw, draws, jobs, lambda d: progress(f"seed {d[0]}: {d[1]} done"))
@@ -58,6 +63,10 @@ def seed_spread(available: Mapping[str, bench.BenchScenario], names: Sequence[st
     for (seed, name), result in zip(draws, results, strict=True):
         out.setdefault(name, {})[str(seed)] = result
     return {"seeds": list(seeds), "scenarios": out}
+
+
+def _measures(score: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: recorded(score[k]) for k in (*MEASURES, *SATURATION_MEASURES) if k in score}
 
 
 def _cell(scenario: str, row: Mapping[str, Any], bound: float | None) -> tuple[str, bool]:
@@ -86,8 +95,8 @@ def seed_lines(doc: Mapping[str, Any]) -> list[str]:
     out = ["## Across seeds", "",
            f"The tables above are one draw (seed {main}): its Poisson arrivals and its phases of Prometheus' "
            "scrape and the HPA's sync, i.e. where each surge falls in their 15 s cycles. `--extra-seed` reran "
-           "tidescale's three delivery modes and the oracle on other draws of the same scenarios; the peers were "
-           "not swept again, so dominance is judged on the page's seed alone. Each cell: the SLO measure, the "
+           "tidescale's three delivery modes and the oracle on other draws of the same scenarios (the peers too, at "
+           "their chosen points: below, Peers on every draw). Each cell: the SLO measure, the "
            "cost against that draw's oracle, and whether both goals are met; then the same for the mean of the "
            "draws, and the mean with its 95 % confidence interval (Student's t over the draws) of the requests "
            "within the SLO and of the cost.", "",

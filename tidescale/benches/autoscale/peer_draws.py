@@ -1,0 +1,173 @@
+"""The peers on every draw (`bench autoscale --extra-seed N`), and dominance judged across the draws.
+
+A peer's knob is tuned in hindsight on the page's seed: its row is its best point there. One draw says
+little of a point a few tenths of a percent from another, and a peer tuned on a draw is graded on it.
+So the extra draws rerun each peer at the setting its sweep chose (held out, as tidescale's defaults
+are on the seeds outside `seeds.TUNED_SEEDS`), and every peer point that dominated a tidescale row on
+the page's seed, whether it still does on other arrivals and clock phases.
+
+Every draw runs the same arrivals and clocks for every policy, so tidescale and a peer are compared
+draw by draw: a point dominates a row across the draws when its means are no worse on the requests and
+windows within the SLO and on the cost, and better on one; the verdict is *significant* where the 95 %
+interval of the paired differences excludes zero, in the peer's favour, for at least one of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tidescale.benches.autoscale.goals import GOALS, JUDGED_ROWS
+from tidescale.benches.autoscale.scenarios import sweep_row
+from tidescale.benches.report import recorded
+from tidescale.benches.stats import interval
+
+MEASURES = ("requests_within_slo", "windows_within_slo", "cost_vs_oracle")
+# +1 where more is better, -1 where less is (the cost)
+BETTER = {"requests_within_slo": 1, "windows_within_slo": 1, "cost_vs_oracle": -1}
+
+
+def settings_to_rerun(rows: Mapping[str, Mapping[str, Any]], frontiers: Mapping[str, Sequence[Mapping[str, Any]]]
+                      ) -> dict[str, tuple[float, ...]]:
+    """Per peer, the settings its extra draws run: its best point's on the page's seed, and those of
+    its frontier points that dominated one of tidescale's judged rows there."""
+    points = {sweep_row(peer, e["setting"]): (peer, float(e["setting"]))
+              for peer, front in frontiers.items() for e in front}
+    out: dict[str, set[float]] = {}
+    for peer in frontiers:
+        if "setting" in rows.get(peer, {}):
+            out.setdefault(peer, set()).add(float(rows[peer]["setting"]))
+    for row in JUDGED_ROWS:
+        for name in rows.get(row, {}).get("dominated_by", []):
+            if name in points:
+                peer, value = points[name]
+                out.setdefault(peer, set()).add(value)
+    return {peer: tuple(sorted(values)) for peer, values in out.items()}
+
+
+def page_seed_points(doc: Mapping[str, Any], scenario: str) -> dict[str, dict[str, Any]]:
+    """The page seed's measures of every point the extra draws reran, by `peer@setting`."""
+    sweeps = doc["sweeps"].get(scenario, {})
+    out = {}
+    rerun = {name: None for draw in doc["seeds"]["scenarios"][scenario].values() for name in draw.get("peers", {})}
+    for name in rerun:
+        peer = name.rpartition("@")[0]
+        entry = next((e for e in sweeps.get(peer, []) if sweep_row(peer, e["setting"]) == name), None)
+        if entry is not None:
+            out[name] = {k: entry[k] for k in MEASURES}
+    return out
+
+
+def draws_by_point(doc: Mapping[str, Any], scenario: str) -> dict[str, list[dict[str, Any]]]:
+    """Every judged tidescale row and every rerun peer point of *scenario*, with its measures on the
+    page's seed and then on each extra seed, in the seeds' order (points some draw lacks left out)."""
+    per_seed = doc["seeds"]["scenarios"][scenario]
+    seeds = [str(s) for s in doc["seeds"]["seeds"]]
+    first = {row: {k: doc["scenarios"][scenario][row][k] for k in MEASURES}
+             for row in JUDGED_ROWS if row in doc["scenarios"][scenario]}
+    first.update(page_seed_points(doc, scenario))
+    out = {}
+    for name, measures in first.items():
+        drawn = [per_seed[s]["rows"].get(name) or per_seed[s].get("peers", {}).get(name) for s in seeds]
+        if all(d is not None for d in drawn):
+            out[name] = [measures, *drawn]
+    return out
+
+
+def spread(draws: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Each measure's mean and the half-width of its 95 % interval over the draws (None: fewer than two
+    draws with a value), and the draws meeting both SLO goals."""
+    out: dict[str, Any] = {}
+    for k in MEASURES:
+        known = [d[k] for d in draws if d[k] is not None]
+        found = interval(known)
+        out[k] = {"mean": None if not known else recorded(sum(known) / len(known)),
+                  "ci95": None if found is None else recorded(found[1])}
+    out["draws"] = len(draws)
+    out["draws_meeting_slo_goals"] = sum(d["requests_within_slo"] >= GOALS["requests_within_slo"]
+                                         and d["windows_within_slo"] >= GOALS["windows_within_slo"] for d in draws)
+    return out
+
+
+Draws = Sequence[Mapping[str, Any]]
+
+
+def paired(peer: Draws, row: Draws) -> dict[str, tuple[float, float] | None]:
+    """Per measure, the mean and 95 % half-width of the peer's advantage over the row, draw by draw
+    (positive: the peer is better), over the draws where both have a value."""
+    out: dict[str, tuple[float, float] | None] = {}
+    for k in MEASURES:
+        diffs = [BETTER[k] * (p[k] - r[k]) for p, r in zip(peer, row, strict=True)
+                 if p[k] is not None and r[k] is not None]
+        out[k] = interval(diffs)
+    return out
+
+
+def dominance(peer: Draws, row: Draws) -> str | None:
+    """"significant", "on the mean" (no worse on every mean, better on one, no interval clear of zero),
+    or None where the peer's means do not dominate the row's."""
+    advantage = paired(peer, row)
+    if any(a is None for a in advantage.values()):
+        return None
+    means = [a[0] for a in advantage.values() if a is not None]
+    if any(m < 0 for m in means) or all(m == 0 for m in means):
+        return None
+    return "significant" if any(a is not None and a[0] - a[1] > 0 for a in advantage.values()) else "on the mean"
+
+
+def across_draws(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """`{"ci95": {scenario: {point: spread}}, "dominated_by": {scenario: {row: [{"point", "verdict"}]}}}`
+    over the page's seed and the extra seeds."""
+    ci95: dict[str, Any] = {}
+    dominated: dict[str, Any] = {}
+    for scenario in doc["seeds"]["scenarios"]:
+        points = draws_by_point(doc, scenario)
+        ci95[scenario] = {name: spread(d) for name, d in points.items()}
+        peers = {n: d for n, d in points.items() if n not in JUDGED_ROWS}
+        dominated[scenario] = {}
+        for row in JUDGED_ROWS:
+            if row in points:
+                found = [(n, dominance(d, points[row])) for n, d in peers.items()]
+                dominated[scenario][row] = [{"point": n, "verdict": v} for n, v in found if v is not None]
+    return {"ci95": ci95, "dominated_by": dominated}
+
+
+def _ci(value: Mapping[str, Any], fmt: str, scale: float = 1.0) -> str:
+    if value["mean"] is None:
+        return "–"
+    if value["ci95"] is None:
+        return fmt.split(" ±")[0].format(scale * value["mean"])
+    return fmt.format(scale * value["mean"], scale * value["ci95"])
+
+
+def lines(doc: Mapping[str, Any]) -> list[str]:
+    """The page's section: every rerun point's figures over the draws, then who dominates tidescale."""
+    found = doc.get("seeds", {}).get("across_draws")
+    if not found or all(name in JUDGED_ROWS for points in found["ci95"].values() for name in points):
+        return []
+    n = len(doc["seeds"]["seeds"]) + 1
+    out = ["## Peers on every draw", "",
+           f"Each peer ran again on the {n - 1} extra draws at the setting its sweep chose on seed "
+           f"{doc['setup']['seed']} (its row above: tuned there in hindsight, held out on the others), and so did "
+           "every peer point that dominated a tidescale row on that seed. Per point: the draws meeting both SLO "
+           f"goals (≥ {100 * GOALS['requests_within_slo']:g} % of requests, ≥ {100 * GOALS['windows_within_slo']:g} % "
+           f"of windows) and the mean with its 95 % confidence interval over all {n} draws (Student's t).", "",
+           "| scenario | point | draws meeting the SLO goals | requests within SLO | windows within SLO | cost |",
+           "|---|---|---:|---:|---:|---:|"]
+    for scenario, points in found["ci95"].items():
+        for name, s in points.items():
+            out.append(f"| {scenario} | {name} | {s['draws_meeting_slo_goals']} of {s['draws']} "
+                       f"| {_ci(s['requests_within_slo'], '{:.2f} ± {:.2f} %', 100)} "
+                       f"| {_ci(s['windows_within_slo'], '{:.1f} ± {:.1f} %', 100)} "
+                       f"| {_ci(s['cost_vs_oracle'], '{:.3f} ± {:.3f}×')} |")
+    out += ["", "### Dominated across the draws?", "",
+            "A point dominates a row when, over the same draws, its mean requests and windows within the SLO are "
+            "no lower, its mean cost no higher, and one is better; **significant** where the 95 % interval of "
+            "the draw-by-draw difference clears zero in the peer's favour on at least one of the three.", "",
+            "| scenario | row | dominated across the draws by |", "|---|---|---|"]
+    for scenario, rows in found["dominated_by"].items():
+        for row, by in rows.items():
+            text = ", ".join(f"{d['point']} ({'**significant**' if d['verdict'] == 'significant' else 'on the mean'})"
+                             for d in by) or "no"
+            out.append(f"| {scenario} | {row} | {text} |")
+    return [*out, ""]
