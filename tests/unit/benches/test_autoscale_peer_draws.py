@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from tests.unit.benches.test_autoscale_frontier import QUICK_ORACLE, fake, fake_doc
 from tidescale.benches.autoscale import peer_draws
 from tidescale.benches.autoscale import report as benchreport
@@ -68,3 +70,24 @@ def test_extra_draws_rerun_the_peers_at_their_chosen_settings() -> None:
     static = doc["seeds"]["across_draws"]["ci95"]["surge-3x"][f"static@{best:g}"]
     assert static["draws"] == 2 and static["cost_vs_oracle"]["ci95"] is not None
     assert "## Peers on every draw" in benchreport.markdown(doc)
+
+
+def test_a_trace_draw_replays_the_trace_shifted_in_time_keeping_every_arrival() -> None:
+    from tidescale.benches.autoscale import scenarios as bench
+
+    sc = bench.build_scenarios(1200.0, 800.0)["azure-llm-trace"]
+    recorded_trace = bench.drawn_arrivals(sc, 0)
+    assert (recorded_trace == sc.traffic.arrivals(0)).all()  # the page's seed: the trace as recorded
+    one, two = bench.drawn_arrivals(sc, 1), bench.drawn_arrivals(sc, 2)
+    duration = sc.traffic.duration_s
+    assert len(one) == len(two) == len(recorded_trace) and (0 <= one).all() and (one < duration).all()
+    assert not np.array_equal(one, recorded_trace) and not np.array_equal(one, two)
+    offset = bench.trace_offset_s(1, duration)
+    assert 0 < offset < duration
+    # what arrived at offset + t now arrives at t: shifted back, the trace as recorded
+    assert np.allclose(np.sort((one + offset) % duration), recorded_trace)
+    assert np.array_equal(bench.drawn_arrivals(sc, 1), one)  # a draw is reproducible
+    assert (bench.circular_shift(np.array([1.0, 5.0, 9.0]), 10.0, 4.0) == [1.0, 5.0, 7.0]).all()
+    # a rate's draws are Poisson realisations, untouched
+    surge = bench.build_scenarios(1200.0, 800.0)["surge-3x"]
+    assert (bench.drawn_arrivals(surge, 3) == surge.traffic.arrivals(3)).all()

@@ -45,6 +45,7 @@ MIN_REPLICAS, MAX_REPLICAS = 1, 40
 DEFAULT_COLD_START_S = 60.0
 ORACLE_SLOT_S = 1.0
 WARMUP_S = 120.0
+TRACE_SHIFT_STREAM = 11  # a trace draw's time shift comes from its own stream of the seed's generator
 # Azure's public LLM inference trace (conversation service, 2023; one hour, 19,366 requests), shipped as
 # package data so that an installed `tidescale bench autoscale` replays it too.
 AZURE_TRACE = Path(__file__).resolve().parent / "data" / "azure_llm_conv_2023.csv"
@@ -310,9 +311,30 @@ def optimal_schedule(sc: BenchScenario, arrivals: np.ndarray, end: float, initia
                                      first_free=int(WARMUP_S // optimum.SLOT_S), max_evaluations=max_evaluations)
 
 
+def drawn_arrivals(sc: BenchScenario, seed: int) -> np.ndarray:
+    """The scenario's arrivals on draw *seed*. A rate's draws are Poisson realisations; a replayed trace
+    has one realisation, so its draws other than 0 (the trace as recorded) replay it shifted in time
+    by an offset drawn from the seed, circularly: every burst is kept, but it falls elsewhere against
+    the opening fleet, the warm-up's rate, the scrape and the HPA's sync."""
+    arrivals = sc.traffic.arrivals(seed)
+    if sc.traffic.timestamps is None or seed == 0 or not len(arrivals):
+        return arrivals
+    return circular_shift(arrivals, sc.traffic.duration_s, trace_offset_s(seed, sc.traffic.duration_s))
+
+
+def trace_offset_s(seed: int, duration_s: float) -> float:
+    """How far a trace's draw *seed* shifts it: uniform over its duration, drawn from the seed alone."""
+    return float(np.random.default_rng([seed, TRACE_SHIFT_STREAM]).uniform(0.0, duration_s))
+
+
+def circular_shift(arrivals: np.ndarray, duration_s: float, offset_s: float) -> np.ndarray:
+    """*arrivals* in [0, duration_s) played from *offset_s* on, the part before it appended after."""
+    return np.sort((arrivals - offset_s) % duration_s)
+
+
 def warmup_arrivals(sc: BenchScenario, seed: int) -> np.ndarray:
     """WARMUP_S of steady traffic at the scenario's opening rate, so rate windows are full at t=0."""
-    first = sc.traffic.arrivals(seed)
+    first = drawn_arrivals(sc, seed)
     rate = float(np.sum(first < 60.0)) / 60.0
     rng = np.random.default_rng([seed, 7])
     gaps = rng.exponential(1.0 / max(rate, 1e-3), int(rate * WARMUP_S * 1.5) + 10)
@@ -322,7 +344,7 @@ def warmup_arrivals(sc: BenchScenario, seed: int) -> np.ndarray:
 
 def scenario_arrivals(sc: BenchScenario, seed: int) -> tuple[np.ndarray, float]:
     """The warm-up then the scenario's arrivals (absolute times), and the end of the run."""
-    arrivals = np.concatenate([warmup_arrivals(sc, seed), sc.traffic.arrivals(seed) + WARMUP_S])
+    arrivals = np.concatenate([warmup_arrivals(sc, seed), drawn_arrivals(sc, seed) + WARMUP_S])
     return arrivals, sc.traffic.duration_s + WARMUP_S
 
 
