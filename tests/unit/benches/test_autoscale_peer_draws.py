@@ -80,7 +80,7 @@ def test_a_trace_draw_replays_the_trace_shifted_in_time_keeping_every_arrival() 
     assert (recorded_trace == sc.traffic.arrivals(0)).all()  # the page's seed: the trace as recorded
     one, two = bench.drawn_arrivals(sc, 1), bench.drawn_arrivals(sc, 2)
     duration = sc.traffic.duration_s
-    assert len(one) == len(two) == len(recorded_trace) and (0 <= one).all() and (one < duration).all()
+    assert len(one) == len(two) == len(recorded_trace) and (one >= 0).all() and (one < duration).all()
     assert not np.array_equal(one, recorded_trace) and not np.array_equal(one, two)
     offset = bench.trace_offset_s(1, duration)
     assert 0 < offset < duration
