@@ -91,3 +91,17 @@ def test_a_trace_draw_replays_the_trace_shifted_in_time_keeping_every_arrival() 
     # a rate's draws are Poisson realisations, untouched
     surge = bench.build_scenarios(1200.0, 800.0)["surge-3x"]
     assert (bench.drawn_arrivals(surge, 3) == surge.traffic.arrivals(3)).all()
+
+
+def test_the_goal_table_says_which_points_dominate_tidescale_significantly_across_the_draws() -> None:
+    doc = fake_doc(fake(1.0, 1.0, 1.12))
+    assert "undominated across the draws" not in "\n".join(benchreport.goal_lines(doc))  # no extra draws
+    doc["seeds"] = {"seeds": [5], "scenarios": {}, "across_draws": {"ci95": {}, "dominated_by": {"diurnal": {
+        "tidescale": [{"point": "keda-rps@263", "verdict": "significant"},
+                      {"point": "ray-serve@8", "verdict": "on the mean"}]}}}}
+    goals = benchreport.goal_lines(doc)
+    assert "| diurnal | tidescale | 100.00 % / 100 %: yes | 1.12: yes | yes | yes | no (keda-rps@263) |" in goals
+    doc["seeds"]["across_draws"]["dominated_by"]["diurnal"]["tidescale"] = [
+        {"point": "ray-serve@8", "verdict": "on the mean"}]
+    goals = benchreport.goal_lines(doc)
+    assert "| diurnal | tidescale | 100.00 % / 100 %: yes | 1.12: yes | yes | yes | yes |" in goals

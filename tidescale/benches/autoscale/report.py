@@ -831,12 +831,17 @@ def step_lines(doc: dict[str, Any]) -> list[str]:
 def goal_lines(doc: dict[str, Any]) -> list[str]:
     """tidescale (as shipped, through KEDA asking the recommender, and in direct mode) against the
     issue's goals, scenario by scenario (computed, not written by hand)."""
+    across = doc.get("seeds", {}).get("across_draws")
     out = ["## tidescale against the goals", "",
            f"Steady scenarios: ≥ 99.9 % of requests and ≥ 99 % of windows within the SLO at ≤ {STEADY_COST:g}× the "
            f"oracle's replica-hours. Surge scenarios: requests within the SLO within {DEFAULT_SURGE_GAP_PT:g} point "
            f"of the no-foresight bound ({SURGE_GAP_PT['flash-crowd-10x']:g} for the flash crowd) at ≤ {SURGE_COST:g}×. "
-           "Every scenario: no frontier point of any peer dominating it.", "",
-           "| scenario | row | SLO | cost | undominated | all met |", "|---|---|---|---|---|---|"]
+           "Every scenario: no frontier point of any peer dominating it."
+           + (" The last column: no rerun peer point dominating it significantly across the draws (Peers on "
+              "every draw, below)." if across else ""), "",
+           "| scenario | row | SLO | cost | undominated | all met |"
+           + (" undominated across the draws |" if across else ""),
+           "|---|---|---|---|---|---|" + ("---|" if across else "")]
     for name, res in doc["scenarios"].items():
         bound = doc.get("bounds", {}).get(name)
         for row in JUDGED_ROWS:
@@ -845,10 +850,22 @@ def goal_lines(doc: dict[str, Any]) -> list[str]:
                 continue
             v = verdict(name, r, None if bound is None else bound["requests_within_slo_max"])
             free = not r.get("dominated_by", [])
-            out.append(f"| {name} | {row} | {v.slo_text}: {'yes' if v.slo else 'no'} | {_cost(r['cost_vs_oracle'])}: "
-                       f"{'yes' if v.cost else 'no'} | {'yes' if free else 'no'} | "
-                       f"{'yes' if all((v.slo, v.cost, free)) else 'no'} |")
+            line = (f"| {name} | {row} | {v.slo_text}: {'yes' if v.slo else 'no'} | {_cost(r['cost_vs_oracle'])}: "
+                    f"{'yes' if v.cost else 'no'} | {'yes' if free else 'no'} | "
+                    f"{'yes' if all((v.slo, v.cost, free)) else 'no'} |")
+            if across:
+                line += f" {_undominated_across(across, name, row)} |"
+            out.append(line)
     return [*out, ""]
+
+
+def _undominated_across(across: Mapping[str, Any], scenario: str, row: str) -> str:
+    """yes, or no with the points that dominate the row significantly across the draws (– : not rerun)."""
+    by = across["dominated_by"].get(scenario, {}).get(row)
+    if by is None:
+        return "–"
+    significant = [d["point"] for d in by if d["verdict"] == "significant"]
+    return f"no ({', '.join(significant)})" if significant else "yes"
 
 
 def policy_colours(policies: Sequence[str], cmap: Callable[[int], Any]) -> dict[str, Any]:
