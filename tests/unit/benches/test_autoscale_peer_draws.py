@@ -55,7 +55,12 @@ def test_across_draws_pairs_the_page_seed_with_every_extra_draw() -> None:
     # dominate; ray-serve@8 is cheaper on the mean only (by 0.1, -0.1, 0.2), but serves 0.1 point more on
     # every draw: significant
     assert found["dominated_by"]["diurnal"]["tidescale"] == [{"point": "ray-serve@8", "verdict": "significant"}]
+    # seeds 5 and 6 were tuned on by no one: judged again on those alone
+    held = found["held_out"]
+    assert held["seeds"] == [5, 6] and held["ci95"]["diurnal"]["keda-rps@263"]["draws"] == 2
+    assert held["dominated_by"]["diurnal"]["tidescale"] == [{"point": "ray-serve@8", "verdict": "significant"}]
     page = "\n".join(peer_draws.lines({**doc, "seeds": {**doc["seeds"], "across_draws": found}}))
+    assert "| diurnal | keda-rps@263 | 2 of 3 | 99.83 ± 0.72 % | 100.0 ± 0.0 % | 1.300 ± 0.000× | 1 of 2 |" in page
     assert "| diurnal | ray-serve@8 | 3 of 3 | 100.00 ± 0.00 % | 100.0 ± 0.0 % | 2.500 ± 0.000× |" in page
     assert "| diurnal | tidescale | ray-serve@8 (**significant**) |" in page
 
@@ -105,3 +110,7 @@ def test_the_goal_table_says_which_points_dominate_tidescale_significantly_acros
         {"point": "ray-serve@8", "verdict": "on the mean"}]
     goals = benchreport.goal_lines(doc)
     assert "| diurnal | tidescale | 100.00 % / 100 %: yes | 1.12: yes | yes | yes | yes |" in goals
+    # where two draws or more were held out, the column judges those
+    doc["seeds"]["across_draws"]["held_out"] = {"seeds": [5, 6], "ci95": {}, "dominated_by": {"diurnal": {
+        "tidescale": [{"point": "static@4", "verdict": "significant"}]}}}
+    assert "| yes | yes | no (static@4) |" in "\n".join(benchreport.goal_lines(doc))

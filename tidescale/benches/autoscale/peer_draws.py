@@ -19,6 +19,7 @@ from typing import Any
 
 from tidescale.benches.autoscale.goals import GOALS, JUDGED_ROWS
 from tidescale.benches.autoscale.scenarios import sweep_row
+from tidescale.benches.autoscale.seeds import TUNED_SEEDS
 from tidescale.benches.report import recorded
 from tidescale.benches.stats import interval
 
@@ -116,12 +117,23 @@ def dominance(peer: Draws, row: Draws) -> str | None:
 
 
 def across_draws(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """`{"ci95": {scenario: {point: spread}}, "dominated_by": {scenario: {row: [{"point", "verdict"}]}}}`
-    over the page's seed and the extra seeds."""
+    """`{"ci95": {scenario: {point: spread}}, "dominated_by": {scenario: {row: [{"point", "verdict"}]}},
+    "held_out": {"seeds": [...], "ci95": ..., "dominated_by": ...}}`: over the page's seed and the extra
+    seeds, then over the draws no one tuned on (the peers were tuned on the page's seed, tidescale's
+    defaults on `TUNED_SEEDS`); "held_out" is None with fewer than two such draws."""
+    seeds = [doc["setup"]["seed"], *doc["seeds"]["seeds"]]
+    held = [k for k, s in enumerate(seeds) if s not in TUNED_SEEDS and s != doc["setup"]["seed"]]
+    by_scenario = {scenario: draws_by_point(doc, scenario) for scenario in doc["seeds"]["scenarios"]}
+    out = _judged(by_scenario)
+    held_out = _judged({scenario: {name: [draws[k] for k in held] for name, draws in points.items()}
+                        for scenario, points in by_scenario.items()})
+    return {**out, "held_out": {"seeds": [seeds[k] for k in held], **held_out} if len(held) >= 2 else None}
+
+
+def _judged(by_scenario: Mapping[str, Mapping[str, Draws]]) -> dict[str, Any]:
     ci95: dict[str, Any] = {}
     dominated: dict[str, Any] = {}
-    for scenario in doc["seeds"]["scenarios"]:
-        points = draws_by_point(doc, scenario)
+    for scenario, points in by_scenario.items():
         ci95[scenario] = {name: spread(d) for name, d in points.items()}
         peers = {n: d for n, d in points.items() if n not in JUDGED_ROWS}
         dominated[scenario] = {}
@@ -146,28 +158,60 @@ def lines(doc: Mapping[str, Any]) -> list[str]:
     if not found or all(name in JUDGED_ROWS for points in found["ci95"].values() for name in points):
         return []
     n = len(doc["seeds"]["seeds"]) + 1
+    held = found.get("held_out")
+    held_text = ("" if held is None else
+                 f" Held out: the draws no one tuned on, seeds {', '.join(map(str, held['seeds']))} (the peers were "
+                 f"tuned on seed {doc['setup']['seed']}, tidescale's defaults on seeds "
+                 f"{', '.join(map(str, TUNED_SEEDS))}).")
     out = ["## Peers on every draw", "",
            f"Each peer ran again on the {n - 1} extra draws at the setting its sweep chose on seed "
            f"{doc['setup']['seed']} (its row above: tuned there in hindsight, held out on the others), and so did "
            "every peer point that dominated a tidescale row on that seed. Per point: the draws meeting both SLO "
            f"goals (≥ {100 * GOALS['requests_within_slo']:g} % of requests, ≥ {100 * GOALS['windows_within_slo']:g} % "
-           f"of windows) and the mean with its 95 % confidence interval over all {n} draws (Student's t).", "",
-           "| scenario | point | draws meeting the SLO goals | requests within SLO | windows within SLO | cost |",
-           "|---|---|---:|---:|---:|---:|"]
+           f"of windows) and the mean with its 95 % confidence interval (Student's t) over all {n} draws."
+           + held_text, "",
+           "| scenario | point | draws meeting the SLO goals | requests within SLO | windows within SLO | cost |"
+           + (" held out: meeting | held out: requests | held out: cost |" if held else ""),
+           "|---|---|---:|---:|---:|---:|" + ("---:|---:|---:|" if held else "")]
     for scenario, points in found["ci95"].items():
         for name, s in points.items():
-            out.append(f"| {scenario} | {name} | {s['draws_meeting_slo_goals']} of {s['draws']} "
-                       f"| {_ci(s['requests_within_slo'], '{:.2f} ± {:.2f} %', 100)} "
-                       f"| {_ci(s['windows_within_slo'], '{:.1f} ± {:.1f} %', 100)} "
-                       f"| {_ci(s['cost_vs_oracle'], '{:.3f} ± {:.3f}×')} |")
+            line = f"| {scenario} | {name} | " + " | ".join(_figures(s, windows=True)) + " |"
+            if held:
+                line += " " + " | ".join(_figures(held["ci95"][scenario][name], windows=False)) + " |"
+            out.append(line)
     out += ["", "### Dominated across the draws?", "",
             "A point dominates a row when, over the same draws, its mean requests and windows within the SLO are "
             "no lower, its mean cost no higher, and one is better; **significant** where the 95 % interval of "
             "the draw-by-draw difference clears zero in the peer's favour on at least one of the three.", "",
-            "| scenario | row | dominated across the draws by |", "|---|---|---|"]
+            "| scenario | row | dominated across all the draws by |" + (" on the held-out draws by |" if held else ""),
+            "|---|---|---|" + ("---|" if held else "")]
     for scenario, rows in found["dominated_by"].items():
         for row, by in rows.items():
-            text = ", ".join(f"{d['point']} ({'**significant**' if d['verdict'] == 'significant' else 'on the mean'})"
-                             for d in by) or "no"
-            out.append(f"| {scenario} | {row} | {text} |")
+            line = f"| {scenario} | {row} | {_dominators(by)} |"
+            if held:
+                line += f" {_dominators(held['dominated_by'][scenario][row])} |"
+            out.append(line)
     return [*out, ""]
+
+
+def _figures(s: Mapping[str, Any], windows: bool) -> list[str]:
+    return [f"{s['draws_meeting_slo_goals']} of {s['draws']}",
+            _ci(s["requests_within_slo"], "{:.2f} ± {:.2f} %", 100),
+            *([_ci(s["windows_within_slo"], "{:.1f} ± {:.1f} %", 100)] if windows else []),
+            _ci(s["cost_vs_oracle"], "{:.3f} ± {:.3f}×")]
+
+
+def _dominators(by: Sequence[Mapping[str, Any]]) -> str:
+    return ", ".join(f"{d['point']} ({'**significant**' if d['verdict'] == 'significant' else 'on the mean'})"
+                     for d in by) or "no"
+
+
+def judged_dominators(doc: Mapping[str, Any], scenario: str, row: str) -> tuple[str, list[str]] | None:
+    """(which draws, the points dominating *row* significantly there): on the held-out draws where
+    there are enough, else on all; None where the extra draws did not rerun the row."""
+    found = doc.get("seeds", {}).get("across_draws")
+    if not found:
+        return None
+    group, label = (found["held_out"], "held out") if found.get("held_out") else (found, "all draws")
+    by = group["dominated_by"].get(scenario, {}).get(row)
+    return None if by is None else (label, [d["point"] for d in by if d["verdict"] == "significant"])

@@ -837,8 +837,8 @@ def goal_lines(doc: dict[str, Any]) -> list[str]:
            f"oracle's replica-hours. Surge scenarios: requests within the SLO within {DEFAULT_SURGE_GAP_PT:g} point "
            f"of the no-foresight bound ({SURGE_GAP_PT['flash-crowd-10x']:g} for the flash crowd) at ≤ {SURGE_COST:g}×. "
            "Every scenario: no frontier point of any peer dominating it."
-           + (" The last column: no rerun peer point dominating it significantly across the draws (Peers on "
-              "every draw, below)." if across else ""), "",
+           + (" The last column: no rerun peer point dominating it significantly across the held-out draws "
+              "(all the draws where fewer than two are held out; Peers on every draw, below)." if across else ""), "",
            "| scenario | row | SLO | cost | undominated | all met |"
            + (" undominated across the draws |" if across else ""),
            "|---|---|---|---|---|---|" + ("---|" if across else "")]
@@ -854,18 +854,17 @@ def goal_lines(doc: dict[str, Any]) -> list[str]:
                     f"{'yes' if v.cost else 'no'} | {'yes' if free else 'no'} | "
                     f"{'yes' if all((v.slo, v.cost, free)) else 'no'} |")
             if across:
-                line += f" {_undominated_across(across, name, row)} |"
+                line += f" {_undominated_across(doc, name, row)} |"
             out.append(line)
     return [*out, ""]
 
 
-def _undominated_across(across: Mapping[str, Any], scenario: str, row: str) -> str:
-    """yes, or no with the points that dominate the row significantly across the draws (– : not rerun)."""
-    by = across["dominated_by"].get(scenario, {}).get(row)
-    if by is None:
+def _undominated_across(doc: Mapping[str, Any], scenario: str, row: str) -> str:
+    """yes, or no with the points dominating the row significantly across the draws (– : not rerun)."""
+    found = peer_draws.judged_dominators(doc, scenario, row)
+    if found is None:
         return "–"
-    significant = [d["point"] for d in by if d["verdict"] == "significant"]
-    return f"no ({', '.join(significant)})" if significant else "yes"
+    return f"no ({', '.join(found[1])})" if found[1] else "yes"
 
 
 def policy_colours(policies: Sequence[str], cmap: Callable[[int], Any]) -> dict[str, Any]:
