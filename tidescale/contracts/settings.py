@@ -119,6 +119,10 @@ class _RenamedEnvSource(PydanticBaseSettingsSource):
         return {new: env[f"{prefix}{old}".lower()] for old, new in renamed.items() if f"{prefix}{old}".lower() in env}
 
 
+# False while `ComponentSettings.shipped` builds settings from their defaults alone.
+_READ_ENVIRONMENT: ContextVar[bool] = ContextVar("tidescale_read_environment", default=True)
+
+
 class ComponentSettings(BaseSettings):
     """Base for each component's settings; subclasses set `section` and `env_prefix`. Every float
     setting is finite (NaN and infinity refused) unless its type is `InfOff`."""
@@ -142,7 +146,20 @@ class ComponentSettings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
+        if not _READ_ENVIRONMENT.get():
+            return (init_settings,)
         return (init_settings, env_settings, _RenamedEnvSource(settings_cls), _YamlSectionSource(settings_cls))
+
+    @classmethod
+    def shipped(cls: type[S], **fields: Any) -> S:
+        """The shipped defaults with *fields*, reading no environment variable and no config file: a
+        benchmark's pages record what ships, whatever the shell that runs them exports (a
+        `TIDESCALE_RECOMMENDER_*` variable there silently changed the benchmarked recommender)."""
+        token = _READ_ENVIRONMENT.set(False)
+        try:
+            return cls(**fields)
+        finally:
+            _READ_ENVIRONMENT.reset(token)
 
 
 class ServingSettings(ComponentSettings):

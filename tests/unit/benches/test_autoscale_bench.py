@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tidescale import cli
+from tidescale.autoscaler.settings import RecommenderSettings
 from tidescale.benches.autoscale import policies as pol
 from tidescale.benches.autoscale import scenarios as bench
 from tidescale.benches.autoscale.closedloop import (
@@ -686,3 +687,9 @@ def test_the_page_marks_a_scale_down_under_overload() -> None:
     assert ("- overload, tidescale on the 2 extra draws: 1 scale-downs while saturated in all, at maxReplicas "
             "90.0 % of that time on average") in benchreport.saturation_lines(doc)
     assert benchreport.saturation_lines({"scenarios": {"diurnal": {"tidescale": {"requests_within_slo": 1.0}}}}) == []
+
+
+def test_the_benchmark_runs_the_shipped_recommender_whatever_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TIDESCALE_RECOMMENDER_TUNING__UTILISATION", "0.5")
+    assert RecommenderSettings().tuning.utilisation == 0.5
+    assert pol.shipped_settings().tuning.utilisation == RecommenderSettings.shipped().tuning.utilisation != 0.5

@@ -37,6 +37,20 @@ def test_precedence_flag_over_env_over_yaml(tmp_path: Path, monkeypatch: pytest.
     assert load_settings(DemoLikeSettings, cfg, port=3333, name=None).port == 3333
 
 
+def test_shipped_settings_read_neither_the_environment_nor_a_config_file(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a benchmark records as shipped must not follow the shell that runs it."""
+    monkeypatch.setenv("TIDESCALE_TESTCOMP_PORT", "2222")
+    monkeypatch.setenv("TIDESCALE_TESTCOMP_NAME", "from-env")
+    assert DemoLikeSettings().port == 2222  # a plain build reads the environment
+    shipped = DemoLikeSettings.shipped(name="given")
+    assert (shipped.port, shipped.name) == (9000, "given") and type(shipped) is DemoLikeSettings
+    assert DemoLikeSettings().port == 2222  # and the environment is read again after
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("testcomp:\n  port: 1111\n")
+    assert load_settings(DemoLikeSettings, cfg).port == 2222  # env over YAML, as before
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [

@@ -271,8 +271,8 @@ class RayServe:
 
 def shipped_settings(sizing: str | None = None, **fields: Any) -> RecommenderSettings:
     """The service's settings as shipped, with *fields*, and *sizing* instead of the shipped one (None:
-    as shipped): what the benchmark runs and what its pages record."""
-    settings = RecommenderSettings(**fields)
+    as shipped): what the benchmark runs and what its pages record, whatever the environment says."""
+    settings = RecommenderSettings.shipped(**fields)
     if sizing is not None:
         settings.tuning.sizing = sizing  # type: ignore[assignment]
     return settings
