@@ -60,12 +60,12 @@ def test_requests_queued_past_the_timeout_are_rejected_and_counted(tmp_path: Pat
     assert metric_names(query) == {"nv_inference_request_failure"} and 'reason="REJECTED"' in query
 
 
-def test_requests_in_queued_payloads_are_rejected_too_as_the_triton_scheduler_model_says(tmp_path: Path) -> None:
-    """While the one instance runs the first request, the batcher may move two more into queued payloads
-    (the rate limiter's 2 slots per instance). A real tritonserver 2.51 runs neither once they have waited
-    past the timeout: the first request is the only one served. The `triton-2.51` scheduler model says
-    the same split (it rejects a payload's expired requests when the payload starts); a model that kept
-    them would serve three."""
+def test_no_payload_waits_beyond_the_policys_reach_as_the_triton_scheduler_model_says(tmp_path: Path) -> None:
+    """With a queue timeout Triton prefetches no payload (its queue supports prefetching only without
+    one), so while the one instance runs the first request the others wait in the scheduler queue,
+    where the policy rejects them when the instance frees: the first request is the only one served.
+    The `triton-2.51` scheduler model says the same; one that moved two of them into the rate
+    limiter's prefetch slots and ran them would serve three."""
     with running_fleet(tmp_path, replicas=1, models=[SLOW]) as fleet:
         url = fleet.ready_urls()[0]
         with ThreadPoolExecutor(BURST) as pool:

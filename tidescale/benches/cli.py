@@ -57,6 +57,9 @@ def _register_sim_benches(bench: typer.Typer) -> None:
         workdir: Path | None = typer.Option(None, help="Keep Triton's model repository, logs and traces here."),
         record: bool = typer.Option(True, "--record/--no-record",
                                     help="Write docs/benchmarks/fidelity.md and fidelity.png."),
+        queue_timeout: float | None = typer.Option(
+            None, "--queue-timeout", help="Every side runs Triton's queue policy, REJECT after this many seconds "
+            "in the queue; compares the share rejected too (recorded as fidelity-queue-timeout.md)."),
     ) -> None:
         """Real Triton vs the simulator at 50/80/95/120 % load, and the published queue-growth case."""
         from rich.console import Console
@@ -64,7 +67,8 @@ def _register_sim_benches(bench: typer.Typer) -> None:
         from tidescale.benches import fidelity
 
         console = Console(stderr=True)
-        result = fidelity.run_bench(quick=quick, real=real, workdir=workdir, log=console.log, seconds=seconds)
+        result = fidelity.run_bench(quick=quick, real=real, workdir=workdir, log=console.log, seconds=seconds,
+                                    queue_timeout_s=queue_timeout)
         if record:
             fidelity.record(result)
         _emit(result, as_json, fidelity.render(result))

@@ -9,13 +9,16 @@ machine (`DynamicBatchScheduler::BatcherThread`/`GetDynamicBatch`/`Enqueue` and 
 payload slots, 2 per instance) in simulated time: events are arrivals, the batcher's timed wait,
 and instances finishing.
 
-A queue policy that REJECTs after a timeout acts where Triton's does: `GetDynamicBatch` applies it
-at its cursor, so the requests that waited longer are rejected when the batcher next looks at the
-queue (never while every payload slot is taken), and the timed wait is cut short to the oldest
-pending request's timeout. A queued payload's requests that expired before it starts are rejected
-then, and the rest run: what a real tritonserver 2.51 does (tests/integration/
-test_queue_policy_real_triton.py), though no such check was found in the scheduler's or the rate
-limiter's source read for this.
+A queue policy that REJECTs after a timeout changes two things, as in Triton. `GetDynamicBatch`
+applies it at its cursor, so the requests that waited longer are rejected when the batcher next
+looks at the queue, and the timed wait is cut short to the oldest pending request's timeout. And no
+payload is prefetched: Triton's scheduler queue supports prefetching only without a default timeout
+(`PriorityQueue::support_prefetching_`), and without it the rate limiter has a payload slot only
+while an instance waits for one (`PayloadSlotAvailable`: `WaitingConsumerCount() > 0`). So the
+batch forms when an instance frees, from the requests that have not expired; nothing waits in a
+queued payload where the policy cannot reach it. (A first version of this model kept prefetching
+with a timeout and rejected a payload's expired requests when it started: at 120 % load it ran
+batches of 17 where a real replica ran 29, docs/benchmarks/fidelity-queue-timeout.md.)
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from tidescale.sim.batcher import BatcherConfig, BatchRecords, JitterStream, Rep
 from tidescale.sim.servicecurve import ServiceCurve
 
 INF = float("inf")
-SLOTS_PER_INSTANCE = 2  # RateLimiter::PayloadSlotAvailable: queued payloads < 2 x instances
+SLOTS_PER_INSTANCE = 2  # RateLimiter::PayloadSlotAvailable with prefetching: queued payloads < 2 x instances
 IDLE_WAIT_S = 0.5  # BatcherThread's default_wait_microseconds: an empty queue is looked at again after this
 
 
@@ -42,7 +45,7 @@ class _Payload:
 class TritonBatcher(ReplicaBatcher):
     """Same interface as ReplicaBatcher; `run` walks arrivals, timer and instance events in time order."""
 
-    __slots__ = ("_curr", "_np", "_prefs", "_recorded", "_rejected", "_saturated", "_sched", "_seen",
+    __slots__ = ("_curr", "_now", "_np", "_prefetch", "_prefs", "_rejected", "_saturated", "_sched", "_seen",
                  "_sorted_prefs", "_stale", "_timer", "_zero_delay")
 
     def __init__(self, cfg: BatcherConfig, curve: ServiceCurve, jitter: JitterStream) -> None:
@@ -58,7 +61,9 @@ class TritonBatcher(ReplicaBatcher):
         self._seen = 0  # arrivals[:seen] have reached the scheduler queue or a payload
         self._timer = INF
         self._rejected = 0  # rejected by the queue policy since the last flush (no longer in arrivals)
-        self._recorded = 0  # arrivals[:recorded] are in batch or rejection records not yet flushed
+        # Triton prefetches payloads only without a queue timeout (PriorityQueue::support_prefetching_)
+        self._prefetch = self._timeout == INF
+        self._now = -INF  # the last event's time: an instance freeing after it is an event to come
 
     # --- scheduler pieces (names follow Triton's) --------------------------------------------------
 
@@ -137,8 +142,8 @@ class TritonBatcher(ReplicaBatcher):
                 # (what finds a request whose Enqueue did not wake the batcher after the rest expired)
                 self._timer = t + IDLE_WAIT_S
                 return
-            if len(self._sched) >= SLOTS_PER_INSTANCE * len(self.free):
-                return  # no payload slot: woken when an instance takes a payload
+            if not self._slot_free(t):
+                return  # no payload slot: woken when an instance takes a payload, or frees without one
             wake, take = self._get_dynamic_batch(t)
             if take:
                 self._curr.size += take
@@ -154,6 +159,13 @@ class TritonBatcher(ReplicaBatcher):
                 continue  # the queue policy emptied the queue: the thread loops on, to its idle wait
             return
 
+    def _slot_free(self, t: float) -> bool:
+        """RateLimiter::PayloadSlotAvailable: with prefetching, fewer than 2 queued payloads per
+        instance; without, an instance waiting for a payload (idle, none queued for it)."""
+        if self._prefetch:
+            return len(self._sched) < SLOTS_PER_INSTANCE * len(self.free)
+        return len(self._sched) < sum(1 for f in self.free if f <= t)
+
     def _start_ready(self, t: float) -> None:
         """Idle instances take queued payloads now (each start wakes the batcher via its callback)."""
         while self._sched:
@@ -165,11 +177,6 @@ class TritonBatcher(ReplicaBatcher):
     def _start(self, p: _Payload, t: float, instance: int) -> None:
         if p is self._curr:
             self._stale = True
-        if self._timeout < INF:
-            self._reject_expired_in(p, t)
-            if not p.size:
-                return  # every request in it expired: the instance stays free for the next payload
-        self._recorded += p.size  # the payload's requests are the next arrivals not yet in a record (FIFO)
         if self._jpos >= len(self._jit):
             self._jit, self._jpos = self._jitter.block(), 0
         e = self._exec[p.size] * self._jit[self._jpos]
@@ -179,45 +186,37 @@ class TritonBatcher(ReplicaBatcher):
         self.sizes.append(p.size)
         self.free[instance] = t + e
 
-    def _reject_expired_in(self, p: _Payload, t: float) -> None:
-        """A payload's requests that waited past the timeout when it starts are rejected, not run: what a
-        real tritonserver 2.51 did to requests the batcher had already moved into queued payloads
-        (tests/integration/test_queue_policy_real_triton.py), recorded as a rejection before the batch."""
-        a, timeout, first = self.arrivals, self._timeout, self._recorded
-        k = 0
-        while k < p.size and a[first + k] + timeout <= t:
-            k += 1
-        if not k:
-            return
-        if self.rejections is not None:
-            self.rejections.append((t, a[first:first + k]))
-        self.disp.append(t)
-        self.execs.append(0.0)
-        self.sizes.append(-k)
-        self._recorded = first + k
-        p.size -= k
-
     # --- the event loop ----------------------------------------------------------------------------
 
     def run(self, to_t: float) -> None:
         a = self.arrivals
         while True:  # the queue policy shortens `a` as the batcher runs: its length is read each turn
             t_arr = a[self._seen] if self._seen < len(a) else INF
-            t_free = min(self.free) if self._sched else INF
+            t_free = min(self.free) if self._sched else self._next_release()
             t = min(t_arr, t_free, self._timer)
             if t > to_t or t == INF:
                 return
+            self._now = t
             if t_arr <= t:  # arrivals first at equal times
                 self._seen += 1
                 queued = self._seen - self.head
                 if self._saturated or self._stale or queued >= self._np:
                     self._batcher(t)
-            elif t_free <= t:
+            elif t_free <= t and self._sched:
                 self._start(self._sched.popleft(), t, self.free.index(t_free))
                 self._batcher(t)  # the payload callback wakes the batcher
+            elif t_free <= t:
+                self._batcher(t)  # an instance waits for a payload: the batcher's slot wait ends
             else:
                 self._timer = INF
                 self._batcher(t)
+
+    def _next_release(self) -> float:
+        """Without prefetching, the batcher waits for a slot while requests queue: the next instance to
+        free after the last event ends that wait (with prefetching, a queued payload's start does)."""
+        if self._prefetch or self._seen == self.head:
+            return INF
+        return min((f for f in self.free if f > self._now), default=INF)
 
     # --- bookkeeping the base class does not know about ----------------------------------------------
 
@@ -230,9 +229,7 @@ class TritonBatcher(ReplicaBatcher):
     def flush(self, now: float) -> BatchRecords:
         before = len(self.arrivals)
         rec = super().flush(now)
-        flushed = before - len(self.arrivals)  # served and rejected-in-payload requests alike
-        self._seen -= flushed
-        self._recorded -= flushed
+        self._seen -= before - len(self.arrivals)
         if self._rejected:
             rec, self._rejected = dataclasses.replace(rec, rejected=rec.rejected + self._rejected), 0
         return rec

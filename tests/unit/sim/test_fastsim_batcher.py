@@ -113,7 +113,7 @@ def test_queue_grows_without_bound_above_capacity() -> None:
 
 
 # the stepped model rejects when it forms a batch; Triton 2.51's batcher thread when it next looks at
-# the queue with a payload slot free, and a queued payload's expired requests when the payload starts
+# the queue with a payload slot free (under a timeout: an instance waiting, as no payload is prefetched)
 @pytest.mark.parametrize("scheduler", SCHEDULERS)
 def test_queue_timeout_rejects_what_waited_too_long_and_bounds_the_backlog(scheduler: str) -> None:
     """Triton's queue policy (REJECT after default_timeout_microseconds): under 2x overload the queue
@@ -246,6 +246,55 @@ def test_triton_mode_lone_early_request_runs_alone() -> None:
     assert batches_in_order(sim) == [1, 1, 3]
     stepped = run(slow, dataclasses.replace(cfg, scheduler="stepped"), arrivals)
     assert batches_in_order(stepped) == [1, 4]
+
+
+def test_triton_mode_prefetches_no_payload_under_a_queue_timeout() -> None:
+    """Triton's queue supports prefetching only without a default timeout; without it a payload slot
+    exists only while an instance waits. The lone early request of the test above then does not run
+    alone: the batch forms when the instance frees, as in the stepped model."""
+    slow = ServiceCurve(((1, 0.100), (16, 0.100)), jitter_sigma=0.0)
+    cfg = BatcherConfig(max_batch_size=16, preferred_batch_sizes=(8, 16), max_queue_delay_s=0.002,
+                        queue_timeout_s=5.0, scheduler=TRITON)
+    sim = run(slow, cfg, [0.0, 0.010, 0.020, 0.030, 0.040])
+    assert batches_in_order(sim) == [1, 4] and sim.counters().failures == 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(cfg=configs, arrivals=arrival_lists, replicas=st.integers(1, 3), timeout=st.floats(0.001, 0.5))
+def test_triton_mode_under_a_queue_timeout_serves_or_rejects_each_request_once(
+        cfg: BatcherConfig, arrivals: np.ndarray, replicas: int, timeout: float) -> None:
+    """Nothing waits in a prefetched payload, so no request runs after waiting past its timeout."""
+    cfg = dataclasses.replace(cfg, scheduler=TRITON, queue_timeout_s=timeout)
+    sim = FleetSim(ServiceCurve.v100().scaled(0.05), cfg, replicas, cold_start_s=0.0, keep_history_s=None)
+    sim.offer(arrivals)
+    for t in (0.1, 0.25, 10.0):
+        sim.advance(t)
+    done, c = sim.completed(), sim.counters()
+    assert c.requests == len(done) and c.requests + c.failures == len(arrivals) and sim.queue_depth == 0
+    assert np.all(done.queue < timeout + 1e-9) and np.all(done.batch_size <= cfg.max_batch_size)
+
+
+@settings(max_examples=150, deadline=None)
+@given(cfg=configs, arrivals=arrival_lists, replicas=st.integers(1, 3), timeout=st.floats(0.005, 0.5))
+def test_under_a_queue_timeout_the_triton_model_runs_the_stepped_models_batches(
+        cfg: BatcherConfig, arrivals: np.ndarray, replicas: int, timeout: float) -> None:
+    """Without prefetching, Triton's batcher forms a batch when an instance frees, as the stepped model
+    does: with a timeout longer than the queue delay (where GetDynamicBatch would wake at the timeout
+    first) and no two arrivals at once (a tie Triton's threads race on), the two agree request for
+    request. So `bench autoscale` under the recommended queue policy runs Triton's batcher exactly."""
+    cfg = dataclasses.replace(cfg, prefetch_depth=0, queue_timeout_s=timeout)
+    arrivals = np.unique(arrivals)
+    runs = []
+    for scheduler in SCHEDULERS:
+        sim = FleetSim(ServiceCurve.v100().scaled(0.05), dataclasses.replace(cfg, scheduler=scheduler), replicas,
+                       cold_start_s=0.0, keep_history_s=None, seed=1)
+        sim.offer(arrivals)
+        sim.advance(10.0)
+        done = sim.completed()
+        order = np.argsort(done.arrival)
+        runs.append((done.arrival[order].tolist(), done.latency[order].tolist(), done.batch_size[order].tolist(),
+                     sim.counters().failures))
+    assert runs[0] == runs[1]
 
 
 def test_triton_mode_merges_once_next_preferred_requests_queue() -> None:
