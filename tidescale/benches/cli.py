@@ -279,8 +279,8 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
             "(docs/autoscaler.md); recorded as autoscale-<sizing>-sizing.md."),
         scheduler: str = typer.Option(
             "stepped", "--scheduler", help="The simulator's model of Triton's batcher on every replica: stepped, or "
-            "triton-2.51 (its batcher thread event by event, ~3.5x the cost); recorded as "
-            "autoscale-triton-2.51-scheduler.md."),
+            "triton-2.51 (its batcher thread event by event, ~3.5x the cost; under a queue timeout it runs the stepped "
+            "model's batches); recorded as autoscale-[no-queue-policy-]triton-2.51-scheduler.md."),
         write: bool = typer.Option(True, "--write/--no-write", help="Record docs/benchmarks/autoscale.md + PNGs."),
     ) -> None:
         """Closed-loop autoscaling: tidescale vs HPA CPU/GPU, Triton queue time, KEDA, KPA, Ray Serve, oracle."""

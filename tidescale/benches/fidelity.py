@@ -391,6 +391,12 @@ CLOSED_LOOP_POINTER = ("## The closed loop\n\nThe whole loop (the recommender, t
                        "[fidelity-closed-loop.md](fidelity-closed-loop.md) (`tidescale bench closed-loop`).\n")
 
 
+QUEUE_POLICY_POINTER = ("## Under a queue policy\n\nWith Triton's queue policy (REJECT after a timeout, what tidescale "
+                        "recommends) Triton prefetches no payload, and both scheduler models run the same batches: "
+                        "[fidelity-queue-timeout.md](fidelity-queue-timeout.md) (`tidescale bench fidelity "
+                        "--queue-timeout S`).\n")
+
+
 def render(result: dict[str, Any]) -> str:
     m = result["model"]
     per_point = result["points"][0]["seconds"] if result["points"] else 0
@@ -464,6 +470,8 @@ def render(result: dict[str, Any]) -> str:
     pc = result["published_case"]
     f, o = pc["fit"], pc["overload"]
     out.append(CLOSED_LOOP_POINTER)
+    if timeout is None:
+        out.append(QUEUE_POLICY_POINTER)
     out.append("## Published case\n")
     out.append(f"{pc['source']} reports mean queue time {pc['reported_queue_ms']['200']} ms, "
                f"{pc['reported_queue_ms']['300']} ms and {pc['reported_queue_ms']['400'] / 1e3:.1f} s at 200, 300 "
