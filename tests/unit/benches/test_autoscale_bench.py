@@ -424,21 +424,29 @@ def test_the_startup_scenarios_run_only_when_named_on_a_page_of_their_own() -> N
 def test_another_scheduler_model_runs_every_replica_and_is_recorded_beside_the_default(
         capsys: pytest.CaptureFixture[str]) -> None:
     """`--scheduler triton-2.51`: every replica (and the capacity load test) on Triton's batcher thread,
-    said on the page and in its command, recorded as autoscale-triton-2.51-scheduler.md."""
+    said on the page and in its command, recorded beside the default (here on servers without a queue
+    policy, where Triton prefetches payloads and the two models differ)."""
     from tidescale.benches.autoscale import report as benchreport
 
     opts = benchreport.BenchOptions(["diurnal"], ("oracle",), quick=True, scheduler="triton-2.51",
-                                    oracle_search=QUICK_ORACLE)
-    assert [p.name for p in opts.paths] == ["autoscale-triton-2.51-scheduler.md", "autoscale-triton-2.51-scheduler.png",
-                                            "autoscale-triton-2.51-scheduler-frontiers.png"]
+                                    queue_policy="none", oracle_search=QUICK_ORACLE)
+    page = "autoscale-no-queue-policy-triton-2.51-scheduler"
+    assert [p.name for p in opts.paths] == [f"{page}.md", f"{page}.png", f"{page}-frontiers.png"]
+    assert benchreport.BenchOptions(scheduler="triton-2.51").paths[0].name == "autoscale-triton-2.51-scheduler.md"
     doc, _runs = benchreport.run(opts)
     assert doc["setup"]["scheduler"] == "triton-2.51"
     text = benchreport.markdown(doc)
     assert "--scheduler triton-2.51" in text and "(triton-2.51 scheduler model" in text
     stepped, _ = benchreport.run(dataclasses.replace(opts, scheduler="stepped"))
     assert "scheduler" not in stepped["setup"] and "(stepped scheduler model" in benchreport.markdown(stepped)
-    # the capacity load test ran on the other batcher too: Triton's serves a little less at the SLO
+    # the capacity load test ran on the other batcher too: prefetching, Triton's serves a little less at
+    # the SLO; under the recommended queue policy (no prefetching) the two measure the same
     assert doc["setup"]["capacity_rps_per_replica"] < stepped["setup"]["capacity_rps_per_replica"]
+    curve, timeout = ServiceCurve.v100(), benchreport.BenchOptions().queue_policy_of(ServiceCurve.v100())["timeout_s"]
+    capacities = {bench.measure_capacity(curve, BatcherConfig(max_batch_size=32, preferred_batch_sizes=(8, 16),
+                                                              queue_timeout_s=timeout, scheduler=s), 0.5)
+                  for s in ("stepped", "triton-2.51")}
+    assert len(capacities) == 1
     with pytest.raises(UsageError, match="--scheduler must be one of stepped, triton-2.51"):
         benchreport.BenchOptions(["diurnal"], ("oracle",), quick=True, scheduler="exact")
     with pytest.raises(SystemExit) as exc:
