@@ -538,10 +538,12 @@ def _traffic_table(pts: list[dict[str, Any]], max_batch: int) -> str:
     shape = ("requests reached the server in bursts (gap coefficient of variation well above Poisson's 1), "
              "so the real runs are not at the nominal load shape" if bursty else
              "the client kept the Poisson schedule (gap coefficient of variation close to Poisson's 1)")
+    replayed = ("the times the client sent each request (the trace holds only the requests that ran, not the "
+                "rejected ones), so client noise is in both" if pts[0].get("real", {}).get("rejected") is not None
+                else "the arrival times Triton recorded (trace QUEUE_START), so client noise cannot bias it")
     return ("\n### Traffic as the server saw it\n\n"
-            "The comparison replays the arrival times Triton recorded (trace QUEUE_START), so client noise "
-            f"cannot bias it; here {shape}. `effective load` is the rate seen over the capacity the replica "
-            "really had with its measured service times: near 1 the P99 of a short run depends on small "
+            f"The comparison replays {replayed}; here {shape}. `effective load` is the rate seen over the capacity "
+            "the replica really had with its measured service times: near 1 the P99 of a short run depends on small "
             "differences in capacity, which is where the simulator deviates most. The last column is the "
             "stepped simulator on the scheduled arrivals.\n\n"
             + markdown_table(["load", "req/s scheduled", "req/s seen", "gap CV scheduled", "gap CV seen",
