@@ -114,3 +114,20 @@ def test_the_goal_table_says_which_points_dominate_tidescale_significantly_acros
     doc["seeds"]["across_draws"]["held_out"] = {"seeds": [5, 6], "ci95": {}, "dominated_by": {"diurnal": {
         "tidescale": [{"point": "static@4", "verdict": "significant"}]}}}
     assert "| yes | yes | no (static@4) |" in "\n".join(benchreport.goal_lines(doc))
+
+
+def test_the_draws_are_plotted_beside_the_frontiers_and_linked_from_the_page(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from pathlib import Path
+
+    doc = fake_doc(fake(0.999, 1.0, 2.6))
+    doc["setup"]["seed"] = 0
+    doc["seeds"] = {"seeds": [5, 6], "scenarios": {"diurnal": {
+        str(s): {"bound": None, "rows": {"tidescale": m(0.999, 1.0, 2.5)}, "peers": {"ray-serve@8": m(1.0, 1.0, 2.4)}}
+        for s in (5, 6)}}}
+    doc["seeds"]["across_draws"] = peer_draws.across_draws(doc)
+    png = peer_draws.draws_png(Path(tmp_path) / "autoscale-frontiers.png")
+    assert png.name == "autoscale-draws.png"
+    peer_draws.plot(doc, png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "](autoscale-draws.png)" in "\n".join(peer_draws.lines(doc, png.name))
+    assert "](autoscale-draws.png)" in benchreport.markdown(doc)

@@ -15,12 +15,13 @@ interval of the paired differences excludes zero, in the peer's favour, for at l
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from tidescale.benches.autoscale.goals import GOALS, JUDGED_ROWS
 from tidescale.benches.autoscale.scenarios import sweep_row
 from tidescale.benches.autoscale.seeds import TUNED_SEEDS
-from tidescale.benches.report import recorded
+from tidescale.benches.report import recorded, save_figure
 from tidescale.benches.stats import interval
 
 MEASURES = ("requests_within_slo", "windows_within_slo", "cost_vs_oracle")
@@ -152,7 +153,48 @@ def _ci(value: Mapping[str, Any], fmt: str, scale: float = 1.0) -> str:
     return fmt.format(scale * value["mean"], scale * value["ci95"])
 
 
-def lines(doc: Mapping[str, Any]) -> list[str]:
+def draws_png(frontier_png: Path) -> Path:
+    """Where a page's plot of the draws goes: beside its frontier plot (autoscale-draws.png)."""
+    return frontier_png.with_name(frontier_png.name.replace("-frontiers.png", "-draws.png"))
+
+
+def plot(doc: Mapping[str, Any], path: Path) -> None:
+    """A panel per scenario: each rerun point's mean cost against its mean requests within the SLO over
+    all the draws, with their 95 % intervals as error bars; tidescale as shipped a black star."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    found = doc["seeds"]["across_draws"]["ci95"]
+    names = list(found)
+    cols = min(3, max(1, len(names)))
+    rows = -(-len(names) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(6.4 * cols, 4.8 * rows), squeeze=False)
+    for ax, scenario in zip(axes.flat, names, strict=False):
+        for k, (name, s) in enumerate(found[scenario].items()):
+            cost, req = s["cost_vs_oracle"], s["requests_within_slo"]
+            if cost["mean"] is None or name in JUDGED_ROWS[1:]:
+                continue
+            mine = name == "tidescale"
+            ax.errorbar(cost["mean"], 100 * req["mean"], xerr=cost["ci95"] or 0.0, yerr=100 * (req["ci95"] or 0.0),
+                        fmt="*" if mine else "o", markersize=14 if mine else 5, capsize=3, label=name,
+                        color="black" if mine else plt.get_cmap("tab20")(k % 20))
+        ax.set_xscale("log")
+        for axis_format in (ax.xaxis.set_major_formatter, ax.xaxis.set_minor_formatter):
+            axis_format(FuncFormatter(lambda x, _pos: f"{x:.2g}×"))
+        ax.tick_params(axis="x", which="minor", labelsize=7)
+        ax.legend(fontsize=6, ncol=2, loc="lower right")
+        ax.set(title=scenario, xlabel="cost vs optimum (log), mean ± 95 % CI",
+               ylabel="requests within SLO (%), mean ± 95 % CI")
+        ax.grid(True, alpha=0.3)
+    for ax in list(axes.flat)[len(names):]:
+        ax.set_visible(False)
+    save_figure(fig, path)
+
+
+def lines(doc: Mapping[str, Any], png: str | None = None) -> list[str]:
     """The page's section: every rerun point's figures over the draws, then who dominates tidescale."""
     found = doc.get("seeds", {}).get("across_draws")
     if not found or all(name in JUDGED_ROWS for points in found["ci95"].values() for name in points):
@@ -173,6 +215,8 @@ def lines(doc: Mapping[str, Any]) -> list[str]:
            "| scenario | point | draws meeting the SLO goals | requests within SLO | windows within SLO | cost |"
            + (" held out: meeting | held out: requests | held out: cost |" if held else ""),
            "|---|---|---:|---:|---:|---:|" + ("---:|---:|---:|" if held else "")]
+    if png:
+        out[4:4] = [f"![each rerun point's mean over the draws with its 95 % intervals, tidescale a star]({png})", ""]
     for scenario, points in found["ci95"].items():
         for name, s in points.items():
             line = f"| {scenario} | {name} | " + " | ".join(_figures(s, windows=True)) + " |"

@@ -473,7 +473,7 @@ def markdown(doc: dict[str, Any]) -> str:
     lines += fixed_vs_best_lines(doc)
     lines += goal_lines(doc)
     lines += seed_lines(doc)
-    lines += peer_draws.lines(doc)
+    lines += peer_draws.lines(doc, peer_draws.draws_png(Path(frontier_png)).name)
     lines += UNREACHABLE
     lines += bound_lines(doc)
     lines += own_bound_lines(doc)
@@ -934,6 +934,8 @@ def write(doc: dict[str, Any], runs: dict[str, dict[str, RunResult]], doc_path: 
     write_markdown(doc, doc_path)
     plot(runs, png_path)
     plot_frontiers(doc, frontier_png)
+    if doc.get("seeds", {}).get("across_draws"):
+        peer_draws.plot(doc, peer_draws.draws_png(frontier_png))
 
 
 NINES_FLOOR = 1e-4  # 100 % sits four nines up: the scale spreads 90–100 %, where the peers differ
