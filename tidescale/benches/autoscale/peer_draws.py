@@ -20,11 +20,10 @@ from typing import Any
 
 from tidescale.benches.autoscale.goals import GOALS, JUDGED_ROWS
 from tidescale.benches.autoscale.scenarios import sweep_row
-from tidescale.benches.autoscale.seeds import TUNED_SEEDS
+from tidescale.benches.autoscale.seeds import MEASURES, TUNED_SEEDS
 from tidescale.benches.report import recorded, save_figure
 from tidescale.benches.stats import interval
 
-MEASURES = ("requests_within_slo", "windows_within_slo", "cost_vs_oracle")
 # +1 where more is better, -1 where less is (the cost)
 BETTER = {"requests_within_slo": 1, "windows_within_slo": 1, "cost_vs_oracle": -1}
 
