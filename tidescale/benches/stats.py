@@ -19,3 +19,11 @@ def interval(values: Sequence[float]) -> tuple[float, float] | None:
     mean = float(np.mean(values))
     sem = float(np.std(values, ddof=1)) / math.sqrt(len(values))
     return mean, T_975.get(len(values) - 1, T_975[10]) * sem
+
+
+def ci_text(mean: float | None, half: float | None, fmt: str) -> str:
+    """*fmt* ("{:.2f} ± {:.2f} %") filled with a mean and its interval's half-width; the mean alone where
+    there is no interval (one draw), "–" where there is no mean."""
+    if mean is None:
+        return "–"
+    return fmt.split(" ±")[0].format(mean) if half is None else fmt.format(mean, half)

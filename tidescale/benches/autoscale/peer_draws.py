@@ -22,7 +22,7 @@ from tidescale.benches.autoscale.goals import GOALS, JUDGED_ROWS
 from tidescale.benches.autoscale.scenarios import sweep_row
 from tidescale.benches.autoscale.seeds import MEASURES, TUNED_SEEDS
 from tidescale.benches.report import recorded, save_figure
-from tidescale.benches.stats import interval
+from tidescale.benches.stats import ci_text, interval
 
 # +1 where more is better, -1 where less is (the cost)
 BETTER = {"requests_within_slo": 1, "windows_within_slo": 1, "cost_vs_oracle": -1}
@@ -145,11 +145,8 @@ def _judged(by_scenario: Mapping[str, Mapping[str, Draws]]) -> dict[str, Any]:
 
 
 def _ci(value: Mapping[str, Any], fmt: str, scale: float = 1.0) -> str:
-    if value["mean"] is None:
-        return "–"
-    if value["ci95"] is None:
-        return fmt.split(" ±")[0].format(scale * value["mean"])
-    return fmt.format(scale * value["mean"], scale * value["ci95"])
+    mean, half = value["mean"], value["ci95"]
+    return ci_text(None if mean is None else scale * mean, None if half is None else scale * half, fmt)
 
 
 def draws_png(frontier_png: Path) -> Path:

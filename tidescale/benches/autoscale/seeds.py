@@ -19,7 +19,7 @@ from tidescale.benches.autoscale.closedloop import SimParams, recorded_offsets, 
 from tidescale.benches.autoscale.goals import GOALS, JUDGED_ROWS, verdict
 from tidescale.benches.forked import fork_map
 from tidescale.benches.report import recorded
-from tidescale.benches.stats import interval
+from tidescale.benches.stats import ci_text, interval
 
 MEASURES = ("requests_within_slo", "windows_within_slo", "cost_vs_oracle")
 # Recorded per draw where a scenario's load outgrows maxReplicas (`closedloop.saturation_scores`).
@@ -166,5 +166,5 @@ def _ci(values: Sequence[float | None], fmt: str) -> str:
     known = [v for v in values if v is not None]
     found = interval(known)
     if found is None:
-        return "–" if not known else fmt.split(" ±")[0].format(known[0])
-    return fmt.format(*found)
+        return ci_text(known[0] if known else None, None, fmt)
+    return ci_text(*found, fmt)
