@@ -246,12 +246,11 @@ def _dominators(by: Sequence[Mapping[str, Any]]) -> str:
                      for d in by) or "no"
 
 
-def judged_dominators(doc: Mapping[str, Any], scenario: str, row: str) -> tuple[str, list[str]] | None:
-    """(which draws, the points dominating *row* significantly there): on the held-out draws where
-    there are enough, else on all; None where the extra draws did not rerun the row."""
+def judged_dominators(doc: Mapping[str, Any], scenario: str, row: str) -> list[str] | None:
+    """The points dominating *row* significantly on the held-out draws where there are enough, else on
+    all the draws; None where the extra draws did not rerun the row."""
     found = doc.get("seeds", {}).get("across_draws")
     if not found:
         return None
-    group, label = (found["held_out"], "held out") if found.get("held_out") else (found, "all draws")
-    by = group["dominated_by"].get(scenario, {}).get(row)
-    return None if by is None else (label, [d["point"] for d in by if d["verdict"] == "significant"])
+    by = (found.get("held_out") or found)["dominated_by"].get(scenario, {}).get(row)
+    return None if by is None else [d["point"] for d in by if d["verdict"] == "significant"]

@@ -864,7 +864,7 @@ def _undominated_across(doc: Mapping[str, Any], scenario: str, row: str) -> str:
     found = peer_draws.judged_dominators(doc, scenario, row)
     if found is None:
         return "–"
-    return f"no ({', '.join(found[1])})" if found[1] else "yes"
+    return f"no ({', '.join(found)})" if found else "yes"
 
 
 def policy_colours(policies: Sequence[str], cmap: Callable[[int], Any]) -> dict[str, Any]:
