@@ -84,9 +84,7 @@ class RecommenderService:
                 raise UsageError(f"target {t.namespace}/{t.deployment} is listed twice")
             Target(t.deployment, t.namespace, t.model, t.min_replicas, t.max_replicas)  # validates the names
             config = settings.config_for(t)
-            queries = TargetQueries.for_target(t, settings.tuning, settings.series_matchers, settings.slo_for(t),
-                                               settings.forecast, settings.cold_start_s)
-            self.states[key] = TargetState(t, Recommender(config), queries,
+            self.states[key] = TargetState(t, Recommender(config), self._queries_for(t, settings.cold_start_s),
                                            fast=FastWindow(config.panic_window_s, config.client_retries)
                                            if settings.fast_path.enabled else None,
                                            first_ready=FirstReadyTracker(self.started))
@@ -144,13 +142,24 @@ class RecommenderService:
         with self._lock:
             return dict(self.states)
 
-    @staticmethod
-    def _apply_cold_start(st: TargetState, learned: tuple[float, str] | None) -> None:
+    def _queries_for(self, t: TargetSettings, cold_start_s: float) -> TargetQueries:
+        """*t*'s PromQL, its seasonal forecast reading the peak a period ago over the next *cold_start_s*
+        (plus the lookahead's extra)."""
+        s = self.settings
+        return TargetQueries.for_target(t, s.tuning, s.series_matchers, s.slo_for(t), s.forecast, cold_start_s)
+
+    def _apply_cold_start(self, st: TargetState, learned: tuple[float, str] | None) -> None:
+        """The cold start learned, for the lookahead and for the forecast's reads: a replica asked for a
+        peak a day ago must be asked one cold start before it, and a model that loads in 5 minutes where
+        the chart says 60 s would otherwise be asked for 3.5 minutes late (`forecast.ahead_s`, when
+        set, stays as set)."""
         if learned is None:
             return
         cold, st.cold_start_source = learned
         if cold != st.recommender.config.cold_start_s:
             st.recommender.config = dataclasses.replace(st.recommender.config, cold_start_s=cold)
+            if self.settings.forecast.enabled and self.settings.forecast.ahead_s is None:
+                st.queries = self._queries_for(st.settings, cold)
 
     def _evaluate_one(self, st: TargetState, now: float) -> None:
         # Every read first, no lock held ...

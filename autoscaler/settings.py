@@ -120,7 +120,8 @@ class ForecastSettings(SettingsModel):
 
     enabled: bool = True
     periods_s: list[float] = Field(default_factory=lambda: [DAY_S, WEEK_S], min_length=1, max_length=4)
-    # How far ahead the peak is looked for; None: the configured cold start + the lookahead's extra.
+    # How far ahead the peak is looked for; None: the cold start (learned, else configured) + the
+    # lookahead's extra.
     ahead_s: float | None = Field(default=None, gt=0, le=3600, allow_inf_nan=False)
     margin_s: float = Field(default=120.0, ge=0, le=3600, allow_inf_nan=False)
     level_window_s: float = Field(default=600.0, ge=60, le=7200, allow_inf_nan=False)

@@ -110,6 +110,13 @@ class SimPrometheus:
         self._silent = {queries.model_load, queries.hpa_current, queries.hpa_desired}
         self._discovery = f"group by (pod, instance) ({queries.pending})"
 
+    def follow(self, queries: TargetQueries) -> None:
+        """Answer *queries* from now on, as Prometheus answers any: the service rebuilds its forecast's
+        reads when it learns another cold start (the other expressions stay as they were)."""
+        if queries is not self.queries:
+            self.queries = queries
+            self._values.update(self._forecast_values())
+
     def _forecast_values(self) -> dict[str, Callable[[MetricsLag, FleetSim, float], float | None]]:
         """The forecast's reads (`SeasonQuery`), from the demand history."""
         q, history = self.queries, self.history

@@ -368,6 +368,28 @@ def test_the_cold_start_is_learned_from_tritons_model_load_time_and_exported() -
         in fake.queries
 
 
+def test_the_forecast_looks_ahead_by_the_cold_start_learned() -> None:
+    """A model that loads in 5 minutes where the chart says 60 s: the forecast's reads a day ago cover
+    the next 330 s once the cold start is learned (a replica asked 90 s before a known peak would
+    serve it 3.5 minutes late). An explicit `forecast.ahead_s` stays as set."""
+    svc, fake = make(cold_start_s=60.0, cold_start_max_s=900.0)
+    state = svc.states[("ml", "triton")]
+    margin = ForecastSettings().margin_s
+    assert [s.peak_window_s for s in state.queries.seasons] == [60 + 30 + 2 * margin] * 2
+    fake.pod_times = {"triton-abc-1": (900.0, 1200.0)}
+    svc.evaluate(1300.0)
+    assert state.recommender.config.cold_start_s == 300.0
+    assert [s.peak_window_s for s in state.queries.seasons] == [300 + 30 + 2 * margin] * 2
+    svc.evaluate(1315.0)
+    assert any(state.queries.seasons[0].peak in q for q in fake.queries)  # the new reads are the ones asked
+    pinned, fake = make(cold_start_s=60.0, cold_start_max_s=900.0, forecast=ForecastSettings(ahead_s=120.0))
+    fake.pod_times = {"triton-abc-1": (900.0, 1200.0)}
+    pinned.evaluate(1300.0)
+    [st] = pinned.states.values()
+    assert st.recommender.config.cold_start_s == 300.0
+    assert [s.peak_window_s for s in st.queries.seasons] == [120 + 2 * margin] * 2
+
+
 def decisions(svc: RecommenderService) -> dict[str, float]:
     return {dict(k[1])["reason"]: v for k, v in exported(svc).items() if k[0] == "tidescale_recommender_decision"}
 

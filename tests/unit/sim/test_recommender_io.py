@@ -151,3 +151,22 @@ def test_the_simulated_prometheus_answers_the_forecast_from_the_day_before_then_
     assert queries.demand_level is not None
     [(_, now)] = prom.instant(queries.demand_level)
     assert 50.0 < now < 150.0  # the run's own sample, one scrape late
+
+
+def test_the_simulated_prometheus_answers_the_reads_of_a_forecast_rebuilt_for_a_learned_cold_start() -> None:
+    """A peak a day ago, 6 minutes ahead: past the reads built for the configured 60 s cold start; once
+    the service rebuilds them for a learned 300 s, the simulated Prometheus answers those too."""
+    settings = RecommenderSettings(targets=[TargetSettings(deployment="triton", namespace="bench", model="model",
+                                                           capacity_rps=370.0)], kube_events=False)
+    target = settings.targets[0]
+    queries = TargetQueries.for_target(target, settings.tuning, forecast=settings.forecast, cold_start_s=60.0)
+    before = [(t, 900.0 if t == 60.0 - 86400 + 360 else 100.0) for t in np.arange(-86400.0 - 600, 0.0, 60.0)]
+    prom = SimPrometheus(queries, settings.config_for(target), history=DemandHistory(before))
+    sim = FleetSim(CURVE, CFG, 2, 0.0)
+    lag = MetricsLag(sim, 15.0)
+    lag.advance(60.0)
+    prom.bind(60.0, lag, sim)
+    assert prom.instant(queries.seasons[0].peak) == [(60.0, 100.0)]
+    learned = TargetQueries.for_target(target, settings.tuning, forecast=settings.forecast, cold_start_s=300.0)
+    prom.follow(learned)
+    assert prom.instant(learned.seasons[0].peak) == [(60.0, 900.0)]

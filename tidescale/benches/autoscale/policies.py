@@ -347,6 +347,7 @@ class TidescalePolicy:
         ready = lag.gauge("replicas_ready")
         self.ready = int(ready) if ready is not None else 0
         self.prometheus.bind(now, lag, sim)
+        self.prometheus.follow(self.state.queries)
         self.service.tick(now)
         if self.direct:
             if self.scale.replicas is not None:
