@@ -316,6 +316,32 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
         if beaten:
             raise typer.Exit(1)
 
+    @bench.command("sizing")
+    def bench_sizing(
+        json_only: bool = typer.Option(False, "--json", help="Only the JSON result on stdout."),
+        scenario: list[str] = typer.Option([], "--scenario", help="Scenario name (repeatable); default every "
+                                           "20-minute one, the named groups' included."),
+        draws: int | None = typer.Option(None, "--draws", help="Draws per scenario: seeds 0 .. N-1 (2 to 100; "
+                                         "default 20)."),
+        jobs: int = typer.Option(1, "--jobs", help="Draws simulated at once, in forked workers; the results are "
+                                 "the same, the wall time shorter."),
+        write: bool = typer.Option(True, "--write/--no-write",
+                                   help="Record docs/benchmarks/autoscale-sizing.md + PNG."),
+    ) -> None:
+        """tidescale's sizings (fixed, burst) side by side, paired by draw: requests within the SLO and cost."""
+        from rich.console import Console
+
+        from tidescale.benches.autoscale import sizings
+
+        err = Console(stderr=True)
+        with err.status("sizing benchmark") as status:
+            doc = sizings.run(scenario or None, sizings.DEFAULT_DRAWS if draws is None else draws, jobs,
+                              progress=lambda m: status.update(m))
+        if write:
+            sizings.write(doc)
+            err.print(f"wrote {sizings.DOC} and {sizings.PNG}")
+        sys.stdout.write(json.dumps(doc) + "\n" if json_only else "\n".join(sizings.lines(doc)) + "\n")
+
 
 def _register_soak_bench(bench: typer.Typer) -> None:
     @bench.command("soak")

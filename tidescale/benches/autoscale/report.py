@@ -250,6 +250,16 @@ def default_scenarios(available: Mapping[str, bench.BenchScenario], trace: Path 
     return ["trace"] if trace else [n for n in available if n not in named_only]
 
 
+def replica_setup(opts: BenchOptions) -> tuple[ServiceCurve, dict[str, Any], BatcherConfig, float]:
+    """The replica every policy scales: its service curve, its queue policy, its batcher, and its
+    capacity at the SLO (a simulated load test)."""
+    curve = ServiceCurve.v100()
+    queue_policy = opts.queue_policy_of(curve)
+    cfg = BatcherConfig(max_batch_size=32, preferred_batch_sizes=(8, 16), max_queue_delay_s=0.002, instance_count=1,
+                        queue_timeout_s=queue_policy["timeout_s"], scheduler=opts.scheduler)
+    return curve, queue_policy, cfg, bench.measure_capacity(curve, cfg, opts.slo_s, opts.seed)
+
+
 def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
         ) -> tuple[dict[str, Any], dict[str, dict[str, RunResult]]]:
     """All scenarios × policies; returns the JSON document and the runs (for the plot)."""
@@ -257,11 +267,7 @@ def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
     available = bench.build_scenarios(duration, opts.base_rps, opts.trace, opts.target_rps)
     names = opts.scenarios or default_scenarios(available, opts.trace)
     bench.check_scenarios(names, list(available))
-    curve = ServiceCurve.v100()
-    queue_policy = opts.queue_policy_of(curve)
-    cfg = BatcherConfig(max_batch_size=32, preferred_batch_sizes=(8, 16), max_queue_delay_s=0.002, instance_count=1,
-                        queue_timeout_s=queue_policy["timeout_s"], scheduler=opts.scheduler)
-    capacity = bench.measure_capacity(curve, cfg, opts.slo_s, opts.seed)
+    curve, queue_policy, cfg, capacity = replica_setup(opts)
     replica_rps = max(capacity, curve.max_throughput())
     sweeps = opts.peer_sweeps(capacity)
     retries = ClientRetries(max_retries=opts.client_retries) if opts.client_retries else None

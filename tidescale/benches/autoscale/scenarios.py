@@ -396,11 +396,8 @@ def run_scenario(sc: BenchScenario, policy_names: list[str], params: SimParams, 
     warm-up. The oracle follows the cheapest schedule a search of at most *oracle_search* simulations
     finds (`optimal_schedule`). tidescale sizes as *sizing* says (None: as shipped). The runs keep
     their replica timelines, not per-request latencies (a sweep would hold hundreds of MB of them)."""
-    arrivals, end = scenario_arrivals(sc, params.seed)
-    needed = oracle_needed(arrivals, end, capacity_rps)
+    arrivals, end, needed, initial, p = draw_setup(sc, params, capacity_rps)
     replica_rps = max(capacity_rps, params.curve.max_throughput())  # what a replica completes flat out
-    initial = min(opening_fleet(needed), sc.max_replicas)
-    p = dataclasses.replace(params, cold_start_s=sc.cold_start_s, startup=sc.startup, faults=sc.faults)
     surge_at = None if sc.surge_at_s is None else sc.surge_at_s
     scores: dict[str, dict[str, Any]] = {}
     runs: dict[str, RunResult] = {}
@@ -461,6 +458,30 @@ def run_scenario(sc: BenchScenario, policy_names: list[str], params: SimParams, 
         s["cost_vs_oracle"] = s["replica_hours"] / oracle_hours if oracle_hours else None
         s["cost_vs_fluid"] = s["replica_hours"] / fluid
     return scores, runs
+
+
+def draw_setup(sc: BenchScenario, params: SimParams, capacity_rps: float
+               ) -> tuple[np.ndarray, float, list[int], int, SimParams]:
+    """One draw of *sc* as every policy meets it: its arrivals (warm-up included) and their end, the
+    replicas each second needs at the capacity at the SLO, the opening fleet, and *params* with the
+    scenario's cold start, start-up and faults."""
+    arrivals, end = scenario_arrivals(sc, params.seed)
+    needed = oracle_needed(arrivals, end, capacity_rps)
+    initial = min(opening_fleet(needed), sc.max_replicas)
+    return arrivals, end, needed, initial, dataclasses.replace(params, cold_start_s=sc.cold_start_s,
+                                                               startup=sc.startup, faults=sc.faults)
+
+
+def tidescale_scores(sc: BenchScenario, params: SimParams, capacity_rps: float, sizing: str | None
+                     ) -> dict[str, Any]:
+    """tidescale alone, as shipped but for *sizing*, on one draw of *sc* (adapter mode, no oracle):
+    its scores, replica-hours rather than a cost against the oracle."""
+    arrivals, end, _, initial, p = draw_setup(sc, params, capacity_rps)
+    policy = make_policy("tidescale", initial, capacity_rps, sc.cold_start_s, [], params.slo_latency_threshold_s,
+                         sync_offset_s=p.sync_offset_s, history=history_samples(sc, params.seed),
+                         max_replicas=sc.max_replicas, sizing=sizing)
+    return score(run_policy(policy, arrivals, end, initial, p), params.slo_latency_threshold_s, WARMUP_S, end,
+                 sc.surge_at_s)
 
 
 def opening_fleet(needed: Sequence[int]) -> int:
