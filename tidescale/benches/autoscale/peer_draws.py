@@ -179,7 +179,7 @@ def plot(doc: Mapping[str, Any], path: Path) -> None:
                         color="black" if mine else plt.get_cmap("tab20")(k % 20))
         ax.set_xscale("log")
         for axis_format in (ax.xaxis.set_major_formatter, ax.xaxis.set_minor_formatter):
-            axis_format(FuncFormatter(lambda x, _pos: f"{x:.2g}×"))
+            axis_format(FuncFormatter(lambda x, _pos: f"{x:.3g}×"))
         ax.tick_params(axis="x", which="minor", labelsize=7)
         ax.legend(fontsize=6, ncol=2, loc="lower right")
         ax.set(title=scenario, xlabel="cost vs optimum (log), mean ± 95 % CI",
