@@ -7,8 +7,9 @@ both at one fixed utilisation makes the first fat and the second thin. A burst s
 start cannot be chased; only standing capacity meets it.
 
 `burst_factor` replays the arrival rates of the last minutes (the fast path's reading per interval),
-each divided by the centred mean around it (the trend the projection already follows is not a
-burst), through a fluid queue served at f times that mean, and returns the smallest f at which at
+each divided by its level (the larger of the means over the half-minute before it and after it: the
+trend the projection already follows, and a step to a new level, are not bursts), through a fluid
+queue served at f times that level, and returns the smallest f at which at
 most `late_share` of the arrivals wait longer than `delay_s`. The queue is the fleet's work beyond
 the profile's own Poisson noise: a burst of 30 % for 2 s at f = 1 leaves 0.6 s of work, which every
 request behind it waits on top of the profile's P99.
@@ -26,14 +27,25 @@ SEARCH_STEPS = 24  # bisection steps: the factor to within (max - 1) / 2^24
 MAX_READINGS = 4096  # held at most, whatever the window and the fast path's interval (memory and time bound)
 
 
-def centred_means(rates: Sequence[float], half: int) -> list[float]:
-    """The mean of each reading's neighbours within *half* readings on either side (fewer at the ends)."""
+def level_means(rates: Sequence[float], half: int) -> list[float]:
+    """Each reading's level: the larger of the means of the *half* readings before it and of the *half*
+    after it (itself in neither; one side at the ends, the reading itself when alone).
+
+    A burst stands above both sides; a step to a new level stands level with the side it belongs to.
+    Over a centred mean, the readings just after a 10x step read as a burst of 2x (the mean still held
+    the old level), and the step sized the fleet at twice the new level for the whole window."""
     sums = [0.0]
     for r in rates:
         sums.append(sums[-1] + r)
     n = len(rates)
-    return [(sums[min(n, i + half + 1)] - sums[max(0, i - half)]) / (min(n, i + half + 1) - max(0, i - half))
-            for i in range(n)]
+    levels = []
+    for i in range(n):
+        lo, hi = max(0, i - half), min(n, i + half + 1)
+        sides = [(sums[i] - sums[lo]) / (i - lo) if i > lo else None,
+                 (sums[hi] - sums[i + 1]) / (hi - i - 1) if hi > i + 1 else None]
+        known = [m for m in sides if m is not None]
+        levels.append(max(known) if known else rates[i])
+    return levels
 
 
 def late_share(ratios: Sequence[float], dts: Sequence[float], factor: float, delay_s: float) -> float:
@@ -50,7 +62,7 @@ def late_share(ratios: Sequence[float], dts: Sequence[float], factor: float, del
 
 def burst_factor(samples: Sequence[tuple[float, float]], smooth_s: float, delay_s: float, share: float,
                  max_factor: float) -> float | None:
-    """The smallest factor in [1, *max_factor*] over the centred mean (±*smooth_s*/2) that keeps the
+    """The smallest factor in [1, *max_factor*] over the level (`level_means`, *smooth_s*/2 a side) that keeps the
     share of arrivals delayed beyond *delay_s* at most *share*, on *samples* of (t, arrival rate).
     None while they span less than `MIN_SPAN_S` or carry no arrivals."""
     if len(samples) < 3 or samples[-1][0] - samples[0][0] < MIN_SPAN_S:
@@ -61,7 +73,7 @@ def burst_factor(samples: Sequence[tuple[float, float]], smooth_s: float, delay_
     step = sorted(dts)[len(dts) // 2]  # the readings' usual interval
     if not step > 0:
         return None
-    means = centred_means(rates, max(1, round(smooth_s / 2 / step)))
+    means = level_means(rates, max(1, round(smooth_s / 2 / step)))
     pairs = [(r / m, dt) for r, m, dt in zip(rates[1:], means[1:], dts, strict=True) if m > 0]
     if not pairs:
         return None

@@ -14,8 +14,8 @@ from tidescale.autoscaler.burst import (
     MIN_SPAN_S,
     BurstProfile,
     burst_factor,
-    centred_means,
     late_share,
+    level_means,
 )
 from tidescale.autoscaler.recommend import Observation, Recommender, RecommenderConfig
 from tidescale.autoscaler.settings import RecommenderTuning
@@ -49,9 +49,32 @@ def test_a_smooth_stream_needs_almost_no_margin_and_a_bursty_one_needs_more() ->
 
 
 def test_a_trend_is_not_a_burst() -> None:
-    """The projection follows a ramp; only the swings around its centred mean need standing capacity."""
+    """The projection follows a ramp; only the swings above its level need standing capacity."""
     ramp = [500.0 + 5.0 * i for i in range(300)]  # 500 -> 2000 req/s over ten minutes, no noise
     assert burst_factor(readings(ramp), 60.0, 0.1, 0.001, 2.0) == pytest.approx(1.0, abs=0.01)
+    assert burst_factor(readings(ramp[::-1]), 60.0, 0.1, 0.001, 2.0) == pytest.approx(1.0, abs=0.01)
+
+
+@pytest.mark.parametrize("height", [10.0, 0.1, 3.0])
+def test_a_step_to_a_new_level_is_not_a_burst(height: float) -> None:
+    """A flash crowd that stays (10x), a drop (0.1x), a surge (3x): the fleet follows the new level; it
+    does not carry the step as a margin for the ten minutes the step stays in the window (against a
+    centred mean, the 10x step read as a burst of 2x and sized the fleet at the factor's cap)."""
+    rates = [800.0] * 150 + [800.0 * height] * 150
+    assert burst_factor(readings(rates), 60.0, 0.25, 0.01, 2.0) == pytest.approx(1.0, abs=1e-6)
+    noisy = [r * n / 800.0 for r, n in zip(rates, poisson_like(800.0, 300, 7), strict=True)]
+    assert (burst_factor(readings(noisy), 60.0, 0.25, 0.01, 2.0) or 9) < 1.05
+    spiky = [r * b / 800.0 for r, b in zip(rates, bursty(800.0, 300, 7), strict=True)]
+    assert (burst_factor(readings(spiky), 60.0, 0.1, 0.001, 2.0) or 0) > 1.2  # its bursts still count
+
+
+def test_a_level_is_the_larger_side_and_a_burst_stands_above_both() -> None:
+    rates = [1.0] * 10 + [5.0] + [1.0] * 10  # one reading's burst
+    levels = level_means(rates, 3)
+    assert levels[10] == 1.0  # neither side holds it: it reads at its full 5x
+    assert levels[9] == levels[11] == pytest.approx(7 / 3)  # its neighbours see it on one side
+    assert level_means([1.0] * 5 + [4.0] * 5, 2) == [1.0, 1.0, 1.0, 2.5, 4.0, 4.0, 4.0, 4.0, 4.0, 4.0]
+    assert level_means([3.0], 2) == [3.0]  # alone: itself
 
 
 def test_the_factor_waits_for_two_minutes_of_readings_and_stays_within_its_bounds() -> None:
@@ -71,7 +94,7 @@ def test_the_factor_is_the_smallest_one_that_meets_the_share(rates: list[float],
     if factor is None:
         return
     assert 1.0 <= factor <= 3.0
-    means = centred_means(rates, 5)
+    means = level_means(rates, 5)
     pairs = [(r / m, 2.0) for r, m in zip(rates[1:], means[1:], strict=True) if m > 0]
     ratios, dts = [r for r, _ in pairs], [d for _, d in pairs]
     if factor < 3.0:
@@ -115,6 +138,19 @@ def test_burst_sizing_sizes_a_smooth_stream_thinner_and_a_bursty_one_fatter_than
     assert asked(poisson_like(1000.0, 150, 5), "burst") == 11
     assert asked(bursty(1000.0, 150, 5), "burst") > 12
     assert asked(bursty(1000.0, 20, 5), "burst") == 12  # 40 s of readings: the fixed share still
+
+
+def test_the_panic_acts_past_the_share_the_sizing_lets_the_fleet_carry() -> None:
+    """Burst sizing carries a smooth stream at the full capacity: 930 req/s on 10 replicas of 100 is
+    no overload for it, where the fixed 0.9 panics; past all of their capacity both do."""
+    def panics(sizing: str, rps: float) -> bool:
+        rec = Recommender(RecommenderConfig(capacity_rps=100.0, max_replicas=50, sizing=sizing))
+        for t, r in readings(poisson_like(930.0, 150, 13)):
+            rec.record_interval(t, r)
+        return rec.panic(300.0, rps, 10) is not None
+
+    assert panics("fixed", 930.0) and not panics("burst", 930.0)
+    assert panics("fixed", 1050.0) and panics("burst", 1050.0)
 
 
 def test_burst_sizing_is_a_setting_and_bad_values_are_refused() -> None:

@@ -126,6 +126,26 @@ def test_a_restarted_server_starts_its_window_afresh_and_a_gone_pod_is_dropped()
     assert r.pods == 1 and r.arrival_rps is None  # a's history is gone, c has one sample
 
 
+def test_a_scale_down_reads_no_dip_and_no_rise_in_the_fleet_s_arrivals() -> None:
+    """900 req/s on three pods, then on two from t=20: the two take the third's requests, and their
+    6 s window rates take them in over one window. The gone pod's rate is counted on for the share
+    of the window still to come, so the fleet reads 900 throughout; counted only by the others it
+    read 600 at once and rose back over 6 s, a ramp the panic projected over the cold start."""
+    w = FastWindow(6.0)
+    counts = {"a": 0.0, "b": 0.0, "c": 0.0}
+    readings, held = [], []
+    for k in range(21):
+        t = 2.0 * k
+        pods = ["a", "b", "c"] if t <= 20 else ["a", "b"]
+        if k:
+            for pod in pods:
+                counts[pod] += 900.0 / len(pods) * 2.0
+        readings.append(w.add(t, {pod: PodCounters(counts[pod], 0, 0) for pod in pods}).arrival_rps)
+        held.append(len(w._departed))
+    assert all(r == pytest.approx(900.0) for r in readings[1:])
+    assert held[11:14] == [1, 1, 0] and held[-1] == 0  # c's share runs out with its window, then is forgotten
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.dictionaries(st.sampled_from("abc"), st.one_of(st.none(), st.builds(
     PodCounters, st.floats(0, 1e9), st.floats(0, 1e6), st.floats(0, 1e5))), max_size=3), max_size=12))
