@@ -99,7 +99,7 @@ class RecommenderConfig:
     # docs/benchmarks/autoscale-burst-sizing.md measures it.
     sizing: str = "fixed"
     burst_window_s: float = 600.0
-    burst_smooth_s: float = 60.0  # a burst is the rate over its centred mean over this long
+    burst_smooth_s: float = 60.0  # a burst is the rate over its level: the larger mean of either half
     burst_delay_ratio: float = 0.5
     burst_late_share: float = 0.01
     max_burst_factor: float = 2.0
