@@ -106,6 +106,18 @@ def test_closed_loop_tidescale_meets_slo_on_steady_traffic_near_oracle_cost() ->
     assert len(runs["tidescale"].arrivals) == len(runs["oracle"].arrivals)  # identical traffic
 
 
+def test_a_scenario_s_runs_shared_among_forked_jobs_give_the_same_scores_and_timelines() -> None:
+    sc = bench.BenchScenario("steady", scenario("steady", 800.0, 120.0), 30.0)
+    params = SimParams(CURVE, CFG, 30.0, 0.5)
+    told: list[str] = []
+    one = bench.run_scenario(sc, ["tidescale", "hpa-cpu"], params, 370.0, settings={"hpa-cpu": (50.0, 70.0)})
+    two = bench.run_scenario(sc, ["tidescale", "hpa-cpu"], params, 370.0, told.append,
+                             settings={"hpa-cpu": (50.0, 70.0)}, jobs=2)
+    assert one[0] == two[0] and set(one[0]) == {"tidescale", "hpa-cpu@50", "hpa-cpu@70", *bench.STEP_VARIANTS}
+    assert all(one[1][row].replicas == two[1][row].replicas for row in one[1])
+    assert len(told) == len(one[0]) and told[-1].endswith(f"({len(one[0])}/{len(one[0])})")  # each run, once done
+
+
 def test_queue_timeout_and_headroom_reach_the_closed_loop() -> None:
     """With a queue timeout the surge's overflow is rejected (fast failures, no lasting backlog) and
     tidescale counts it as demand; a standing headroom buys replicas before the surge is visible."""

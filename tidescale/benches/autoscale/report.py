@@ -36,7 +36,6 @@ from tidescale.benches.autoscale.goals import (
     verdict,
 )
 from tidescale.benches.autoscale.seeds import seed_lines, seed_spread
-from tidescale.benches.forked import fork_map
 from tidescale.benches.report import BENCH_DIR, recorded
 from tidescale.contracts.errors import UsageError
 from tidescale.sim import BatcherConfig
@@ -93,7 +92,7 @@ class BenchOptions:
     capacity_errors: tuple[float, ...] = ()  # extra tidescale rows with its capacity profile off by these factors
     client_retries: int = 0  # every policy's clients retry a refused request this often (Envoy's back-off)
     oracle_search: int = optimum.MAX_EVALUATIONS  # simulations the oracle's schedule search may run per draw
-    jobs: int = 1  # scenarios (and extra draws) simulated at once, in forked workers: only the wall time changes
+    jobs: int = 1  # runs of a scenario (then extra draws) simulated at once, in forked workers: only the wall time changes
     sizing: str | None = None  # tidescale's `tuning.sizing` instead of the shipped one (None: as shipped)
     # the simulator's model of Triton's batcher on every replica: "stepped" (fast), or "triton-2.51"
     # (Triton's batcher thread event by event: the model within 10 % of a real replica, ~3.5x the cost)
@@ -318,14 +317,13 @@ def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
         sc = available[name]
         sweep = opts.headroom_sweep if sc.surge_at_s is not None and "tidescale" in opts.policies else ()
         errors = opts.capacity_errors if "tidescale" in opts.policies else ()
-        told = progress if opts.jobs == 1 else lambda _m: None  # a forked worker cannot draw the status line
-        scores, runs = bench.run_scenario(sc, list(opts.policies), params, capacity, told, opts.headroom, sweep,
-                                          sweeps, errors, opts.oracle_search, opts.sizing)
+        scores, runs = bench.run_scenario(sc, list(opts.policies), params, capacity, progress, opts.headroom, sweep,
+                                          sweeps, errors, opts.oracle_search, opts.sizing, opts.jobs)
         judged = judge(scores, sweeps)
         bound = bench.scenario_bound(sc, opts.seed, capacity, replica_rps, GOALS["requests_within_slo"])
         return scores, judged, {row: runs[run] for row, run in judged.run_of.items()}, bound
 
-    results = fork_map(one_scenario, names, opts.jobs, lambda name: progress(f"{name}: done"))
+    results = [one_scenario(name) for name in names]  # each shares its runs among the jobs
     for name, (scores, judged, runs, bound) in zip(names, results, strict=True):
         sc = available[name]
         doc["yardsticks"][name] = yardsticks(scores)

@@ -30,6 +30,7 @@ from tidescale.benches.autoscale.closedloop import (
     score,
 )
 from tidescale.benches.autoscale.goals import GOALS
+from tidescale.benches.forked import fork_map
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.slo import SLO_LATENCY_THRESHOLD_S
 from tidescale.sim import BatcherConfig, FleetSim
@@ -389,13 +390,15 @@ def run_scenario(sc: BenchScenario, policy_names: list[str], params: SimParams, 
                  progress: Callable[[str], None] = lambda _: None, headroom: float = 1.0,
                  headroom_sweep: tuple[float, ...] = (), settings: Mapping[str, Sequence[float]] | None = None,
                  capacity_errors: tuple[float, ...] = (), oracle_search: int = optimum.MAX_EVALUATIONS,
-                 sizing: str | None = None) -> tuple[dict[str, dict[str, Any]], dict[str, RunResult]]:
+                 sizing: str | None = None, jobs: int = 1) -> tuple[dict[str, dict[str, Any]], dict[str, RunResult]]:
     """Every policy on the same arrivals (after a warm-up), each peer at each of its *settings*
     (default: its fixed setting; rows `sweep_row(peer, setting)`), then tidescale at each swept
     headroom and with its capacity profile off by each of *capacity_errors*; scores exclude the
     warm-up. The oracle follows the cheapest schedule a search of at most *oracle_search* simulations
     finds (`optimal_schedule`). tidescale sizes as *sizing* says (None: as shipped). The runs keep
-    their replica timelines, not per-request latencies (a sweep would hold hundreds of MB of them)."""
+    their replica timelines, not per-request latencies (a sweep would hold hundreds of MB of them).
+    *jobs* runs at once (`forked.fork_map`): one scenario's sweep is most of a page's time, and its
+    runs differ tenfold in length, so they are shared run by run, not scenario by scenario."""
     arrivals, end, needed, initial, p = draw_setup(sc, params, capacity_rps)
     replica_rps = max(capacity_rps, params.curve.max_throughput())  # what a replica completes flat out
     surge_at = None if sc.surge_at_s is None else sc.surge_at_s
@@ -430,22 +433,28 @@ def run_scenario(sc: BenchScenario, policy_names: list[str], params: SimParams, 
     history = history_samples(sc, params.seed)
     saturated = (saturated_seconds(arrivals, WARMUP_S, end, sc.max_replicas * replica_rps)
                  if sc.max_replicas < MAX_REPLICAS else None)
-    for k, (name, kind, factor, setting, configured, told) in enumerate(runs_to_do):
-        progress(f"{sc.name}: {name} ({k + 1}/{len(runs_to_do)})")
+    def one_run(item: tuple[str, str, float, float | None, float, int]) -> tuple[dict[str, Any], RunResult]:
+        _name, kind, factor, setting, configured, told = item
         policy = make_policy(kind, initial, configured, sc.cold_start_s, levels, params.slo_latency_threshold_s,
                              factor, setting, p.sync_offset_s, oracle_ahead_s=sc.oracle_ahead_s, client_retries=told,
                              history=history, max_replicas=sc.max_replicas, sizing=sizing)
         run = run_policy(policy, arrivals, end, initial, p)
-        scores[name] = score(run, params.slo_latency_threshold_s, WARMUP_S, end, surge_at)
+        scored = score(run, params.slo_latency_threshold_s, WARMUP_S, end, surge_at)
         if saturated is not None:
-            scores[name].update(saturation_scores(run, saturated, WARMUP_S, sc.max_replicas))
+            scored.update(saturation_scores(run, saturated, WARMUP_S, sc.max_replicas))
         if surge_at is not None:
             fleet = fleet_at(run, WARMUP_S + surge_at)
             before = run.replicas[: bisect.bisect_right(run.times, WARMUP_S + surge_at)]
             own = surge_bound(arrivals, WARMUP_S, end, surge_at, sc.fastest_start_s, replica_rps, fleet,
                               GOALS["requests_within_slo"], sc.max_replicas, node_limit(sc, initial, before))
-            scores[name].update(fleet_at_surge=float(fleet), surge_bound=own.requests_within_slo)
-        runs[name] = dataclasses.replace(run, latency=np.empty(0))
+            scored.update(fleet_at_surge=float(fleet), surge_bound=own.requests_within_slo)
+        return scored, dataclasses.replace(run, latency=np.empty(0))
+
+    finished = iter(range(1, len(runs_to_do) + 1))
+    results = fork_map(one_run, runs_to_do, jobs,
+                       lambda item: progress(f"{sc.name}: {item[0]} done ({next(finished)}/{len(runs_to_do)})"))
+    for (name, *_), (scored, run) in zip(runs_to_do, results, strict=True):
+        scores[name], runs[name] = scored, run
     if schedule is not None:
         scores["oracle"].update(search_evaluations=float(schedule.evaluations), meets_goals=float(schedule.met),
                                 start_replica_hours=schedule.start.replica_hours,
