@@ -102,7 +102,7 @@ class FastWindow:
     server restarted) starts the pod's window afresh. A pod that does not answer keeps its last
     good rate and queue, and the reading names it as missing; a pod no longer listed is dropped,
     and its rate over the window is counted on, less the share of the window that has passed since
-    (`_departed`).
+    (`_departed`), until the window ends or a pod of that name, listed again, has a rate of its own.
 
     The departed pod's requests go to the others, whose window rates take in the extra over one
     window: counted only by the others, a scale-down read as a dip of the fleet's arrivals and then
@@ -121,7 +121,8 @@ class FastWindow:
         # pod -> (completions, rejections) per second over the window: with retrying clients the
         # fleet's share refused reads its attempts back to requests
         self._outcomes: dict[str, tuple[float, float]] = {}
-        self._departed: deque[tuple[float, float]] = deque()  # (last read, rate over the window) of pods gone
+        # (pod, last read, rate over the window) of pods gone
+        self._departed: deque[tuple[str, float, float]] = deque()
 
     def add(self, t: float, reads: Mapping[str, PodCounters | None]) -> FastReading:
         """Fold one round of reads (pod -> counters, None when it did not answer) into the window."""
@@ -129,7 +130,7 @@ class FastWindow:
             last_read = self._samples.pop(gone)
             window_rate, _ = self._rates.pop(gone, (0.0, 0.0))
             if window_rate > 0 and last_read and len(self._departed) < MAX_DEPARTED:
-                self._departed.append((last_read[-1][0], window_rate))  # its requests moved on after
+                self._departed.append((gone, last_read[-1][0], window_rate))  # its requests moved on after
             self._outcomes.pop(gone, None)
         missing = []
         for pod, read in reads.items():
@@ -152,9 +153,11 @@ class FastWindow:
                 self._outcomes[pod] = ((last.success - first.success) / (t1 - t0),
                                        (last.rejected - first.rejected) / (t1 - t0))
         queues = [s[-1][1].pending for s in self._samples.values() if s]
-        while self._departed and self._departed[0][0] <= t - self.window_s:
+        if any(pod in self._rates for pod, _, _ in self._departed):  # listed again, and read twice since:
+            self._departed = deque(d for d in self._departed if d[0] not in self._rates)  # counted once
+        while self._departed and self._departed[0][1] <= t - self.window_s:
             self._departed.popleft()
-        departed = sum(w * (1 - (t - gone) / self.window_s) for gone, w in self._departed)
+        departed = sum(w * (1 - (t - gone) / self.window_s) for _, gone, w in self._departed)
         arrival = sum(w for w, _ in self._rates.values()) + departed if self._rates else None
         newest = sum(n for _, n in self._rates.values()) if self._rates else None
         if arrival and newest is not None and self.client_retries:
