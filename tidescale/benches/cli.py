@@ -272,8 +272,8 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
             "scenario and draw (default 150); 1 keeps the starting schedule, each second sized at the capacity at "
             "the SLO."),
         jobs: int = typer.Option(
-            1, "--jobs", help="Runs of a scenario (then extra draws) simulated at once, in forked workers; the results are "
-            "the same, the wall time shorter."),
+            1, "--jobs", help="Runs of a scenario (then extra draws) simulated at once, in forked workers; the "
+            "results are the same, the wall time shorter."),
         sizing: str | None = typer.Option(
             None, "--sizing", help="tidescale's sizing instead of the shipped one: fixed or burst "
             "(docs/autoscaler.md); recorded as autoscale-<sizing>-sizing.md."),

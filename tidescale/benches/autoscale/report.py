@@ -92,7 +92,7 @@ class BenchOptions:
     capacity_errors: tuple[float, ...] = ()  # extra tidescale rows with its capacity profile off by these factors
     client_retries: int = 0  # every policy's clients retry a refused request this often (Envoy's back-off)
     oracle_search: int = optimum.MAX_EVALUATIONS  # simulations the oracle's schedule search may run per draw
-    jobs: int = 1  # runs of a scenario (then extra draws) simulated at once, in forked workers: only the wall time changes
+    jobs: int = 1  # runs of a scenario (then extra draws) at once, in forked workers: only the wall time changes
     sizing: str | None = None  # tidescale's `tuning.sizing` instead of the shipped one (None: as shipped)
     # the simulator's model of Triton's batcher on every replica: "stepped" (fast), or "triton-2.51"
     # (Triton's batcher thread event by event: the model within 10 % of a real replica, ~3.5x the cost)
