@@ -288,6 +288,7 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
 
         from tidescale.benches.autoscale import report as benchreport
         from tidescale.benches.autoscale.policies import ALL_POLICIES
+        from tidescale.benches.progress import progress_lines
 
         opts = benchreport.BenchOptions(scenario or None, tuple(policy) or ALL_POLICIES, quick, seed,
                                         slo_latency_threshold,
@@ -299,8 +300,8 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
                                         jobs=jobs, sizing=sizing, scheduler=scheduler,
                                         **({} if oracle_search is None else {"oracle_search": oracle_search}))
         err = Console(stderr=True)
-        with err.status("autoscale benchmark") as status:
-            doc, runs = benchreport.run(opts, progress=lambda m: status.update(m))
+        with progress_lines(err, "autoscale benchmark") as tell:
+            doc, runs = benchreport.run(opts, progress=tell)
         if write:
             doc_path, png_path, frontier_png = opts.paths
             benchreport.write(doc, runs, doc_path, png_path, frontier_png)
@@ -332,11 +333,11 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
         from rich.console import Console
 
         from tidescale.benches.autoscale import sizings
+        from tidescale.benches.progress import progress_lines
 
         err = Console(stderr=True)
-        with err.status("sizing benchmark") as status:
-            doc = sizings.run(scenario or None, sizings.DEFAULT_DRAWS if draws is None else draws, jobs,
-                              progress=lambda m: status.update(m))
+        with progress_lines(err, "sizing benchmark") as tell:
+            doc = sizings.run(scenario or None, sizings.DEFAULT_DRAWS if draws is None else draws, jobs, progress=tell)
         if write:
             sizings.write(doc)
             err.print(f"wrote {sizings.DOC} and {sizings.PNG}")
