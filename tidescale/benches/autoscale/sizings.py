@@ -151,8 +151,8 @@ def lines(doc: Mapping[str, Any], png: str | None = None) -> list[str]:
         f"{setup['base_rps']:g} req/s, SLO P99 ≤ {setup['slo_latency_threshold_s']:g} s; replica capacity at "
         f"the SLO {setup['capacity_rps_per_replica']:g} req/s; queue policy {setup['queue_policy']}",
         "- fixed: the projected rate at 0.9 of the capacity (0.8 down); burst: the margin a fluid queue "
-        "needs for the bursts of the last 10 minutes, at the full capacity (docs/autoscaler.md, \"Burst "
-        "sizing\")",
+        "needs for the bursts of the last 10 minutes, at the full capacity (docs/autoscaler.md, \"Sizing "
+        "for the bursts seen\")",
         "- difference: burst − fixed, draw by draw, mean ± 95 % interval: points of requests and of 1-minute "
         "windows within the SLO, and per cent more replica-hours; the verdict counts a difference whose "
         "interval clears zero",
