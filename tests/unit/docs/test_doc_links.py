@@ -4,6 +4,7 @@ docs/autoscale-benchmark.md) and a link that dangles is found by a reader, not b
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -27,7 +28,8 @@ def github_slug(heading: str) -> str:
     return text.replace(" ", "-")
 
 
-def anchors(path: Path) -> set[str]:
+@functools.cache  # a page's headings, read once however many links point into it
+def anchors(path: Path) -> frozenset[str]:
     body = FENCE.sub("", path.read_text(encoding="utf-8"))
     seen: dict[str, int] = {}
     out = set()
@@ -39,7 +41,7 @@ def anchors(path: Path) -> set[str]:
         n = seen.get(slug, 0)
         seen[slug] = n + 1
         out.add(slug if n == 0 else f"{slug}-{n}")
-    return out | set(re.findall(r'<a\s+(?:id|name)="([^"]+)"', body))
+    return frozenset(out | set(re.findall(r'<a\s+(?:id|name)="([^"]+)"', body)))
 
 
 def broken_links(path: Path) -> list[str]:
