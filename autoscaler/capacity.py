@@ -22,6 +22,7 @@ P99_COLUMN = "p99 latency"
 # The load column of each mode perf_analyzer writes: closed loop, then open loop (rate or intervals).
 LOAD_COLUMNS = ("Concurrency", "Request Rate")
 MAX_PROFILE_BYTES = 1 << 20
+MAX_PROFILE_REPLICAS = 1000  # a load test's fleet: more is a typo, not a profile
 
 
 @dataclass(frozen=True)
@@ -65,26 +66,32 @@ def _rows(reader: csv.DictReader[str], source: str) -> list[ProfileRow]:
     return rows
 
 
-def capacity_at_slo(rows: list[ProfileRow], slo_latency_threshold_s: float, source: str = "profile") -> float:
-    """Highest throughput whose P99 is within the SLO; UsageError when none (or zero) qualifies."""
+def capacity_at_slo(rows: list[ProfileRow], slo_latency_threshold_s: float, source: str = "profile",
+                    replicas: int = 1) -> float:
+    """Highest throughput whose P99 is within the SLO, per replica of the *replicas* the load test ran
+    on (through the Service, so through the router the fleet runs: round robin hands each replica a
+    smoother stream than one pod alone sees, which it batches better near a batch's execution time);
+    UsageError when none (or zero) qualifies."""
     if slo_latency_threshold_s <= 0:
         raise UsageError(f"SLO P99 must be > 0 s, got {slo_latency_threshold_s}")
+    if not 1 <= replicas <= MAX_PROFILE_REPLICAS:
+        raise UsageError(f"{source}: the replicas the profile was measured on must be in "
+                         f"[1, {MAX_PROFILE_REPLICAS}], got {replicas}")
     ok = [r.throughput_rps for r in rows if r.p99_s <= slo_latency_threshold_s]
     if not ok:
         best = min(r.p99_s for r in rows)
         raise UsageError(f"{source}: no row has P99 within {slo_latency_threshold_s:g}s (best {best:g}s)")
-    capacity = max(ok)
+    capacity = max(ok) / replicas
     if capacity <= 0:
         raise UsageError(f"{source}: capacity at the SLO is zero req/s")
     return capacity
 
 
-def load_capacity(path: Path, slo_latency_threshold_s: float) -> float:
-    """Capacity (req/s per replica) at the SLO from a perf_analyzer CSV file."""
+def load_capacity(path: Path, slo_latency_threshold_s: float, replicas: int = 1) -> float:
+    """Capacity (req/s per replica) at the SLO from a perf_analyzer CSV file measured on *replicas*."""
     if not path.is_file():
         raise UsageError(f"profile {path} does not exist")
     if path.stat().st_size > MAX_PROFILE_BYTES:
         raise UsageError(f"profile {path} is larger than {MAX_PROFILE_BYTES} bytes")
     return capacity_at_slo(parse_profile(path.read_text(errors="replace"), str(path)), slo_latency_threshold_s,
-                           str(path))
-
+                           str(path), replicas)

@@ -59,12 +59,15 @@ def capacity_command(
     profile: Path = typer.Option(..., "--profile", help="perf_analyzer CSV (-f)."),
     slo_latency_threshold: float = typer.Option(SLO_LATENCY_THRESHOLD_S, "--slo-latency-threshold", "--slo-p99",
                                                 help="Latency SLO, P99 seconds."),
+    replicas: int = typer.Option(1, "--replicas", help="Replicas the profile was measured on, through the "
+                                 "Service: its throughput is theirs together."),
 ) -> None:
     """Per-replica capacity at the SLO from a load-test profile."""
     from tidescale.autoscaler.capacity import load_capacity
 
     typer.echo(json.dumps({"profile": str(profile), "slo_latency_threshold_s": slo_latency_threshold,
-                           "capacity_rps": load_capacity(profile, slo_latency_threshold)}))
+                           "replicas": replicas,
+                           "capacity_rps": load_capacity(profile, slo_latency_threshold, replicas)}))
 
 
 @app.command("recommend")

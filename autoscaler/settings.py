@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from tidescale.autoscaler.capacity import load_capacity
+from tidescale.autoscaler.capacity import MAX_PROFILE_REPLICAS, load_capacity
 from tidescale.autoscaler.forecast import DAY_S, WEEK_S
 from tidescale.autoscaler.recommend import MAX_CLIENT_RETRIES, RecommenderConfig
 from tidescale.contracts.errors import UsageError
@@ -189,6 +189,8 @@ class RecommenderSettings(ServingSettings):
     # SLO its model matches, resolved by the function the alert rules' SLO group is made with.
     slo: SloValues | None = None
     profile: Path | None = None  # perf_analyzer CSV: capacity at the SLO
+    # The replicas `profile` was measured on, through the Service (its throughput is theirs together).
+    profile_replicas: int = Field(default=1, ge=1, le=MAX_PROFILE_REPLICAS)
     capacity_rps: float | None = Field(default=None, gt=0)
     cold_start_s: float = Field(default=60.0, ge=0)
     # Where Triton reports nv_model_load_duration_secs (24.11+), the cold start is that plus this
@@ -275,7 +277,7 @@ class RecommenderSettings(ServingSettings):
         if self.capacity_rps is not None:
             return self.capacity_rps
         if self.profile is not None:
-            return load_capacity(self.profile, self.slo_for(t))
+            return load_capacity(self.profile, self.slo_for(t), self.profile_replicas)
         raise UsageError(f"target {t.namespace}/{t.deployment}: give capacity_rps or a profile (perf_analyzer CSV)")
 
 

@@ -281,6 +281,10 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
             "stepped", "--scheduler", help="The simulator's model of Triton's batcher on every replica: stepped, or "
             "triton-2.51 (its batcher thread event by event, ~3.5x the cost; under a queue timeout it runs the stepped "
             "model's batches); recorded as autoscale-[no-queue-policy-]triton-2.51-scheduler.md."),
+        profile_replicas: int = typer.Option(
+            1, "--profile-replicas", help="Load-test the capacity at the SLO through round robin on this many "
+            "replicas (1: one replica, as perf_analyzer against one pod); recorded as "
+            "autoscale-...-profile-N-replicas.md."),
         write: bool = typer.Option(True, "--write/--no-write", help="Record docs/benchmarks/autoscale.md + PNGs."),
     ) -> None:
         """Closed-loop autoscaling: tidescale vs HPA CPU/GPU, Triton queue time, KEDA, KPA, Ray Serve, oracle."""
@@ -298,6 +302,7 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
                                         peer_settings=tuple(peer_setting), extra_seeds=tuple(extra_seed),
                                         capacity_errors=tuple(capacity_error), client_retries=client_retries,
                                         jobs=jobs, sizing=sizing, scheduler=scheduler,
+                                        profile_replicas=profile_replicas,
                                         **({} if oracle_search is None else {"oracle_search": oracle_search}))
         err = Console(stderr=True)
         with progress_lines(err, "autoscale benchmark") as tell:

@@ -57,6 +57,18 @@ def test_load_capacity_from_file(tmp_path: Path) -> None:
     assert load_capacity(p, 0.15) == pytest.approx(320.1)
 
 
+def test_a_profile_through_the_service_is_divided_among_its_replicas(tmp_path: Path) -> None:
+    """A load test through the Service on 4 replicas reads their throughput together: the capacity the
+    recommender sizes with is one replica's share of it, and a count that is no fleet is an error."""
+    p = tmp_path / "fleet.csv"
+    p.write_text(PROFILE)
+    assert load_capacity(p, 0.15, replicas=4) == pytest.approx(320.1 / 4)
+    assert capacity_at_slo(parse_profile(PROFILE), 0.5, replicas=2) == pytest.approx(381.0 / 2)
+    for bad in (0, -1, 1001):
+        with pytest.raises(UsageError, match=f"fleet.csv: the replicas the profile was measured on .*got {bad}"):
+            load_capacity(p, 0.15, replicas=bad)
+
+
 @pytest.mark.parametrize(("text", "message"), [
     ("Concurrency,Inferences/Second\n1,2\n", "missing column\\(s\\) p99 latency"),
     ("", "missing column"),

@@ -296,6 +296,20 @@ def test_settings_errors(tmp_path: Path) -> None:
         RecommenderService(RecommenderSettings(targets=[t], profile=prof), FakeProm())  # type: ignore[arg-type]
 
 
+def test_a_profile_measured_on_several_replicas_sizes_each_for_its_share(tmp_path: Path) -> None:
+    prof = tmp_path / "p.csv"
+    prof.write_text("Concurrency,Inferences/Second,p99 latency\n8,1200,90000\n16,1500,900000\n")
+    t = TargetSettings(deployment="a", namespace="b", model="m")
+    assert RecommenderSettings(targets=[t], profile=prof).capacity_for(t) == pytest.approx(1200.0)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"recommender:\n  profile: {prof}\n  profile_replicas: 4\n  targets:\n"
+                   "  - {deployment: a, namespace: b, model: m}\n")
+    assert load_settings(RecommenderSettings, cfg).capacity_for(t) == pytest.approx(300.0)
+    cfg.write_text(f"recommender:\n  profile: {prof}\n  profile_replicas: 0\n")
+    with pytest.raises(UsageError, match="profile_replicas"):
+        load_settings(RecommenderSettings, cfg)
+
+
 def client_answering(status: int, content: bytes) -> PrometheusClient:
     transport = httpx.MockTransport(lambda _req: httpx.Response(status, content=content))
     return PrometheusClient("http://prom", transport=transport)

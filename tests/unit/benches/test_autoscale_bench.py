@@ -139,6 +139,32 @@ def test_measure_capacity_is_below_peak_throughput() -> None:
     assert 0.5 * CURVE.max_throughput() < cap <= CURVE.max_throughput() * 1.01
 
 
+def test_a_load_test_through_round_robin_reads_more_per_replica_near_a_batchs_time() -> None:
+    """Round robin hands each of 4 replicas every 4th arrival, a smoother stream than Poisson, which
+    batches better: at a P99 of 0.15 s, near the largest batch's time, a replica serves far more in
+    the fleet than alone; with the SLO far from the batch times the two agree."""
+    from tidescale.benches.autoscale import report as benchreport
+
+    tight = benchreport.replica_setup(benchreport.BenchOptions(slo_s=0.15))
+    alone = bench.measure_capacity(tight[0], tight[2], 0.15, run_s=60.0)
+    fleet = bench.measure_capacity(tight[0], tight[2], 0.15, run_s=60.0, replicas=4)
+    assert fleet > 1.1 * alone
+    loose = benchreport.replica_setup(benchreport.BenchOptions())
+    alone = bench.measure_capacity(loose[0], loose[2], 0.5, run_s=60.0)
+    assert bench.measure_capacity(loose[0], loose[2], 0.5, run_s=60.0, replicas=4) == pytest.approx(alone, rel=0.06)
+    with pytest.raises(UsageError, match="at least one replica"):
+        bench.measure_capacity(CURVE, CFG, 0.5, replicas=0)
+    # `--profile-replicas 4`: every policy is configured with the fleet's figure, and the page says both
+    opts = benchreport.BenchOptions(["diurnal"], ("oracle",), quick=True, slo_s=0.15, profile_replicas=4,
+                                    oracle_search=QUICK_ORACLE)
+    doc, _runs = benchreport.run(opts)
+    setup = doc["setup"]
+    assert setup["profile_replicas"] == 4
+    assert setup["capacity_rps_per_replica"] > 1.1 * setup["capacity_rps_one_replica"]
+    text = benchreport.markdown(doc)
+    assert "--profile-replicas 4" in text and "through round robin on 4 replicas (on one replica alone" in text
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["--scenario", "nope"], "unknown scenario nope"),
     (["--policy", "magic"], "unknown policy magic"),
@@ -514,8 +540,12 @@ def test_another_slo_or_retrying_clients_are_recorded_beside_the_default_pages()
         "autoscale-overload-no-queue-policy-frontiers.png"]
     assert names(scenarios=["lulls"], queue_timeout_s=0.3)[0] == "autoscale-lulls-queue-timeout.md"
     assert names(queue_timeout_s=0.3)[0] == "autoscale-queue-timeout.md"
+    assert names(slo_s=0.15, profile_replicas=4)[0] == "autoscale-slo-0.15s-profile-4-replicas.md"
     with pytest.raises(UsageError, match="client retries must be 0..10"):
         benchreport.BenchOptions(client_retries=11)
+    for bad in (0, 65):
+        with pytest.raises(UsageError, match=f"--profile-replicas must be in \\[1, 64\\], got {bad}"):
+            benchreport.BenchOptions(profile_replicas=bad)
 
 
 def test_the_frontier_plot_is_drawn_with_nothing_to_put_in_its_legend(tmp_path: Path) -> None:

@@ -58,6 +58,7 @@ NO_POLICY_FRONTIER_PNG = BENCH_DIR / "autoscale-no-queue-policy-frontiers.png"
 QUEUE_POLICIES = ("recommended", "none")
 FULL_S, QUICK_S = 3600.0, 1200.0
 MAX_JOBS = 256
+MAX_PROFILE_REPLICAS = 64  # a load test through the router on this many replicas at most
 
 
 def named_page(page: str) -> tuple[Path, Path, Path]:
@@ -97,6 +98,9 @@ class BenchOptions:
     # the simulator's model of Triton's batcher on every replica: "stepped" (fast), or "triton-2.51"
     # (Triton's batcher thread event by event: the model within 10 % of a real replica, ~3.5x the cost)
     scheduler: str = "stepped"
+    # replicas the capacity's load test runs through the Service's router (1: one replica, what
+    # perf_analyzer against one pod gives); the capacity every policy is configured and swept with
+    profile_replicas: int = 1
 
     def __post_init__(self) -> None:
         if self.slo_s <= 0:
@@ -117,6 +121,8 @@ class BenchOptions:
             raise UsageError(f"--sizing must be one of {', '.join(SIZINGS)}, got {self.sizing!r}")
         if self.scheduler not in SCHEDULERS:
             raise UsageError(f"--scheduler must be one of {', '.join(SCHEDULERS)}, got {self.scheduler!r}")
+        if not 1 <= self.profile_replicas <= MAX_PROFILE_REPLICAS:
+            raise UsageError(f"--profile-replicas must be in [1, {MAX_PROFILE_REPLICAS}], got {self.profile_replicas}")
         if not 1 <= self.jobs <= MAX_JOBS:
             raise UsageError(f"--jobs must be in [1, {MAX_JOBS}], got {self.jobs}")
         if not 1 <= self.oracle_search <= optimum.MAX_EVALUATIONS_LIMIT:
@@ -136,7 +142,8 @@ class BenchOptions:
     def paths(self) -> tuple[Path, Path, Path]:
         """Where the Markdown, the replica plot and the frontier plot are recorded."""
         kind = "explicit" if self.queue_timeout_s is not None else self.queue_policy
-        return page_paths(kind, self.scenarios or (), self.slo_s, self.client_retries, self.sizing, self.scheduler)
+        return page_paths(kind, self.scenarios or (), self.slo_s, self.client_retries, self.sizing, self.scheduler,
+                          self.profile_replicas)
 
     def queue_policy_of(self, curve: ServiceCurve) -> dict[str, Any]:
         """The queue policy every replica runs: what tidescale recommends, none, or the given timeout."""
@@ -251,12 +258,13 @@ def default_scenarios(available: Mapping[str, bench.BenchScenario], trace: Path 
 
 def replica_setup(opts: BenchOptions) -> tuple[ServiceCurve, dict[str, Any], BatcherConfig, float]:
     """The replica every policy scales: its service curve, its queue policy, its batcher, and its
-    capacity at the SLO (a simulated load test)."""
+    capacity at the SLO (a simulated load test, on `profile_replicas` of them behind round robin)."""
     curve = ServiceCurve.v100()
     queue_policy = opts.queue_policy_of(curve)
     cfg = BatcherConfig(max_batch_size=32, preferred_batch_sizes=(8, 16), max_queue_delay_s=0.002, instance_count=1,
                         queue_timeout_s=queue_policy["timeout_s"], scheduler=opts.scheduler)
-    return curve, queue_policy, cfg, bench.measure_capacity(curve, cfg, opts.slo_s, opts.seed)
+    return curve, queue_policy, cfg, bench.measure_capacity(curve, cfg, opts.slo_s, opts.seed,
+                                                            replicas=opts.profile_replicas)
 
 
 def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
@@ -276,6 +284,10 @@ def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
         "setup": {"duration_s": duration, "base_rps": opts.base_rps, "slo_latency_threshold_s": opts.slo_s,
                   "seed": opts.seed,
                   "capacity_rps_per_replica": round(capacity, 1), "quick": opts.quick,
+                  # the load test ran through the router on this many replicas (and on one, it read this)
+                  **({"profile_replicas": opts.profile_replicas, "capacity_rps_one_replica": round(
+                      bench.measure_capacity(curve, cfg, opts.slo_s, opts.seed), 1)}
+                     if opts.profile_replicas != 1 else {}),
                   "curve": "V100 (ServiceCurve.v100)", "batcher": "max 32, preferred 8/16, 2 ms delay",
                   **({"scheduler": opts.scheduler} if opts.scheduler != "stepped" else {}),
                   "min_replicas": bench.MIN_REPLICAS, "max_replicas": bench.MAX_REPLICAS,
@@ -381,6 +393,7 @@ def _flags(setup: dict[str, Any]) -> str:
     out += f" --client-retries {setup['client_retries']}" if setup.get("client_retries") else ""
     out += f" --sizing {setup['sizing']}" if setup.get("sizing") else ""
     out += f" --scheduler {setup['scheduler']}" if setup.get("scheduler", "stepped") != "stepped" else ""
+    out += f" --profile-replicas {setup['profile_replicas']}" if setup.get("profile_replicas", 1) != 1 else ""
     search = setup.get("oracle_search", optimum.MAX_EVALUATIONS)
     out += "" if search == optimum.MAX_EVALUATIONS else f" --oracle-search {search}"
     out += f" --jobs {setup['jobs']}" if setup.get("jobs", 1) != 1 else ""
@@ -431,7 +444,9 @@ def markdown(doc: dict[str, Any]) -> str:
         *_history_lines(doc),
         f"- replica: {s['curve']}, batcher {s['batcher']} ({s.get('scheduler', 'stepped')} scheduler model, "
         "docs/sim.md); capacity at the SLO (simulated load test) "
-        f"{s['capacity_rps_per_replica']:g} req/s",
+        f"{s['capacity_rps_per_replica']:g} req/s" + (
+            f" per replica through round robin on {s['profile_replicas']} replicas (on one replica alone: "
+            f"{s['capacity_rps_one_replica']:g} req/s)" if s.get("profile_replicas", 1) != 1 else ""),
         f"- lags: scrape {s['scrape_interval_s']} s, HPA sync {s['hpa_sync_s']} s, rate windows 1 m (30 s for "
         "the Triton queue-time rule); replicas {min}–{max}".format(min=s["min_replicas"], max=s["max_replicas"])
         + _publish_delays(s.get("publish_delay_s")) + _clock_offsets(s.get("clock_offsets_s")),
@@ -508,13 +523,14 @@ def tuning_of(sizing: str | None) -> dict[str, Any]:
 
 
 def page_paths(queue_policy: str, scenarios: Sequence[str], slo_s: float = bench.DEFAULT_SLO_S,
-               client_retries: int = 0, sizing: str | None = None, scheduler: str = "stepped"
-               ) -> tuple[Path, Path, Path]:
+               client_retries: int = 0, sizing: str | None = None, scheduler: str = "stepped",
+               profile_replicas: int = 1) -> tuple[Path, Path, Path]:
     """The Markdown, replica plot and frontier plot of a run: a queue timeout ("explicit") or none is
     another server setup; a named-only group alone (start-up, readiness, lulls) has its page (and on
     other servers, that page's name with theirs); another SLO, or clients that retry, are other users;
     another sizing (`--sizing`) is another tidescale; another scheduler model (`--scheduler`) is
-    another simulator. Each such run is recorded beside the default, never over it."""
+    another simulator; a capacity load-tested on several replicas (`--profile-replicas`) is another
+    profile. Each such run is recorded beside the default, never over it."""
     page = next((p for p, group in bench.NAMED_ONLY.items() if scenarios and set(scenarios) <= set(group)), None)
     servers = ""
     if page is not None:  # a named group's page, beside it for other servers
@@ -528,7 +544,8 @@ def page_paths(queue_policy: str, scenarios: Sequence[str], slo_s: float = bench
         doc, png, frontier = DOC, PNG, FRONTIER_PNG
     suffix = servers + (f"-slo-{slo_s:g}s" if slo_s != bench.DEFAULT_SLO_S else "") + (
         f"-retries-{client_retries}" if client_retries else "") + (f"-{sizing}-sizing" if sizing else "") + (
-        f"-{scheduler}-scheduler" if scheduler != "stepped" else "")
+        f"-{scheduler}-scheduler" if scheduler != "stepped" else "") + (
+        f"-profile-{profile_replicas}-replicas" if profile_replicas != 1 else "")
     if not suffix:
         return doc, png, frontier
     stem = doc.stem + suffix
@@ -540,7 +557,7 @@ def _pngs(setup: dict[str, Any]) -> tuple[Path, Path]:
     _doc, png, frontier = page_paths(kind, setup.get("scenarios_named", []),
                                      setup.get("slo_latency_threshold_s", bench.DEFAULT_SLO_S),
                                      setup.get("client_retries", 0), setup.get("sizing"),
-                                     setup.get("scheduler", "stepped"))
+                                     setup.get("scheduler", "stepped"), setup.get("profile_replicas", 1))
     return png, frontier
 
 
