@@ -212,13 +212,17 @@ def test_the_chart_leaves_the_recommenders_defaults_to_python() -> None:
     assert settings["properties"]["fast_path"]["additionalProperties"] is False
 
 
-@pytest.mark.parametrize(("retries", "ok"), [(0, True), (2, True), (10, True), (11, False), (-1, False),
-                                              ("2", False), (1.5, False)])
-def test_the_schema_bounds_the_clients_retries(schema: dict[str, Any], retries: Any, ok: bool) -> None:
+@pytest.mark.parametrize(("key", "value", "ok"), [
+    *[("client_retries", v, ok) for v, ok in [(0, True), (2, True), (10, True), (11, False), (-1, False),
+                                              ("2", False), (1.5, False)]],
+    # the replicas a capacity profile was measured on (a load test through the Service)
+    *[("profile_replicas", v, ok) for v, ok in [(1, True), (4, True), (1000, True), (0, False), (1001, False),
+                                                ("4", False), (2.5, False)]]])
+def test_the_schema_bounds_the_recommenders_counts(schema: dict[str, Any], key: str, value: Any, ok: bool) -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
-    values["recommender"]["settings"] = {"client_retries": retries}
+    values["recommender"]["settings"] = {key: value}
     if ok:
         jsonschema.validate(values, schema)
     else:
-        with pytest.raises(jsonschema.ValidationError, match="client_retries|is not of type|maximum|minimum"):
+        with pytest.raises(jsonschema.ValidationError, match=f"{key}|is not of type|maximum|minimum"):
             jsonschema.validate(values, schema)
