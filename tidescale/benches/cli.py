@@ -7,11 +7,14 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from tidescale.contracts.slo import SLO_LATENCY_THRESHOLD_S
+
+if TYPE_CHECKING:
+    from tidescale.benches.autoscale.tuning_pairs import TuningPair
 
 app = typer.Typer(help="Benchmarks against the peers, JSON on stdout (results in docs/benchmarks/).",
                   no_args_is_help=True)
@@ -325,28 +328,56 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
     @bench.command("sizing")
     def bench_sizing(
         json_only: bool = typer.Option(False, "--json", help="Only the JSON result on stdout."),
-        scenario: list[str] = typer.Option([], "--scenario", help="Scenario name (repeatable); default every "
-                                           "20-minute one, the named groups' included."),
-        draws: int | None = typer.Option(None, "--draws", help="Draws per scenario: seeds 0 .. N-1 (2 to 100; "
-                                         "default 20)."),
-        jobs: int = typer.Option(1, "--jobs", help="Draws simulated at once, in forked workers; the results are "
-                                 "the same, the wall time shorter."),
+        scenario: list[str] = typer.Option([], "--scenario", help=PAIR_SCENARIO_HELP),
+        draws: int | None = typer.Option(None, "--draws", help=PAIR_DRAWS_HELP),
+        jobs: int = typer.Option(1, "--jobs", help=PAIR_JOBS_HELP),
         write: bool = typer.Option(True, "--write/--no-write",
                                    help="Record docs/benchmarks/autoscale-sizing.md + PNG."),
     ) -> None:
         """tidescale's sizings (fixed, burst) side by side, paired by draw: requests within the SLO and cost."""
-        from rich.console import Console
+        from tidescale.benches.autoscale import tuning_pairs
 
-        from tidescale.benches.autoscale import sizings
-        from tidescale.benches.progress import progress_lines
+        _run_pair(tuning_pairs.SIZING, scenario, draws, jobs, write, json_only)
 
-        err = Console(stderr=True)
-        with progress_lines(err, "sizing benchmark") as tell:
-            doc = sizings.run(scenario or None, sizings.DEFAULT_DRAWS if draws is None else draws, jobs, progress=tell)
-        if write:
-            sizings.write(doc)
-            err.print(f"wrote {sizings.DOC} and {sizings.PNG}")
-        sys.stdout.write(json.dumps(doc) + "\n" if json_only else "\n".join(sizings.lines(doc)) + "\n")
+    @bench.command("tuning")
+    def bench_tuning(
+        setting: list[str] = typer.Option([], "--set", help="KEY=VALUE: a `recommender.tuning` knob the "
+                                          "candidate changes (repeatable; the knobs: `tidescale autoscale "
+                                          "recommend --print-config`)."),
+        json_only: bool = typer.Option(False, "--json", help="Only the JSON result on stdout."),
+        scenario: list[str] = typer.Option([], "--scenario", help=PAIR_SCENARIO_HELP),
+        draws: int | None = typer.Option(None, "--draws", help=PAIR_DRAWS_HELP),
+        jobs: int = typer.Option(1, "--jobs", help=PAIR_JOBS_HELP),
+        write: bool = typer.Option(True, "--write/--no-write",
+                                   help="Record docs/benchmarks/autoscale-tuning-<knobs>.md + PNG."),
+    ) -> None:
+        """tidescale as shipped against the same with knobs changed, paired by draw: is the change worth it?"""
+        from tidescale.benches.autoscale import tuning_pairs
+
+        _run_pair(tuning_pairs.candidate_pair(setting), scenario, draws, jobs, write, json_only)
+
+
+PAIR_SCENARIO_HELP = "Scenario name (repeatable); default every 20-minute one, the named groups' included."
+PAIR_DRAWS_HELP = "Draws per scenario: seeds 0 .. N-1 (2 to 100; default 20)."
+PAIR_JOBS_HELP = "Draws simulated at once, in forked workers; the results are the same, the wall time shorter."
+
+
+def _run_pair(pair: TuningPair, scenario: list[str], draws: int | None, jobs: int, write: bool,
+              json_only: bool) -> None:
+    """One `tuning_pairs` comparison: progress on stderr, the page written, the JSON or page on stdout."""
+    from rich.console import Console
+
+    from tidescale.benches.autoscale import tuning_pairs
+    from tidescale.benches.progress import progress_lines
+
+    err = Console(stderr=True)
+    with progress_lines(err, f"{pair.page} benchmark") as tell:
+        doc = tuning_pairs.run(pair, scenario or None, tuning_pairs.DEFAULT_DRAWS if draws is None else draws,
+                               jobs, progress=tell)
+    if write:
+        md, png = tuning_pairs.write(doc)
+        err.print(f"wrote {md} and {png}")
+    sys.stdout.write(json.dumps(doc) + "\n" if json_only else "\n".join(tuning_pairs.lines(doc)) + "\n")
 
 
 def _register_soak_bench(bench: typer.Typer) -> None:

@@ -280,13 +280,14 @@ def make_policy(name: str, initial: int, capacity_rps: float, cold_start_s: floa
                 slo_s: float, headroom: float = 1.0, setting: float | None = None, sync_offset_s: float = 0.0,
                 oracle_ahead_s: float | None = None, client_retries: int = 0,
                 history: Sequence[tuple[float, float]] = (), max_replicas: int = MAX_REPLICAS,
-                sizing: str | None = None) -> pol.Policy:
+                sizing: str | None = None, tuning: Mapping[str, Any] | None = None) -> pol.Policy:
     """Policy *name*; a peer runs at *setting* of its knob (default: its fixed setting). The HPA-driven
     peers sync on the loop's ticks; tidescale's HPA needs *sync_offset_s* (its loop ticks every 2 s),
     and is told its clients retry *client_retries* times. The oracle follows *schedule* (a level per
     `optimum.SLOT_S`) *oracle_ahead_s* ahead (default: the cold start). tidescale's forecast reads
-    *history* (`history_samples`) and sizes as *sizing* says (None: as shipped). Every policy scales
-    within MIN_REPLICAS and *max_replicas*."""
+    *history* (`history_samples`) and sizes as *sizing* says (None: as shipped); *tuning* replaces
+    those of its shipped `recommender.tuning` knobs it names. Every policy scales within MIN_REPLICAS
+    and *max_replicas*."""
     lo, hi = MIN_REPLICAS, max_replicas
     if name in pol.KNOBS:
         return pol.peer_policy(name, pol.KNOBS[name].fixed if setting is None else setting, initial, lo, hi)
@@ -296,7 +297,8 @@ def make_policy(name: str, initial: int, capacity_rps: float, cold_start_s: floa
                                    fast_path=fast_path, direct=delivery == "direct",
                                    publish_delay_s=PUBLISH_DELAY_S[delivery], sync_offset_s=sync_offset_s,
                                    client_retries=client_retries, forecast_periods=FORECAST_VARIANTS.get(name),
-                                   history=history, sizing=sizing)
+                                   history=history, sizing=sizing,
+                                   overrides={"tuning": dict(tuning)} if tuning else None)
     return pol.Oracle(list(schedule), optimum.SLOT_S, cold_start_s if oracle_ahead_s is None else oracle_ahead_s,
                       lo, hi)
 
@@ -488,14 +490,14 @@ def draw_setup(sc: BenchScenario, params: SimParams, capacity_rps: float
                                                                startup=sc.startup, faults=sc.faults)
 
 
-def tidescale_scores(sc: BenchScenario, params: SimParams, capacity_rps: float, sizing: str | None
-                     ) -> dict[str, Any]:
-    """tidescale alone, as shipped but for *sizing*, on one draw of *sc* (adapter mode, no oracle):
-    its scores, replica-hours rather than a cost against the oracle."""
+def tidescale_scores(sc: BenchScenario, params: SimParams, capacity_rps: float,
+                     tuning: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """tidescale alone, as shipped but for the `recommender.tuning` knobs *tuning* names, on one draw
+    of *sc* (adapter mode, no oracle): its scores, replica-hours rather than a cost against the oracle."""
     arrivals, end, _, initial, p = draw_setup(sc, params, capacity_rps)
     policy = make_policy("tidescale", initial, capacity_rps, sc.cold_start_s, [], params.slo_latency_threshold_s,
                          sync_offset_s=p.sync_offset_s, history=history_samples(sc, params.seed),
-                         max_replicas=sc.max_replicas, sizing=sizing)
+                         max_replicas=sc.max_replicas, tuning=tuning)
     return score(run_policy(policy, arrivals, end, initial, p), params.slo_latency_threshold_s, WARMUP_S, end,
                  sc.surge_at_s)
 
