@@ -94,7 +94,7 @@ def candidate_pair(settings: Sequence[str]) -> TuningPair:
             raise UsageError(f"--set {key} given twice")
         raw[key] = value
     try:
-        tuned = RecommenderTuning(**raw).as_json()
+        tuned = RecommenderTuning.model_validate(raw).as_json()
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
         raise UsageError(f"--set: {problems}") from None
