@@ -23,8 +23,9 @@ HOLDS: Final = {"hold-down": "hold_down_delay", "saturated": "hold_saturated", "
 # Asking for at least the replicas there are while some of them cannot be scheduled (no node has a
 # free GPU): the count still goes out (a node autoscaler provisions for the Pending pods), and says so.
 UNSCHEDULABLE: Final = "wait_unschedulable"
-DECISIONS: Final = (*SCALE_UP.values(), "scale_down", "scale_down_min", "hold_steady", *HOLDS.values(),
-                    "hold_at_max", "hold_missing_data", UNSCHEDULABLE)
+# `scale_down_fall`: a scale-down while the arrivals fall steadily, with no down delay (falls.py).
+DECISIONS: Final = (*SCALE_UP.values(), "scale_down", "scale_down_fall", "scale_down_min", "hold_steady",
+                    *HOLDS.values(), "hold_at_max", "hold_missing_data", UNSCHEDULABLE)
 # Why the last good answer is held (`hold_missing_data`): `tidescale_recommender_failsafe{reason}`.
 FAILSAFE_REASONS: Final = ("prometheus_down", "missing", "nan", "stale", "stuck")
 
@@ -46,7 +47,7 @@ def decision(desired: int, current: int, reason: str, failsafe: str | None, unsc
     if desired > current:
         return SCALE_UP.get(reason, "scale_up_rate")
     if desired < current:
-        return "scale_down_min" if reason == "min" else "scale_down"
+        return {"min": "scale_down_min", "fall": "scale_down_fall"}.get(reason, "scale_down")
     return "hold_at_max" if reason == "max" else "hold_steady"
 
 

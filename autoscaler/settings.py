@@ -74,6 +74,8 @@ class RecommenderTuning(SettingsModel):
     burst_delay_ratio: float = Field(default=_default("burst_delay_ratio"), ge=0, allow_inf_nan=False)
     burst_late_share: float = Field(default=_default("burst_late_share"), ge=0, lt=1)
     max_burst_factor: float = Field(default=_default("max_burst_factor"), ge=1, allow_inf_nan=False)
+    fall_window_s: InfOff = Field(default=_default("fall_window_s"), gt=0)  # inf: off
+    fall_fit: float = Field(default=_default("fall_fit"), gt=0, le=1)
 
     def as_json(self) -> dict[str, Any]:
         """Plain JSON values (inf as "Infinity"), as recorded by the benchmark and printed by the CLI."""

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.paths import REPO
-from tidescale.autoscaler.recommend import BURST_KNOBS, Observation, RecommenderConfig
+from tidescale.autoscaler.recommend import BURST_KNOBS, FALL_KNOBS, Observation, RecommenderConfig
 from tidescale.autoscaler.service import RecommenderService
 from tidescale.autoscaler.settings import (
     NOT_TUNING,
@@ -57,9 +57,12 @@ def test_recorded_benchmark_ran_the_printed_defaults() -> None:
     assert found, "docs/benchmarks/autoscale.md does not record the tuning it ran: re-run `tidescale bench autoscale`"
     recorded, printed = json.loads(found.group(1)), printed_config()["tuning"]
     # Knobs added since the page ran may be missing from it only while they cannot act: burst sizing's
-    # while the shipped sizing is the fixed share. Every knob it recorded must still hold its value.
+    # while the shipped sizing is the fixed share, the steady fall's while its window is infinite (off).
+    # Every knob it recorded must still hold its value.
     newer = set(printed) - set(recorded)
-    assert newer <= set(BURST_KNOBS) and (not newer or printed["sizing"] == "fixed"), newer
+    idle = (set(BURST_KNOBS) if printed["sizing"] == "fixed" else set()) | \
+        (set(FALL_KNOBS) if printed["fall_window_s"] == "Infinity" else set())
+    assert newer <= idle, newer - idle
     assert recorded == {k: v for k, v in printed.items() if k not in newer}
 
 
