@@ -305,7 +305,8 @@ class Recommender:
 
     def sizing(self, t: float) -> tuple[float, float, float]:
         """(margin, up share, down share): the fleet carries max(projected rate, rate x margin) at the
-        share of its capacity, up and down. Fixed: no margin, the fixed pair of shares. Burst: the
+        share of its capacity, up and down. Fixed: no margin, the fixed pair of shares (the up share
+        both ways while the arrivals fall steadily, `track_fall`). Burst: the
         burst factor of the readings held as the margin, all of the capacity both ways.
 
         The margin and the trend are not multiplied: the margin stands for the swings of the last

@@ -71,7 +71,7 @@ def build() -> dash_b.Dashboard:
             "scale_up_panic (an overload read straight from the Triton pods: scaled at once), scale_up_forecast "
             "(the demand a day or a week ago peaked within the lookahead), scale_up_drain "
             "(a pod's backlog), scale_up_latency (most requests slow with no queue to show why), scale_down, "
-            "hold_down_delay, hold_saturated (the latency SLO burns, or the "
+            "scale_down_fall (the arrivals fall steadily: no down delay), hold_down_delay, hold_saturated (the latency SLO burns, or the "
             "replicas serve their measured ceiling: no scale-down), hold_replicas_disagree (the replica reading "
             "disagrees with the HPA or with what was asked for: the last answer stands), "
             "hold_scale_down_withdrawn (the pods read more load than a scale-down not yet applied leaves "
