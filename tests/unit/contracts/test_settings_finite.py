@@ -25,7 +25,8 @@ from tidescale.exporters.settings import ExporterSettings
 COMPONENTS: list[type[ComponentSettings]] = [ExporterSettings, AlertsConfig, ReviewsSettings, RecommenderSettings,
                                              DemoSettings, FleetSettings]
 # Where infinity is a documented value ("inf: off"); NaN is refused there too.
-INF_MEANS_OFF = {"RecommenderTuning.drain_s", "RecommenderTuning.pod_drain_s", "RecommenderTuning.trend_cap"}
+INF_MEANS_OFF = {"RecommenderTuning.drain_s", "RecommenderTuning.pod_drain_s", "RecommenderTuning.trend_cap",
+                 "RecommenderTuning.fall_window_s"}
 # Required fields of nested sections, to build one around the field under test.
 REQUIRED = {"deployment": "triton", "namespace": "ml", "model": "m", "name": "group"}
 NON_FINITE = [(name, value) for name, value in NUMBERS if name in ("nan", "inf", "neg-inf")]
