@@ -31,7 +31,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from tidescale.autoscaler.burst import BurstProfile
-from tidescale.autoscaler.falls import steady_fall
+from tidescale.autoscaler.falls import line_fit, steady_fall
 from tidescale.autoscaler.forecast import Forecast
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.slo import QUANTILE_WINDOW_S, SLO_LATENCY_THRESHOLD_S
@@ -197,15 +197,8 @@ class Recommendation:
 
 def trend_slope(samples: list[tuple[float, float]]) -> float:
     """Least-squares slope (units per second) of (t, value) samples; 0 with fewer than 2."""
-    if len(samples) < 2:
-        return 0.0
-    n = len(samples)
-    mt = sum(t for t, _ in samples) / n
-    mv = sum(v for _, v in samples) / n
-    var = sum((t - mt) ** 2 for t, _ in samples)
-    if var <= 0:
-        return 0.0
-    return sum((t - mt) * (v - mv) for t, v in samples) / var
+    line = line_fit(samples)
+    return 0.0 if line is None else line.slope
 
 
 def queue_growth(samples: list[tuple[float, float]], window_s: float) -> float:

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidescale.autoscaler.decisions import DECISIONS, decision
-from tidescale.autoscaler.falls import steady_fall
+from tidescale.autoscaler.falls import line_fit, steady_fall
 from tidescale.autoscaler.recommend import Observation, Recommender, RecommenderConfig
 from tidescale.autoscaler.settings import RecommenderTuning
 from tidescale.contracts.errors import UsageError
@@ -22,6 +22,20 @@ Rate = Callable[[float], float]
 
 def every_15s(rate: Rate, start: float = 0.0, end: float = WINDOW) -> list[tuple[float, float]]:
     return [(start + 15.0 * i, rate(start + 15.0 * i)) for i in range(int((end - start) / 15.0) + 1)]
+
+
+def test_the_line_is_the_least_squares_one() -> None:
+    """The trend and the fall read the same fit: an exact line fits fully, a flat rate has a zero
+    slope and no fit, and times that do not spread define no line at all."""
+    line = line_fit([(0.0, 10.0), (10.0, 30.0), (20.0, 50.0)])
+    assert line is not None
+    assert (line.slope, line.mean, line.fit) == pytest.approx((2.0, 30.0, 1.0))
+    flat = line_fit([(0.0, 5.0), (15.0, 5.0), (30.0, 5.0)])
+    assert flat is not None and (flat.slope, flat.fit) == (0.0, 0.0)
+    step = line_fit([(0.0, 0.0), (1.0, 0.0), (2.0, 0.0), (3.0, 1.0)])  # a step at the end, as a lull's
+    assert step is not None and step.fit == pytest.approx(0.6)
+    assert line_fit([(3.0, 1.0)]) is None
+    assert line_fit([(3.0, 1.0), (3.0, 2.0)]) is None
 
 
 def test_a_days_fall_is_a_fall() -> None:
