@@ -31,7 +31,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from tidescale.autoscaler.burst import BurstProfile
-from tidescale.autoscaler.falls import line_fit, steady_fall
+from tidescale.autoscaler.falls import FALL_READINGS, line_fit, steady_fall
 from tidescale.autoscaler.forecast import Forecast
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.slo import QUANTILE_WINDOW_S, SLO_LATENCY_THRESHOLD_S
@@ -287,7 +287,7 @@ class Recommender:
         self.bursts = BurstProfile(config.burst_window_s, config.burst_smooth_s, config.burst_late_share,
                                    config.max_burst_factor)
         self._burst_delay_s = config.burst_delay_ratio * SLO_LATENCY_THRESHOLD_S
-        self._fall_rates: deque[tuple[float, float]] = deque(maxlen=512)
+        self._fall_rates: deque[tuple[float, float]] = deque(maxlen=2 * FALL_READINGS)
         self.falling = False  # the arrivals fall steadily (`track_fall`): no hold-down, no band
         self.last: Recommendation | None = None
 
@@ -316,13 +316,21 @@ class Recommender:
     def track_fall(self, t: float, arrival_rps: float) -> bool:
         """Record the evaluation's arrival rate and say whether the arrivals fall steadily (`falls.py`):
         then a scale-down waits no down delay and fits at the scale-up share (`sizing`), and the fast
-        path's withdrawal judges it by the same share. Off (never) with `fall_window_s` inf, and
-        beyond 512 evaluations' worth of window."""
+        path's withdrawal judges it by the same share. Off (never) with `fall_window_s` inf.
+
+        At most `FALL_READINGS` readings a window are kept, the newest always: where evaluations
+        come closer than that (a short `interval_s`, a long window), the newest replaces the one
+        before it until they are a window / `FALL_READINGS` apart. A reading a second is plenty for
+        a line over minutes, and a bounded deque that dropped the window's start instead never
+        spanned it, which turned the fall off without a word."""
         cfg = self.config
         if not math.isfinite(cfg.fall_window_s):
             return False
         rates = self._fall_rates
-        rates.append((t, arrival_rps))
+        if len(rates) >= 2 and t - rates[-2][0] < cfg.fall_window_s / FALL_READINGS:
+            rates[-1] = (t, arrival_rps)
+        else:
+            rates.append((t, arrival_rps))
         while rates and rates[0][0] < t - cfg.fall_window_s:
             rates.popleft()
         self.falling = steady_fall(rates, cfg.fall_window_s, cfg.fall_fit)

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidescale.autoscaler.decisions import DECISIONS, decision
-from tidescale.autoscaler.falls import line_fit, steady_fall
+from tidescale.autoscaler.falls import FALL_READINGS, line_fit, steady_fall
 from tidescale.autoscaler.recommend import Observation, Recommender, RecommenderConfig
 from tidescale.autoscaler.settings import RecommenderTuning
 from tidescale.contracts.errors import UsageError
@@ -115,6 +115,17 @@ def test_on_a_steady_fall_the_fleet_follows_without_the_hold_down_or_the_band() 
     assert "scale_down_fall" in {why for _, _, why in aware}
     assert "scale_down_fall" not in {why for _, _, why in blind}
     assert aware[-1][1] == 3 and blind[-1][1] == 4  # 250 req/s at 0.9 of 100, not at 0.8
+
+
+@pytest.mark.parametrize(("interval", "window"), [(0.2, WINDOW), (15.0, 6 * 3600.0)])
+def test_a_fall_is_seen_however_often_the_recommender_evaluates(interval: float, window: float) -> None:
+    """1,200 and 1,440 evaluations a window: a deque that kept the newest 512 never spanned the
+    window and the fall was off without a word; thinned, the window spans and memory stays bounded."""
+    rec = Recommender(RecommenderConfig(capacity_rps=100.0, fall_window_s=window))
+    steps = int(window / interval) + 1
+    seen = [rec.track_fall(i * interval, 1000.0 - 500.0 * i / steps) for i in range(steps)]
+    assert seen[-1] and not any(seen[: steps // 2])
+    assert len(rec._fall_rates) <= 2 * FALL_READINGS
 
 
 def test_a_lull_keeps_the_hold_down() -> None:
