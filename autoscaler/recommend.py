@@ -2,13 +2,15 @@
 
 desired = ceil((projected rate + backlog / drain time) / (capacity × utilisation)), where the
 projected rate looks ahead by the cold start (a replica asked for now helps only once Ready),
-extrapolating the recent rate trend upwards only, and at least the count that lets the worst pod
-clear its backlog within a horizon by diverting new arrivals (`drain_replicas`; Triton's queues are
-per pod). Arrivals are completions plus the queue's change over the same samples, from the 1-minute
-rate or, when it reads a jump, a short one. Scale-up is immediate; scale-down needs the
-lower count to have been enough for `down_delay_s` and to fit at a lower utilisation (asymmetric
-hysteresis), judged on the lower of the two windows' rates: on the way down the short window reads
-the fall sooner, and the largest need over `down_delay_s` keeps a passing dip from counting.
+extrapolating the recent rate trend upwards only (with `return_window_s` set, no further than a
+level the arrivals held in the last minutes while they are still under it), and at least the
+count that lets the worst pod clear its backlog within a horizon by diverting new arrivals
+(`drain_replicas`; Triton's queues are per pod). Arrivals are completions plus the queue's change
+over the same samples, from the 1-minute rate or, when it reads a jump, a short one. Scale-up is
+immediate; scale-down needs the lower count to have been enough for `down_delay_s` and to fit at a
+lower utilisation (asymmetric hysteresis), judged on the lower of the two windows' rates: on the
+way down the short window reads the fall sooner, and the largest need over `down_delay_s` keeps a
+passing dip from counting.
 With `headroom` > 1 the fleet never drops below what headroom × the recent floor of the load needs
 (standing replicas for a surge faster than detection + cold start), and with a seasonal forecast
 (forecast.py: the demand a day or a week ago over the lookahead, at today's level) never below what
@@ -112,6 +114,9 @@ class RecommenderConfig:
     # it before it shipped: the diurnal day 4.2 % cheaper, the cold starts 0.8 %, nothing else changed.
     fall_window_s: float = 240.0
     fall_fit: float = 0.9
+    # A rise back to a level the arrivals held within `return_window_s` is projected no further than
+    # that level: a return, not a surge (0: off).
+    return_window_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.capacity_rps <= 0:
@@ -126,6 +131,8 @@ class RecommenderConfig:
                 or self.max_drain_factor < 1:
             raise UsageError("cold start and down delay must be >= 0 s, drain times > 0 s, drain factor >= 1")
         check_headroom(self.headroom)
+        if not 0 <= self.return_window_s < math.inf:
+            raise UsageError(f"return_window_s must be >= 0 s and finite (0: off), got {self.return_window_s}")
         if not self.headroom_window_s > 0:
             raise UsageError(f"headroom_window_s must be > 0, got {self.headroom_window_s}")
         if not 0 <= self.client_retries <= MAX_CLIENT_RETRIES:
@@ -251,6 +258,14 @@ def projected_rate(rate_rps: float, slope: float, lookahead_s: float, cap: float
     return min(rate_rps * cap, rate_rps + max(0.0, slope) * lookahead_s)
 
 
+def held_return(rate_rps: float, projected_rps: float, level_rps: float) -> float:
+    """*projected_rps* for a rate still at or under a *level_rps* the arrivals held minutes ago, at
+    most that level: the rise out of a lull, or a bursty trace's climb back, reads as a steep ramp in
+    the rate windows, and projected over a cold start it asked for replicas the level never needed
+    (the benchmark's lulls: 5 where 3 serve). Past the level the trend is a surge's, untouched."""
+    return min(projected_rps, level_rps) if rate_rps <= level_rps else projected_rps
+
+
 def reachable_under_tolerance(current: int, desired: int, tolerance: float = 0.1) -> int:
     """The count to publish when the cluster applies a symmetric tolerance (no per-direction field).
 
@@ -273,6 +288,8 @@ class Recommender:
         self.capacity_rps = config.capacity_rps
         self._rates: deque[tuple[float, float]] = deque(maxlen=512)
         self._floor: deque[tuple[float, float]] = deque()  # (t, arrivals), increasing arrivals: a sliding minimum
+        self._peak: deque[tuple[float, float]] = deque()  # (t, arrivals), decreasing arrivals: a sliding maximum
+        self._young: deque[tuple[float, float]] = deque()  # (t, arrivals) of the last rate window, not yet a level
         self._down_candidates: deque[tuple[float, int]] = deque(maxlen=512)
         self._queue: deque[tuple[float, float]] = deque(maxlen=512)
         self._disturbed_at = -math.inf
@@ -518,6 +535,24 @@ class Recommender:
             self._floor.popleft()
         return self._floor[0][1]
 
+    def recent_peak(self, t: float, arrival: float) -> float:
+        """The highest arrival rate the readings held between `return_window_s` and a rate window ago
+        (a sliding maximum; inf when off or none): a level the arrivals held, not the rise now under
+        way, whose own readings of the last rate window still climb through the window's average."""
+        cfg = self.config
+        if cfg.return_window_s <= 0:
+            return math.inf
+        young, peak = self._young, self._peak
+        young.append((t, arrival))
+        while young and young[0][0] <= t - cfg.rate_window_s:
+            aged = young.popleft()
+            while peak and peak[-1][1] <= aged[1]:
+                peak.pop()
+            peak.append(aged)
+        while peak and peak[0][0] < t - cfg.return_window_s:
+            peak.popleft()
+        return peak[0][1] if peak else math.inf
+
     def pod_backlog(self, obs: Observation) -> float:
         """Queued requests on the worst pod beyond what it serves within the SLO (0 if none)."""
         even = obs.queue_depth / max(1, obs.ready_replicas)  # round robin spreads it over Ready pods
@@ -619,7 +654,8 @@ class Recommender:
         slope = max(0.0, trend_slope(list(self._rates)))
         floor_rps = self.recent_floor(obs.t, arrival)
         lookahead = cfg.cold_start_s + cfg.lookahead_extra_s
-        projected = projected_rate(arrival, slope, lookahead, cfg.trend_cap)
+        peak = self.recent_peak(obs.t, arrival)
+        projected = held_return(arrival, projected_rate(arrival, slope, lookahead, cfg.trend_cap), peak)
         backlog_rps = obs.queue_depth / cfg.drain_s
         drain_need = drain_replicas(arrival, pod_backlog, self.capacity_rps, cfg.pod_drain_s, cfg.max_replicas)
         standing = replicas_for(floor_rps * cfg.headroom * margin, self.capacity_rps, up_share) \
@@ -632,7 +668,8 @@ class Recommender:
         rate_need = max(seasonal, measured_need)
         drain_need = min(drain_need, math.ceil(cfg.max_drain_factor * max(rate_need, 1)))
         up_need = max(rate_need, drain_need, obs.current_replicas + 1 if hidden else 0)
-        projected_down = projected_rate(down_arrival, slope, lookahead, cfg.trend_cap)
+        projected_down = held_return(down_arrival, projected_rate(down_arrival, slope, lookahead, cfg.trend_cap),
+                                     peak)
         down_need = max(drain_need, standing, seasonal, replicas_for(
             max(projected_down, down_arrival * margin) + backlog_rps, self.capacity_rps, down_share))
         queue_driven = arrival - obs.arrival_rps + backlog_rps > 0.1 * max(projected, 1e-9)

@@ -1,0 +1,95 @@
+"""A rise back to a level the arrivals held minutes ago is projected no further than that level
+(`return_window_s`): a return, not a surge."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tidescale.autoscaler.recommend import Observation, Recommender, RecommenderConfig
+from tidescale.autoscaler.settings import RecommenderTuning
+from tidescale.contracts.errors import UsageError
+
+Rate = Callable[[float], float]
+
+
+def fleet_on(rate: Rate, config: RecommenderConfig, end: float) -> list[tuple[float, int, float]]:
+    """(t, desired, projected rate) every 15 s, the fleet applying each answer at once."""
+    rec, replicas, t = Recommender(config), 3, 0.0
+    out: list[tuple[float, int, float]] = []
+    while t <= end:
+        got = rec.recommend(Observation(t, arrival_rps=rate(t), queue_depth=0.0, ready_replicas=replicas,
+                                        current_replicas=replicas, p99_s=0.1, slo_latency_threshold_s=0.5))
+        out.append((t, got.desired, got.projected_rps))
+        replicas = got.desired
+        t += 15.0
+    return out
+
+
+def lulls(t: float) -> float:
+    """800 req/s with a lull to 280 of two minutes every five (from 300 s on), as a 1-minute rate reads
+    the steps: a minute's ramp each way."""
+    phase = (t - 300.0) % 300.0 if t >= 300.0 else -1.0
+    if phase < 0:
+        return 800.0
+    into = min(1.0, phase / 60.0)  # the ramp down
+    back = min(1.0, max(0.0, (phase - 120.0) / 60.0))  # and back up once the lull ends
+    return 800.0 - 520.0 * (into - back)
+
+
+def config(return_window_s: float = 0.0) -> RecommenderConfig:
+    return RecommenderConfig(capacity_rps=370.0, max_replicas=40, cold_start_s=60.0,
+                             return_window_s=return_window_s)
+
+
+def test_a_return_is_projected_to_its_level_and_a_surge_past_it_is_not() -> None:
+    """The rise out of a lull reads as a steep ramp; projected over the cold start it asked for 5
+    replicas where 3 serve the level it returns to (as shipped: off). Past the level held, the trend
+    is a surge's, projected as before."""
+    def back_then_surge(t: float) -> float:
+        return lulls(t) if t < 900.0 else 800.0 + 1600.0 * min(1.0, (t - 900.0) / 60.0)
+
+    blind = fleet_on(back_then_surge, config(), 1000.0)
+    aware = fleet_on(back_then_surge, config(600.0), 1000.0)
+    assert [r for r in blind if r[0] < 420] == [r for r in aware if r[0] < 420]  # the lull's fall: no change
+    assert max(d for t, d, _ in blind if 420 <= t < 900) >= 5
+    assert max(d for t, d, _ in aware if 420 <= t < 900) == 3
+    assert max(p for t, _, p in aware if 420 <= t < 900) == pytest.approx(800.0)
+    surge_blind = [(d, p) for t, d, p in blind if 915 <= t <= 960]
+    surge_aware = [(d, p) for t, d, p in aware if 915 <= t <= 960]
+    assert surge_aware == surge_blind and max(d for d, _ in surge_aware) > 5
+
+
+def test_a_level_older_than_the_window_is_forgotten() -> None:
+    """A return after longer than the window is read as a new rise, projected on its trend."""
+    def long_lull(t: float) -> float:
+        return 800.0 if t < 300.0 else 280.0 if t < 1000.0 else 280.0 + 520.0 * min(1.0, (t - 1000.0) / 60.0)
+
+    short = fleet_on(long_lull, config(300.0), 1100.0)
+    assert short == fleet_on(long_lull, config(), 1100.0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.floats(0, 1e4), min_size=1, max_size=60), st.floats(1.0, 3600.0))
+def test_the_projection_never_falls_under_the_rate_nor_rises_over_the_blind_one(rates: list[float],
+                                                                                window: float) -> None:
+    blind, aware = Recommender(config()), Recommender(config(window))
+    for i, rate in enumerate(rates):
+        obs = Observation(15.0 * i, arrival_rps=rate, queue_depth=0.0, ready_replicas=3, current_replicas=3,
+                          p99_s=0.1, slo_latency_threshold_s=0.5)
+        got, ref = aware.recommend(obs), blind.recommend(obs)
+        assert rate * (1 - 1e-9) <= got.projected_rps <= ref.projected_rps * (1 + 1e-9)
+        assert got.desired <= ref.desired
+
+
+def test_the_window_is_a_setting_off_by_default_and_bad_values_are_refused() -> None:
+    assert RecommenderTuning().return_window_s == 0
+    assert RecommenderTuning.model_validate({"return_window_s": 600}).return_window_s == 600
+    for bad in (-1.0, float("inf"), float("nan")):
+        with pytest.raises(UsageError):
+            RecommenderConfig(capacity_rps=1.0, return_window_s=bad)
+        with pytest.raises(ValueError):
+            RecommenderTuning.model_validate({"return_window_s": bad})
