@@ -47,7 +47,7 @@ def config(return_window_s: float = 0.0) -> RecommenderConfig:
 
 def test_a_return_is_projected_to_its_level_and_a_surge_past_it_is_not() -> None:
     """The rise out of a lull reads as a steep ramp; projected over the cold start it asked for 5
-    replicas where 3 serve the level it returns to (as shipped: off). Past the level held, the trend
+    replicas where 3 serve the level it returns to (with the window off). Past the level held, the trend
     is a surge's, projected as before."""
     def back_then_surge(t: float) -> float:
         return lulls(t) if t < 900.0 else 800.0 + 1600.0 * min(1.0, (t - 900.0) / 60.0)
@@ -85,9 +85,9 @@ def test_the_projection_never_falls_under_the_rate_nor_rises_over_the_blind_one(
         assert got.desired <= ref.desired
 
 
-def test_the_window_is_a_setting_off_by_default_and_bad_values_are_refused() -> None:
-    assert RecommenderTuning().return_window_s == 0
-    assert RecommenderTuning.model_validate({"return_window_s": 600}).return_window_s == 600
+def test_the_window_is_a_setting_on_by_default_and_bad_values_are_refused() -> None:
+    assert RecommenderTuning().return_window_s == 600
+    assert RecommenderTuning.model_validate({"return_window_s": 0}).return_window_s == 0
     for bad in (-1.0, float("inf"), float("nan")):
         with pytest.raises(UsageError):
             RecommenderConfig(capacity_rps=1.0, return_window_s=bad)
