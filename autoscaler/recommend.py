@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from tidescale.autoscaler.burst import BurstProfile
 from tidescale.autoscaler.falls import FALL_READINGS, line_fit, steady_fall
@@ -210,6 +212,24 @@ def trend_slope(samples: list[tuple[float, float]]) -> float:
     return 0.0 if line is None else line.slope
 
 
+Value = TypeVar("Value")
+WINDOW_READINGS = 256  # readings a sliding window keeps at most, about (`append_thinned`)
+
+
+def append_thinned(readings: deque[tuple[float, Value]], t: float, value: Value, spacing_s: float,
+                   merge: Callable[[Value, Value], Value] = lambda _old, new: new) -> None:
+    """Append (t, value) to time-ordered *readings*, unless the reading before the newest is less than
+    *spacing_s* old: then the newest becomes (t, merge(its value, value)). A window's readings then
+    stay within twice window / spacing however short the evaluations' interval, the window's oldest
+    reading is never the one dropped, and the newest time is always kept. A deque capped by count
+    instead dropped the window's start when evaluations came fast or the window was long, so the
+    readings never spanned it and the decision waiting on that span never came."""
+    if len(readings) >= 2 and t - readings[-2][0] < spacing_s:
+        readings[-1] = (t, merge(readings[-1][1], value))
+    else:
+        readings.append((t, value))
+
+
 def queue_growth(samples: list[tuple[float, float]], window_s: float) -> float:
     """Change per second of a gauge over the samples a `[window]` range selector ending at the newest
     sample holds (left-open, as Prometheus selects them for `rate()`): the same samples the
@@ -288,25 +308,26 @@ class Recommender:
     def __init__(self, config: RecommenderConfig) -> None:
         self.config = config
         self.capacity_rps = config.capacity_rps
-        self._rates: deque[tuple[float, float]] = deque(maxlen=512)
+        # Time windows of readings, each thinned to about WINDOW_READINGS (`append_thinned`).
+        self._rates: deque[tuple[float, float]] = deque()
         self._floor: deque[tuple[float, float]] = deque()  # (t, arrivals), increasing arrivals: a sliding minimum
         self._peak: deque[tuple[float, float]] = deque()  # (t, arrivals), decreasing arrivals: a sliding maximum
         self._young: deque[tuple[float, float]] = deque()  # (t, arrivals) of the last rate window, not yet a level
-        self._down_candidates: deque[tuple[float, int]] = deque(maxlen=512)
-        self._queue: deque[tuple[float, float]] = deque(maxlen=512)
+        self._down_candidates: deque[tuple[float, int]] = deque()  # (t, need), thinned: `append_thinned`
+        self._queue: deque[tuple[float, float]] = deque()
         self._disturbed_at = -math.inf
         self._backlog_at = -math.inf  # when a pod last held more than it serves within the SLO
         self._fleet: tuple[float, int, int] = (-math.inf, -1, -1)  # (since, Ready, spec) replicas read
         self._panic_until = -math.inf
         self._panic_floor = 0
-        self._fast_rates: deque[tuple[float, float]] = deque(maxlen=512)
-        self._per_replica: deque[tuple[float, float]] = deque(maxlen=512)  # (t, completions per Ready replica)
+        self._fast_rates: deque[tuple[float, float]] = deque()
+        self._per_replica: deque[tuple[float, float]] = deque()  # (t, completions per Ready replica)
         self.ceiling: tuple[float, float] | None = None  # (t, completions per replica) measured while the SLO burned
         self._latency_step: tuple[int, float] | None = None  # (replicas, completions) at hidden demand's last ask
         self.bursts = BurstProfile(config.burst_window_s, config.burst_smooth_s, config.burst_late_share,
                                    config.max_burst_factor)
         self._burst_delay_s = config.burst_delay_ratio * SLO_LATENCY_THRESHOLD_S
-        self._fall_rates: deque[tuple[float, float]] = deque(maxlen=2 * FALL_READINGS)
+        self._fall_rates: deque[tuple[float, float]] = deque()  # thinned to FALL_READINGS a window
         self.falling = False  # the arrivals fall steadily (`track_fall`): no hold-down, no band
         self.last: Recommendation | None = None
 
@@ -337,19 +358,13 @@ class Recommender:
         then a scale-down waits no down delay and fits at the scale-up share (`sizing`), and the fast
         path's withdrawal judges it by the same share. Off (never) with `fall_window_s` inf.
 
-        At most `FALL_READINGS` readings a window are kept, the newest always: where evaluations
-        come closer than that (a short `interval_s`, a long window), the newest replaces the one
-        before it until they are a window / `FALL_READINGS` apart. A reading a second is plenty for
-        a line over minutes, and a bounded deque that dropped the window's start instead never
-        spanned it, which turned the fall off without a word."""
+        The readings are thinned to about `FALL_READINGS` a window (`append_thinned`, the newest
+        replacing the one before it): a reading a second is plenty for a line over minutes."""
         cfg = self.config
         if not math.isfinite(cfg.fall_window_s):
             return False
         rates = self._fall_rates
-        if len(rates) >= 2 and t - rates[-2][0] < cfg.fall_window_s / FALL_READINGS:
-            rates[-1] = (t, arrival_rps)
-        else:
-            rates.append((t, arrival_rps))
+        append_thinned(rates, t, arrival_rps, cfg.fall_window_s / FALL_READINGS)
         while rates and rates[0][0] < t - cfg.fall_window_s:
             rates.popleft()
         self.falling = steady_fall(rates, cfg.fall_window_s, cfg.fall_fit)
@@ -443,7 +458,7 @@ class Recommender:
         if obs.ready_replicas <= 0:
             return None
         per_replica = obs.arrival_rps / obs.ready_replicas
-        self._per_replica.append((obs.t, per_replica))
+        append_thinned(self._per_replica, obs.t, per_replica, self.config.rate_window_s / WINDOW_READINGS)
         # The newest reading at or before the window's start stays, so the readings can span it.
         while len(self._per_replica) > 1 and self._per_replica[1][0] <= obs.t - self.config.rate_window_s:
             self._per_replica.popleft()
@@ -507,8 +522,8 @@ class Recommender:
         and the largest need over `down_delay_s` keeps a passing dip from counting). Without a short
         window both are the long one's."""
         cfg = self.config
-        self._queue.append((obs.t, obs.queue_depth))
         keep = max(cfg.queue_window_s, cfg.rate_window_s, cfg.fast_window_s)
+        append_thinned(self._queue, obs.t, obs.queue_depth, keep / WINDOW_READINGS)
         while self._queue and self._queue[0][0] < obs.t - keep:
             self._queue.popleft()
         if obs.fast_arrival_rps is None:
@@ -581,7 +596,7 @@ class Recommender:
         cfg = self.config
         if arrival_rps is None or not math.isfinite(arrival_rps) or arrival_rps < 0:
             return None
-        self._fast_rates.append((t, arrival_rps))
+        append_thinned(self._fast_rates, t, arrival_rps, cfg.panic_trend_window_s / WINDOW_READINGS)
         while self._fast_rates[0][0] < t - cfg.panic_trend_window_s:
             self._fast_rates.popleft()
         # Overloaded is past the share of their capacity the sizing lets *asked* carry (burst sizing:
@@ -650,7 +665,7 @@ class Recommender:
         if pod_backlog > 0:
             self._backlog_at = obs.t
         hidden = self.hidden_demand(obs, steady)
-        self._rates.append((obs.t, arrival))
+        append_thinned(self._rates, obs.t, arrival, cfg.trend_window_s / WINDOW_READINGS)
         while self._rates and self._rates[0][0] < obs.t - cfg.trend_window_s:
             self._rates.popleft()
         slope = max(0.0, trend_slope(list(self._rates)))
@@ -695,12 +710,14 @@ class Recommender:
         else:
             # Scale down to the largest count that sufficed (at the lower utilisation) over the delay.
             now_need = max(down_need, up_need)
-            self._down_candidates.append((obs.t, now_need))
+            delay = 0.0 if falling else cfg.down_delay_s
+            # Candidates closer than delay / WINDOW_READINGS merge into the newest, which keeps the larger
+            # need (a need held a fraction of a second longer): a long delay at a short interval.
+            append_thinned(self._down_candidates, obs.t, now_need, delay / WINDOW_READINGS, max)
             # Keep the newest candidate at or before the window's start, so the span can reach the delay
             # with real clocks too: dropping every one older than the delay left a span just short of
             # it whenever evaluations drift by milliseconds, and scale-down never came (found on the
             # local cluster; the simulator's exact intervals hid it).
-            delay = 0.0 if falling else cfg.down_delay_s
             while len(self._down_candidates) > 1 and self._down_candidates[1][0] <= obs.t - delay:
                 self._down_candidates.popleft()
             span = obs.t - self._down_candidates[0][0]

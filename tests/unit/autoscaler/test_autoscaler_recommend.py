@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidescale.autoscaler.recommend import (
+    WINDOW_READINGS,
     Observation,
     Recommender,
     RecommenderConfig,
@@ -118,6 +119,26 @@ def test_scale_down_waits_for_the_delay_and_the_lower_utilisation() -> None:
     # the first down step comes only once the lower count has sufficed for the whole delay
     first_down = next(i for i, d in enumerate(downs) if d.desired < 10)
     assert (first_down + 1) * 15 >= 120
+
+
+@pytest.mark.parametrize("spike", [False, True])
+def test_a_long_down_delay_at_a_short_interval_still_elapses_and_holds_what_it_saw(spike: bool) -> None:
+    """A half-hour down delay evaluated every second: 1,800 candidates, where a deque capped at 512
+    never spanned the delay and the fleet never scaled down. Thinned, it scales down at most a
+    spacing (delay / WINDOW_READINGS) later than every candidate kept would, and one evaluation's
+    jump (600 req/s at t = 100, which the trend projects to the whole fleet) still holds the fleet
+    until it leaves the delay."""
+    r = rec(down_delay_s=1800.0)
+    r.recommend(obs(0, 900.0, current=10))
+    desired = {t: r.recommend(obs(t, 600.0 if spike and t == 100 else 300.0, current=10)).desired
+               for t in range(1, 2001)}
+    first_down = min(t for t, d in desired.items() if d < 10)
+    if spike:
+        assert first_down > 1900
+    else:
+        assert 1800 <= first_down <= 1800 + 1800 / WINDOW_READINGS + 1
+    assert desired[2000] == math.ceil(300 / (CAP * 0.8))
+    assert len(r._down_candidates) <= 2 * WINDOW_READINGS + 1
 
 
 def test_a_spike_during_hold_down_resets_it() -> None:
