@@ -24,7 +24,6 @@ from dataclasses import dataclass
 MIN_DROP = 0.05  # the line must fall at least this share of the window's mean over the window
 MIN_READINGS = 4  # fewer points always fit a line (two of them exactly)
 SPAN_SHARE = 0.95  # the readings must span this much of the window (evaluations drift by milliseconds)
-FALL_READINGS = 256  # readings a window the recommender keeps at most (`Recommender.track_fall` thins the rest)
 
 
 @dataclass(frozen=True)

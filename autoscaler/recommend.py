@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from tidescale.autoscaler.burst import BurstProfile
-from tidescale.autoscaler.falls import FALL_READINGS, line_fit, steady_fall
+from tidescale.autoscaler.falls import line_fit, steady_fall
 from tidescale.autoscaler.forecast import Forecast
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.slo import QUANTILE_WINDOW_S, SLO_LATENCY_THRESHOLD_S
@@ -327,7 +327,7 @@ class Recommender:
         self.bursts = BurstProfile(config.burst_window_s, config.burst_smooth_s, config.burst_late_share,
                                    config.max_burst_factor)
         self._burst_delay_s = config.burst_delay_ratio * SLO_LATENCY_THRESHOLD_S
-        self._fall_rates: deque[tuple[float, float]] = deque()  # thinned to FALL_READINGS a window
+        self._fall_rates: deque[tuple[float, float]] = deque()  # thinned to WINDOW_READINGS a window
         self.falling = False  # the arrivals fall steadily (`track_fall`): no hold-down, no band
         self.last: Recommendation | None = None
 
@@ -358,13 +358,13 @@ class Recommender:
         then a scale-down waits no down delay and fits at the scale-up share (`sizing`), and the fast
         path's withdrawal judges it by the same share. Off (never) with `fall_window_s` inf.
 
-        The readings are thinned to about `FALL_READINGS` a window (`append_thinned`, the newest
+        The readings are thinned to about `WINDOW_READINGS` a window (`append_thinned`, the newest
         replacing the one before it): a reading a second is plenty for a line over minutes."""
         cfg = self.config
         if not math.isfinite(cfg.fall_window_s):
             return False
         rates = self._fall_rates
-        append_thinned(rates, t, arrival_rps, cfg.fall_window_s / FALL_READINGS)
+        append_thinned(rates, t, arrival_rps, cfg.fall_window_s / WINDOW_READINGS)
         while rates and rates[0][0] < t - cfg.fall_window_s:
             rates.popleft()
         self.falling = steady_fall(rates, cfg.fall_window_s, cfg.fall_fit)

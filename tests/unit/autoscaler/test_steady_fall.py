@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidescale.autoscaler.decisions import DECISIONS, decision
-from tidescale.autoscaler.falls import FALL_READINGS, line_fit, steady_fall
-from tidescale.autoscaler.recommend import Observation, Recommender, RecommenderConfig
+from tidescale.autoscaler.falls import line_fit, steady_fall
+from tidescale.autoscaler.recommend import WINDOW_READINGS, Observation, Recommender, RecommenderConfig
 from tidescale.autoscaler.settings import RecommenderTuning
 from tidescale.contracts.errors import UsageError
 
@@ -125,7 +125,7 @@ def test_a_fall_is_seen_however_often_the_recommender_evaluates(interval: float,
     steps = int(window / interval) + 1
     seen = [rec.track_fall(i * interval, 1000.0 - 500.0 * i / steps) for i in range(steps)]
     assert seen[-1] and not any(seen[: steps // 2])
-    assert len(rec._fall_rates) <= 2 * FALL_READINGS
+    assert len(rec._fall_rates) <= 2 * WINDOW_READINGS
 
 
 def test_a_lull_keeps_the_hold_down() -> None:
