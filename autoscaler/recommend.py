@@ -672,7 +672,8 @@ class Recommender:
         floor_rps = self.recent_floor(obs.t, arrival)
         lookahead = cfg.cold_start_s + cfg.lookahead_extra_s
         peak = self.recent_peak(obs.t, arrival)
-        projected = held_return(arrival, projected_rate(arrival, slope, lookahead, cfg.trend_cap), peak)
+        trend_projected = projected_rate(arrival, slope, lookahead, cfg.trend_cap)
+        projected = held_return(arrival, trend_projected, peak)
         backlog_rps = obs.queue_depth / cfg.drain_s
         drain_need = drain_replicas(arrival, pod_backlog, self.capacity_rps, cfg.pod_drain_s, cfg.max_replicas)
         standing = replicas_for(floor_rps * cfg.headroom * margin, self.capacity_rps, up_share) \
@@ -694,8 +695,8 @@ class Recommender:
             "drain" if drain_need > rate_need and up_need > obs.current_replicas else \
             "forecast" if seasonal > measured_need and up_need > obs.current_replicas else \
             "queue" if queue_driven and up_need > obs.current_replicas else (
-            "lookahead" if slope > 0 and up_need > replicas_for(arrival * margin, self.capacity_rps,
-                                                                up_share) else "rate")
+            ("return" if projected < trend_projected else "lookahead") if slope > 0 and up_need > replicas_for(
+                arrival * margin, self.capacity_rps, up_share) else "rate")
         # What a lower answer is a scale-down from: the replicas read, or the count last recommended
         # when more (a stale or bad reading, a scale-up the HPA has not applied yet). Measured
         # against the reading alone, a stale 3 where 12 run made 8 a "scale-up" past the down delay.

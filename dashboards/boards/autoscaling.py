@@ -67,7 +67,9 @@ def build() -> dash_b.Dashboard:
                             "[$__rate_interval]))", "{{deployment}}")], min_value=0))
         .with_panel(graph(
             "Why the recommender decided",
-            "Each evaluation's decision (tidescale_recommender_decision == 1): scale_up_rate, scale_up_queue, "
+            "Each evaluation's decision (tidescale_recommender_decision == 1): scale_up_rate, scale_up_lookahead "
+            "(the trend projected over the cold start), scale_up_return (projected no further than a level the "
+            "arrivals held minutes ago: a return, not a surge), scale_up_queue, "
             "scale_up_panic (an overload read straight from the Triton pods: scaled at once), scale_up_forecast "
             "(the demand a day or a week ago peaked within the lookahead), scale_up_drain "
             "(a pod's backlog), scale_up_latency (most requests slow with no queue to show why), scale_down, "

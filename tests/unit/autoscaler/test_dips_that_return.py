@@ -9,24 +9,30 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidescale.autoscaler.recommend import Observation, Recommender, RecommenderConfig
+from tidescale.autoscaler.decisions import decision
+from tidescale.autoscaler.recommend import Observation, Recommendation, Recommender, RecommenderConfig
 from tidescale.autoscaler.settings import RecommenderTuning
 from tidescale.contracts.errors import UsageError
 
 Rate = Callable[[float], float]
 
 
-def fleet_on(rate: Rate, config: RecommenderConfig, end: float) -> list[tuple[float, int, float]]:
-    """(t, desired, projected rate) every 15 s, the fleet applying each answer at once."""
+def answers_on(rate: Rate, config: RecommenderConfig, end: float) -> list[tuple[float, int, Recommendation]]:
+    """(t, replicas read, answer) every 15 s, the fleet applying each answer at once."""
     rec, replicas, t = Recommender(config), 3, 0.0
-    out: list[tuple[float, int, float]] = []
+    out: list[tuple[float, int, Recommendation]] = []
     while t <= end:
         got = rec.recommend(Observation(t, arrival_rps=rate(t), queue_depth=0.0, ready_replicas=replicas,
                                         current_replicas=replicas, p99_s=0.1, slo_latency_threshold_s=0.5))
-        out.append((t, got.desired, got.projected_rps))
+        out.append((t, replicas, got))
         replicas = got.desired
         t += 15.0
     return out
+
+
+def fleet_on(rate: Rate, config: RecommenderConfig, end: float) -> list[tuple[float, int, float]]:
+    """(t, desired, projected rate) every 15 s."""
+    return [(t, got.desired, got.projected_rps) for t, _, got in answers_on(rate, config, end)]
 
 
 def lulls(t: float) -> float:
@@ -61,6 +67,24 @@ def test_a_return_is_projected_to_its_level_and_a_surge_past_it_is_not() -> None
     surge_blind = [(d, p) for t, d, p in blind if 915 <= t <= 960]
     surge_aware = [(d, p) for t, d, p in aware if 915 <= t <= 960]
     assert surge_aware == surge_blind and max(d for d, _ in surge_aware) > 5
+
+
+def test_a_return_says_so_and_a_surge_past_the_level_still_reads_as_a_lookahead() -> None:
+    """The decision names the cap, so on-call can tell a climb back to a level held (projected no
+    further than it) from a trend projected over the cold start; with the window off it never reads so."""
+    def back_then_surge(t: float) -> float:  # the lulls, deeper (to 100 req/s), then a surge past 800
+        return 100.0 + (lulls(t) - 280.0) * 700.0 / 520.0 if t < 900.0 else \
+            800.0 + 1600.0 * min(1.0, (t - 900.0) / 60.0)
+
+    def decisions(window: float) -> list[tuple[float, str]]:
+        return [(t, decision(got.desired, read, got.reason, None))
+                for t, read, got in answers_on(back_then_surge, config(window), 1000.0)]
+
+    aware, blind = decisions(600.0), decisions(0.0)
+    assert any(why == "scale_up_return" for t, why in aware if 420 <= t < 900)
+    assert all(why != "scale_up_return" for t, why in aware if t >= 915 or t < 420)
+    assert any(why == "scale_up_lookahead" for t, why in aware if t >= 915)
+    assert all(why != "scale_up_return" for _, why in blind)
 
 
 def test_a_level_older_than_the_window_is_forgotten() -> None:

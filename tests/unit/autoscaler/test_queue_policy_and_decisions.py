@@ -38,6 +38,7 @@ def test_an_impossible_queue_policy_is_a_usage_error(slo: float, batch: float, m
     (9, 3, "drain", None, "scale_up_drain"),
     (9, 3, "panic", None, "scale_up_panic"),
     (5, 3, "lookahead", None, "scale_up_lookahead"),
+    (5, 3, "return", None, "scale_up_return"),
     (8, 3, "forecast", None, "scale_up_forecast"),
     (2, 1, "min", None, "scale_up_min"),
     (2, 5, "rate", None, "scale_down"),
