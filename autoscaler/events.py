@@ -8,6 +8,7 @@ one follows the rate), so the Event is named by the change alone and a twin is c
 from __future__ import annotations
 
 import logging
+import math
 from datetime import UTC, datetime
 
 from tidescale.autoscaler.decisions import event_message
@@ -55,10 +56,16 @@ def panic_detail(reading: FastReading, panic_window_s: float, capacity_rps: floa
             f"{panic_window_s:g} s{newest}, capacity {capacity_rps:.1f} req/s per replica")
 
 
-def observation_detail(obs: Observation, capacity_rps: float) -> str:
-    """What the evaluation read, for the Event."""
+def observation_detail(obs: Observation, capacity_rps: float, projected_rps: float | None = None) -> str:
+    """What the evaluation read, for the Event, and the rate it projected when above the rate read (a
+    trend over the cold start, up to a level held, a fast reading's jump): a scale-up to 8 replicas
+    at 410 req/s only makes sense beside the 2,400 req/s it was sized for."""
     p99 = "unknown" if obs.p99_s is None else f"{obs.p99_s * 1e3:.0f} ms"
-    return (f"arrival {obs.arrival_rps:.1f} req/s, rejected {obs.rejected_rps:.1f} req/s, queue "
+    ahead = projected_rps is not None and math.isfinite(projected_rps) and \
+        projected_rps > obs.arrival_rps + 0.005 * max(obs.arrival_rps, 1.0)
+    return (f"arrival {obs.arrival_rps:.1f} req/s"
+            + (f" (projected {projected_rps:.1f} req/s ahead)" if ahead else "")
+            + f", rejected {obs.rejected_rps:.1f} req/s, queue "
             f"{obs.queue_depth:.0f}, P99 {p99}, capacity {capacity_rps:.1f} req/s per replica, "
             f"{obs.ready_replicas}/{obs.current_replicas} replicas ready"
             + (f", {obs.unschedulable_pods} pod(s) cannot be scheduled" if obs.unschedulable_pods else "")

@@ -426,7 +426,9 @@ def test_every_evaluation_exports_one_decision_and_a_change_posts_an_event_sayin
                                                            "name": "triton", "namespace": "ml"}
     assert body["reason"] == "TidescaleRecommendation"
     assert body["message"].startswith(f"tidescale recommends {up:.0f} replicas (was 5): scale_up_")
-    assert "arrival 900.0 req/s" in body["message"]
+    # The count beside the rate it was sized for: the jump's trend projected over the cold start.
+    projected = svc.states[("ml", "triton")].recommender.last.projected_rps  # type: ignore[union-attr]
+    assert projected > 900.0 and f"arrival 900.0 req/s (projected {projected:.1f} req/s ahead)" in body["message"]
     assert sum(decisions(svc).values()) == 1.0 and decisions(svc)[body["message"].split(": ")[1].split(";")[0]] == 1
     fake.down = True
     svc.evaluate(30.0)
@@ -936,6 +938,7 @@ def test_pods_that_cannot_be_scheduled_are_said_once_in_an_event_and_the_count_s
     [(_, body)] = events.posted
     assert body["message"].startswith("tidescale recommends 5 replicas (was 5): wait_unschedulable;")
     assert "3/5 replicas ready, 2 pod(s) cannot be scheduled" in body["message"]
+    assert "(projected" not in body["message"]  # sized for the rate read: nothing projected to show
     svc.evaluate(30.0)
     assert len(events.posted) == 1  # said once
     fake.values["kube_pod_status_unschedulable"] = None  # placed at last
