@@ -44,10 +44,10 @@ def test_rising_rate_looks_ahead_by_the_cold_start() -> None:
     r = rec(cold_start_s=60.0, lookahead_extra_s=0.0)
     out = None
     for t in range(0, 75, 15):
-        out = r.recommend(obs(t, 300.0 + 2.0 * t, current=4))  # +2 req/s per second
+        out = r.recommend(obs(t, 300.0 + 1.0 * t, current=4))  # +1 req/s per second
     assert out is not None
-    assert out.projected_rps == pytest.approx(300 + 2 * 60 + 2 * 60, rel=1e-6)  # now 420, +120 ahead
-    assert out.desired == math.ceil(540 / 90)
+    assert out.projected_rps == pytest.approx(300 + 60 + 60, rel=1e-6)  # now 360, +60 ahead (under the cap)
+    assert out.desired == math.ceil(420 / 90) > math.ceil(360 / 90)
     assert out.reason == "lookahead"
 
 
@@ -58,9 +58,10 @@ def test_a_step_is_projected_at_most_trend_cap_times_the_rate() -> None:
         r.recommend(obs(0, 300.0, current=4))
         r.recommend(obs(15, 3000.0, current=4))
     assert capped.last is not None and free.last is not None
-    assert capped.last.projected_rps == pytest.approx(6000.0)
+    cap = capped.config.trend_cap
+    assert 1 < cap < 2 and capped.last.projected_rps == pytest.approx(3000.0 * cap)
     assert free.last.projected_rps == pytest.approx(3000 + 180 * 90)  # 180 req/s per second, 90 s ahead
-    assert capped.last.desired == math.ceil(6000 / 90) < free.last.desired
+    assert capped.last.desired == math.ceil(3000 * cap / 90) < free.last.desired
 
 
 def test_queue_growth_counts_as_arrivals() -> None:

@@ -169,7 +169,7 @@ def test_the_burst_margin_and_the_trend_are_not_multiplied() -> None:
     projection and the rate x the margin (15 of 100 req/s), not both at once (19 or more): a bursty
     trace's swings are what tilts its trend."""
     rec = Recommender(RecommenderConfig(capacity_rps=100.0, max_replicas=50, sizing="burst", cold_start_s=60.0,
-                                        lookahead_extra_s=30.0, trend_window_s=30.0))
+                                        lookahead_extra_s=30.0, trend_window_s=30.0, trend_cap=2.0))
     for t, r in readings(bursty(1000.0, 150, 6)):
         rec.record_interval(t, r)
     margin, up_share, down_share = rec.sizing(300.0)
