@@ -68,6 +68,16 @@ def triton_metrics() -> Iterator[str]:
     server.server_close()
 
 
+MAX_START_SECOND = 25  # Prometheus up and scraping 35 s before the next whole minute, even on a loaded CI
+
+
+def sleep_until_second_of_minute(latest: int) -> None:
+    """Wait, if need be, for the next minute's start, so that now is at most *latest* s into a minute."""
+    second = time.time() % 60
+    if second > latest:
+        time.sleep(60 - second + 0.5)
+
+
 def recommender_of(prom: PrometheusServer) -> RecommenderService:
     """The service for the fake Triton's model on 3 replicas, reading *prom* over 10 s / 5 s windows."""
     settings = RecommenderSettings(
@@ -133,6 +143,11 @@ def test_prometheus_evaluates_the_seasonal_forecasts_reads(tmp_path: Path, trito
     """The forecast's subqueries are PromQL a real Prometheus runs: a day and a week back it holds
     nothing yet (no forecast, no error), and the demand level now is completions + queue-policy
     rejections (model errors are not demand) at the subquery's minute steps."""
+    # rate() divides by its whole window: at a minute step that falls in the series' first 10 s, the
+    # rate covers a few scrapes and reads low, and the median over [low, full] stays under the bar
+    # until a third step (the CI run of 2026-12-04 timed out so). Started early in a minute, the first
+    # step with a value is the next minute's, over a full window.
+    sleep_until_second_of_minute(MAX_START_SECOND)
     prom = PrometheusServer(tmp_path, [ScrapeTarget("triton", triton_metrics, {"namespace": "ml", "pod": POD})])
     prom.start()
     try:
@@ -142,7 +157,7 @@ def test_prometheus_evaluates_the_seasonal_forecasts_reads(tmp_path: Path, trito
         assert state.queries.demand_level is not None and len(state.queries.seasons) == 2
         for season in state.queries.seasons:
             assert service.client.instant(season.peak) == [] and service.client.instant(season.level) == []
-        # The level's steps fall on whole minutes: the first one after two scrapes has a value.
+        # The level's steps fall on whole minutes: the first one over a full rate window has a value.
         prom.wait_for(f"({state.queries.demand_level}) > {0.95 * (RATE + REJECTED)}", timeout=90)
         [(_, level)] = service.client.instant(state.queries.demand_level)
         assert level == pytest.approx(RATE + REJECTED, rel=0.05)
