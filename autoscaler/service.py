@@ -7,7 +7,8 @@ one when Prometheus is down or a value is missing, NaN or stale (never a scale-d
 the pods every `fast_path.interval_s` and only ever raises the count: a panic, or a scale-down the
 HPA has not applied yet, withdrawn when the pods read more load than the smaller fleet carries. A
 change becomes a Kubernetes Event (`events.py`); in `scale_mode: direct` the service writes the
-scale subresource itself. `tick(now)` runs whichever pass is due; `app.py` serves the state.
+scale subresource itself, before the Event. Every Kubernetes call has a deadline (`kubeapi.py`).
+`tick(now)` runs whichever pass is due; `app.py` serves the state.
 """
 
 from __future__ import annotations
@@ -186,9 +187,10 @@ class RecommenderService:
                 self._hold(st, *problem)
                 return
             event = self._decide(st, obs, hpa, now)
+        # The scale first: a slow Event post must not hold back the scale-up it reports.
+        self._apply(st)
         if event is not None:
             self._send_event(st, *event)
-        self._apply(st)
 
     def _decide(self, st: TargetState, obs: Observation, hpa: tuple[int, int] | None,
                 now: float) -> tuple[int, int, str, str] | None:
@@ -316,8 +318,8 @@ class RecommenderService:
                 st.decision, st.detail = decision(rec.desired, st.current or 0, rec.reason, None), rec.reason
                 event = (before, rec.desired, st.decision, panic_detail(reading, st.recommender.config.panic_window_s,
                                                                           st.recommender.capacity_rps))
-            self._send_event(st, *event)
             self._apply(st)
+            self._send_event(st, *event)
 
     def _send_event(self, st: TargetState, before: int, after: int, why: str, detail: str) -> None:
         """The recommendation's Event (events.py), never under the lock. Read through a query layer

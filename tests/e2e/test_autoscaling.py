@@ -124,8 +124,30 @@ def load_on(service_ip: str, rps: float = 100, keep_alive: bool = True) -> Itera
     assert load.ok > 0 and load.failed == 0, load.errors
 
 
-def scale_up(cluster: Cluster) -> int:
-    return wait_for(lambda: replicas(cluster) if replicas(cluster) > 1 else 0, 240, "the HPA to scale Triton up")
+RECOMMENDER_PORT = 9106  # the chart's recommender.port
+
+
+def recommender_view(cluster: Cluster, load: Load | None = None) -> str:
+    """What each recommender pod exports for the Triton target and its last log lines, and the load's
+    counts: a scale-up that never came says whether the load arrived, what was read and decided, and
+    whether a write failed (a CI run timed out on one once, and said nothing more)."""
+    parts = [f"load: {load.ok} ok, {load.failed} failed, {load.errors[:3]}" if load is not None else ""]
+    for pod in cluster.pods(NAMESPACE, "app.kubernetes.io/component=recommender"):
+        try:
+            text = httpx.get(f"http://{pod['status'].get('podIP')}:{RECOMMENDER_PORT}/metrics", timeout=5).text
+        except httpx.HTTPError as e:
+            text = f"/metrics unreachable: {e}"
+        exported = [line for line in text.splitlines()
+                    if line.startswith(("tidescale_desired", "tidescale_recommender")) and "triton" in line]
+        logs = cluster.logs_of(NAMESPACE, pod, "recommender").splitlines()[-15:]
+        parts.append(f"{pod['metadata']['name']}: " + "; ".join(exported or text.splitlines()[:3])
+                     + "\n  " + "\n  ".join(logs))
+    return "\n".join(p for p in parts if p)
+
+
+def scale_up(cluster: Cluster, load: Load | None = None) -> int:
+    return wait_for(lambda: replicas(cluster) if replicas(cluster) > 1 else 0, 240,
+                    lambda: "the HPA to scale Triton up; seen:\n" + recommender_view(cluster, load))
 
 
 # Longer than a scale-down would take once asked: the recommender's down delay and rate window (30 s each),
@@ -344,8 +366,8 @@ def test_keda_mode_scales_up_under_load_holds_while_prometheus_is_down_then_scal
         cluster: Cluster, serving: str, tmp_path: Any) -> None:
     install(cluster, "keda", tmp_path)
     try:
-        with load_on(serving):
-            peak = scale_up(cluster)
+        with load_on(serving) as load:
+            peak = scale_up(cluster, load)
             serving_now = {p["metadata"]["name"] for p in cluster.pods(SERVING, "app.kubernetes.io/name=triton")}
             # A series of the current pods (the previous test's pods, flushing their last spans as they
             # exited, may still have theirs for a scrape or two).
@@ -420,8 +442,8 @@ def test_adapter_mode_scales_triton_up_under_load_and_back_down(cluster: Cluster
         assert float(items[0]["value"]) >= 1
         # From one replica, so that the scale-up is this test's and the load has run through it.
         wait_for(lambda: replicas(cluster) == 1, 300, "Triton at one replica before the load")
-        with load_on(serving):
-            peak = scale_up(cluster)
+        with load_on(serving) as load:
+            peak = scale_up(cluster, load)
             held = replicas_under_load(cluster, UNDER_LOAD_S)
         assert 1 < peak <= MAX_REPLICAS
         # 100 req/s against 3 x 40 x 0.9 = 108 at most: a surge up to the maximum. The HPA may still rise,
@@ -470,10 +492,11 @@ def test_direct_mode_scales_triton_through_its_scale_subresource_with_no_hpa(clu
     assert all(may(verb, "events") for verb in ("create", "get", "patch"))
     assert not may("delete", "events") and not may("list", "events")
     wait_for(lambda: replicas(cluster) == 1, 180, "one Triton replica before the load")  # what the last test left
-    with load_on(serving):
-        peak = scale_up(cluster)
+    with load_on(serving) as load:
+        peak = scale_up(cluster, load)
     assert 1 < peak <= MAX_REPLICAS
-    wait_for(lambda: replicas(cluster) == 1, 300, "the recommender to scale Triton back down after the load")
+    wait_for(lambda: replicas(cluster) == 1, 300,
+             lambda: "the recommender to scale Triton back down after the load; seen:\n" + recommender_view(cluster))
     events = wait_for(lambda: (lambda ev: ev if any("recommends 1 replicas" in e for e in ev) else None)(
         recommendation_events(cluster)), 30, "the recommender's Event for the scale-down")
     assert any("scale_up" in e for e in events), events

@@ -20,12 +20,36 @@ def _load_config() -> Any:
     return client
 
 
+# Every call's deadline, connecting and reading: kubernetes.client has none by default, and a call on a
+# pooled connection that the API server (or the Service in front of it) dropped without a word waits
+# for the kernel to give up, minutes. A recommender hung so posts no Event and writes no scale.
+REQUEST_TIMEOUT_S = 10.0
+
+
+class DeadlinedApi:
+    """A kubernetes.client API object whose every call carries `_request_timeout` (unless the caller
+    gives its own), so that no tidescale component can wait on the API server without end."""
+
+    def __init__(self, api: Any, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+        self._api, self._timeout_s = api, timeout_s
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._api, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            kwargs.setdefault("_request_timeout", self._timeout_s)
+            return attr(*args, **kwargs)
+        return call
+
+
 def core_v1_api() -> Any:
-    return _load_config().CoreV1Api()
+    return DeadlinedApi(_load_config().CoreV1Api())
 
 
 def apps_v1_api() -> Any:
-    return _load_config().AppsV1Api()
+    return DeadlinedApi(_load_config().AppsV1Api())
 
 
 class EventsApi(Protocol):

@@ -6,6 +6,7 @@ import json
 import math
 import threading
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -738,6 +739,42 @@ def test_direct_mode_writes_the_scale_subresource_at_once_and_retries_a_failed_w
     svc.evaluate(30.0)
     assert scaler.writes[-1] == ("ml", "triton", desired(svc))
     assert exported(svc)[failures] == 1.0
+
+
+class EventsSeeingTheScale(FakeEventApi):
+    """Events that note how many scale writes came before each post."""
+
+    def __init__(self, scaler: FakeScaler) -> None:
+        super().__init__()
+        self.scaler = scaler
+        self.writes_before: list[int] = []
+
+    def create_namespaced_event(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.writes_before.append(len(self.scaler.writes))
+        return super().create_namespaced_event(namespace, body)
+
+
+def test_direct_mode_writes_the_scale_before_posting_the_event_that_reports_it() -> None:
+    """An Event post that is slow (the API server away, a dropped connection until its deadline)
+    must not hold back the scale-up it reports: slow evaluation and fast path alike."""
+    target = TargetSettings(deployment="triton", namespace="ml", model="resnet", min_replicas=1, max_replicas=50)
+    fake, reader, scaler = FakeProm(), FakeReader(), FakeScaler()
+    events = EventsSeeingTheScale(scaler)
+    fake.pods = {f"triton-abc-{k}": f"10.0.0.{k}:8002" for k in range(5)}
+    reader.counters = {p: PodCounters(0.0, 0.0, 0.0) for p in fake.pods}
+    settings = RecommenderSettings(targets=[target], capacity_rps=100.0, scale_mode="direct")
+    svc = RecommenderService(settings, fake, reader=reader, scaler=scaler,  # type: ignore[arg-type]
+                             events=events)
+    svc.evaluate(0.0)
+    for k in range(4):
+        reader.served(90.0, 2.0 * k)
+        svc.evaluate_fast(2.0 * k)
+    reader.counters = {p: PodCounters(90.0 * 6 + 400.0 * 2, 0.0, 0.0) for p in reader.counters}
+    svc.evaluate_fast(8.0)  # the fast path's panic
+    assert len(scaler.writes) == 1 and events.writes_before == [1]
+    fake.values["rate("] = 5000.0
+    svc.evaluate(15.0)  # the slow evaluation's scale-up
+    assert len(scaler.writes) == 2 and events.writes_before == [1, 2]
 
 
 def test_hpa_mode_exports_no_scale_write_counter() -> None:

@@ -9,7 +9,14 @@ from typing import Any
 import pytest
 
 from tests.kube_events import FakeEventApi
-from tidescale.contracts.kubeapi import MAX_NAME_CHARS, deployment_event, post_event_once, series_name
+from tidescale.contracts.kubeapi import (
+    MAX_NAME_CHARS,
+    REQUEST_TIMEOUT_S,
+    DeadlinedApi,
+    deployment_event,
+    post_event_once,
+    series_name,
+)
 
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 T0 = datetime(2026, 11, 27, 3, 0, 0, tzinfo=UTC)
@@ -61,3 +68,31 @@ def test_a_series_name_is_a_valid_event_name_whatever_the_deployment_name() -> N
     assert up == series_name("triton", "p", "3->5") != down
     assert event("x", T0)["metadata"] == {"name": series_name("triton", "tidescale-recommendation", "3->5"),
                                           "namespace": "ml"}
+
+
+class RecordingApi:
+    """The shape of a kubernetes.client API object: methods that take `_request_timeout`."""
+
+    api_client = "the shared ApiClient"
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+
+    def create_namespaced_event(self, *args: Any, **kwargs: Any) -> str:
+        self.calls.append(("create_namespaced_event", args, kwargs))
+        return "created"
+
+
+def test_every_kubernetes_call_carries_a_deadline_unless_the_caller_gives_its_own() -> None:
+    """kubernetes.client waits without end by default; a dropped pooled connection then hung the
+    recommender's Event post, and the scale write behind it, for minutes."""
+    inner = RecordingApi()
+    api = DeadlinedApi(inner, timeout_s=7.0)
+    assert api.create_namespaced_event("ml", {"kind": "Event"}) == "created"
+    api.create_namespaced_event("ml", {}, _request_timeout=2.0)
+    assert [c[2] for c in inner.calls] == [{"_request_timeout": 7.0}, {"_request_timeout": 2.0}]
+    assert inner.calls[0][1] == ("ml", {"kind": "Event"})
+    assert api.api_client == "the shared ApiClient"  # attributes pass through untouched
+    assert DeadlinedApi(inner)._timeout_s == REQUEST_TIMEOUT_S > 0
+    with pytest.raises(AttributeError):
+        api.no_such_call  # noqa: B018
