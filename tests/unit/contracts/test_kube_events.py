@@ -84,8 +84,8 @@ class RecordingApi:
 
 
 def test_every_kubernetes_call_carries_a_deadline_unless_the_caller_gives_its_own() -> None:
-    """kubernetes.client waits without end by default; a dropped pooled connection then hung the
-    recommender's Event post, and the scale write behind it, for minutes."""
+    """kubernetes.client waits without end by default: a pooled connection dropped without a word
+    would hang the recommender's Event post, and the scale write behind it, for minutes."""
     inner = RecordingApi()
     api = DeadlinedApi(inner, timeout_s=7.0)
     assert api.create_namespaced_event("ml", {"kind": "Event"}) == "created"
