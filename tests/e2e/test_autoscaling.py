@@ -124,7 +124,14 @@ def load_on(service_ip: str, rps: float = 100, keep_alive: bool = True) -> Itera
     assert load.ok > 0 and load.failed == 0, load.errors
 
 
-RECOMMENDER_PORT = 9106  # the chart's recommender.port
+def http_port(pod: dict[str, Any], container: str) -> int:
+    """The containerPort named `http` of *container*: where the chart serves it, whatever
+    `recommender.port` says."""
+    ports = [p["containerPort"] for c in pod["spec"]["containers"] if c["name"] == container
+             for p in c.get("ports", []) if p.get("name") == "http"]
+    if not ports:
+        raise ValueError(f"no port named http on container {container}")
+    return int(ports[0])
 
 
 def recommender_view(cluster: Cluster, load: Load | None = None) -> str:
@@ -134,8 +141,9 @@ def recommender_view(cluster: Cluster, load: Load | None = None) -> str:
     parts = [f"load: {load.ok} ok, {load.failed} failed, {load.errors[:3]}" if load is not None else ""]
     for pod in cluster.pods(NAMESPACE, "app.kubernetes.io/component=recommender"):
         try:
-            text = httpx.get(f"http://{pod['status'].get('podIP')}:{RECOMMENDER_PORT}/metrics", timeout=5).text
-        except httpx.HTTPError as e:
+            url = f"http://{pod['status'].get('podIP')}:{http_port(pod, 'recommender')}/metrics"
+            text = httpx.get(url, timeout=5).text
+        except (httpx.HTTPError, ValueError) as e:
             text = f"/metrics unreachable: {e}"
         exported = [line for line in text.splitlines()
                     if line.startswith(("tidescale_desired", "tidescale_recommender")) and "triton" in line]
