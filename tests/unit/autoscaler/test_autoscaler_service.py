@@ -713,22 +713,36 @@ class FakeScaler:
         self.writes.append((namespace, name, body["spec"]["replicas"]))
 
 
-def test_direct_mode_writes_the_scale_subresource_at_once_and_retries_a_failed_write() -> None:
+def direct_service(scaler: FakeScaler, events: FakeEventApi | None = None
+                   ) -> tuple[RecommenderService, FakeProm, FakeReader]:
+    """A direct-mode service over 5 Triton pods at 450 req/s, evaluated once at t=0."""
     target = TargetSettings(deployment="triton", namespace="ml", model="resnet", min_replicas=1, max_replicas=50)
-    fake, reader, scaler = FakeProm(), FakeReader(), FakeScaler()
+    fake, reader = FakeProm(), FakeReader()
     fake.pods = {f"triton-abc-{k}": f"10.0.0.{k}:8002" for k in range(5)}
     reader.counters = {p: PodCounters(0.0, 0.0, 0.0) for p in fake.pods}
     settings = RecommenderSettings(targets=[target], capacity_rps=100.0, scale_mode="direct")
-    svc = RecommenderService(settings, fake, reader=reader, scaler=scaler)  # type: ignore[arg-type]
+    svc = RecommenderService(settings, fake, reader=reader, scaler=scaler,  # type: ignore[arg-type]
+                             events=events)
     svc.evaluate(0.0)
-    assert scaler.writes == []  # 5 wanted, 5 there: nothing to write
-    failures = ("tidescale_recommender_scale_write_failures_total", (("deployment", "triton"), ("namespace", "ml")))
-    assert exported(svc)[failures] == 0.0
+    return svc, fake, reader
+
+
+def panic_at_8s(svc: RecommenderService, reader: FakeReader) -> None:
+    """The fast path reads 90 req/s a pod for 6 s, then a jump to 400: a panic at t=8."""
     for k in range(4):
         reader.served(90.0, 2.0 * k)
         svc.evaluate_fast(2.0 * k)
     reader.counters = {p: PodCounters(90.0 * 6 + 400.0 * 2, 0.0, 0.0) for p in reader.counters}
-    svc.evaluate_fast(8.0)  # the panic is written by the fast path itself, no HPA sync to wait for
+    svc.evaluate_fast(8.0)
+
+
+def test_direct_mode_writes_the_scale_subresource_at_once_and_retries_a_failed_write() -> None:
+    scaler = FakeScaler()
+    svc, fake, reader = direct_service(scaler)
+    assert scaler.writes == []  # 5 wanted, 5 there: nothing to write
+    failures = ("tidescale_recommender_scale_write_failures_total", (("deployment", "triton"), ("namespace", "ml")))
+    assert exported(svc)[failures] == 0.0
+    panic_at_8s(svc, reader)  # the panic is written by the fast path itself, no HPA sync to wait for
     assert scaler.writes == [("ml", "triton", 45)]
     scaler.fail = True
     fake.values["rate("] = 5000.0
@@ -757,20 +771,10 @@ class EventsSeeingTheScale(FakeEventApi):
 def test_direct_mode_writes_the_scale_before_posting_the_event_that_reports_it() -> None:
     """An Event post that is slow (the API server away, a dropped connection until its deadline)
     must not hold back the scale-up it reports: slow evaluation and fast path alike."""
-    target = TargetSettings(deployment="triton", namespace="ml", model="resnet", min_replicas=1, max_replicas=50)
-    fake, reader, scaler = FakeProm(), FakeReader(), FakeScaler()
+    scaler = FakeScaler()
     events = EventsSeeingTheScale(scaler)
-    fake.pods = {f"triton-abc-{k}": f"10.0.0.{k}:8002" for k in range(5)}
-    reader.counters = {p: PodCounters(0.0, 0.0, 0.0) for p in fake.pods}
-    settings = RecommenderSettings(targets=[target], capacity_rps=100.0, scale_mode="direct")
-    svc = RecommenderService(settings, fake, reader=reader, scaler=scaler,  # type: ignore[arg-type]
-                             events=events)
-    svc.evaluate(0.0)
-    for k in range(4):
-        reader.served(90.0, 2.0 * k)
-        svc.evaluate_fast(2.0 * k)
-    reader.counters = {p: PodCounters(90.0 * 6 + 400.0 * 2, 0.0, 0.0) for p in reader.counters}
-    svc.evaluate_fast(8.0)  # the fast path's panic
+    svc, fake, reader = direct_service(scaler, events)
+    panic_at_8s(svc, reader)  # the fast path's panic
     assert len(scaler.writes) == 1 and events.writes_before == [1]
     fake.values["rate("] = 5000.0
     svc.evaluate(15.0)  # the slow evaluation's scale-up
