@@ -64,6 +64,23 @@ def test_a_step_is_projected_at_most_trend_cap_times_the_rate() -> None:
     assert capped.last.desired == math.ceil(3000 * cap / 90) < free.last.desired
 
 
+def test_an_unshed_backlog_projects_under_the_panics_cap() -> None:
+    """A pod backlog with nothing rejected outlives the surge (no queue policy): the slow path's
+    projection takes the panic's cap. Rejections within the trend window mean a policy sheds it."""
+    def step(rejected_at_0: float, pod_queue: float) -> float:
+        r = rec(max_replicas=200)
+        for t, rate, rejected in ((0, 300.0, rejected_at_0), (15, 3000.0, 0.0)):
+            r.recommend(Observation(t, rate, 100.0, 4, 4, slo_latency_threshold_s=0.5, max_pod_queue=pod_queue,
+                                    rejected_rps=rejected))
+        assert r.last is not None
+        return r.last.projected_rps
+    cfg = RecommenderConfig(CAP)
+    assert cfg.trend_cap < cfg.panic_trend_cap
+    assert step(0.0, 500.0) == pytest.approx(3000 * cfg.panic_trend_cap)  # 500 queued, 50 served within the SLO
+    assert step(1.0, 500.0) == pytest.approx(3000 * cfg.trend_cap)  # shed 15 s ago
+    assert step(0.0, 50.0) == pytest.approx(3000 * cfg.trend_cap)  # no backlog beyond the SLO
+
+
 def test_queue_growth_counts_as_arrivals() -> None:
     """Completions flatten at capacity under overload; the growing queue shows the real demand."""
     r = rec(cold_start_s=0.0, lookahead_extra_s=0.0, drain_s=1e9)
