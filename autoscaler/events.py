@@ -56,15 +56,20 @@ def panic_detail(reading: FastReading, panic_window_s: float, capacity_rps: floa
             f"{panic_window_s:g} s{newest}, capacity {capacity_rps:.1f} req/s per replica")
 
 
-def observation_detail(obs: Observation, capacity_rps: float, projected_rps: float | None = None) -> str:
+def observation_detail(obs: Observation, capacity_rps: float, projected_rps: float | None = None,
+                       lifted_trend_cap: float | None = None) -> str:
     """What the evaluation read, for the Event, and the rate it projected when above the rate read (a
     trend over the cold start, up to a level held, a fast reading's jump): a scale-up to 8 replicas
-    at 410 req/s only makes sense beside the 2,400 req/s it was sized for."""
+    at 410 req/s only makes sense beside the 2,400 req/s it was sized for. With *lifted_trend_cap*
+    (an unshed backlog let the trend reach that multiple of the rate) the projection says why."""
     p99 = "unknown" if obs.p99_s is None else f"{obs.p99_s * 1e3:.0f} ms"
     ahead = projected_rps is not None and math.isfinite(projected_rps) and \
         projected_rps > obs.arrival_rps + 0.005 * max(obs.arrival_rps, 1.0)
     return (f"arrival {obs.arrival_rps:.1f} req/s"
-            + (f" (projected {projected_rps:.1f} req/s ahead)" if ahead else "")
+            + (f" (projected {projected_rps:.1f} req/s ahead"
+               + ("" if lifted_trend_cap is None else
+                  f", the trend cap lifted to x{lifted_trend_cap:g}: a pod holds a backlog that no queue policy sheds")
+               + ")" if ahead else "")
             + f", rejected {obs.rejected_rps:.1f} req/s, queue "
             f"{obs.queue_depth:.0f}, P99 {p99}, capacity {capacity_rps:.1f} req/s per replica, "
             f"{obs.ready_replicas}/{obs.current_replicas} replicas ready"

@@ -210,6 +210,9 @@ class Recommendation:
     reason: str
     projected_rps: float
     capacity_rps: float
+    # The projection's cap when an unshed backlog lifted it above `trend_cap` (`projection_cap`), else
+    # None: the Event says so, since a count sized for twice the rate read needs its cause beside it.
+    lifted_trend_cap: float | None = None
 
 
 def trend_slope(samples: list[tuple[float, float]]) -> float:
@@ -760,5 +763,6 @@ class Recommender:
             desired, reason = cfg.min_replicas, "min"
         if desired > cfg.max_replicas:
             desired, reason = cfg.max_replicas, "max"
-        self.last = Recommendation(desired, reason, projected, self.capacity_rps)
+        lifted = trend_cap if trend_cap > cfg.trend_cap else None
+        self.last = Recommendation(desired, reason, projected, self.capacity_rps, lifted)
         return self.last

@@ -235,7 +235,8 @@ class RecommenderService:
         newly_unschedulable = st.decision == UNSCHEDULABLE and previous != UNSCHEDULABLE
         if before is None or (desired == before and not newly_unschedulable):
             return None
-        return before, desired, st.decision, observation_detail(obs, rec.capacity_rps, rec.projected_rps)
+        return before, desired, st.decision, observation_detail(obs, rec.capacity_rps, rec.projected_rps,
+                                                                  rec.lifted_trend_cap)
 
     def _apply(self, st: TargetState) -> None:
         """Direct mode: write the published count to the Deployment's scale subresource when it

@@ -8,9 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tidescale.autoscaler.events import observation_detail
 from tidescale.autoscaler.recommend import (
     WINDOW_READINGS,
     Observation,
+    Recommendation,
     Recommender,
     RecommenderConfig,
     drain_replicas,
@@ -67,18 +69,25 @@ def test_a_step_is_projected_at_most_trend_cap_times_the_rate() -> None:
 def test_an_unshed_backlog_projects_under_the_panics_cap() -> None:
     """A pod backlog with nothing rejected outlives the surge (no queue policy): the slow path's
     projection takes the panic's cap. Rejections within the trend window mean a policy sheds it."""
-    def step(rejected_at_0: float, pod_queue: float) -> float:
+    def step(rejected_at_0: float, pod_queue: float) -> Recommendation:
         r = rec(max_replicas=200)
         for t, rate, rejected in ((0, 300.0, rejected_at_0), (15, 3000.0, 0.0)):
-            r.recommend(Observation(t, rate, 100.0, 4, 4, slo_latency_threshold_s=0.5, max_pod_queue=pod_queue,
-                                    rejected_rps=rejected))
-        assert r.last is not None
-        return r.last.projected_rps
+            last = r.recommend(Observation(t, rate, 100.0, 4, 4, slo_latency_threshold_s=0.5,
+                                           max_pod_queue=pod_queue, rejected_rps=rejected))
+        return last
     cfg = RecommenderConfig(CAP)
     assert cfg.trend_cap < cfg.panic_trend_cap
-    assert step(0.0, 500.0) == pytest.approx(3000 * cfg.panic_trend_cap)  # 500 queued, 50 served within the SLO
-    assert step(1.0, 500.0) == pytest.approx(3000 * cfg.trend_cap)  # shed 15 s ago
-    assert step(0.0, 50.0) == pytest.approx(3000 * cfg.trend_cap)  # no backlog beyond the SLO
+    lifted = step(0.0, 500.0)  # 500 queued, 50 served within the SLO
+    assert lifted.projected_rps == pytest.approx(3000 * cfg.panic_trend_cap)
+    assert lifted.lifted_trend_cap == cfg.panic_trend_cap
+    for capped in (step(1.0, 500.0), step(0.0, 50.0)):  # shed 15 s ago; no backlog beyond the SLO
+        assert capped.projected_rps == pytest.approx(3000 * cfg.trend_cap)
+        assert capped.lifted_trend_cap is None
+    # The Event puts the cause beside a count sized for twice the rate read.
+    seen = Observation(15, 3000.0, 100.0, 4, 4)
+    assert "the trend cap lifted to x2: a pod holds a backlog that no queue policy sheds" in \
+        observation_detail(seen, CAP, lifted.projected_rps, lifted.lifted_trend_cap)
+    assert "lifted" not in observation_detail(seen, CAP, lifted.projected_rps)
 
 
 def test_queue_growth_counts_as_arrivals() -> None:
