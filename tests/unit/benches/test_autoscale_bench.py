@@ -9,6 +9,8 @@ from typing import ClassVar
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tidescale import cli
 from tidescale.autoscaler.settings import RecommenderSettings
@@ -556,6 +558,19 @@ def test_the_frontier_plot_is_drawn_with_nothing_to_put_in_its_legend(tmp_path: 
     path = tmp_path / "frontiers.png"
     benchreport.plot_frontiers({"scenarios": {"surge-3x": {"tidescale": row}}}, path)
     assert path.stat().st_size > 0
+
+
+@given(st.lists(st.floats(0.0, 100.0), min_size=1, max_size=30))
+def test_a_frontier_panel_spans_its_points_and_not_much_more(pcts: list[float]) -> None:
+    """Every point inside the panel with two ticks to read it by, and a panel whose points all sit
+    under 92 % (the overload) no longer reaching up to 100 %."""
+    from tidescale.benches.autoscale import report as benchreport
+
+    low, high, ticks = benchreport.nines_window(pcts)
+    assert low <= min(pcts) and max(pcts) <= high and len(ticks) >= 2
+    assert all(low <= t <= high for t in ticks)
+    if max(pcts) <= 92.0:
+        assert high < 99.0
 
 
 @pytest.mark.parametrize("scenarios", [1, 2, 6])

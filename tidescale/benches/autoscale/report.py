@@ -971,6 +971,25 @@ def from_nines(z: Any) -> Any:
     return 100.0 * (1.0 + NINES_FLOOR - np.power(10.0, -np.asarray(z, dtype=float)))
 
 
+# The nines scale's ticks, the roundest first: a panel keeps those a tenth of its height apart.
+NINES_TICKS = (100.0, 99.9, 99.0, 90.0, 50.0, 0.0, 99.99, 99.5, 95.0, 75.0, 25.0, 99.95, 99.8, 98.0)
+
+
+def nines_window(pcts: list[float]) -> tuple[float, float, list[float]]:
+    """The y-range (in %) and ticks of a frontier panel holding *pcts*: from just under the lowest to
+    just over the highest on the nines scale. A fixed 0-100 % range crowded the overload's panel,
+    where every point sits between 80 and 92 %, into a tenth of its height."""
+    zs = nines(pcts) if pcts else nines([0.0, 100.0])
+    lo, hi = max(-0.12, float(np.min(zs)) - 0.15), min(4.3, float(np.max(zs)) + 0.3)
+    lo = max(-0.12, min(lo, hi - 1.0))  # a nine at least: two ticks however close the points
+    kept: list[float] = []
+    for tick in NINES_TICKS:
+        z = float(nines(tick))
+        if lo <= z <= hi and all(abs(z - float(nines(k))) >= (hi - lo) / 10 for k in kept):
+            kept.append(tick)
+    return float(from_nines(lo)), float(from_nines(hi)), sorted(kept)
+
+
 def _cost_ticks(ax: Any) -> None:
     """Plain multiples of the oracle's cost on the log axis (matplotlib's 4×10⁻¹ labels collide)."""
     from matplotlib.ticker import FixedLocator, NullLocator
@@ -1009,15 +1028,19 @@ def frontier_figure(doc: dict[str, Any]) -> Any:
     fig, axes = plt.subplots(rows, cols, figsize=(6.4 * cols, 5.0 * rows), squeeze=False)
     colours = {peer: plt.get_cmap("tab20")(k) for k, peer in enumerate(pol.PEERS)}
     for ax, name in zip(axes.flat, names, strict=False):
+        shown: list[float] = []  # every point's requests within the SLO (%), for the panel's y-range
         for peer, front in doc.get("frontiers", {}).get(name, {}).items():
             pts = [e for e in front if e["cost_vs_oracle"] is not None]
             xs = [e["cost_vs_oracle"] for e in pts]
             ys = [100 * e["requests_within_slo"] for e in pts]
+            shown += ys
             ax.plot(xs, ys, marker="o", markersize=5, linewidth=1.2, color=colours.get(peer), label=peer)
             for e, x, y in zip(pts, xs, ys, strict=True):
                 ax.annotate(f"{e['setting']:g}", (x, y), textcoords="offset points", xytext=(3, 3), fontsize=7,
                             color=colours.get(peer))
         res = doc["scenarios"][name]
+        shown += [100 * r["requests_within_slo"] for v, r in res.items()
+                  if v == "oracle" or (v.startswith("tidescale") and r["cost_vs_oracle"] is not None)]
         for variant, r in res.items():
             if variant == "tidescale+direct" and r["cost_vs_oracle"] is not None:
                 ax.plot(r["cost_vs_oracle"], 100 * r["requests_within_slo"], marker="*", markersize=14,
@@ -1035,9 +1058,10 @@ def frontier_figure(doc: dict[str, Any]) -> Any:
         ax.set_xscale("log")
         _cost_ticks(ax)
         ax.set_yscale("function", functions=(nines, from_nines))
-        ax.set_yticks([0, 50, 90, 99, 99.9, 100])
-        ax.set_yticklabels(["0 %", "50 %", "90 %", "99 %", "99.9 %", "100 %"])
-        ax.set_ylim(float(from_nines(-0.12)), float(from_nines(4.3)))  # room for the markers at 0 and 100 %
+        low, high, ticks = nines_window(shown)
+        ax.set_yticks(ticks)
+        ax.set_yticklabels([f"{t:g} %" for t in ticks])
+        ax.set_ylim(low, high)
         ax.set_title(name)
         ax.set_xlabel("cost vs oracle (log)")
         ax.set_ylabel("requests within SLO (nines scale)")
