@@ -24,6 +24,7 @@ from itertools import pairwise
 
 MIN_SPAN_S = 120.0  # readings needed before the factor counts: two minutes of them
 SEARCH_STEPS = 24  # bisection steps: the factor to within (max - 1) / 2^24
+MAX_CACHED = 64  # delay budgets whose factor is kept between refreshes
 MAX_READINGS = 4096  # held at most, whatever the window and the fast path's interval (memory and time bound)
 
 
@@ -98,7 +99,8 @@ class BurstProfile:
         self.window_s, self.smooth_s = window_s, smooth_s
         self.share, self.max_factor, self.refresh_s = share, max_factor, refresh_s
         self._samples: deque[tuple[float, float]] = deque(maxlen=MAX_READINGS)
-        self._cached: tuple[float, float | None] = (-math.inf, None)
+        self._cached_at = -math.inf
+        self._cached: dict[float, float | None] = {}  # delay budget -> factor, since `_cached_at`
 
     def add(self, t: float, rps: float | None) -> None:
         """One reading of the fleet's arrival rate over the fast path's newest interval; none or a
@@ -111,10 +113,12 @@ class BurstProfile:
 
     def factor(self, t: float, delay_s: float) -> float | None:
         """The burst factor of the readings held for a delay budget of *delay_s* (None until they span
-        `MIN_SPAN_S`)."""
-        at, cached = self._cached
-        if 0 <= t - at < self.refresh_s:
-            return cached
-        value = burst_factor(list(self._samples), self.smooth_s, delay_s, self.share, self.max_factor)
-        self._cached = (t, value)
-        return value
+        `MIN_SPAN_S`). Each budget asked for is kept for `refresh_s` (queue sizing asks for several)."""
+        if not 0 <= t - self._cached_at < self.refresh_s:
+            self._cached_at, self._cached = t, {}
+        if delay_s not in self._cached:
+            if len(self._cached) >= MAX_CACHED:  # a budget per SLO seen: bounded whatever the SLO does
+                self._cached.clear()
+            self._cached[delay_s] = burst_factor(list(self._samples), self.smooth_s, delay_s, self.share,
+                                                 self.max_factor)
+        return self._cached[delay_s]

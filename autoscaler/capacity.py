@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from tidescale.autoscaler.budget import BudgetShares, shares_from_capacities
 from tidescale.contracts.errors import UsageError
 
 THROUGHPUT_COLUMN = "Inferences/Second"
@@ -87,11 +88,28 @@ def capacity_at_slo(rows: list[ProfileRow], slo_latency_threshold_s: float, sour
     return capacity
 
 
-def load_capacity(path: Path, slo_latency_threshold_s: float, replicas: int = 1) -> float:
-    """Capacity (req/s per replica) at the SLO from a perf_analyzer CSV file measured on *replicas*."""
+def read_profile(path: Path) -> list[ProfileRow]:
+    """The rows of a perf_analyzer CSV file; UsageError when it is missing, too large or malformed."""
     if not path.is_file():
         raise UsageError(f"profile {path} does not exist")
     if path.stat().st_size > MAX_PROFILE_BYTES:
         raise UsageError(f"profile {path} is larger than {MAX_PROFILE_BYTES} bytes")
-    return capacity_at_slo(parse_profile(path.read_text(errors="replace"), str(path)), slo_latency_threshold_s,
-                           str(path), replicas)
+    return parse_profile(path.read_text(errors="replace"), str(path))
+
+
+def load_capacity(path: Path, slo_latency_threshold_s: float, replicas: int = 1) -> float:
+    """Capacity (req/s per replica) at the SLO from a perf_analyzer CSV file measured on *replicas*."""
+    return capacity_at_slo(read_profile(path), slo_latency_threshold_s, str(path), replicas)
+
+
+def load_budget_shares(path: Path, slo_latency_threshold_s: float) -> BudgetShares:
+    """The latency-vs-load curve of a perf_analyzer CSV file as queue sizing reads it (budget.py):
+    the capacity within each fraction of the SLO over the capacity at the SLO (the replicas the
+    profile ran on divide both, so they cancel). A fraction no row meets is left out."""
+    rows = read_profile(path)
+
+    def capacity_within(budget_s: float) -> float | None:
+        ok = [r.throughput_rps for r in rows if r.p99_s <= budget_s]
+        return max(ok) if ok else None
+
+    return shares_from_capacities(capacity_within, slo_latency_threshold_s)

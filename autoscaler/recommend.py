@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from tidescale.autoscaler.budget import cheapest_split, check_budget_shares
 from tidescale.autoscaler.burst import BurstProfile
 from tidescale.autoscaler.falls import line_fit, steady_fall
 from tidescale.autoscaler.forecast import Forecast
@@ -45,7 +46,7 @@ from tidescale.contracts.slo import QUANTILE_WINDOW_S, SLO_LATENCY_THRESHOLD_S
 # under its overload while 9-30 % of the requests were slow inside Triton (the rest of the wait is
 # in its HTTP front end, which its traces do not time), and its fleet went 4 -> 3 -> 2.
 SLOW_NOW = 0.05
-SIZINGS = ("fixed", "burst")  # RecommenderConfig.sizing
+SIZINGS = ("fixed", "burst", "queue")  # RecommenderConfig.sizing
 # The knobs of burst sizing: with the fixed sizing none of them acts.
 BURST_KNOBS = ("sizing", "burst_window_s", "burst_smooth_s", "burst_delay_ratio", "burst_late_share",
                "max_burst_factor")
@@ -109,8 +110,13 @@ class RecommenderConfig:
     # fast path's readings over `burst_window_s` at the full capacity, both ways (burst.py: the margin
     # a fluid queue needs so that at most `burst_late_share` of the arrivals wait `burst_delay_ratio` x
     # the SLO), the fixed pair until the readings span two minutes (`sizing()`). Opt-in:
-    # docs/benchmarks/autoscale-burst-sizing.md measures it.
+    # docs/benchmarks/autoscale-burst-sizing.md measures it. "queue" splits the SLO between the
+    # server's P99 and the bursts' wait at the cheapest point of `budget_shares` (budget.py; without
+    # them, as "burst"). Opt-in: docs/benchmarks/autoscale-tuning-sizing-queue.md measures it.
     sizing: str = "fixed"
+    # The server's latency-vs-load curve, from the capacity profile (`budget.shares_from_capacities`):
+    # (fraction of the SLO, share of `capacity_rps` a replica carries with its P99 within it).
+    budget_shares: tuple[tuple[float, float], ...] = ()
     burst_window_s: float = 600.0
     burst_smooth_s: float = 60.0  # a burst is the rate over its level: the larger mean of either half
     burst_delay_ratio: float = 0.5
@@ -149,6 +155,7 @@ class RecommenderConfig:
             raise UsageError(f"client_retries must be 0..{MAX_CLIENT_RETRIES}, got {self.client_retries}")
         if self.sizing not in SIZINGS:
             raise UsageError(f"sizing must be one of {', '.join(SIZINGS)}, got {self.sizing!r}")
+        object.__setattr__(self, "budget_shares", check_budget_shares(self.budget_shares))
         if not (self.burst_window_s > 0 and self.burst_smooth_s > 0 and self.burst_delay_ratio >= 0
                 and 0 <= self.burst_late_share < 1 and self.max_burst_factor >= 1):
             raise UsageError("need burst_window_s > 0, burst_smooth_s > 0, burst_delay_ratio >= 0, "
@@ -336,14 +343,14 @@ class Recommender:
         self._latency_step: tuple[int, float] | None = None  # (replicas, completions) at hidden demand's last ask
         self.bursts = BurstProfile(config.burst_window_s, config.burst_smooth_s, config.burst_late_share,
                                    config.max_burst_factor)
-        self._burst_delay_s = config.burst_delay_ratio * SLO_LATENCY_THRESHOLD_S
+        self._slo_s = SLO_LATENCY_THRESHOLD_S  # the SLO the last evaluation was told (bursts' budgets)
         self._fall_rates: deque[tuple[float, float]] = deque()  # thinned to WINDOW_READINGS a window
         self.falling = False  # the arrivals fall steadily (`track_fall`): no hold-down, no band
         self.last: Recommendation | None = None
 
     def record_interval(self, t: float, arrival_rps: float | None) -> None:
         """The fast path's reading of the fleet's arrivals over its newest interval (burst sizing's input)."""
-        if self.config.sizing == "burst":
+        if self.config.sizing != "fixed":
             self.bursts.add(t, arrival_rps)
 
     def sizing(self, t: float) -> tuple[float, float, float]:
@@ -356,9 +363,16 @@ class Recommender:
         minutes, the projection for a ramp, and a bursty trace's swings are what tilts its 30 s
         trend (sized as their product, the Azure trace's fleet of 3 sat at 4-6). A fixed gap below
         the factor for scale-down kept a fleet of 4 from ever returning to 3 there; the down delay
-        and the largest need over it are the hysteresis left."""
+        and the largest need over it are the hysteresis left.
+
+        Queue (with `budget_shares`): the margin and share of the cheapest split of the SLO between
+        the server's P99 and the bursts' wait (`budget.cheapest_split`), both ways."""
         cfg = self.config
-        factor = self.bursts.factor(t, self._burst_delay_s) if cfg.sizing == "burst" else None
+        if cfg.sizing == "queue" and cfg.budget_shares:
+            split = cheapest_split(cfg.budget_shares, lambda wait_s: self.bursts.factor(t, wait_s), self._slo_s)
+            if split is not None:
+                return split[0], split[1], split[1]
+        factor = None if cfg.sizing == "fixed" else self.bursts.factor(t, cfg.burst_delay_ratio * self._slo_s)
         if factor is None:
             return 1.0, cfg.utilisation, cfg.utilisation if self.falling else cfg.down_utilisation
         return factor, 1.0, 1.0
@@ -680,7 +694,7 @@ class Recommender:
         if not all(math.isfinite(x) and x >= 0 for x in (obs.arrival_rps, obs.queue_depth, obs.rejected_rps)):
             raise ValueError("arrival rate, rejection rate and queue depth must be finite and >= 0")
         if obs.slo_latency_threshold_s is not None and math.isfinite(obs.slo_latency_threshold_s):
-            self._burst_delay_s = cfg.burst_delay_ratio * obs.slo_latency_threshold_s
+            self._slo_s = obs.slo_latency_threshold_s
         falling = self.track_fall(obs.t, obs.arrival_rps)
         margin, up_share, down_share = self.sizing(obs.t)
         per_replica = self.track_completions(obs)

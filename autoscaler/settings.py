@@ -17,7 +17,8 @@ from typing import Any, ClassVar, Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from tidescale.autoscaler.capacity import MAX_PROFILE_REPLICAS, load_capacity
+from tidescale.autoscaler.budget import MAX_BUDGET_SHARES, check_budget_shares
+from tidescale.autoscaler.capacity import MAX_PROFILE_REPLICAS, load_budget_shares, load_capacity
 from tidescale.autoscaler.forecast import DAY_S, WEEK_S
 from tidescale.autoscaler.recommend import MAX_CLIENT_RETRIES, RecommenderConfig
 from tidescale.contracts.errors import UsageError
@@ -68,7 +69,7 @@ class RecommenderTuning(SettingsModel):
     panic_trend_cap: float = Field(default=_default("panic_trend_cap"), ge=1, allow_inf_nan=False)
     panic_trend_window_s: float = Field(default=_default("panic_trend_window_s"), gt=0, allow_inf_nan=False)
     trend_cap: InfOff = Field(default=_default("trend_cap"), ge=1)  # inf: off
-    sizing: Literal["fixed", "burst"] = Field(default=_default("sizing"))
+    sizing: Literal["fixed", "burst", "queue"] = Field(default=_default("sizing"))
     burst_window_s: float = Field(default=_default("burst_window_s"), gt=0, allow_inf_nan=False)
     burst_smooth_s: float = Field(default=_default("burst_smooth_s"), gt=0, allow_inf_nan=False)
     burst_delay_ratio: float = Field(default=_default("burst_delay_ratio"), ge=0, allow_inf_nan=False)
@@ -85,7 +86,7 @@ class RecommenderTuning(SettingsModel):
 
 # RecommenderConfig fields that are not tuning: set per target, from the profile, or by their own setting.
 NOT_TUNING = ("capacity_rps", "min_replicas", "max_replicas", "cold_start_s", "headroom", "p99_window_s",
-              "client_retries")
+              "client_retries", "budget_shares")
 
 
 def promql_range(seconds: float) -> str:
@@ -195,6 +196,9 @@ class RecommenderSettings(ServingSettings):
     # The replicas `profile` was measured on, through the Service (its throughput is theirs together).
     profile_replicas: int = Field(default=1, ge=1, le=MAX_PROFILE_REPLICAS)
     capacity_rps: float | None = Field(default=None, gt=0)
+    # The replica's latency-vs-load curve for `tuning.sizing: queue` (budget.py): [fraction of the
+    # SLO, share of the capacity at the SLO a replica carries within it] rows. None: read from `profile`.
+    budget_shares: list[tuple[float, float]] | None = Field(default=None, max_length=MAX_BUDGET_SHARES)
     cold_start_s: float = Field(default=60.0, ge=0)
     # Where Triton reports nv_model_load_duration_secs (24.11+), the cold start is that plus this
     # (scheduling, container and server start): learned, not typed; cold_start_s is the fallback.
@@ -231,6 +235,16 @@ class RecommenderSettings(ServingSettings):
                              f"({self.cold_start_max_s:g})")
         return self
 
+    @field_validator("budget_shares")
+    @classmethod
+    def _budget_shares(cls, v: list[tuple[float, float]] | None) -> list[tuple[float, float]] | None:
+        if v is not None:
+            try:
+                check_budget_shares(v)
+            except UsageError as exc:
+                raise ValueError(str(exc)) from None
+        return v
+
     @field_validator("series_matchers")
     @classmethod
     def _matchers(cls, v: dict[str, str]) -> dict[str, str]:
@@ -249,7 +263,7 @@ class RecommenderSettings(ServingSettings):
         """The recommender for *t*: the one place the service and the benchmark build it."""
         return RecommenderConfig(self.capacity_for(t), t.min_replicas, t.max_replicas, cold_start_s=self.cold_start_s,
                                  headroom=self.headroom, client_retries=self.client_retries,
-                                 **self.tuning.model_dump())
+                                 budget_shares=self.budget_shares_for(t), **self.tuning.model_dump())
 
     def effective_config(self) -> dict[str, Any]:
         """What `autoscale recommend --print-config` prints: every setting, tuning resolved, per target."""
@@ -273,6 +287,15 @@ class RecommenderSettings(ServingSettings):
         if self.slo is not None:
             return slo_of(self.slo.resolved(), t.namespace, t.model).latency_threshold_s
         return self.slo_latency_threshold_s
+
+    def budget_shares_for(self, t: TargetSettings) -> tuple[tuple[float, float], ...]:
+        """The curve queue sizing splits *t*'s SLO on: set, else read from the profile at its SLO; none
+        for the other sizings (nothing reads it) or without either (queue sizing then sizes as burst)."""
+        if self.tuning.sizing != "queue":
+            return ()
+        if self.budget_shares is not None:
+            return tuple(self.budget_shares)
+        return load_budget_shares(self.profile, self.slo_for(t)) if self.profile is not None else ()
 
     def capacity_for(self, t: TargetSettings) -> float:
         if t.capacity_rps is not None:

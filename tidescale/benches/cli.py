@@ -278,7 +278,7 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
             1, "--jobs", help="Runs of a scenario (then extra draws) simulated at once, in forked workers; the "
             "results are the same, the wall time shorter."),
         sizing: str | None = typer.Option(
-            None, "--sizing", help="tidescale's sizing instead of the shipped one: fixed or burst "
+            None, "--sizing", help="tidescale's sizing instead of the shipped one: fixed, burst or queue "
             "(docs/autoscaler.md); recorded as autoscale-<sizing>-sizing.md."),
         scheduler: str = typer.Option(
             "stepped", "--scheduler", help="The simulator's model of Triton's batcher on every replica: stepped, or "

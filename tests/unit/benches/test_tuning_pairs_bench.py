@@ -151,7 +151,7 @@ def test_a_tuning_reaches_the_recommender() -> None:
     (["--set", "nope=1"], "nope: Extra inputs are not permitted"),
     (["--set", "utilisation=1.5"], "utilisation: Input should be less than or equal to 1"),
     (["--set", "utilisation=lots"], "utilisation: Input should be a valid number"),
-    (["--set", "sizing=erlang"], "sizing: Input should be 'fixed' or 'burst'"),
+    (["--set", "sizing=erlang"], "sizing: Input should be 'fixed', 'burst' or 'queue'"),
     (["--set", "down_delay_s=60"], "down_delay_s: the shipped value already"),
     (["--set", "down_delay_s=0", "--set", "down_delay_s=1"], "--set down_delay_s given twice"),
     (["--set", "down_delay_s=0", "--draws", "1"], "--draws must be in [2, 100]"),

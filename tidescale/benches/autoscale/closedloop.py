@@ -58,6 +58,9 @@ class SimParams:
     scrape_interval_s: float = SCRAPE_INTERVAL_S  # Prometheus' scrape interval (the demo's chart: 5 s)
     open_cap: OpenRequestCap | None = None  # clients that hold at most this many requests open (None: no cap)
     routing: str | None = None  # how the Service routes, where not the policy's (`FleetSim` routing)
+    # The replica's latency-vs-load curve from its load test, as tidescale's queue sizing is given it
+    # (`scenarios.measure_budget_shares`; the profile's, in a deployment). (): none given.
+    budget_shares: tuple[tuple[float, float], ...] = ()
 
 
 def clock_offsets(seed: int) -> tuple[float, float]:

@@ -292,6 +292,8 @@ class TidescalePolicy:
     then what the run's scrapes show; *forecast_periods* () turns it off, as `forecast.enabled` does
     (None: the shipped periods). *sizing* replaces the shipped `tuning.sizing` (`--sizing`).
     *overrides* are the chart's `recommender.settings` where a run installs its own (the demo's story).
+    *budget_shares* are the load test's latency-vs-load curve (`recommender.settings.budget_shares`):
+    only queue sizing reads them.
     """
 
     name = "tidescale"
@@ -301,12 +303,14 @@ class TidescalePolicy:
                  fast_path: bool | None = None, direct: bool = False, sync_offset_s: float = 0.0,
                  client_retries: int = 0, forecast_periods: tuple[float, ...] | None = None,
                  history: Sequence[tuple[float, float]] = (), sizing: str | None = None,
-                 overrides: Mapping[str, Any] | None = None) -> None:
+                 overrides: Mapping[str, Any] | None = None,
+                 budget_shares: Sequence[tuple[float, float]] = ()) -> None:
         target = Target("triton", "bench", "model", min_r, max_r)
         self.hpa = HpaEmulator(tidescale_hpa_spec(target), initial)
         fields: dict[str, Any] = {
             "cold_start_s": cold_start_s, "headroom": headroom, "slo_latency_threshold_s": slo_s,
-            "client_retries": client_retries, **(overrides or {}),
+            "client_retries": client_retries, **({"budget_shares": list(budget_shares)} if budget_shares else {}),
+            **(overrides or {}),
             # what the loop itself decides: its one target, its delivery, no Kubernetes Events
             "kube_events": False, "scale_mode": "direct" if direct else "hpa",
             "targets": [TargetSettings(deployment="triton", namespace="bench", model="model", min_replicas=min_r,

@@ -278,12 +278,16 @@ def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
     replica_rps = max(capacity, curve.max_throughput())
     sweeps = opts.peer_sweeps(capacity)
     retries = ClientRetries(max_retries=opts.client_retries) if opts.client_retries else None
-    params = with_seed(SimParams(curve, cfg, bench.DEFAULT_COLD_START_S, opts.slo_s, retries=retries), opts.seed)
+    shares = bench.measure_budget_shares(curve, cfg, opts.slo_s, opts.seed, opts.profile_replicas) \
+        if opts.sizing == "queue" else ()
+    params = with_seed(SimParams(curve, cfg, bench.DEFAULT_COLD_START_S, opts.slo_s, retries=retries,
+                                 budget_shares=shares), opts.seed)
     doc: dict[str, Any] = {
         "benchmark": "autoscale",
         "setup": {"duration_s": duration, "base_rps": opts.base_rps, "slo_latency_threshold_s": opts.slo_s,
                   "seed": opts.seed,
                   "capacity_rps_per_replica": round(capacity, 1), "quick": opts.quick,
+                  **({"budget_shares": [[f, round(share, 4)] for f, share in shares]} if shares else {}),
                   # the load test ran through the router on this many replicas (and on one, it read this)
                   **({"profile_replicas": opts.profile_replicas, "capacity_rps_one_replica": round(
                       bench.measure_capacity(curve, cfg, opts.slo_s, opts.seed), 1)}

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from tidescale.autoscaler.budget import shares_from_capacities
 from tidescale.benches.autoscale import optimum
 from tidescale.benches.autoscale import policies as pol
 from tidescale.benches.autoscale.closedloop import (
@@ -269,6 +270,17 @@ def measure_capacity(curve: ServiceCurve, cfg: BatcherConfig, slo_s: float, seed
     return lo
 
 
+def measure_budget_shares(curve: ServiceCurve, cfg: BatcherConfig, slo_s: float, seed: int = 0,
+                          replicas: int = 1) -> tuple[tuple[float, float], ...]:
+    """The latency-vs-load curve queue sizing reads (budget.py), from a load test at each fraction
+    of the SLO (`measure_capacity`), as `load_budget_shares` reads it from a perf_analyzer CSV."""
+    def capacity_within(budget_s: float) -> float | None:
+        found = measure_capacity(curve, cfg, budget_s, seed, replicas=replicas)
+        return found if found > 1.0 else None  # the search's floor: no load met the budget
+
+    return shares_from_capacities(capacity_within, slo_s)
+
+
 def oracle_needed(arrivals: np.ndarray, duration_s: float, capacity_rps: float) -> list[int]:
     """Replicas each slot needs: its arrival rate over the capacity at the SLO."""
     slots = max(1, math.ceil(duration_s / ORACLE_SLOT_S))
@@ -280,14 +292,15 @@ def make_policy(name: str, initial: int, capacity_rps: float, cold_start_s: floa
                 slo_s: float, headroom: float = 1.0, setting: float | None = None, sync_offset_s: float = 0.0,
                 oracle_ahead_s: float | None = None, client_retries: int = 0,
                 history: Sequence[tuple[float, float]] = (), max_replicas: int = MAX_REPLICAS,
-                sizing: str | None = None, tuning: Mapping[str, Any] | None = None) -> pol.Policy:
+                sizing: str | None = None, tuning: Mapping[str, Any] | None = None,
+                budget_shares: Sequence[tuple[float, float]] = ()) -> pol.Policy:
     """Policy *name*; a peer runs at *setting* of its knob (default: its fixed setting). The HPA-driven
     peers sync on the loop's ticks; tidescale's HPA needs *sync_offset_s* (its loop ticks every 2 s),
     and is told its clients retry *client_retries* times. The oracle follows *schedule* (a level per
     `optimum.SLOT_S`) *oracle_ahead_s* ahead (default: the cold start). tidescale's forecast reads
-    *history* (`history_samples`) and sizes as *sizing* says (None: as shipped); *tuning* replaces
-    those of its shipped `recommender.tuning` knobs it names. Every policy scales within MIN_REPLICAS
-    and *max_replicas*."""
+    *history* (`history_samples`) and sizes as *sizing* says (None: as shipped), queue sizing on
+    *budget_shares*; *tuning* replaces those of its shipped `recommender.tuning` knobs it names.
+    Every policy scales within MIN_REPLICAS and *max_replicas*."""
     lo, hi = MIN_REPLICAS, max_replicas
     if name in pol.KNOBS:
         return pol.peer_policy(name, pol.KNOBS[name].fixed if setting is None else setting, initial, lo, hi)
@@ -298,7 +311,8 @@ def make_policy(name: str, initial: int, capacity_rps: float, cold_start_s: floa
                                    publish_delay_s=PUBLISH_DELAY_S[delivery], sync_offset_s=sync_offset_s,
                                    client_retries=client_retries, forecast_periods=FORECAST_VARIANTS.get(name),
                                    history=history, sizing=sizing,
-                                   overrides={"tuning": dict(tuning)} if tuning else None)
+                                   overrides={"tuning": dict(tuning)} if tuning else None,
+                                   budget_shares=budget_shares)
     return pol.Oracle(list(schedule), optimum.SLOT_S, cold_start_s if oracle_ahead_s is None else oracle_ahead_s,
                       lo, hi)
 
@@ -446,7 +460,8 @@ def run_scenario(sc: BenchScenario, policy_names: list[str], params: SimParams, 
         _name, kind, factor, setting, configured, told = item
         policy = make_policy(kind, initial, configured, sc.cold_start_s, levels, params.slo_latency_threshold_s,
                              factor, setting, p.sync_offset_s, oracle_ahead_s=sc.oracle_ahead_s, client_retries=told,
-                             history=history, max_replicas=sc.max_replicas, sizing=sizing)
+                             history=history, max_replicas=sc.max_replicas, sizing=sizing,
+                             budget_shares=p.budget_shares)
         run = run_policy(policy, arrivals, end, initial, p)
         scored = score(run, params.slo_latency_threshold_s, WARMUP_S, end, surge_at)
         if saturated is not None:
@@ -497,7 +512,7 @@ def tidescale_scores(sc: BenchScenario, params: SimParams, capacity_rps: float,
     arrivals, end, _, initial, p = draw_setup(sc, params, capacity_rps)
     policy = make_policy("tidescale", initial, capacity_rps, sc.cold_start_s, [], params.slo_latency_threshold_s,
                          sync_offset_s=p.sync_offset_s, history=history_samples(sc, params.seed),
-                         max_replicas=sc.max_replicas, tuning=tuning)
+                         max_replicas=sc.max_replicas, tuning=tuning, budget_shares=p.budget_shares)
     return score(run_policy(policy, arrivals, end, initial, p), params.slo_latency_threshold_s, WARMUP_S, end,
                  sc.surge_at_s)
 

@@ -133,7 +133,9 @@ def run(pair: TuningPair, names: Sequence[str] | None = None, draws: int = DEFAU
     chosen = list(names) if names else default_scenarios(available)
     bench.check_scenarios(chosen, list(available))
     curve, queue_policy, cfg, capacity = replica_setup(opts)
-    params = SimParams(curve, cfg, bench.DEFAULT_COLD_START_S, opts.slo_s)
+    queue = any(t.get("sizing") == "queue" for t in pair.tunings.values())
+    shares = bench.measure_budget_shares(curve, cfg, opts.slo_s) if queue else ()
+    params = SimParams(curve, cfg, bench.DEFAULT_COLD_START_S, opts.slo_s, budget_shares=shares)
     started = time.monotonic()
 
     def one(draw: tuple[str, int]) -> dict[str, dict[str, Any]]:
@@ -155,6 +157,7 @@ def run(pair: TuningPair, names: Sequence[str] | None = None, draws: int = DEFAU
                   "slo_latency_threshold_s": opts.slo_s,
                   "capacity_rps_per_replica": round(capacity, 1), "queue_policy": queue_policy["kind"],
                   "queue_timeout_s": queue_policy["timeout_s"], "seeds": list(range(draws)),
+                  **({"budget_shares": [[f, round(share, 4)] for f, share in shares]} if shares else {}),
                   "tuned_seeds": list(TUNED_SEEDS), "delivery": "adapter", "jobs": jobs,
                   "scenarios": chosen,  # in the order run (the JSON's keys are sorted)
                   "wall_s": round(time.monotonic() - started, 1)},
