@@ -61,11 +61,10 @@ def late_share(ratios: Sequence[float], dts: Sequence[float], factor: float, del
     return late / total if total > 0 else 0.0
 
 
-def burst_factor(samples: Sequence[tuple[float, float]], smooth_s: float, delay_s: float, share: float,
-                 max_factor: float) -> float | None:
-    """The smallest factor in [1, *max_factor*] over the level (`level_means`, *smooth_s*/2 a side) that keeps the
-    share of arrivals delayed beyond *delay_s* at most *share*, on *samples* of (t, arrival rate).
-    None while they span less than `MIN_SPAN_S` or carry no arrivals."""
+def burst_ratios(samples: Sequence[tuple[float, float]], smooth_s: float) -> tuple[list[float], list[float]] | None:
+    """Each reading of *samples* (t, arrival rate) over its level (`level_means`, *smooth_s*/2 a side),
+    and the span it covers: what the fluid queue of `ratio_factor` is fed. None while they span less
+    than `MIN_SPAN_S` or carry no arrivals."""
     if len(samples) < 3 or samples[-1][0] - samples[0][0] < MIN_SPAN_S:
         return None
     times = [t for t, _ in samples]
@@ -78,7 +77,13 @@ def burst_factor(samples: Sequence[tuple[float, float]], smooth_s: float, delay_
     pairs = [(r / m, dt) for r, m, dt in zip(rates[1:], means[1:], dts, strict=True) if m > 0]
     if not pairs:
         return None
-    ratios, spans = [r for r, _ in pairs], [dt for _, dt in pairs]
+    return [r for r, _ in pairs], [dt for _, dt in pairs]
+
+
+def ratio_factor(ratios: Sequence[float], spans: Sequence[float], delay_s: float, share: float,
+                 max_factor: float) -> float:
+    """The smallest factor in [1, *max_factor*] at which at most *share* of the arrivals (*ratios* over
+    *spans*, `burst_ratios`) wait longer than *delay_s*."""
     if late_share(ratios, spans, 1.0, delay_s) <= share:
         return 1.0
     if late_share(ratios, spans, max_factor, delay_s) > share:
@@ -88,6 +93,15 @@ def burst_factor(samples: Sequence[tuple[float, float]], smooth_s: float, delay_
         mid = (lo + hi) / 2
         lo, hi = (lo, mid) if late_share(ratios, spans, mid, delay_s) <= share else (mid, hi)
     return hi
+
+
+def burst_factor(samples: Sequence[tuple[float, float]], smooth_s: float, delay_s: float, share: float,
+                 max_factor: float) -> float | None:
+    """The smallest factor in [1, *max_factor*] over the level (`level_means`, *smooth_s*/2 a side) that keeps the
+    share of arrivals delayed beyond *delay_s* at most *share*, on *samples* of (t, arrival rate).
+    None while they span less than `MIN_SPAN_S` or carry no arrivals."""
+    found = burst_ratios(samples, smooth_s)
+    return None if found is None else ratio_factor(*found, delay_s, share, max_factor)
 
 
 class BurstProfile:
@@ -101,6 +115,7 @@ class BurstProfile:
         self._samples: deque[tuple[float, float]] = deque(maxlen=MAX_READINGS)
         self._cached_at = -math.inf
         self._cached: dict[float, float | None] = {}  # delay budget -> factor, since `_cached_at`
+        self._ratios: tuple[list[float], list[float]] | None = None  # `burst_ratios`, since `_cached_at`
 
     def add(self, t: float, rps: float | None) -> None:
         """One reading of the fleet's arrival rate over the fast path's newest interval; none or a
@@ -116,9 +131,11 @@ class BurstProfile:
         `MIN_SPAN_S`). Each budget asked for is kept for `refresh_s` (queue sizing asks for several)."""
         if not 0 <= t - self._cached_at < self.refresh_s:
             self._cached_at, self._cached = t, {}
+            self._ratios = burst_ratios(list(self._samples), self.smooth_s)  # once per refresh, for every budget
+        if self._ratios is None:
+            return None
         if delay_s not in self._cached:
             if len(self._cached) >= MAX_CACHED:  # a budget per SLO seen: bounded whatever the SLO does
                 self._cached.clear()
-            self._cached[delay_s] = burst_factor(list(self._samples), self.smooth_s, delay_s, self.share,
-                                                 self.max_factor)
+            self._cached[delay_s] = ratio_factor(*self._ratios, delay_s, self.share, self.max_factor)
         return self._cached[delay_s]

@@ -217,12 +217,16 @@ def test_the_chart_leaves_the_recommenders_defaults_to_python() -> None:
                                               ("2", False), (1.5, False)]],
     # the replicas a capacity profile was measured on (a load test through the Service)
     *[("profile_replicas", v, ok) for v, ok in [(1, True), (4, True), (1000, True), (0, False), (1001, False),
-                                                ("4", False), (2.5, False)]]])
+                                                ("4", False), (2.5, False)]],
+    # queue sizing's latency-vs-load curve: [fraction of the SLO, share of the capacity] rows
+    *[("budget_shares", v, ok) for v, ok in [([[0.5, 0.9]], True), (None, True), ([[0.5]], False),
+                                             ([[0.5, 0.9, 1.0]], False), ("0.5", False), ([[0.5, 0.9]] * 65, False)]]])
 def test_the_schema_bounds_the_recommenders_counts(schema: dict[str, Any], key: str, value: Any, ok: bool) -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     values["recommender"]["settings"] = {key: value}
     if ok:
         jsonschema.validate(values, schema)
     else:
-        with pytest.raises(jsonschema.ValidationError, match=f"{key}|is not of type|maximum|minimum"):
+        refused = f"{key}|is not of type|maximum|minimum|too short|too long"
+        with pytest.raises(jsonschema.ValidationError, match=refused):
             jsonschema.validate(values, schema)
