@@ -114,7 +114,7 @@ class BurstProfile:
         self.share, self.max_factor, self.refresh_s = share, max_factor, refresh_s
         self._samples: deque[tuple[float, float]] = deque(maxlen=MAX_READINGS)
         self._cached_at = -math.inf
-        self._cached: dict[float, float | None] = {}  # delay budget -> factor, since `_cached_at`
+        self._cached: dict[float, float] = {}  # delay budget -> factor, since `_cached_at`
         self._ratios: tuple[list[float], list[float]] | None = None  # `burst_ratios`, since `_cached_at`
 
     def add(self, t: float, rps: float | None) -> None:

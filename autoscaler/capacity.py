@@ -67,6 +67,12 @@ def _rows(reader: csv.DictReader[str], source: str) -> list[ProfileRow]:
     return rows
 
 
+def throughput_within(rows: list[ProfileRow], budget_s: float) -> float | None:
+    """The highest throughput among the rows whose P99 is within *budget_s* (None: no row is)."""
+    ok = [r.throughput_rps for r in rows if r.p99_s <= budget_s]
+    return max(ok) if ok else None
+
+
 def capacity_at_slo(rows: list[ProfileRow], slo_latency_threshold_s: float, source: str = "profile",
                     replicas: int = 1) -> float:
     """Highest throughput whose P99 is within the SLO, per replica of the *replicas* the load test ran
@@ -78,11 +84,11 @@ def capacity_at_slo(rows: list[ProfileRow], slo_latency_threshold_s: float, sour
     if not 1 <= replicas <= MAX_PROFILE_REPLICAS:
         raise UsageError(f"{source}: the replicas the profile was measured on must be in "
                          f"[1, {MAX_PROFILE_REPLICAS}], got {replicas}")
-    ok = [r.throughput_rps for r in rows if r.p99_s <= slo_latency_threshold_s]
-    if not ok:
+    within = throughput_within(rows, slo_latency_threshold_s)
+    if within is None:
         best = min(r.p99_s for r in rows)
         raise UsageError(f"{source}: no row has P99 within {slo_latency_threshold_s:g}s (best {best:g}s)")
-    capacity = max(ok) / replicas
+    capacity = within / replicas
     if capacity <= 0:
         raise UsageError(f"{source}: capacity at the SLO is zero req/s")
     return capacity
@@ -107,9 +113,4 @@ def load_budget_shares(path: Path, slo_latency_threshold_s: float) -> BudgetShar
     the capacity within each fraction of the SLO over the capacity at the SLO (the replicas the
     profile ran on divide both, so they cancel). A fraction no row meets is left out."""
     rows = read_profile(path)
-
-    def capacity_within(budget_s: float) -> float | None:
-        ok = [r.throughput_rps for r in rows if r.p99_s <= budget_s]
-        return max(ok) if ok else None
-
-    return shares_from_capacities(capacity_within, slo_latency_threshold_s)
+    return shares_from_capacities(lambda budget_s: throughput_within(rows, budget_s), slo_latency_threshold_s)
