@@ -12,7 +12,7 @@ import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
@@ -87,6 +87,11 @@ class RecommenderTuning(SettingsModel):
 # RecommenderConfig fields that are not tuning: set per target, from the profile, or by their own setting.
 NOT_TUNING = ("capacity_rps", "min_replicas", "max_replicas", "cold_start_s", "headroom", "p99_window_s",
               "client_retries", "budget_shares")
+
+
+# One row of `budget_shares`, bounded in the type so that the chart's generated schema checks each number too.
+BudgetFraction = Annotated[float, Field(gt=0, lt=1)]
+BudgetShare = Annotated[float, Field(gt=0, le=1)]
 
 
 def promql_range(seconds: float) -> str:
@@ -198,7 +203,7 @@ class RecommenderSettings(ServingSettings):
     capacity_rps: float | None = Field(default=None, gt=0)
     # The replica's latency-vs-load curve for `tuning.sizing: queue` (budget.py): [fraction of the
     # SLO, share of the capacity at the SLO a replica carries within it] rows. None: read from `profile`.
-    budget_shares: list[tuple[float, float]] | None = Field(default=None, max_length=MAX_BUDGET_SHARES)
+    budget_shares: list[tuple[BudgetFraction, BudgetShare]] | None = Field(default=None, max_length=MAX_BUDGET_SHARES)
     cold_start_s: float = Field(default=60.0, ge=0)
     # Where Triton reports nv_model_load_duration_secs (24.11+), the cold start is that plus this
     # (scheduling, container and server start): learned, not typed; cold_start_s is the fallback.

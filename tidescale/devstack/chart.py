@@ -54,6 +54,9 @@ _KEEP = frozenset({"type", "anyOf", "items", "enum", "minimum", "maximum", "excl
 def _clean(schema: Any) -> Any:
     if isinstance(schema, dict):
         out = {k: _clean(v) for k, v in schema.items() if k in _KEEP or k == "additionalProperties"}
+        if "prefixItems" in schema:  # a tuple: pydantic writes 2020-12's form, the chart's schema is draft-07
+            out["items"] = [_clean(v) for v in schema["prefixItems"]]
+            out["additionalItems"] = False
         if "properties" in schema:  # a nested model, inlined: its fields by name
             out["properties"] = {name: _clean(v) for name, v in schema["properties"].items()}
         return out

@@ -220,7 +220,9 @@ def test_the_chart_leaves_the_recommenders_defaults_to_python() -> None:
                                                 ("4", False), (2.5, False)]],
     # queue sizing's latency-vs-load curve: [fraction of the SLO, share of the capacity] rows
     *[("budget_shares", v, ok) for v, ok in [([[0.5, 0.9]], True), (None, True), ([[0.5]], False),
-                                             ([[0.5, 0.9, 1.0]], False), ("0.5", False), ([[0.5, 0.9]] * 65, False)]]])
+                                             ([[0.5, 0.9, 1.0]], False), ("0.5", False), ([[0.5, 0.9]] * 65, False),
+                                             ([[0.5, "0.9"]], False), ([[0, 0.9]], False), ([[1.0, 0.9]], False),
+                                             ([[0.5, 0]], False), ([[0.5, 1.5]], False), ([[0.5, 1.0]], True)]]])
 def test_the_schema_bounds_the_recommenders_counts(schema: dict[str, Any], key: str, value: Any, ok: bool) -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     values["recommender"]["settings"] = {key: value}
