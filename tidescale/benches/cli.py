@@ -20,6 +20,11 @@ app = typer.Typer(help="Benchmarks against the peers, JSON on stdout (results in
                   no_args_is_help=True)
 
 
+# A latency SLO (P99 seconds) that a benchmark judges at: `bench autoscale`, `bench sizing`, `bench tuning`.
+SLO_OPTION: Any = typer.Option(SLO_LATENCY_THRESHOLD_S, "--slo-latency-threshold", "--slo-p99",
+                               help="Latency SLO, P99 seconds.")
+
+
 def _emit(result: dict[str, Any], as_json: bool, summary: str) -> None:
     """JSON on stdout with --json, else a one-screen summary (the full JSON is in the docs page)."""
     if as_json:
@@ -244,8 +249,7 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
         policy: list[str] = typer.Option([], "--policy", help="Policy name (repeatable); default all."),
         trace: Path | None = typer.Option(None, "--trace", help="CSV whose first column is a timestamp."),
         target_rps: float | None = typer.Option(None, "--target-rps", help="Mean rate the trace is rescaled to."),
-        slo_latency_threshold: float = typer.Option(SLO_LATENCY_THRESHOLD_S, "--slo-latency-threshold", "--slo-p99",
-                                                    help="Latency SLO, P99 seconds."),
+        slo_latency_threshold: float = SLO_OPTION,
         seed: int = typer.Option(0, "--seed"),
         queue_policy: str = typer.Option(
             "recommended", "--queue-policy", help="Triton's queue policy on every replica: recommended (the SLO "
@@ -333,11 +337,12 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
         jobs: int = typer.Option(1, "--jobs", help=PAIR_JOBS_HELP),
         write: bool = typer.Option(True, "--write/--no-write",
                                    help="Record docs/benchmarks/autoscale-sizing.md + PNG."),
+        slo_latency_threshold: float = SLO_OPTION,
     ) -> None:
         """tidescale's sizings (fixed, burst) side by side, paired by draw: requests within the SLO and cost."""
         from tidescale.benches.autoscale import tuning_pairs
 
-        _run_pair(tuning_pairs.SIZING, scenario, draws, jobs, write, json_only)
+        _run_pair(tuning_pairs.SIZING.at_slo(slo_latency_threshold), scenario, draws, jobs, write, json_only)
 
     @bench.command("tuning")
     def bench_tuning(
@@ -350,11 +355,13 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
         jobs: int = typer.Option(1, "--jobs", help=PAIR_JOBS_HELP),
         write: bool = typer.Option(True, "--write/--no-write",
                                    help="Record docs/benchmarks/autoscale-tuning-<knobs>.md + PNG."),
+        slo_latency_threshold: float = SLO_OPTION,
     ) -> None:
         """tidescale as shipped against the same with knobs changed, paired by draw: is the change worth it?"""
         from tidescale.benches.autoscale import tuning_pairs
 
-        _run_pair(tuning_pairs.candidate_pair(setting), scenario, draws, jobs, write, json_only)
+        _run_pair(tuning_pairs.candidate_pair(setting).at_slo(slo_latency_threshold), scenario, draws, jobs, write,
+                  json_only)
 
 
 PAIR_SCENARIO_HELP = "Scenario name (repeatable); default every 20-minute one, the named groups' included."

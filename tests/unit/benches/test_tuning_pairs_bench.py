@@ -116,6 +116,7 @@ def test_the_default_scenarios_leave_out_the_days_and_take_the_named_groups() ->
     (["--draws", "101"], "--draws must be in [2, 100]"),
     (["--scenario", "nope"], "unknown scenario nope"),
     (["--jobs", "0"], "--jobs must be in"),
+    (["--slo-p99", "0"], "--slo-latency-threshold must be > 0"),
 ])
 def test_bench_sizing_bad_input_exits_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
@@ -132,6 +133,35 @@ def test_a_candidate_names_its_knobs_in_its_label_page_and_command() -> None:
     assert pair.command == "tidescale bench tuning --set down_delay_s=0 --set utilisation=1"
     assert "down_delay_s=60, utilisation=0.9" in pair.described[0]  # the shipped values it is judged against
     assert tuning_pairs.candidate_pair(["sizing=burst"]).tunings["sizing=burst"] == {"sizing": "burst"}
+
+
+def test_a_pair_at_another_slo_has_its_own_page_and_judges_both_tunings_there(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """At a 0.15 s P99 the page and command say so, and the replica's setup (its capacity and queue
+    policy), the simulator's scoring and the recommender all run at 0.15 s; at the default, the pair
+    is the one it was."""
+    pair = tuning_pairs.candidate_pair(["sizing=queue"])
+    assert pair.at_slo(bench.DEFAULT_SLO_S) is pair
+    tight = pair.at_slo(0.15)
+    assert tight.page == "autoscale-tuning-sizing-queue-slo-0.15s"
+    assert tight.command == "tidescale bench tuning --set sizing=queue --slo-latency-threshold 0.15"
+    seen: list[float] = []
+    real_setup = tuning_pairs.replica_setup
+
+    def setup(opts: Any) -> Any:
+        seen.append(opts.slo_s)
+        return real_setup(opts)
+
+    def scores(sc: Any, params: SimParams, capacity: float, tuning: Any = None) -> dict[str, float]:
+        seen.append(params.slo_latency_threshold_s)
+        return dict.fromkeys(tuning_pairs.MEASURES, 1.0)
+
+    monkeypatch.setattr(tuning_pairs, "replica_setup", setup)
+    monkeypatch.setattr(bench, "tidescale_scores", scores)
+    doc = tuning_pairs.run(tight, ["diurnal"], draws=2)
+    assert doc["benchmark"] == tight.page and doc["setup"]["slo_latency_threshold_s"] == 0.15
+    assert seen == [0.15] * 5  # the setup, then 2 draws x 2 tunings
+    assert doc["setup"]["budget_shares"]  # queue sizing's curve, measured for the candidate
 
 
 def test_a_tuning_reaches_the_recommender() -> None:
@@ -156,6 +186,7 @@ def test_a_tuning_reaches_the_recommender() -> None:
     (["--set", "down_delay_s=0", "--set", "down_delay_s=1"], "--set down_delay_s given twice"),
     (["--set", "down_delay_s=0", "--draws", "1"], "--draws must be in [2, 100]"),
     ([f"--set=fast_jump={1 + k}" for k in range(9)], "at most 8 --set"),
+    (["--set", "down_delay_s=0", "--slo-latency-threshold", "-0.15"], "--slo-latency-threshold must be > 0"),
 ])
 def test_bench_tuning_bad_input_exits_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:

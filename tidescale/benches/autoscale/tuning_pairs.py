@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,14 @@ class TuningPair:
     command: str  # what regenerates the page, without --draws
     title: str
     described: Sequence[str] = field(default_factory=tuple)  # the page's bullets on the two tunings
+    slo_s: float = bench.DEFAULT_SLO_S  # the P99 both tunings are judged at
+
+    def at_slo(self, slo_s: float) -> TuningPair:
+        """The same pair judged at a P99 of *slo_s*: a page and a command of its own where not the default."""
+        if slo_s == self.slo_s:
+            return self
+        return replace(self, slo_s=slo_s, page=f"{self.page}-slo-{slo_s:g}s",
+                       command=f"{self.command} --slo-latency-threshold {slo_s:g}")
 
     @property
     def labels(self) -> tuple[str, str]:
@@ -128,7 +136,7 @@ def run(pair: TuningPair, names: Sequence[str] | None = None, draws: int = DEFAU
         progress: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
     """Each scenario on seeds 0 .. *draws* - 1 under each of *pair*'s tunings; the JSON document."""
     check_draws(draws)
-    opts = BenchOptions(list(names) if names else None, quick=True, jobs=jobs)
+    opts = BenchOptions(list(names) if names else None, quick=True, jobs=jobs, slo_s=pair.slo_s)
     available = bench.build_scenarios(QUICK_S, opts.base_rps)
     chosen = list(names) if names else default_scenarios(available)
     bench.check_scenarios(chosen, list(available))
