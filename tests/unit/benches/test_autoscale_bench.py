@@ -309,6 +309,12 @@ def test_another_sizing_is_recorded_beside_the_shipped_one_and_says_what_ran() -
                                              "autoscale-burst-sizing-frontiers.png"]
     assert benchreport.tuning_of("burst")["sizing"] == "burst" and benchreport.tuning_of(None)["sizing"] == "fixed"
     assert benchreport._flags({"sizing": "burst"}).endswith(" --sizing burst")
+    # a page run on some policies, at given settings, says so in the command that regenerates it
+    assert benchreport._flags({"scenarios_named": ["workday"], "policies_named": ["static", "tidescale", "oracle"],
+                               "peer_settings": ["static=4", "static=5"], "sweep": False,
+                               "queue_policy": "recommended"}) == (
+        " --scenario workday --policy static --policy tidescale --policy oracle --peer-setting static=4"
+        " --peer-setting static=5 --no-sweep")
     with pytest.raises(UsageError, match="--sizing must be one of fixed, burst"):
         benchreport.BenchOptions(["diurnal"], ("oracle",), quick=True, sizing="magic")
     policy = pol.TidescalePolicy(2, 1, 40, 375.9, 60.0, 0.5, publish_delay_s=2.0, sizing="burst")
@@ -410,6 +416,9 @@ def test_the_bench_records_each_policys_own_surge_bound() -> None:
     assert doc["yardsticks"]["surge-3x"]["oracle_vs_fluid"] > 1.0
     text = benchreport.markdown(doc)
     assert "Each policy against its own no-foresight bound" in text and "fluid bound (replica-h)" in text
+    # the page's command reruns what ran: these policies at these settings, not every peer's sweep
+    assert ("`tidescale bench autoscale --quick --scenario surge-3x --policy oracle --policy static "
+            "--peer-setting static=3 --peer-setting static=6 --oracle-search") in text
 
 
 def test_the_proxies_count_a_queued_request_once() -> None:

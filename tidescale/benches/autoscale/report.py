@@ -303,6 +303,10 @@ def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
                   "queue_policy": queue_policy["kind"],
                   "tidescale_headroom": opts.headroom, "headroom_sweep": list(opts.headroom_sweep),
                   "capacity_errors": list(opts.capacity_errors), "scenarios_named": list(opts.scenarios or []),
+                  # which policies ran and at which settings, where not all of them over their sweeps
+                  **({"policies_named": list(opts.policies)} if opts.policies != pol.ALL_POLICIES else {}),
+                  **({"peer_settings": list(opts.peer_settings)} if opts.peer_settings else {}),
+                  **({} if opts.sweep else {"sweep": False}),
                   # clients retry a refused request this often, with Envoy's back-off (sim/clients.py)
                   "client_retries": opts.client_retries,
                   # tidescale's sizing when not the shipped one (`--sizing`)
@@ -401,7 +405,10 @@ def _flags(setup: dict[str, Any]) -> str:
     search = setup.get("oracle_search", optimum.MAX_EVALUATIONS)
     out += "" if search == optimum.MAX_EVALUATIONS else f" --oracle-search {search}"
     out += f" --jobs {setup['jobs']}" if setup.get("jobs", 1) != 1 else ""
-    out = "".join(f" --scenario {n}" for n in setup.get("scenarios_named", [])) + out
+    chosen = "".join(f" --policy {p}" for p in setup.get("policies_named", []))
+    chosen += "".join(f" --peer-setting {v}" for v in setup.get("peer_settings", []))
+    chosen += "" if setup.get("sweep", True) else " --no-sweep"
+    out = "".join(f" --scenario {n}" for n in setup.get("scenarios_named", [])) + chosen + out
     return out + "".join(f" --extra-seed {s}" for s in setup.get("extra_seeds", []))
 
 
