@@ -11,6 +11,7 @@ nearest count the HPA can reach (`recommend.reachable_under_tolerance`).
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -120,8 +121,9 @@ class Target:
         if self.min_replicas > self.max_replicas:
             raise UsageError(f"--min-replicas ({self.min_replicas}) must not exceed --max-replicas "
                              f"({self.max_replicas})")
-        if self.slo_latency_threshold_s is not None and self.slo_latency_threshold_s <= 0:
-            raise UsageError(f"--slo-latency-threshold must be > 0 seconds, got {self.slo_latency_threshold_s}")
+        slo = self.slo_latency_threshold_s
+        if slo is not None and not (math.isfinite(slo) and slo > 0):  # `nan` parses as a float
+            raise UsageError(f"--slo-latency-threshold must be > 0 seconds, got {slo}")
         for p in self.prescale:
             if p.replicas > self.max_replicas:
                 raise UsageError(f"--prescale: {p.replicas} replicas exceed --max-replicas ({self.max_replicas})")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,9 @@ def test_a_request_rate_profile_is_read_as_a_concurrency_one() -> None:
     assert [r.load for r in rows] == [100.0, 200.0, 300.0, 400.0]
     assert capacity_at_slo(rows, 0.5) == pytest.approx(298.1)  # 400 req/s: the queue grows past the SLO
     assert capacity_at_slo(rows, 0.1) == pytest.approx(199.6)
+    for slo in (0.0, math.nan, math.inf):  # inf would take the fastest row, whatever its P99
+        with pytest.raises(UsageError, match="SLO P99 must be a finite number > 0"):
+            capacity_at_slo(rows, slo)
     with pytest.raises(UsageError, match="missing column\\(s\\) Concurrency or Request Rate"):
         parse_profile("Requests,Inferences/Second,p99 latency\n1,2,3\n")
 

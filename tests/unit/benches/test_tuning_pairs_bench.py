@@ -116,7 +116,8 @@ def test_the_default_scenarios_leave_out_the_days_and_take_the_named_groups() ->
     (["--draws", "101"], "--draws must be in [2, 100]"),
     (["--scenario", "nope"], "unknown scenario nope"),
     (["--jobs", "0"], "--jobs must be in"),
-    (["--slo-p99", "0"], "--slo-latency-threshold must be > 0"),
+    (["--slo-p99", "0"], "--slo-latency-threshold must be a finite number > 0"),
+    (["--slo-p99", "nan"], "--slo-latency-threshold must be a finite number > 0"),
 ])
 def test_bench_sizing_bad_input_exits_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
@@ -186,7 +187,9 @@ def test_a_tuning_reaches_the_recommender() -> None:
     (["--set", "down_delay_s=0", "--set", "down_delay_s=1"], "--set down_delay_s given twice"),
     (["--set", "down_delay_s=0", "--draws", "1"], "--draws must be in [2, 100]"),
     ([f"--set=fast_jump={1 + k}" for k in range(9)], "at most 8 --set"),
-    (["--set", "down_delay_s=0", "--slo-latency-threshold", "-0.15"], "--slo-latency-threshold must be > 0"),
+    (["--set", "down_delay_s=0", "--slo-latency-threshold", "-0.15"],
+     "--slo-latency-threshold must be a finite number > 0"),
+    (["--set", "down_delay_s=0", "--slo-p99", "inf"], "--slo-latency-threshold must be a finite number > 0"),
 ])
 def test_bench_tuning_bad_input_exits_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:

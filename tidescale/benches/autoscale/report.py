@@ -68,6 +68,12 @@ def named_page(page: str) -> tuple[Path, Path, Path]:
             BENCH_DIR / f"autoscale-{page}-frontiers.png")
 
 
+def check_slo(slo_s: float) -> None:
+    """A P99 SLO a benchmark can judge at: a finite number of seconds above 0 (`nan` parses as a float)."""
+    if not (math.isfinite(slo_s) and slo_s > 0):
+        raise UsageError(f"--slo-latency-threshold must be a finite number > 0, got {slo_s}")
+
+
 @dataclass(frozen=True)
 class BenchOptions:
     """What one `bench autoscale` run measures (the CLI's flags)."""
@@ -103,8 +109,7 @@ class BenchOptions:
     profile_replicas: int = 1
 
     def __post_init__(self) -> None:
-        if self.slo_s <= 0:
-            raise UsageError(f"--slo-latency-threshold must be > 0, got {self.slo_s}")
+        check_slo(self.slo_s)
         if self.target_rps is not None and self.trace is None:
             raise UsageError("--target-rps needs --trace")
         for h in (self.headroom, *self.headroom_sweep):

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from tidescale.autoscaler.settings import RecommenderTuning
 from tidescale.benches.autoscale import scenarios as bench
 from tidescale.benches.autoscale.closedloop import SimParams, with_seed
-from tidescale.benches.autoscale.report import QUICK_S, BenchOptions, replica_setup
+from tidescale.benches.autoscale.report import QUICK_S, BenchOptions, check_slo, replica_setup
 from tidescale.benches.autoscale.seeds import TUNED_SEEDS
 from tidescale.benches.forked import fork_map
 from tidescale.benches.report import BENCH_DIR, markdown_table, recorded, save_figure, write_page
@@ -55,6 +55,7 @@ class TuningPair:
 
     def at_slo(self, slo_s: float) -> TuningPair:
         """The same pair judged at a P99 of *slo_s*: a page and a command of its own where not the default."""
+        check_slo(slo_s)
         if slo_s == self.slo_s:
             return self
         return replace(self, slo_s=slo_s, page=f"{self.page}-slo-{slo_s:g}s",
