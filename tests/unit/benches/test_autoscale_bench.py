@@ -529,8 +529,8 @@ def test_a_capacity_profile_off_is_a_row_of_its_own_and_the_page_says_how_to_rer
     # believing a replica serves less, it runs more of them, and the other way round
     assert low["replica_hours"] > rows["tidescale"]["replica_hours"] > high["replica_hours"]
     text = benchreport.markdown(doc)
-    assert ("bench autoscale --quick --scenario node-provisioning --capacity-error 0.7 --capacity-error 1.3"
-            in text)
+    assert ("bench autoscale --quick --scenario node-provisioning --policy tidescale --policy oracle "
+            "--capacity-error 0.7 --capacity-error 1.3" in text)
     assert "`tidescale+capacityFx` rows" in text
 
 
