@@ -17,6 +17,7 @@ from pathlib import Path
 
 from tidescale.autoscaler.budget import BudgetShares, shares_from_capacities
 from tidescale.contracts.errors import UsageError
+from tidescale.contracts.slo import check_slo_threshold
 
 THROUGHPUT_COLUMN = "Inferences/Second"
 P99_COLUMN = "p99 latency"
@@ -79,8 +80,7 @@ def capacity_at_slo(rows: list[ProfileRow], slo_latency_threshold_s: float, sour
     on (through the Service, so through the router the fleet runs: round robin hands each replica a
     smoother stream than one pod alone sees, which it batches better near a batch's execution time);
     UsageError when none (or zero) qualifies."""
-    if not (math.isfinite(slo_latency_threshold_s) and slo_latency_threshold_s > 0):
-        raise UsageError(f"SLO P99 must be a finite number > 0 s, got {slo_latency_threshold_s}")
+    check_slo_threshold(slo_latency_threshold_s)
     if not 1 <= replicas <= MAX_PROFILE_REPLICAS:
         raise UsageError(f"{source}: the replicas the profile was measured on must be in "
                          f"[1, {MAX_PROFILE_REPLICAS}], got {replicas}")

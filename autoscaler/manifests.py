@@ -11,7 +11,6 @@ nearest count the HPA can reach (`recommend.reachable_under_tolerance`).
 from __future__ import annotations
 
 import functools
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from tidescale.contracts import catalog
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.prometheus import DEFAULT_PROMETHEUS_URL
 from tidescale.contracts.promql import selector
-from tidescale.contracts.slo import SLO_LATENCY_THRESHOLD_S
+from tidescale.contracts.slo import SLO_LATENCY_THRESHOLD_S, check_slo_threshold
 from tidescale.contracts.yamlout import dump, dump_all
 
 _LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"  # RFC 1123 label: a namespace's or a Deployment's name
@@ -121,9 +120,8 @@ class Target:
         if self.min_replicas > self.max_replicas:
             raise UsageError(f"--min-replicas ({self.min_replicas}) must not exceed --max-replicas "
                              f"({self.max_replicas})")
-        slo = self.slo_latency_threshold_s
-        if slo is not None and not (math.isfinite(slo) and slo > 0):  # `nan` parses as a float
-            raise UsageError(f"--slo-latency-threshold must be > 0 seconds, got {slo}")
+        if self.slo_latency_threshold_s is not None:
+            check_slo_threshold(self.slo_latency_threshold_s, "--slo-latency-threshold")
         for p in self.prescale:
             if p.replicas > self.max_replicas:
                 raise UsageError(f"--prescale: {p.replicas} replicas exceed --max-replicas ({self.max_replicas})")

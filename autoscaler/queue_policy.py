@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 
 from tidescale.contracts.errors import UsageError
+from tidescale.contracts.slo import check_slo_threshold
 
 
 @dataclass(frozen=True)
@@ -31,9 +32,10 @@ class QueuePolicy:
 
 def recommended_queue_policy(model: str, slo_latency_threshold_s: float, max_batch_exec_s: float) -> QueuePolicy:
     """Timeout = SLO − the largest batch's P99 execution time; an SLO that leaves no queue time is an error."""
-    for what, value in (("SLO P99", slo_latency_threshold_s), ("largest batch's execution time", max_batch_exec_s)):
-        if not math.isfinite(value) or value <= 0:
-            raise UsageError(f"{what} must be a finite number of seconds > 0, got {value}")
+    check_slo_threshold(slo_latency_threshold_s)
+    if not (math.isfinite(max_batch_exec_s) and max_batch_exec_s > 0):
+        raise UsageError("largest batch's execution time must be a finite number > 0 (seconds), "
+                         f"got {max_batch_exec_s}")
     # whole µs; floor would turn 166000 into 165999
     timeout_us = round((slo_latency_threshold_s - max_batch_exec_s) * 1e6)
     if timeout_us <= 0:

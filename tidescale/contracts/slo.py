@@ -13,6 +13,7 @@ SLO group (alerts/slo.py) and the recommender's per-target threshold both come f
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from typing import Annotated, Any, Final
 from prometheus_client.utils import floatToGoString
 from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_validator
 
+from tidescale.contracts.errors import UsageError
 from tidescale.contracts.settings import SettingsModel
 
 # The P99 latency a model must stay under (seconds): alerts page on its burn, the recommender
@@ -51,6 +53,16 @@ assert not threshold_problems([SLO_LATENCY_THRESHOLD_S],
 _SLO_NAME = re.compile(r"^[a-z0-9]([a-z0-9_.-]{0,61}[a-z0-9])?$")
 # The name of the SLO that models matched by no group get (the `slo` label of its series).
 DEFAULT_SLO_NAME = "default"
+
+
+def check_slo_threshold(threshold_s: float, what: str = "SLO P99") -> float:
+    """*threshold_s*, if it is a P99 SLO anything can size or judge at. Flags parse `nan` and `inf` as
+    floats, and a check of `> 0` alone lets both through (to a rendered manifest, to a capacity
+    that takes the fastest row whatever its P99), so every command checks here; *what* names the
+    flag or field in the message."""
+    if not (math.isfinite(threshold_s) and threshold_s > 0):
+        raise UsageError(f"{what} must be a finite number > 0 (seconds), got {threshold_s}")
+    return threshold_s
 
 
 def le_value(threshold_s: float) -> str:

@@ -184,9 +184,9 @@ def test_generated_artifacts_are_committed_and_fresh() -> None:
 @pytest.mark.parametrize(("argv", "message"), [
     (["--min-replicas", "5", "--max-replicas", "2"], "must not exceed"),
     (["--min-replicas", "0"], ">= 1"),
-    (["--slo-p99", "0"], "--slo-latency-threshold must be > 0"),
-    (["--slo-p99", "nan"], "--slo-latency-threshold must be > 0"),
-    (["--slo-p99", "inf"], "--slo-latency-threshold must be > 0"),
+    (["--slo-p99", "0"], "--slo-latency-threshold must be a finite number > 0"),
+    (["--slo-p99", "nan"], "--slo-latency-threshold must be a finite number > 0"),
+    (["--slo-p99", "inf"], "--slo-latency-threshold must be a finite number > 0"),
     (["--deployment", "Bad_Name"], "not a valid Kubernetes name"),
     (["--prescale", "UTC;0 8 * * *;0 9 * * *;4"], "--prescale needs --keda"),
     (["--keda", "--prescale", "Mars/Olympus;0 8 * * *;0 9 * * *;4"], "unknown IANA time zone"),

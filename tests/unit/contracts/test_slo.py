@@ -3,6 +3,9 @@ all read `tidescale.contracts.slo`, and every threshold the rules select is a bu
 
 from __future__ import annotations
 
+import math
+
+import pytest
 import yaml
 from hypothesis import given
 from hypothesis import strategies as st
@@ -11,7 +14,8 @@ from tests.paths import REPO
 from tidescale.alerts.config import default_config
 from tidescale.autoscaler.settings import RecommenderSettings
 from tidescale.benches.autoscale.scenarios import DEFAULT_SLO_S
-from tidescale.contracts.slo import SLO_LATENCY_THRESHOLD_S, SLO_THRESHOLDS_S, threshold_problems
+from tidescale.contracts.errors import UsageError
+from tidescale.contracts.slo import SLO_LATENCY_THRESHOLD_S, SLO_THRESHOLDS_S, check_slo_threshold, threshold_problems
 from tidescale.exporters.buckets import log_buckets
 from tidescale.exporters.settings import ExporterSettings
 
@@ -46,3 +50,14 @@ def test_a_threshold_off_the_buckets_is_reported() -> None:
 @given(st.lists(st.floats(min_value=0.002, max_value=15.0), min_size=1, max_size=8))
 def test_log_buckets_keep_any_thresholds_exact(thresholds: list[float]) -> None:
     assert threshold_problems(thresholds, log_buckets(0.001, 20.0, thresholds, 60)) == []
+
+
+@pytest.mark.parametrize("bad", [0.0, -0.5, math.nan, math.inf, -math.inf])
+def test_an_slo_that_is_not_a_finite_positive_number_is_refused_naming_the_flag(bad: float) -> None:
+    with pytest.raises(UsageError, match=r"^--slo-p99 must be a finite number > 0 \(seconds\), got"):
+        check_slo_threshold(bad, "--slo-p99")
+
+
+@given(st.floats(min_value=1e-6, max_value=3600.0))
+def test_a_finite_positive_slo_passes_unchanged(threshold_s: float) -> None:
+    assert check_slo_threshold(threshold_s) == threshold_s

@@ -38,6 +38,7 @@ from tidescale.benches.autoscale.goals import (
 from tidescale.benches.autoscale.seeds import seed_lines, seed_spread
 from tidescale.benches.report import BENCH_DIR, recorded
 from tidescale.contracts.errors import UsageError
+from tidescale.contracts.slo import check_slo_threshold
 from tidescale.sim import BatcherConfig
 from tidescale.sim.batcher import SCHEDULERS
 from tidescale.sim.clients import ClientRetries
@@ -55,6 +56,8 @@ NO_POLICY_DOC = BENCH_DIR / "autoscale-no-queue-policy.md"
 NO_POLICY_PNG = BENCH_DIR / "autoscale-no-queue-policy.png"
 NO_POLICY_FRONTIER_PNG = BENCH_DIR / "autoscale-no-queue-policy-frontiers.png"
 
+# The flag that sets the SLO every bench judges at, as error messages and page commands name it.
+SLO_FLAG = "--slo-latency-threshold"
 QUEUE_POLICIES = ("recommended", "none")
 FULL_S, QUICK_S = 3600.0, 1200.0
 MAX_JOBS = 256
@@ -66,12 +69,6 @@ def named_page(page: str) -> tuple[Path, Path, Path]:
     (`scenarios.NAMED_ONLY`): autoscale-<page>.md, .png and -frontiers.png."""
     return (BENCH_DIR / f"autoscale-{page}.md", BENCH_DIR / f"autoscale-{page}.png",
             BENCH_DIR / f"autoscale-{page}-frontiers.png")
-
-
-def check_slo(slo_s: float) -> None:
-    """A P99 SLO a benchmark can judge at: a finite number of seconds above 0 (`nan` parses as a float)."""
-    if not (math.isfinite(slo_s) and slo_s > 0):
-        raise UsageError(f"--slo-latency-threshold must be a finite number > 0, got {slo_s}")
 
 
 @dataclass(frozen=True)
@@ -109,7 +106,7 @@ class BenchOptions:
     profile_replicas: int = 1
 
     def __post_init__(self) -> None:
-        check_slo(self.slo_s)
+        check_slo_threshold(self.slo_s, SLO_FLAG)
         if self.target_rps is not None and self.trace is None:
             raise UsageError("--target-rps needs --trace")
         for h in (self.headroom, *self.headroom_sweep):
@@ -402,7 +399,7 @@ def _flags(setup: dict[str, Any]) -> str:
     out += "".join(f" --headroom-sweep {h:g}" for h in setup.get("headroom_sweep", []))
     out += "".join(f" --capacity-error {f:g}" for f in setup.get("capacity_errors", []))
     slo = setup.get("slo_latency_threshold_s", bench.DEFAULT_SLO_S)
-    out += "" if slo == bench.DEFAULT_SLO_S else f" --slo-latency-threshold {slo:g}"
+    out += "" if slo == bench.DEFAULT_SLO_S else f" {SLO_FLAG} {slo:g}"
     out += f" --client-retries {setup['client_retries']}" if setup.get("client_retries") else ""
     out += f" --sizing {setup['sizing']}" if setup.get("sizing") else ""
     out += f" --scheduler {setup['scheduler']}" if setup.get("scheduler", "stepped") != "stepped" else ""

@@ -24,12 +24,13 @@ from pydantic import ValidationError
 from tidescale.autoscaler.settings import RecommenderTuning
 from tidescale.benches.autoscale import scenarios as bench
 from tidescale.benches.autoscale.closedloop import SimParams, with_seed
-from tidescale.benches.autoscale.report import QUICK_S, BenchOptions, check_slo, replica_setup
+from tidescale.benches.autoscale.report import QUICK_S, SLO_FLAG, BenchOptions, replica_setup
 from tidescale.benches.autoscale.seeds import TUNED_SEEDS
 from tidescale.benches.forked import fork_map
 from tidescale.benches.report import BENCH_DIR, markdown_table, recorded, save_figure, write_page
 from tidescale.benches.stats import ci_text, interval
 from tidescale.contracts.errors import UsageError
+from tidescale.contracts.slo import check_slo_threshold
 
 MEASURES = ("requests_within_slo", "windows_within_slo", "replica_hours")
 DEFAULT_DRAWS, MAX_DRAWS = 20, 100
@@ -55,11 +56,11 @@ class TuningPair:
 
     def at_slo(self, slo_s: float) -> TuningPair:
         """The same pair judged at a P99 of *slo_s*: a page and a command of its own where not the default."""
-        check_slo(slo_s)
+        check_slo_threshold(slo_s, SLO_FLAG)
         if slo_s == self.slo_s:
             return self
         return replace(self, slo_s=slo_s, page=f"{self.page}-slo-{slo_s:g}s",
-                       command=f"{self.command} --slo-latency-threshold {slo_s:g}")
+                       command=f"{self.command} {SLO_FLAG} {slo_s:g}")
 
     @property
     def labels(self) -> tuple[str, str]:
