@@ -24,6 +24,11 @@ app = typer.Typer(help="Benchmarks against the peers, JSON on stdout (results in
 SLO_OPTION: Any = typer.Option(SLO_LATENCY_THRESHOLD_S, "--slo-latency-threshold", "--slo-p99",
                                help="Latency SLO, P99 seconds.")
 
+# The replicas a benchmark's capacity load test runs through round robin on: the same three benches.
+PROFILE_REPLICAS_OPTION: Any = typer.Option(
+    1, "--profile-replicas", help="Load-test the capacity at the SLO through round robin on this many replicas (1: "
+    "one replica, as perf_analyzer against one pod); recorded as <page>-profile-N-replicas.md.")
+
 
 def _emit(result: dict[str, Any], as_json: bool, summary: str) -> None:
     """JSON on stdout with --json, else a one-screen summary (the full JSON is in the docs page)."""
@@ -288,10 +293,7 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
             "stepped", "--scheduler", help="The simulator's model of Triton's batcher on every replica: stepped, or "
             "triton-2.51 (its batcher thread event by event, ~3.5x the cost; under a queue timeout it runs the stepped "
             "model's batches); recorded as autoscale-[no-queue-policy-]triton-2.51-scheduler.md."),
-        profile_replicas: int = typer.Option(
-            1, "--profile-replicas", help="Load-test the capacity at the SLO through round robin on this many "
-            "replicas (1: one replica, as perf_analyzer against one pod); recorded as "
-            "autoscale-...-profile-N-replicas.md."),
+        profile_replicas: int = PROFILE_REPLICAS_OPTION,
         write: bool = typer.Option(True, "--write/--no-write", help="Record docs/benchmarks/autoscale.md + PNGs."),
     ) -> None:
         """Closed-loop autoscaling: tidescale vs HPA CPU/GPU, Triton queue time, KEDA, KPA, Ray Serve, oracle."""
@@ -338,11 +340,13 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
         write: bool = typer.Option(True, "--write/--no-write",
                                    help="Record docs/benchmarks/autoscale-sizing.md + PNG."),
         slo_latency_threshold: float = SLO_OPTION,
+        profile_replicas: int = PROFILE_REPLICAS_OPTION,
     ) -> None:
         """tidescale's sizings (fixed, burst) side by side, paired by draw: requests within the SLO and cost."""
         from tidescale.benches.autoscale import tuning_pairs
 
-        _run_pair(tuning_pairs.SIZING.at_slo(slo_latency_threshold), scenario, draws, jobs, write, json_only)
+        _run_pair(tuning_pairs.SIZING.at_slo(slo_latency_threshold).profiled_on(profile_replicas), scenario, draws,
+                  jobs, write, json_only)
 
     @bench.command("tuning")
     def bench_tuning(
@@ -356,12 +360,13 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
         write: bool = typer.Option(True, "--write/--no-write",
                                    help="Record docs/benchmarks/autoscale-tuning-<knobs>.md + PNG."),
         slo_latency_threshold: float = SLO_OPTION,
+        profile_replicas: int = PROFILE_REPLICAS_OPTION,
     ) -> None:
         """tidescale as shipped against the same with knobs changed, paired by draw: is the change worth it?"""
         from tidescale.benches.autoscale import tuning_pairs
 
-        _run_pair(tuning_pairs.candidate_pair(setting).at_slo(slo_latency_threshold), scenario, draws, jobs, write,
-                  json_only)
+        pair = tuning_pairs.candidate_pair(setting).at_slo(slo_latency_threshold).profiled_on(profile_replicas)
+        _run_pair(pair, scenario, draws, jobs, write, json_only)
 
 
 PAIR_SCENARIO_HELP = "Scenario name (repeatable); default every 20-minute one, the named groups' included."

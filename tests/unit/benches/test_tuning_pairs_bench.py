@@ -118,6 +118,7 @@ def test_the_default_scenarios_leave_out_the_days_and_take_the_named_groups() ->
     (["--jobs", "0"], "--jobs must be in"),
     (["--slo-p99", "0"], "--slo-latency-threshold must be a finite number > 0"),
     (["--slo-p99", "nan"], "--slo-latency-threshold must be a finite number > 0"),
+    (["--profile-replicas", "0"], "--profile-replicas must be in [1, 64], got 0"),
 ])
 def test_bench_sizing_bad_input_exits_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
@@ -165,6 +166,32 @@ def test_a_pair_at_another_slo_has_its_own_page_and_judges_both_tunings_there(
     assert doc["setup"]["budget_shares"]  # queue sizing's curve, measured for the candidate
 
 
+def test_a_pair_profiled_through_the_router_has_its_own_page_and_measures_there(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the capacity load-tested through round robin on 4 replicas, as `bench autoscale
+    --profile-replicas 4`: the page and command say so after the SLO, and both the capacity and
+    queue sizing's curve are measured on 4 replicas; on one, the pair is the one it was."""
+    pair = tuning_pairs.candidate_pair(["sizing=queue"]).at_slo(0.15)
+    assert pair.profiled_on(1) is pair
+    routed = pair.profiled_on(4)
+    assert routed.page == "autoscale-tuning-sizing-queue-slo-0.15s-profile-4-replicas"
+    assert routed.command == ("tidescale bench tuning --set sizing=queue --slo-latency-threshold 0.15 "
+                              "--profile-replicas 4")
+    measured_on: list[int] = []
+    real_capacity = bench.measure_capacity
+
+    def capacity(*args: Any, replicas: int = 1, **kwargs: Any) -> float:
+        measured_on.append(replicas)
+        return real_capacity(*args, replicas=replicas, **kwargs)
+
+    monkeypatch.setattr(bench, "measure_capacity", capacity)
+    monkeypatch.setattr(bench, "tidescale_scores", lambda *_a, **_k: dict.fromkeys(tuning_pairs.MEASURES, 1.0))
+    doc = tuning_pairs.run(routed, ["diurnal"], draws=2)
+    assert doc["setup"]["profile_replicas"] == 4
+    assert measured_on and set(measured_on) == {4}  # the capacity, then each point of the curve
+    assert "through round robin on 4 replicas" in "\n".join(tuning_pairs.lines(doc))
+
+
 def test_a_tuning_reaches_the_recommender() -> None:
     """The smooth 700 req/s again: at a utilisation of 1 the fleet's 3 replicas (0.9 x 370 = 333 each)
     are 2 (370 each covers 700 at 0.95): fewer replica-hours, from the knob alone."""
@@ -190,6 +217,7 @@ def test_a_tuning_reaches_the_recommender() -> None:
     (["--set", "down_delay_s=0", "--slo-latency-threshold", "-0.15"],
      "--slo-latency-threshold must be a finite number > 0"),
     (["--set", "down_delay_s=0", "--slo-p99", "inf"], "--slo-latency-threshold must be a finite number > 0"),
+    (["--set", "down_delay_s=0", "--profile-replicas", "65"], "--profile-replicas must be in [1, 64], got 65"),
 ])
 def test_bench_tuning_bad_input_exits_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:

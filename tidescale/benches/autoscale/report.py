@@ -71,6 +71,12 @@ def named_page(page: str) -> tuple[Path, Path, Path]:
             BENCH_DIR / f"autoscale-{page}-frontiers.png")
 
 
+def check_profile_replicas(replicas: int) -> None:
+    """The replicas a simulated load test runs through round robin on (`--profile-replicas`)."""
+    if not 1 <= replicas <= MAX_PROFILE_REPLICAS:
+        raise UsageError(f"--profile-replicas must be in [1, {MAX_PROFILE_REPLICAS}], got {replicas}")
+
+
 @dataclass(frozen=True)
 class BenchOptions:
     """What one `bench autoscale` run measures (the CLI's flags)."""
@@ -123,8 +129,7 @@ class BenchOptions:
             raise UsageError(f"--sizing must be one of {', '.join(SIZINGS)}, got {self.sizing!r}")
         if self.scheduler not in SCHEDULERS:
             raise UsageError(f"--scheduler must be one of {', '.join(SCHEDULERS)}, got {self.scheduler!r}")
-        if not 1 <= self.profile_replicas <= MAX_PROFILE_REPLICAS:
-            raise UsageError(f"--profile-replicas must be in [1, {MAX_PROFILE_REPLICAS}], got {self.profile_replicas}")
+        check_profile_replicas(self.profile_replicas)
         if not 1 <= self.jobs <= MAX_JOBS:
             raise UsageError(f"--jobs must be in [1, {MAX_JOBS}], got {self.jobs}")
         if not 1 <= self.oracle_search <= optimum.MAX_EVALUATIONS_LIMIT:

@@ -24,7 +24,13 @@ from pydantic import ValidationError
 from tidescale.autoscaler.settings import RecommenderTuning
 from tidescale.benches.autoscale import scenarios as bench
 from tidescale.benches.autoscale.closedloop import SimParams, with_seed
-from tidescale.benches.autoscale.report import QUICK_S, SLO_FLAG, BenchOptions, replica_setup
+from tidescale.benches.autoscale.report import (
+    QUICK_S,
+    SLO_FLAG,
+    BenchOptions,
+    check_profile_replicas,
+    replica_setup,
+)
 from tidescale.benches.autoscale.seeds import TUNED_SEEDS
 from tidescale.benches.forked import fork_map
 from tidescale.benches.report import BENCH_DIR, markdown_table, recorded, save_figure, write_page
@@ -53,6 +59,7 @@ class TuningPair:
     title: str
     described: Sequence[str] = field(default_factory=tuple)  # the page's bullets on the two tunings
     slo_s: float = bench.DEFAULT_SLO_S  # the P99 both tunings are judged at
+    profile_replicas: int = 1  # the capacity's load test ran through round robin on this many replicas
 
     def at_slo(self, slo_s: float) -> TuningPair:
         """The same pair judged at a P99 of *slo_s*: a page and a command of its own where not the default."""
@@ -61,6 +68,16 @@ class TuningPair:
             return self
         return replace(self, slo_s=slo_s, page=f"{self.page}-slo-{slo_s:g}s",
                        command=f"{self.command} {SLO_FLAG} {slo_s:g}")
+
+    def profiled_on(self, replicas: int) -> TuningPair:
+        """The same pair with the capacity (and queue sizing's curve) load-tested through round robin
+        on *replicas* replicas, as `bench autoscale --profile-replicas` does: a page and a command of
+        its own where not one replica."""
+        check_profile_replicas(replicas)
+        if replicas == self.profile_replicas:
+            return self
+        return replace(self, profile_replicas=replicas, page=f"{self.page}-profile-{replicas}-replicas",
+                       command=f"{self.command} --profile-replicas {replicas}")
 
     @property
     def labels(self) -> tuple[str, str]:
@@ -138,13 +155,14 @@ def run(pair: TuningPair, names: Sequence[str] | None = None, draws: int = DEFAU
         progress: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
     """Each scenario on seeds 0 .. *draws* - 1 under each of *pair*'s tunings; the JSON document."""
     check_draws(draws)
-    opts = BenchOptions(list(names) if names else None, quick=True, jobs=jobs, slo_s=pair.slo_s)
+    opts = BenchOptions(list(names) if names else None, quick=True, jobs=jobs, slo_s=pair.slo_s,
+                        profile_replicas=pair.profile_replicas)
     available = bench.build_scenarios(QUICK_S, opts.base_rps)
     chosen = list(names) if names else default_scenarios(available)
     bench.check_scenarios(chosen, list(available))
     curve, queue_policy, cfg, capacity = replica_setup(opts)
     queue = any(t.get("sizing") == "queue" for t in pair.tunings.values())
-    shares = bench.measure_budget_shares(curve, cfg, opts.slo_s) if queue else ()
+    shares = bench.measure_budget_shares(curve, cfg, opts.slo_s, replicas=opts.profile_replicas) if queue else ()
     params = SimParams(curve, cfg, bench.DEFAULT_COLD_START_S, opts.slo_s, budget_shares=shares)
     started = time.monotonic()
 
@@ -166,6 +184,7 @@ def run(pair: TuningPair, names: Sequence[str] | None = None, draws: int = DEFAU
         "setup": {**pair.setup(), "duration_s": QUICK_S, "base_rps": opts.base_rps,
                   "slo_latency_threshold_s": opts.slo_s,
                   "capacity_rps_per_replica": round(capacity, 1), "queue_policy": queue_policy["kind"],
+                  **({"profile_replicas": opts.profile_replicas} if opts.profile_replicas != 1 else {}),
                   "queue_timeout_s": queue_policy["timeout_s"], "seeds": list(range(draws)),
                   **({"budget_shares": [[f, round(share, 4)] for f, share in shares]} if shares else {}),
                   "tuned_seeds": list(TUNED_SEEDS), "delivery": "adapter", "jobs": jobs,
@@ -248,7 +267,10 @@ def lines(doc: Mapping[str, Any], png: str | None = None) -> list[str]:
         f"- {n} draws per scenario (seeds 0–{n - 1}; held out: those not in {setup['tuned_seeds']}, the "
         "seeds the shipped defaults were tuned on), 20-minute scenarios, base "
         f"{setup['base_rps']:g} req/s, SLO P99 ≤ {setup['slo_latency_threshold_s']:g} s; replica capacity at "
-        f"the SLO {setup['capacity_rps_per_replica']:g} req/s; queue policy {setup['queue_policy']}",
+        f"the SLO {setup['capacity_rps_per_replica']:g} req/s"
+        + (f" (a load test through round robin on {setup['profile_replicas']} replicas)"
+           if setup.get("profile_replicas", 1) != 1 else "")
+        + f"; queue policy {setup['queue_policy']}",
         *(f"- {line}" for line in setup["described"]),
         f"- difference: {cand} − {base}, draw by draw, mean ± 95 % interval: points of requests and of "
         "1-minute windows within the SLO, and per cent more replica-hours; the verdict (the candidate's) "
