@@ -188,6 +188,7 @@ def test_a_pair_profiled_through_the_router_has_its_own_page_and_measures_there(
     monkeypatch.setattr(bench, "tidescale_scores", lambda *_a, **_k: dict.fromkeys(tuning_pairs.MEASURES, 1.0))
     doc = tuning_pairs.run(routed, ["diurnal"], draws=2)
     assert doc["setup"]["profile_replicas"] == 4
+    assert doc["setup"]["command"] == f"{routed.command} --scenario diurnal"  # what ran, not every scenario
     assert measured_on and set(measured_on) == {4}  # the capacity, then each point of the curve
     assert "through round robin on 4 replicas" in "\n".join(tuning_pairs.lines(doc))
 

@@ -181,7 +181,9 @@ def run(pair: TuningPair, names: Sequence[str] | None = None, draws: int = DEFAU
         by_scenario.setdefault(name, {})[str(seed)] = result
     return {
         "benchmark": pair.page,
-        "setup": {**pair.setup(), "duration_s": QUICK_S, "base_rps": opts.base_rps,
+        # a run on named scenarios records them in its command, so the page's command reruns what ran
+        "setup": {**pair.setup(), "command": pair.command + "".join(f" --scenario {n}" for n in names or ()),
+                  "duration_s": QUICK_S, "base_rps": opts.base_rps,
                   "slo_latency_threshold_s": opts.slo_s,
                   "capacity_rps_per_replica": round(capacity, 1), "queue_policy": queue_policy["kind"],
                   **({"profile_replicas": opts.profile_replicas} if opts.profile_replicas != 1 else {}),
