@@ -347,15 +347,13 @@ def check_one_exporter_per_node(cluster: Cluster, serving: str, exporters: dict[
     with load_on(serving, rps=40, keep_alive=False):
         stats = wait_for(lambda: of_both(polled), 120,
                          lambda: f"stats-poller series of both Triton pods {sorted(tritons)}: {last.get(polled)}")
-        seen: dict[str, Any] = {}
-
-        def traced_on_first() -> Any:
-            seen["last"] = _series_by_exporter(cluster, latency)
-            return seen["last"] if on_first in seen["last"] else None
+        def traced_on_first() -> dict[str, dict[str, list[str]]] | None:
+            last[latency] = found = _series_by_exporter(cluster, latency)
+            return found if on_first in found else None
 
         # on a timeout, say which pods' latency series were there and which exporter had them
         traced = wait_for(traced_on_first, 120, lambda: f"latency series of {on_first}, the Triton pod on "
-                                                        f"{first_node}; seen: {seen.get('last')}")
+                                                        f"{first_node}; seen: {last.get(latency)}")
     for query, series in ((polled, stats), (latency, traced)):
         for triton, models in series.items():
             for model, sources in models.items():
