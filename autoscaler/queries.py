@@ -60,15 +60,31 @@ def median_over(demand: str, window_s: float, offset_s: float | None = None) -> 
     return f"quantile_over_time(0.5, ({demand})[{promql_range(window_s)}:{promql_range(HISTORY_STEP_S)}]{offset})"
 
 
-def season_query(demand: str, period_s: float, ahead_s: float, margin_s: float, level_window_s: float) -> SeasonQuery:
+def season_query(demand: str, period_s: float, ahead_s: float, margin_s: float, level_window_s: float,
+                 rate_window_s: float = 60.0) -> SeasonQuery:
     """The PromQL of one season: subqueries of the *demand* expression at `HISTORY_STEP_S`, offset by
-    what lies between now and the end of each window a period ago."""
+    what lies between now and the end of each window a period ago.
+
+    The peak's window reaches `peak_read_late_s` further than the lookahead and its margin: a sample
+    stamped s holds the demand over the rate window before s, so the first to hold a whole window of
+    a peak is stamped up to a rate window and a step after the peak began. Read up to the margin
+    alone, a peak counted a minute or two late: the benchmark's Monday, whose peak had come 90 s
+    later a week before (within the 120 s margin), ordered its evening replicas 90 s before the
+    peak, not the 150 s a 120 s cold start needs, and the fast path met the peak instead."""
     step = promql_range(HISTORY_STEP_S)
-    window, offset = ahead_s + 2 * margin_s, period_s - ahead_s - margin_s
-    whole = math.ceil(window)  # PromQL offsets and ranges: whole seconds here
-    peak = f"max_over_time(({demand})[{promql_range(whole)}:{step}] offset {promql_range(math.floor(offset))})"
+    start_ago = period_s + margin_s
+    end_ago = max(0.0, period_s - ahead_s - margin_s - peak_read_late_s(rate_window_s))
+    offset = math.floor(end_ago)  # PromQL offsets and ranges: whole seconds here
+    whole = math.ceil(start_ago - offset)
+    peak = f"max_over_time(({demand})[{promql_range(whole)}:{step}] offset {promql_range(offset)})"
     return SeasonQuery(period_s, peak, median_over(demand, level_window_s, period_s), float(whole),
-                       float(math.floor(offset)), level_window_s)
+                       float(offset), level_window_s)
+
+
+def peak_read_late_s(rate_window_s: float) -> float:
+    """How long after a peak began a sample of the demand a minute holds a whole rate window of it, at
+    most: the rate window, and the step to the next sample."""
+    return rate_window_s + HISTORY_STEP_S
 
 
 @dataclass(frozen=True)
@@ -176,8 +192,8 @@ class TargetQueries:
         level: str | None = None
         if forecast is not None and forecast.enabled:
             ahead = forecast.ahead(cold_start_s, tuning)
-            seasons = tuple(season_query(demand, p, ahead, forecast.margin_s, forecast.level_window_s)
-                            for p in forecast.periods_s)
+            seasons = tuple(season_query(demand, p, ahead, forecast.margin_s, forecast.level_window_s,
+                                         tuning.rate_window_s) for p in forecast.periods_s)
             level = median_over(demand, forecast.level_window_s)
         return cls(
             completions=completions,

@@ -23,7 +23,7 @@ from tidescale.autoscaler.app import RecommenderCollector, answer_for, make_app
 from tidescale.autoscaler.events import event_twin_window_s
 from tidescale.autoscaler.fastpath import PodCounters
 from tidescale.autoscaler.manifests import DESIRED_FIELD
-from tidescale.autoscaler.queries import TargetQueries
+from tidescale.autoscaler.queries import TargetQueries, peak_read_late_s
 from tidescale.autoscaler.service import RecommenderService
 from tidescale.autoscaler.settings import ForecastSettings, RecommenderSettings, RecommenderTuning, TargetSettings
 from tidescale.contracts.errors import UsageError
@@ -389,12 +389,12 @@ def test_the_forecast_looks_ahead_by_the_cold_start_learned() -> None:
     serve it 3.5 minutes late). An explicit `forecast.ahead_s` stays as set."""
     svc, fake = make(cold_start_s=60.0, cold_start_max_s=900.0)
     state = svc.states[("ml", "triton")]
-    margin = ForecastSettings().margin_s
-    assert [s.peak_window_s for s in state.queries.seasons] == [60 + 30 + 2 * margin] * 2
+    margin, late = ForecastSettings().margin_s, peak_read_late_s(RecommenderTuning().rate_window_s)
+    assert [s.peak_window_s for s in state.queries.seasons] == [60 + 30 + 2 * margin + late] * 2
     fake.pod_times = {"triton-abc-1": (900.0, 1200.0)}
     svc.evaluate(1300.0)
     assert state.recommender.config.cold_start_s == 300.0
-    assert [s.peak_window_s for s in state.queries.seasons] == [300 + 30 + 2 * margin] * 2
+    assert [s.peak_window_s for s in state.queries.seasons] == [300 + 30 + 2 * margin + late] * 2
     svc.evaluate(1315.0)
     assert any(state.queries.seasons[0].peak in q for q in fake.queries)  # the new reads are the ones asked
     pinned, fake = make(cold_start_s=60.0, cold_start_max_s=900.0, forecast=ForecastSettings(ahead_s=120.0))
@@ -402,7 +402,7 @@ def test_the_forecast_looks_ahead_by_the_cold_start_learned() -> None:
     pinned.evaluate(1300.0)
     [st] = pinned.states.values()
     assert st.recommender.config.cold_start_s == 300.0
-    assert [s.peak_window_s for s in st.queries.seasons] == [120 + 2 * margin] * 2
+    assert [s.peak_window_s for s in st.queries.seasons] == [120 + 2 * margin + late] * 2
 
 
 def decisions(svc: RecommenderService) -> dict[str, float]:

@@ -95,10 +95,11 @@ def test_a_forecast_below_the_measured_need_changes_nothing() -> None:
 
 
 def test_each_season_reads_the_lookahead_a_period_ago_with_a_margin_either_side() -> None:
-    q = season_query("D", DAY_S, ahead_s=150.0, margin_s=120.0, level_window_s=600.0)
-    # [now - 1d - 120 s, now - 1d + 150 s + 120 s]: a 390 s window ending 1d - 270 s ago
-    assert (q.peak_window_s, q.peak_offset_s) == (390.0, DAY_S - 270.0)
-    assert q.peak == "max_over_time((D)[390s:60s] offset 86130s)"
+    q = season_query("D", DAY_S, ahead_s=150.0, margin_s=120.0, level_window_s=600.0, rate_window_s=60.0)
+    # [now - 1d - 120 s, now - 1d + 150 s + 120 s], and a rate window and a step more, for the sample
+    # that holds a whole minute of a peak: a 510 s window ending 1d - 390 s ago
+    assert (q.peak_window_s, q.peak_offset_s) == (510.0, DAY_S - 390.0)
+    assert q.peak == "max_over_time((D)[510s:60s] offset 86010s)"
     assert q.level == "quantile_over_time(0.5, (D)[600s:60s] offset 86400s)"
 
 
@@ -106,13 +107,14 @@ def test_the_targets_forecast_reads_follow_the_settings() -> None:
     t = TargetSettings(deployment="triton", namespace="ml", model="m")
     q = TargetQueries.for_target(t, RecommenderTuning(), forecast=ForecastSettings(), cold_start_s=120.0)
     assert [s.period_s for s in q.seasons] == [DAY_S, WEEK_S]
-    assert q.seasons[0].peak_window_s == 120.0 + 30.0 + 2 * 120.0  # cold start + lookahead extra + margins
+    # cold start + lookahead extra + margins + the rate window and step of the sample that holds a peak
+    assert q.seasons[0].peak_window_s == 120.0 + 30.0 + 2 * 120.0 + 60.0 + 60.0
     assert "nv_inference_request_failure" in q.seasons[0].peak and "or vector(0)" in q.seasons[0].peak
     off = TargetQueries.for_target(t, RecommenderTuning(), forecast=ForecastSettings(enabled=False))
     assert off.seasons == () and off.demand_level is None and "demand_level" not in off.expressions()
     assert TargetQueries.for_target(t).seasons == ()  # no settings given: no forecast
     fixed = TargetQueries.for_target(t, forecast=ForecastSettings(ahead_s=600.0, periods_s=[3600.0]))
-    assert [(s.period_s, s.peak_window_s) for s in fixed.seasons] == [(3600.0, 840.0)]
+    assert [(s.period_s, s.peak_window_s) for s in fixed.seasons] == [(3600.0, 960.0)]
 
 
 @pytest.mark.parametrize("periods", [[1800.0], [DAY_S + 30], [6 * WEEK_S], [math.inf], []])

@@ -61,7 +61,7 @@ SLO_FLAG = "--slo-latency-threshold"
 QUEUE_POLICIES = ("recommended", "none")
 FULL_S, QUICK_S = 3600.0, 1200.0
 MAX_JOBS = 256
-MAX_PROFILE_REPLICAS = 64  # a load test through the router on this many replicas at most
+MAX_SIMULATED_PROFILE_REPLICAS = 64  # a load test through the router on this many replicas at most
 
 
 def named_page(page: str) -> tuple[Path, Path, Path]:
@@ -73,8 +73,8 @@ def named_page(page: str) -> tuple[Path, Path, Path]:
 
 def check_profile_replicas(replicas: int) -> None:
     """The replicas a simulated load test runs through round robin on (`--profile-replicas`)."""
-    if not 1 <= replicas <= MAX_PROFILE_REPLICAS:
-        raise UsageError(f"--profile-replicas must be in [1, {MAX_PROFILE_REPLICAS}], got {replicas}")
+    if not 1 <= replicas <= MAX_SIMULATED_PROFILE_REPLICAS:
+        raise UsageError(f"--profile-replicas must be in [1, {MAX_SIMULATED_PROFILE_REPLICAS}], got {replicas}")
 
 
 @dataclass(frozen=True)
