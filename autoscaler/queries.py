@@ -61,7 +61,7 @@ def median_over(demand: str, window_s: float, offset_s: float | None = None) -> 
 
 
 def season_query(demand: str, period_s: float, ahead_s: float, margin_s: float, level_window_s: float,
-                 rate_window_s: float = 60.0) -> SeasonQuery:
+                 rate_window_s: float) -> SeasonQuery:
     """The PromQL of one season: subqueries of the *demand* expression at `HISTORY_STEP_S`, offset by
     what lies between now and the end of each window a period ago.
 
