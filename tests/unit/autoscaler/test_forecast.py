@@ -103,6 +103,13 @@ def test_each_season_reads_the_lookahead_a_period_ago_with_a_margin_either_side(
     assert q.level == "quantile_over_time(0.5, (D)[600s:60s] offset 86400s)"
 
 
+def test_a_season_shorter_than_its_lookahead_reads_up_to_now_not_the_future() -> None:
+    """An hour's period with an hour's lookahead: the window would end in the future; it ends now."""
+    q = season_query("D", 3600.0, ahead_s=3600.0, margin_s=120.0, level_window_s=600.0, rate_window_s=60.0)
+    assert (q.peak_window_s, q.peak_offset_s) == (3720.0, 0.0)
+    assert q.peak == "max_over_time((D)[3720s:60s] offset 0s)"
+
+
 def test_the_targets_forecast_reads_follow_the_settings() -> None:
     t = TargetSettings(deployment="triton", namespace="ml", model="m")
     q = TargetQueries.for_target(t, RecommenderTuning(), forecast=ForecastSettings(), cold_start_s=120.0)
