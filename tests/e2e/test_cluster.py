@@ -214,5 +214,8 @@ def test_deletion_sends_sigterm_and_waits_for_the_container(cluster: Cluster, na
     apply_in(cluster, namespace, pod("term", script, restart="Always"))
     wait_for(lambda: phase(cluster, namespace, "term") == "Running", 60, "the pod to run")
     p = pod_json(cluster, namespace, "term")
+    # Running means the process was started, not that Python has installed its handler yet: on a busy
+    # machine a SIGTERM before that kills it silently (CI's run of stop 78 logged nothing at all).
+    wait_for(lambda: cluster.logs_of(namespace, p, "main").split() == ["up"], 60, "the handler to be installed")
     cluster.kubectl("delete", "pod", "-n", namespace, "term", "--wait=true", "--timeout=60s")
     assert cluster.logs_of(namespace, p, "main").split() == ["up", "SIGTERM"]

@@ -25,8 +25,20 @@ class ApiError(Exception):
         self.status = status
 
 
+class ApiUnreachable(ApiError):
+    """No answer from the API server (refused, reset, timed out); it has no HTTP status, so 0.
+
+    Callers retry it as they retry a 5xx. Before, httpx's own error passed by their `except ApiError`:
+    one reset in CI killed a node agent's heartbeat thread, the node went unreachable, and 5 minutes
+    later the taint manager evicted every pod on it (an in-cluster registry lost its charts)."""
+
+    def __init__(self, method: str, path: str, reason: str) -> None:
+        Exception.__init__(self, f"{method} {path}: no answer from the API server ({reason})")
+        self.status = 0
+
+
 class KubeApi:
-    def __init__(self, kubeconfig: Path, timeout: float = 30.0) -> None:
+    def __init__(self, kubeconfig: Path, timeout: float = 30.0, transport: httpx.BaseTransport | None = None) -> None:
         doc = yaml.safe_load(kubeconfig.read_text())
         cluster = doc["clusters"][0]["cluster"]
         user = doc["users"][0]["user"]
@@ -34,15 +46,19 @@ class KubeApi:
         ctx = ssl.create_default_context(cafile=cluster["certificate-authority"])
         ctx.load_cert_chain(user["client-certificate"], user["client-key"])
         self._ctx = ctx
-        self._client = httpx.Client(base_url=self.server, verify=ctx, timeout=timeout)
+        self._client = httpx.Client(base_url=self.server, verify=ctx, timeout=timeout, transport=transport)
 
     def close(self) -> None:
         self._client.close()
 
     def request(self, method: str, path: str, body: Json | None = None, *, params: dict[str, str] | None = None,
                 content_type: str = "application/json") -> Json:
-        resp = self._client.request(method, path, params=params, content=None if body is None else json.dumps(body),
-                                    headers={"Content-Type": content_type})
+        try:
+            resp = self._client.request(method, path, params=params,
+                                        content=None if body is None else json.dumps(body),
+                                        headers={"Content-Type": content_type})
+        except httpx.TransportError as exc:
+            raise ApiUnreachable(method, path, str(exc) or type(exc).__name__) from exc
         if resp.status_code >= 400:
             try:
                 message = resp.json().get("message", resp.text)
