@@ -131,3 +131,20 @@ def test_the_draws_are_plotted_beside_the_frontiers_and_linked_from_the_page(tmp
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "](autoscale-draws.png)" in "\n".join(peer_draws.lines(doc, png.name))
     assert "](autoscale-draws.png)" in benchreport.markdown(doc)
+
+
+def test_the_draws_plot_stops_at_100_percent_when_every_point_sits_there(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from pathlib import Path
+
+    doc = fake_doc(fake(1.0, 1.0, 1.1))
+    doc["setup"]["seed"] = 0
+    doc["seeds"] = {"seeds": [5, 6], "scenarios": {"diurnal": {
+        str(s): {"bound": None, "rows": {"tidescale": m(1.0, 1.0, 1.1)}, "peers": {"static@4": m(1.0, 1.0, 1.8)}}
+        for s in (5, 6)}}}
+    doc["seeds"]["across_draws"] = peer_draws.across_draws(doc)
+    figures: list[Any] = []
+    monkeypatch.setattr(peer_draws, "save_figure", lambda fig, path: figures.append(fig))
+    peer_draws.plot(doc, Path(tmp_path) / "autoscale-draws.png")
+    [ax] = [a for a in figures[0].axes if a.get_visible()]
+    low, high = ax.get_ylim()
+    assert low < 100 < high <= peer_draws.PERCENT_TOP  # matplotlib's own margin reached 105 %
