@@ -116,15 +116,21 @@ def test_the_goal_table_says_which_points_dominate_tidescale_significantly_acros
     assert "| yes | yes | no (static@4) |" in "\n".join(benchreport.goal_lines(doc))
 
 
+def two_extra_draws(seed0: dict[str, Any], tidescale: dict[str, Any], peer: str,
+                    peer_draw: dict[str, Any]) -> dict[str, Any]:
+    """A page's doc whose diurnal scenario was rerun on seeds 5 and 6, each draw alike."""
+    doc = fake_doc(seed0)
+    doc["setup"]["seed"] = 0
+    doc["seeds"] = {"seeds": [5, 6], "scenarios": {"diurnal": {
+        str(s): {"bound": None, "rows": {"tidescale": tidescale}, "peers": {peer: peer_draw}} for s in (5, 6)}}}
+    doc["seeds"]["across_draws"] = peer_draws.across_draws(doc)
+    return doc
+
+
 def test_the_draws_are_plotted_beside_the_frontiers_and_linked_from_the_page(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from pathlib import Path
 
-    doc = fake_doc(fake(0.999, 1.0, 2.6))
-    doc["setup"]["seed"] = 0
-    doc["seeds"] = {"seeds": [5, 6], "scenarios": {"diurnal": {
-        str(s): {"bound": None, "rows": {"tidescale": m(0.999, 1.0, 2.5)}, "peers": {"ray-serve@8": m(1.0, 1.0, 2.4)}}
-        for s in (5, 6)}}}
-    doc["seeds"]["across_draws"] = peer_draws.across_draws(doc)
+    doc = two_extra_draws(fake(0.999, 1.0, 2.6), m(0.999, 1.0, 2.5), "ray-serve@8", m(1.0, 1.0, 2.4))
     png = peer_draws.draws_png(Path(tmp_path) / "autoscale-frontiers.png")
     assert png.name == "autoscale-draws.png"
     peer_draws.plot(doc, png)
@@ -136,12 +142,7 @@ def test_the_draws_are_plotted_beside_the_frontiers_and_linked_from_the_page(tmp
 def test_the_draws_plot_stops_at_100_percent_when_every_point_sits_there(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from pathlib import Path
 
-    doc = fake_doc(fake(1.0, 1.0, 1.1))
-    doc["setup"]["seed"] = 0
-    doc["seeds"] = {"seeds": [5, 6], "scenarios": {"diurnal": {
-        str(s): {"bound": None, "rows": {"tidescale": m(1.0, 1.0, 1.1)}, "peers": {"static@4": m(1.0, 1.0, 1.8)}}
-        for s in (5, 6)}}}
-    doc["seeds"]["across_draws"] = peer_draws.across_draws(doc)
+    doc = two_extra_draws(fake(1.0, 1.0, 1.1), m(1.0, 1.0, 1.1), "static@4", m(1.0, 1.0, 1.8))
     figures: list[Any] = []
     monkeypatch.setattr(peer_draws, "save_figure", lambda fig, path: figures.append(fig))
     peer_draws.plot(doc, Path(tmp_path) / "autoscale-draws.png")
