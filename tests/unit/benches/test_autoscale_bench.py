@@ -650,6 +650,23 @@ def test_the_workday_is_a_real_day_with_the_day_before_as_history() -> None:
     assert samples != bench.history_samples(before, seed=1)
 
 
+def test_the_workday_and_monday_forecasts_read_different_draws_of_the_same_workday() -> None:
+    """The workday's day before and Monday's last Monday are the same shifted workday: read as one
+    draw, the two pages' figures were equal on every seed, two pages of one test."""
+    available = bench.build_scenarios(1200.0, 800.0)
+    workday, monday = available["workday"], available["monday"]
+    assert workday.history[0] is monday.history[0]
+    day_s = int(workday.history[0].duration_s // 60)
+    yesterday = bench.history_samples(workday, seed=0)
+    last_monday = bench.history_samples(monday, seed=0)[:day_s]
+    assert len(yesterday) == len(last_monday) == day_s
+    assert [r for _, r in yesterday] != [r for _, r in last_monday]
+    # Counted back from the run: the day before is the same draw, however long the history.
+    saturday = available["saturday"]
+    friday_alone = dataclasses.replace(saturday, history=saturday.history[-1:])
+    assert bench.history_samples(saturday, 0)[-day_s:] == bench.history_samples(friday_alone, 0)
+
+
 def test_a_week_with_a_weekend_reads_last_monday_on_monday_and_last_saturday_on_saturday() -> None:
     available = bench.build_scenarios(1200.0, 800.0)
     monday, saturday = available["monday"], available["saturday"]

@@ -227,17 +227,24 @@ def seasonal_scenarios(base_rps: float) -> dict[str, BenchScenario]:
 
 def history_samples(sc: BenchScenario, seed: int) -> list[tuple[float, float]]:
     """The demand of the days before the run, a sample a minute, ending where the run's warm-up ends
-    (the scenario's t=0): each day a draw of its own seed. What Prometheus would hold, had the fleet
-    served it."""
+    (the scenario's t=0): what Prometheus would hold, had the fleet served it. Each day is a draw of
+    its own seed, numbered back from the run (`history_seed`), so that scenarios with histories of
+    different lengths read different draws as the same season: the workday's day before is not
+    Monday's last Monday again."""
     samples: list[tuple[float, float]] = []
     end = WARMUP_S - sum(day.duration_s for day in sc.history)
     for k, day in enumerate(sc.history):
-        samples += minute_rates(day.arrivals(seed + HISTORY_SEED + k), end)
+        samples += minute_rates(day.arrivals(history_seed(seed, len(sc.history) - k)), end)
         end += day.duration_s
     return samples
 
 
 HISTORY_SEED = 1_000_003  # the day before is a draw of its own, not today's arrivals again
+
+
+def history_seed(seed: int, days_before: int) -> int:
+    """The seed of the day *days_before* the run (1: the day before)."""
+    return seed + HISTORY_SEED + days_before - 1
 
 # Every scenario group that runs only when named, by the page it is recorded on (autoscale-<page>.md).
 NAMED_ONLY = {"startup": STARTUP_SCENARIOS, "readiness": READINESS_SCENARIOS, "lulls": LULL_SCENARIOS,
