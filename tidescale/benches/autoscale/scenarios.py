@@ -246,6 +246,7 @@ def history_seed(seed: int, days_before: int) -> int:
     """The seed of the day *days_before* the run (1: the day before)."""
     return seed + HISTORY_SEED + days_before - 1
 
+
 # Every scenario group that runs only when named, by the page it is recorded on (autoscale-<page>.md).
 NAMED_ONLY = {"startup": STARTUP_SCENARIOS, "readiness": READINESS_SCENARIOS, "lulls": LULL_SCENARIOS,
               "seasonal": SEASONAL_SCENARIOS, "weekly": WEEKLY_SCENARIOS, "overload": OVERLOAD_SCENARIOS}
