@@ -208,6 +208,10 @@ class RecommenderService:
                 log.warning("recommender %s/%s: %s; holding %s", st.settings.namespace, st.settings.deployment,
                             disagrees, st.published)
             st.replica_disagreements += 1
+            # Direct mode: the service is the Deployment's only writer, so a count it wrote that never
+            # showed was overwritten (`kubectl scale`, a leftover HPA) or lost: write it again, as an HPA
+            # would at its next sync.
+            st.rewrite = self.settings.scale_mode == "direct"
         try:
             rec = st.recommender.recommend(obs)
         except ValueError as exc:
@@ -240,12 +244,14 @@ class RecommenderService:
 
     def _apply(self, st: TargetState) -> None:
         """Direct mode: write the published count to the Deployment's scale subresource when it
-        differs from the replicas last seen. A failed write is logged and retried at the next
-        evaluation; the Deployment keeps its count meanwhile (there is no HPA behind it). The
-        write happens with no lock held."""
+        differs from the replicas last seen, or again when the Deployment has read below it for longer
+        than a write takes to show (`TargetState.replica_disagreement`). A failed write is logged and
+        retried at the next evaluation; the Deployment keeps its count meanwhile (there is no HPA
+        behind it). The write happens with no lock held."""
         with self._lock:
-            published, current = st.published, st.current
-        if self.scaler is None or published is None or published == current:
+            published, current, rewrite = st.published, st.current, st.rewrite
+            st.rewrite = False
+        if self.scaler is None or published is None or (published == current and not rewrite):
             return
         ns, dep = st.settings.namespace, st.settings.deployment
         try:
@@ -261,6 +267,7 @@ class RecommenderService:
             # first (preStop, Triton's exit timeout), and until then the count they leave is not yet
             # the fleet (an HPA's lag gives the same in hpa mode).
             st.current = max(published, st.current or 0)
+            st.wrote = True
 
     def _discover(self, st: TargetState) -> dict[str, str] | None:
         """The fast path's pods from Prometheus' series; None keeps the known ones (no fast path, or

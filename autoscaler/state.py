@@ -53,6 +53,8 @@ class TargetState:
     first_ready: FirstReadyTracker = dataclasses.field(default_factory=lambda: FirstReadyTracker(time.time()))
     asked: deque[tuple[float, int]] = dataclasses.field(default_factory=deque)  # (t, published) over REPLICA_LAG_S
     replica_disagreements: int = 0  # evaluations whose replica reading disagreed (held, counted)
+    wrote: bool = False  # direct mode: this service has written the scale (its counts are not only readings)
+    rewrite: bool = False  # direct mode: the Deployment reads below every count asked for; write it again
 
     def publish(self, count: int, now: float, lag_s: float) -> None:
         """Publish *count* (under the service's lock), remembering it for `lag_s` for the replica check."""
@@ -67,7 +69,9 @@ class TargetState:
 
         Only a reading that is too *low* matters. Too low is 0 or less, less than the HPA reports both
         as its current and its desired count, or (direct mode, where the recommender writes the count
-        itself) less than every count it asked for over the time one takes to show."""
+        itself) less than every count it asked for over the time one takes to show, once it has written
+        one: until then its counts are readings it took as found (a restart's first answer may be a
+        stale one, from before the previous writer's last scale-down), and a lower one is newer."""
         if self.published is None:
             return None  # the first answer: the fleet as found is all there is
         if reading <= 0:
@@ -77,7 +81,7 @@ class TargetState:
                 return (f"the Deployment reads {reading} replicas where its HPA reports {hpa[0]} "
                         f"(desired {hpa[1]})")
             return None
-        if scale_mode == "direct" and self.asked:
+        if scale_mode == "direct" and self.wrote and self.asked:
             lowest = min(n for _, n in self.asked)
             if reading < lowest:
                 return (f"the Deployment reads {reading} replicas, fewer than the {lowest} or more asked for "

@@ -51,6 +51,7 @@ def test_no_history_no_forecast() -> None:
     assert seasonal_forecast([], 100.0, 2.0) is None
     assert seasonal_forecast([SeasonReading(DAY_S, None, 50.0), SeasonReading(WEEK_S, math.inf, 1.0)], 1.0, 2.0) is None
     assert seasonal_forecast([SeasonReading(DAY_S, -1.0, 50.0)], 1.0, 2.0) is None
+    assert seasonal_forecast([SeasonReading(3600.0, 8.98846567431158e307, 0.5)], 1.0, 2.0) is None  # x 2 overflows
 
 
 @given(st.lists(st.tuples(st.sampled_from([3600.0, DAY_S, WEEK_S]),

@@ -204,18 +204,47 @@ def test_a_reading_the_hpa_confirms_is_no_disagreement() -> None:
     assert desired(svc) == 2 and disagreements(svc) == 0.0
 
 
-def test_direct_mode_checks_the_reading_against_what_it_asked_for() -> None:
+def test_direct_mode_checks_the_reading_against_what_it_wrote_and_writes_its_count_again() -> None:
+    """The Deployment reads 3 where 12 were written and read: something else set it (`kubectl scale`, an HPA
+    left behind). The count is held and, the service being the only writer, written again until it shows."""
     svc, fake = service(scale_mode="direct")
-    for t in range(0, 60, 15):
+    scaler = svc.scaler
+    assert isinstance(scaler, FakeScaler)
+    fake.values.update({"spec_replicas": 10.0, "replicas_ready": 10.0})
+    svc.evaluate(0.0)
+    assert desired(svc) == 12 and scaler.writes == [("ml", "triton", 12)]
+    fake.values.update({"spec_replicas": 12.0, "replicas_ready": 12.0})
+    for t in range(15, 60, 15):
         svc.evaluate(float(t))
-    assert desired(svc) == 12
+    assert desired(svc) == 12 and len(scaler.writes) == 1  # 12 asked for, 12 read: nothing more to write
     fake.values.update({"spec_replicas": 3.0, "replicas_ready": 3.0, "rate(": 700.0})
     for t in range(60, 180, 15):
         svc.evaluate(float(t))
-        assert desired(svc) == 12
-    assert decisions(svc)["hold_replicas_disagree"] == 1.0
+        assert desired(svc) == 12 and scaler.writes[-1] == ("ml", "triton", 12)
+    assert len(scaler.writes) == 1 + 8  # each evaluation that reads it low, until it reads 12
+    assert decisions(svc)["hold_replicas_disagree"] == 1.0 and disagreements(svc) == 8.0
     assert "fewer than the 12 or more asked for" in svc.states[("ml", "triton")].detail
+    fake.values.update({"spec_replicas": 12.0, "replicas_ready": 12.0, "rate(": 1080.0})
+    svc.evaluate(180.0)
+    assert len(scaler.writes) == 9 and desired(svc) == 12  # it shows: no more writes
 
+
+def test_direct_mode_takes_a_lower_reading_as_the_fleet_until_it_has_written_a_count() -> None:
+    """A restart's first answer takes the replicas as found, and kube-state-metrics may still report the
+    count from before the previous writer's last scale-down (in CI: 3 where the mode installed before had
+    just scaled to 1). That count was never written, so the lower reading that follows is the fleet, not
+    a disagreement: held as one, it was trusted as the fleet and never written, and the Deployment stayed
+    at 1 under load."""
+    svc, fake = service(scale_mode="direct")
+    scaler = svc.scaler
+    assert isinstance(scaler, FakeScaler)
+    svc.evaluate(0.0)  # 12 read, 12 needed: taken as found
+    assert desired(svc) == 12 and scaler.writes == []
+    fake.values.update({"spec_replicas": 1.0, "replicas_ready": 1.0, "rate(": 700.0})
+    svc.evaluate(15.0)
+    # 700 req/s need 8; the down delay keeps the 12 of a moment ago, now written to the 1 there is.
+    assert scaler.writes == [("ml", "triton", 12)] and desired(svc) == 12
+    assert disagreements(svc) == 0.0 and svc.states[("ml", "triton")].current == 12
 
 def after_a_flash_crowd(t: float) -> Observation:
     """Servers without a queue policy after a flash crowd: 40 replicas Ready, arrivals back to what 3
