@@ -16,8 +16,11 @@ FENCE = re.compile(r"^```.*?^```", re.S | re.M)
 
 
 def markdown_files() -> list[Path]:
-    skip = {".venv", ".tools", ".git", "node_modules", "demo-out"}
-    return sorted(p for p in ROOT.rglob("*.md") if not skip & set(p.relative_to(ROOT).parts))
+    """The project's pages: not those of tools' hidden folders (`.pytest_cache`'s README came and went
+    with the cache, and the suite's test count with it), dependencies or the demo's output."""
+    skip = {"node_modules", "demo-out"}
+    return sorted(p for p in ROOT.rglob("*.md")
+                  if not any(part in skip or part.startswith(".") for part in p.relative_to(ROOT).parts[:-1]))
 
 
 def github_slug(heading: str) -> str:
