@@ -66,9 +66,10 @@ def seasonal_forecast(readings: Sequence[SeasonReading], level_now: float | None
     growth = 1.0
     if _usable(level_now) and _usable(season.level_rps) and (season.level_rps or 0.0) > 0:
         growth = min(max_growth, float(level_now or 0.0) / float(season.level_rps or 1.0))
-    if not math.isfinite(peak * growth):
+    rps = peak * growth
+    if not math.isfinite(rps):
         return None  # a peak near the float's limit: no demand any fleet could be sized for
-    return Forecast(peak * growth, season.period_s, peak, growth)
+    return Forecast(rps, season.period_s, peak, growth)
 
 
 def period_name(period_s: float) -> str:
