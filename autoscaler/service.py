@@ -33,7 +33,7 @@ from tidescale.autoscaler.settings import RecommenderSettings, TargetSettings
 from tidescale.autoscaler.state import TargetState, replica_lag_s
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.heartbeat import Heartbeat, stall_after
-from tidescale.contracts.kubeapi import EventSeriesApi, ScaleApi
+from tidescale.contracts.kubeapi import EventSeriesApi, ScaleApi, scale_spec_replicas
 from tidescale.contracts.prometheus import InstantQueries, PrometheusClient, PrometheusUnavailable
 
 log = logging.getLogger(__name__)
@@ -112,11 +112,38 @@ class RecommenderService:
 
     # --- reading ---------------------------------------------------------------------------------
     def _replicas(self, st: TargetState) -> tuple[int, int]:
+        """(spec, Ready) replicas: kube-state-metrics' through Prometheus, the spec count in direct
+        mode from the scale subresource itself (`_scale_replicas`)."""
         if self.replicas_fn is not None:
             return self.replicas_fn(st.settings)
-        current = value(self.client, st.queries.spec_replicas, "spec replicas")
+        current: float | None = self._scale_replicas(st)
+        if current is None:
+            current = value(self.client, st.queries.spec_replicas, "spec replicas")
         ready = value(self.client, st.queries.ready_replicas, "ready replicas")
         return int(current or 0), int(ready or 0)
+
+    def _scale_replicas(self, st: TargetState) -> int | None:
+        """Direct mode: the count the Deployment holds now, read from the scale subresource the
+        service writes. kube-state-metrics' count lags a write by its scrape, and a restart's first
+        answer would take a count from before the last scale-down as the fleet: the down delay then
+        held it, and writing it to the true, smaller fleet brought up pods nobody needed until the
+        delay passed. None outside direct mode or when the read fails (logged once; kube-state-metrics'
+        count is read instead, with its checks, `TargetState.replica_disagreement`)."""
+        if self.scaler is None or self.settings.scale_mode != "direct":
+            return None
+        ns, dep = st.settings.namespace, st.settings.deployment
+        try:
+            count = scale_spec_replicas(self.scaler.read_namespaced_deployment_scale(dep, ns))
+        except Exception as exc:
+            if not st.scale_read_failing:
+                log.warning("reading the scale of %s/%s failed (kube-state-metrics' count is read instead): %s",
+                            ns, dep, str(exc)[:200])
+            st.scale_read_failing = True
+            return None
+        if st.scale_read_failing:
+            log.info("reading the scale of %s/%s works again", ns, dep)
+        st.scale_read_failing = False
+        return count
 
     def hpa_replicas(self, st: TargetState) -> tuple[int, int] | None:
         """(current, desired) replicas of the HPA that scales the target, as kube-state-metrics reports

@@ -49,6 +49,7 @@ class TargetState:
     fast_reading: FastReading | None = None  # the fast path's last round
     current: int | None = None  # the Deployment's replicas at the last observation
     scale_write_failures: int = 0  # direct mode: failed writes of the scale subresource
+    scale_read_failing: bool = False  # direct mode: the last read of the scale subresource failed (logged once)
     evaluated_at: float | None = None  # when its last slow evaluation ended (good or held), by the service's clock
     first_ready: FirstReadyTracker = dataclasses.field(default_factory=lambda: FirstReadyTracker(time.time()))
     asked: deque[tuple[float, int]] = dataclasses.field(default_factory=deque)  # (t, published) over REPLICA_LAG_S

@@ -499,6 +499,7 @@ def test_direct_mode_scales_triton_through_its_scale_subresource_with_no_hpa(clu
         return answer.strip() == "yes"
 
     assert may("patch", "deployments/triton", "--subresource=scale")
+    assert may("get", "deployments/triton", "--subresource=scale")  # the count it holds now, not a scrape ago
     assert not may("patch", "deployments/other", "--subresource=scale")  # the targets only, by name
     assert not may("patch", "deployments/triton") and not may("delete", "deployments/triton")
     # Events: the one per change that its replicas share is created, read and counted up; nothing else.
@@ -516,6 +517,8 @@ def test_direct_mode_scales_triton_through_its_scale_subresource_with_no_hpa(clu
     failures = prometheus_series(cluster, f'tidescale_recommender_scale_write_failures_total{{namespace="{SERVING}"}}'
                                           ' == 0')
     assert {m["deployment"] for m in failures} == {"triton"}  # exported, and no write failed
+    for pod in cluster.pods(NAMESPACE, "app.kubernetes.io/component=recommender"):
+        assert "reading the scale" not in cluster.logs_of(NAMESPACE, pod, "recommender")  # read, never refused
 
 
 def _model_version(series: dict[str, str]) -> str:

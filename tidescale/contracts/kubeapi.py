@@ -68,9 +68,32 @@ class EventSeriesApi(EventsApi, Protocol):
 
 
 class ScaleApi(Protocol):
-    """The one call of kubernetes.client.AppsV1Api that direct scaling needs (a fake in tests)."""
+    """The calls of kubernetes.client.AppsV1Api that direct scaling needs (a fake in tests): the
+    scale subresource read, for the count the Deployment holds now, and written."""
+
+    def read_namespaced_deployment_scale(self, name: str, namespace: str) -> Any: ...
 
     def patch_namespaced_deployment_scale(self, name: str, namespace: str, body: Any) -> Any: ...
+
+
+MAX_SCALE_REPLICAS = 2**31 - 1  # the API's int32
+
+
+def scale_spec_replicas(answer: Any) -> int:
+    """`spec.replicas` of a scale subresource read, as kubernetes.client's `V1Scale` or as a
+    mapping. The API server leaves a zero count out (`omitempty`), so a Deployment scaled to zero
+    reads without one. Raises ValueError on an answer with no spec or a count the API does not allow."""
+    spec = answer.get("spec") if isinstance(answer, dict) else getattr(answer, "spec", None)
+    if spec is None:
+        raise ValueError(f"the scale subresource read has no spec: {str(answer)[:80]!r}")
+    if not isinstance(spec, dict) and not hasattr(spec, "replicas"):
+        raise ValueError(f"the scale subresource read's spec is not one: {str(spec)[:80]!r}")
+    replicas = spec.get("replicas") if isinstance(spec, dict) else spec.replicas
+    if replicas is None:
+        return 0
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or not 0 <= replicas <= MAX_SCALE_REPLICAS:
+        raise ValueError(f"the scale subresource reads spec.replicas={str(replicas)[:40]!r}, not a count")
+    return replicas
 
 
 def _stamp(now: datetime) -> str:

@@ -10,7 +10,7 @@ service itself (`RecommenderService.tick`), not a copy of its decision path.
   (HPA status, the model load time) answer nothing, as a Prometheus without them would.
 - `SimPods` reads those pods' own counters as their `/metrics` shows them now (the fast path); a
   pod that is gone does not answer.
-- `SimScale` is the Deployment's scale subresource (direct mode).
+- `SimScale` is the Deployment's scale subresource (direct mode), read and written.
 - `DemandHistory` is what Prometheus remembers of the demand for the seasonal forecast: one sample a
   minute, the days before the run handed in, the run's own as it goes.
 """
@@ -206,10 +206,15 @@ class SimPods:
 
 
 class SimScale:
-    """The Deployment's scale subresource: the count last written (direct mode)."""
+    """The Deployment's scale subresource (direct mode): the count it starts at, then the count last
+    written. The benchmark hands the service this count as the spec replicas too (it has no
+    kube-state-metrics lag to model), as the shipped service reads it from the subresource."""
 
-    def __init__(self) -> None:
-        self.replicas: int | None = None
+    def __init__(self, replicas: int) -> None:
+        self.replicas = replicas
+
+    def read_namespaced_deployment_scale(self, name: str, namespace: str) -> dict[str, Any]:
+        return {"spec": {"replicas": self.replicas}}
 
     def patch_namespaced_deployment_scale(self, name: str, namespace: str, body: Any) -> None:
         self.replicas = int(body["spec"]["replicas"])

@@ -703,14 +703,28 @@ def test_the_fast_path_can_be_turned_off() -> None:
 
 
 class FakeScaler:
-    def __init__(self) -> None:
+    """The scale subresource. With *replicas* None its read is refused (as without RBAC's `get`), and
+    the service reads kube-state-metrics' count (FakeProm's `spec_replicas`); else the read answers
+    `replicas`, which a write sets (what `kubectl scale` would set, a test sets)."""
+
+    def __init__(self, replicas: int | None = None) -> None:
         self.writes: list[tuple[str, str, int]] = []
         self.fail = False
+        self.replicas = replicas
+        self.reads = 0
+
+    def read_namespaced_deployment_scale(self, name: str, namespace: str) -> dict[str, Any]:
+        self.reads += 1
+        if self.replicas is None:
+            raise PermissionError("deployments.apps \"triton\" is forbidden: cannot get resource \"deployments/scale\"")
+        return {"spec": {"replicas": self.replicas}} if self.replicas else {"spec": {}}  # omitempty, as the API
 
     def patch_namespaced_deployment_scale(self, name: str, namespace: str, body: dict) -> None:
         if self.fail:
             raise OSError("forbidden")
         self.writes.append((namespace, name, body["spec"]["replicas"]))
+        if self.replicas is not None:
+            self.replicas = body["spec"]["replicas"]
 
 
 def direct_service(scaler: FakeScaler, events: FakeEventApi | None = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
 import math
 
 import pytest
@@ -147,13 +148,16 @@ def test_once_the_overload_is_over_the_fleet_comes_down_after_the_delay() -> Non
 
 # --- the service: the replica reading against the HPA's status and what was asked for -------------
 
-def service(**kw: object) -> tuple[RecommenderService, FakeProm]:
+def service(scale: int | None = None, **kw: object) -> tuple[RecommenderService, FakeProm]:
+    """A service at 1080 req/s on 12 replicas; in direct mode (*kw* `scale_mode`) its scale
+    subresource reads *scale* (None: the read is refused, and kube-state-metrics' count is read)."""
     target = TargetSettings(deployment="triton", namespace="ml", model="resnet", min_replicas=1, max_replicas=50)
     fake = FakeProm()
     fake.values.update({"rate(": 1080.0, "spec_replicas": 12.0, "replicas_ready": 12.0,
                         "horizontalpodautoscaler_status_current": 12.0, "horizontalpodautoscaler_status_desired": 12.0})
     settings = RecommenderSettings(targets=[target], capacity_rps=100.0, fast_path={"enabled": False}, **kw)
-    return RecommenderService(settings, fake, **({"scaler": FakeScaler()} if kw.get("scale_mode") else {})), fake  # type: ignore[arg-type]
+    scaler = {"scaler": FakeScaler(scale)} if kw.get("scale_mode") else {}
+    return RecommenderService(settings, fake, **scaler), fake  # type: ignore[arg-type]
 
 
 def disagreements(svc: RecommenderService) -> float:
@@ -245,6 +249,60 @@ def test_direct_mode_takes_a_lower_reading_as_the_fleet_until_it_has_written_a_c
     # 700 req/s need 8; the down delay keeps the 12 of a moment ago, now written to the 1 there is.
     assert scaler.writes == [("ml", "triton", 12)] and desired(svc) == 12
     assert disagreements(svc) == 0.0 and svc.states[("ml", "triton")].current == 12
+
+
+def test_direct_mode_reads_the_scale_itself_so_a_restart_after_a_scale_down_brings_no_pod_up() -> None:
+    """The restart after a scale-down that stop 82 left: kube-state-metrics still reports the 12 from
+    before the last writer scaled to 1. Read from it, the first answer took 12, the down delay held it,
+    and once the true 1 showed, 12 were written: eleven pods up for nothing until the delay passed.
+    The scale subresource reads the 1 at once."""
+    svc, fake = service(scale=1, scale_mode="direct")
+    scaler = svc.scaler
+    assert isinstance(scaler, FakeScaler)
+    fake.values.update({"rate(": 50.0, "replicas_ready": 1.0})  # spec_replicas: still the stale 12
+    for t in range(0, 180, 15):
+        if t == 30:
+            fake.values["spec_replicas"] = 1.0  # kube-state-metrics catches up
+        svc.evaluate(float(t))
+        assert desired(svc) == 1 and svc.states[("ml", "triton")].current == 1
+    assert scaler.writes == [] and scaler.reads == 12 and disagreements(svc) == 0.0
+
+
+def test_direct_mode_reads_an_overwrite_through_the_scale_and_writes_its_count_again_once() -> None:
+    """`kubectl scale` sets 3 where 12 were written: the scale reads it at the next evaluation (no
+    scrape to wait for), the count is held and written again, and the next read shows it."""
+    svc, _ = service(scale=10, scale_mode="direct")
+    scaler = svc.scaler
+    assert isinstance(scaler, FakeScaler)
+    svc.evaluate(0.0)
+    assert scaler.writes == [("ml", "triton", 12)] and scaler.replicas == 12
+    svc.evaluate(15.0)
+    scaler.replicas = 3  # spec_replicas stays 12: kube-state-metrics has not scraped it yet
+    svc.evaluate(30.0)
+    assert scaler.writes[-1] == ("ml", "triton", 12) and len(scaler.writes) == 2 and disagreements(svc) == 1.0
+    for t in range(45, 120, 15):
+        svc.evaluate(float(t))
+    assert len(scaler.writes) == 2 and desired(svc) == 12 and disagreements(svc) == 1.0
+
+
+def test_direct_mode_reads_kube_state_metrics_while_the_scale_read_is_refused_and_says_so_once(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Without RBAC's `get` (a chart older than the Role, a hand-made one), the count is
+    kube-state-metrics' with its checks; one warning, not one an evaluation, and one line when the
+    read works again."""
+    svc, _ = service(scale_mode="direct")
+    scaler = svc.scaler
+    assert isinstance(scaler, FakeScaler)
+    with caplog.at_level(logging.INFO, logger="tidescale.autoscaler.service"):
+        for t in range(0, 60, 15):
+            svc.evaluate(float(t))
+        assert desired(svc) == 12 and scaler.reads == 4
+        scaler.replicas = 12
+        svc.evaluate(60.0)
+    lines = [r.getMessage() for r in caplog.records if "reading the scale" in r.getMessage()]
+    assert len(lines) == 2 and "forbidden" in lines[0] and "kube-state-metrics" in lines[0]
+    assert lines[1] == "reading the scale of ml/triton works again"
+    assert svc.states[("ml", "triton")].failsafe is None and disagreements(svc) == 0.0
 
 def after_a_flash_crowd(t: float) -> Observation:
     """Servers without a queue policy after a flash crowd: 40 replicas Ready, arrivals back to what 3

@@ -327,7 +327,7 @@ class TidescalePolicy:
                                            cold_start_s=settings.cold_start_s)
         self.prometheus = SimPrometheus(queries, config, slo_s, DemandHistory(history))
         self.pods = SimPods()
-        self.scale = SimScale()
+        self.scale = SimScale(initial)
         self.now = 0.0
         self.ready = 0
         self.service = RecommenderService(settings, client=self.prometheus, replicas_fn=self._replicas,
@@ -354,8 +354,7 @@ class TidescalePolicy:
         self.prometheus.follow(self.state.queries)
         self.service.tick(now)
         if self.direct:
-            if self.scale.replicas is not None:
-                self.current = self.scale.replicas
+            self.current = self.scale.replicas
             return self.current
         published = self.state.published
         if published is not None and (not self.published or self.published[-1][1] != published):
