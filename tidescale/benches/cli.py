@@ -369,6 +369,32 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
         _run_pair(pair, scenario, draws, jobs, write, json_only)
 
 
+    @bench.command("cost")
+    def bench_cost(
+        json_only: bool = typer.Option(False, "--json", help="Only the JSON result on stdout."),
+        scenario: list[str] = typer.Option([], "--scenario", help=PAIR_SCENARIO_HELP),
+        draws: int | None = typer.Option(None, "--draws", help="Draws per scenario: seeds 0 .. N-1 (2 to 100; "
+                                         "default 13, the autoscale page's)."),
+        jobs: int = typer.Option(1, "--jobs", help=PAIR_JOBS_HELP),
+        write: bool = typer.Option(True, "--write/--no-write",
+                                   help="Record docs/benchmarks/autoscale-cost[-<scenarios>].md + PNG."),
+    ) -> None:
+        """Where tidescale's replica-hours above the optimum go, by the decision that set its count."""
+        from rich.console import Console
+
+        from tidescale.benches.autoscale import cost_split
+        from tidescale.benches.progress import progress_lines
+
+        err = Console(stderr=True)
+        with progress_lines(err, "autoscale cost benchmark") as tell:
+            doc = cost_split.run(scenario or None, cost_split.DEFAULT_DRAWS if draws is None else draws, jobs,
+                                 progress=tell)
+        if write:
+            md, png = cost_split.write(doc)
+            err.print(f"wrote {md} and {png}")
+        sys.stdout.write(json.dumps(doc) + "\n" if json_only else "\n".join(cost_split.lines(doc)) + "\n")
+
+
 PAIR_SCENARIO_HELP = "Scenario name (repeatable); default every 20-minute one, the named groups' included."
 PAIR_DRAWS_HELP = "Draws per scenario: seeds 0 .. N-1 (2 to 100; default 20)."
 PAIR_JOBS_HELP = "Draws simulated at once, in forked workers; the results are the same, the wall time shorter."
