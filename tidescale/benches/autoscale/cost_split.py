@@ -24,7 +24,7 @@ from tidescale.benches.autoscale import scenarios as bench
 from tidescale.benches.autoscale.closedloop import RunResult, SimParams, run_policy, score, with_seed
 from tidescale.benches.autoscale.report import QUICK_S, BenchOptions, replica_setup
 from tidescale.benches.autoscale.seeds import TUNED_SEEDS
-from tidescale.benches.autoscale.tuning_pairs import check_draws, default_scenarios
+from tidescale.benches.autoscale.tuning_pairs import check_draws, default_scenarios, paths
 from tidescale.benches.forked import fork_map
 from tidescale.benches.report import BENCH_DIR, markdown_table, recorded, save_figure, write_page
 
@@ -224,7 +224,7 @@ def plot(doc: Mapping[str, Any], path: Path) -> None:
 
 def write(doc: dict[str, Any], out_dir: Path = BENCH_DIR) -> tuple[Path, Path]:
     """Write the page and its plot into *out_dir*; their paths."""
-    md, png = out_dir / f"{doc['benchmark']}.md", out_dir / f"{doc['benchmark']}.png"
+    md, png = paths(doc["benchmark"], out_dir)
     plot(doc, png)
     write_page(md.stem, "\n".join(lines(doc, png.name)), doc, out_dir)
     return md, png
