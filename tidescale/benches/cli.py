@@ -368,7 +368,6 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
         pair = tuning_pairs.candidate_pair(setting).at_slo(slo_latency_threshold).profiled_on(profile_replicas)
         _run_pair(pair, scenario, draws, jobs, write, json_only)
 
-
     @bench.command("cost")
     def bench_cost(
         json_only: bool = typer.Option(False, "--json", help="Only the JSON result on stdout."),
