@@ -20,6 +20,11 @@ from tidescale.contracts.errors import UsageError
 
 RateFn = Callable[[float], float]
 MAX_TRACE_ROWS = 5_000_000
+# A replay's time span and arrivals: a month, and ten times the rows a trace may hold. Beyond them a
+# replay's per-second counts or its superposed copies would not fit in memory (two rows a trillion
+# seconds apart, or a tiny trace rescaled to a billion req/s), so they are refused, not attempted.
+MAX_TRACE_SPAN_S = 31 * 86_400.0
+MAX_REPLAY_ARRIVALS = 10 * MAX_TRACE_ROWS
 
 
 @dataclass(frozen=True)
@@ -270,7 +275,22 @@ def load_trace_timestamps(path: Path, max_rows: int = MAX_TRACE_ROWS) -> np.ndar
     if len(out) < 2:
         raise UsageError(f"{path}: needs at least two timestamped rows")
     ts = np.sort(np.asarray(out, dtype=float))
-    return ts - ts[0]
+    ts -= ts[0]
+    check_span(path, float(ts[-1]))
+    return ts
+
+
+def check_span(path: Path, span_s: float, how: str = "") -> None:
+    """A replay's per-second counts are held whole: its span bounds their memory (`MAX_TRACE_SPAN_S`)."""
+    if not span_s <= MAX_TRACE_SPAN_S:
+        raise UsageError(f"{path}: spans {span_s / 86_400:.3g} days{how}; a replay spans at most "
+                         f"{MAX_TRACE_SPAN_S / 86_400:g} days")
+
+
+def check_positive(value: float, what: str) -> None:
+    """A scale or rate a replay multiplies by: NaN, infinities and non-positive numbers are refused."""
+    if not (math.isfinite(value) and value > 0):
+        raise UsageError(f"{what} must be a finite number > 0, got {value:g}")
 
 
 def replay(path: Path, time_scale: float = 1.0, rate_scale: float = 1.0, target_rps: float | None = None,
@@ -281,14 +301,18 @@ def replay(path: Path, time_scale: float = 1.0, rate_scale: float = 1.0, target_
     rate_scale multiplies the request rate by thinning (< 1) or by superposing jittered copies (> 1);
     target_rps, when given, picks rate_scale so the mean rate equals it.
     """
-    if time_scale <= 0 or rate_scale <= 0:
-        raise UsageError("time-scale and rate-scale must be > 0")
+    check_positive(time_scale, "time-scale")
+    check_positive(rate_scale, "rate-scale")
+    if target_rps is not None:
+        check_positive(target_rps, "the target rate (req/s)")
     ts = load_trace_timestamps(path) * time_scale
+    check_span(path, float(ts[-1]), f" at time-scale {time_scale:g}")
     duration = float(ts[-1]) + 1e-6
     if target_rps is not None:
-        if target_rps <= 0:
-            raise UsageError("target rps must be > 0")
         rate_scale = target_rps / (len(ts) / duration)
+    if rate_scale * len(ts) > MAX_REPLAY_ARRIVALS:
+        raise UsageError(f"{path}: replayed at {len(ts) * rate_scale / duration:.4g} req/s it would hold "
+                         f"{rate_scale * len(ts):.3g} arrivals; at most {MAX_REPLAY_ARRIVALS:,}")
     rng = np.random.default_rng(seed)
     whole, frac = int(rate_scale), rate_scale - int(rate_scale)
     parts = []

@@ -15,6 +15,8 @@ from tidescale.contracts.errors import UsageError
 from tidescale.sim.servicecurve import ServiceCurve
 from tidescale.sim.traffic import (
     DAY_S,
+    MAX_REPLAY_ARRIVALS,
+    MAX_TRACE_SPAN_S,
     load_trace_timestamps,
     lulls,
     replay,
@@ -155,6 +157,47 @@ def test_a_timestamp_that_is_no_instant_is_refused_by_line(tmp_path: Path, cell:
     path.write_text(f"0\n{cell}\n1\n")
     with pytest.raises(UsageError, match=rf"t.csv:2: first column '{cell}' is not a timestamp"):
         load_trace_timestamps(path)
+
+
+def test_a_trace_too_long_or_too_dense_to_hold_is_refused_before_it_is_built(tmp_path: Path) -> None:
+    """Two rows a trillion seconds apart, or a tiny trace rescaled to a billion req/s, would have the
+    replay allocate terabytes; each is refused with what it would have been."""
+    far = tmp_path / "far.csv"
+    far.write_text("0\n1e12\n")
+    with pytest.raises(UsageError, match=r"far.csv: spans 1.16e\+07 days; a replay spans at most 31 days"):
+        load_trace_timestamps(far)
+    near = tmp_path / "near.csv"
+    near.write_text("0\n86400\n")
+    with pytest.raises(UsageError, match=r"near.csv: spans 100 days at time-scale 100"):
+        replay(near, time_scale=100.0)
+    with pytest.raises(UsageError, match=r"near.csv: replayed at 1e\+09 req/s it would hold 8.64e\+13 arrivals"):
+        replay(near, target_rps=1e9)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"time_scale": float("nan")}, "time-scale must be a finite number > 0, got nan"),
+    ({"rate_scale": 0.0}, "rate-scale must be a finite number > 0, got 0"),
+    ({"target_rps": float("inf")}, r"the target rate \(req/s\) must be a finite number > 0, got inf"),
+])
+def test_a_replay_scale_that_is_no_number_is_refused_by_name(kwargs: dict[str, float], message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        replay(AZURE, **kwargs)
+
+
+@given(st.lists(st.floats(min_value=-1e300, max_value=1e300), min_size=2, max_size=6),
+       st.floats(allow_nan=True, allow_infinity=True), st.one_of(st.none(), st.floats()))
+@settings(max_examples=60, deadline=None)
+def test_a_replay_is_built_within_its_bounds_or_refused(tmp_path_factory: pytest.TempPathFactory,
+                                                       times: list[float], time_scale: float,
+                                                       target_rps: float | None) -> None:
+    path = tmp_path_factory.mktemp("fuzz") / "t.csv"
+    path.write_text("\n".join(repr(t) for t in times))
+    try:
+        sc = replay(path, time_scale=time_scale, target_rps=target_rps)
+    except UsageError:
+        return
+    assert sc.duration_s <= MAX_TRACE_SPAN_S + 1 and sc.timestamps is not None
+    assert len(sc.timestamps) <= MAX_REPLAY_ARRIVALS
 
 
 @given(st.lists(st.text(max_size=30), max_size=20))
