@@ -375,8 +375,11 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
         draws: int | None = typer.Option(None, "--draws", help="Draws per scenario: seeds 0 .. N-1 (2 to 100; "
                                          "default 13, the autoscale page's)."),
         jobs: int = typer.Option(1, "--jobs", help=PAIR_JOBS_HELP),
+        trace: Path | None = typer.Option(None, "--trace", help="CSV whose first column is a timestamp: replayed "
+                                          "alone (an hour in 20 minutes), each draw shifted in time."),
+        target_rps: float | None = typer.Option(None, "--target-rps", help="Mean rate the trace is rescaled to."),
         write: bool = typer.Option(True, "--write/--no-write",
-                                   help="Record docs/benchmarks/autoscale-cost[-<scenarios>].md + PNG."),
+                                   help="Record docs/benchmarks/autoscale-cost[-trace-<file>][-<scenarios>].md + PNG."),
     ) -> None:
         """Where tidescale's replica-hours above the optimum go, by the decision that set its count."""
         from rich.console import Console
@@ -387,7 +390,7 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
         err = Console(stderr=True)
         with progress_lines(err, "autoscale cost benchmark") as tell:
             doc = cost_split.run(scenario or None, cost_split.DEFAULT_DRAWS if draws is None else draws, jobs,
-                                 progress=tell)
+                                 progress=tell, trace=trace, target_rps=target_rps)
         if write:
             md, png = cost_split.write(doc)
             err.print(f"wrote {md} and {png}")

@@ -171,6 +171,9 @@ def test_a_load_test_through_round_robin_reads_more_per_replica_near_a_batchs_ti
     (["--scenario", "nope"], "unknown scenario nope"),
     (["--policy", "magic"], "unknown policy magic"),
     (["--target-rps", "5"], "--target-rps needs --trace"),
+    (["--trace", "/nonexistent.csv"], "trace file /nonexistent.csv does not exist"),
+    (["--trace", "/nonexistent.csv", "--target-rps", "nan"], "--target-rps must be a finite rate > 0 req/s, got nan"),
+    (["--trace", "/nonexistent.csv", "--target-rps", "-1"], "--target-rps must be a finite rate > 0 req/s, got -1"),
     (["--slo-p99", "0"], "--slo-latency-threshold must be a finite number > 0"),
     (["--slo-p99", "nan"], "--slo-latency-threshold must be a finite number > 0"),
     (["--headroom", "0.5"], "--headroom must be a finite factor >= 1"),
@@ -300,6 +303,23 @@ def test_report_records_the_bound_and_where_a_queue_timeout_run_goes() -> None:
     assert none.queue_policy_of(benchreport.ServiceCurve.v100()) == {"kind": "none", "timeout_s": None}
     with pytest.raises(UsageError, match="--queue-policy must be one of recommended, none"):
         benchreport.BenchOptions(["surge-3x"], ("oracle",), quick=True, queue_policy="fifo")
+
+
+def test_a_replayed_trace_is_recorded_beside_the_default_under_a_name_that_is_only_a_name() -> None:
+    """Until 2026-12-06 `bench autoscale --trace FILE` wrote its trace-only page over autoscale.md."""
+    from tidescale.benches.autoscale import report as benchreport
+
+    assert benchreport.page_paths("recommended", [], trace="mine.csv")[0].name == "autoscale-trace-mine.md"
+    assert benchreport.page_paths("none", ["trace"], 0.3, trace="mine.csv")[0].name == (
+        "autoscale-trace-mine-no-queue-policy-slo-0.3s.md")
+    for hostile, slug in (("../../etc/passwd", "passwd"), ("Azure LLM (2023).CSV", "azure-llm-2023"),
+                          ("`rm -rf ~`.csv", "rm-rf"), ("ééé.csv", "unnamed"), ("a" * 90 + ".csv", "a" * 40)):
+        assert benchreport.trace_slug(hostile) == slug
+        assert benchreport.page_paths("recommended", [], trace=hostile)[0].parent == benchreport.BENCH_DIR
+    # the page's command names the file as one shell word, and no backtick ends its code span
+    assert benchreport.trace_flags({"trace": "my trace`.csv", "target_rps": 50.0}) == (
+        " --trace 'my trace?.csv' --target-rps 50")
+    assert benchreport.trace_flags({}) == ""
 
 
 def test_another_sizing_is_recorded_beside_the_shipped_one_and_says_what_ran() -> None:

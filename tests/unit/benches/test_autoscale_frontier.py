@@ -228,6 +228,12 @@ def test_a_trace_run_records_the_same_keys() -> None:
     doc, _runs = benchreport.run(opts)
     assert list(doc["scenarios"]) == ["trace"]
     check_keys(doc, "trace")
+    # the trace is named on the page's command, and the page is its own: never autoscale.md
+    assert doc["setup"]["trace"] == bench.AZURE_TRACE.name and doc["setup"]["target_rps"] is None
+    assert f"--quick --trace {bench.AZURE_TRACE.name} --policy keda-rps" in benchreport.markdown(doc)
+    assert [p.name for p in opts.paths] == ["autoscale-trace-azure-llm-conv-2023.md",
+                                            "autoscale-trace-azure-llm-conv-2023.png",
+                                            "autoscale-trace-azure-llm-conv-2023-frontiers.png"]
 
 
 def test_the_page_shows_each_detection_step_and_judges_surges_against_their_bound() -> None:

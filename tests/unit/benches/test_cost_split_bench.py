@@ -85,10 +85,30 @@ def test_the_page_and_plot_name_each_origin_with_its_share(tmp_path: Path) -> No
     assert "(**1.150×**)" in text and png.stat().st_size > 0
 
 
+def test_a_trace_is_split_on_a_page_of_its_own_and_named_on_its_command(tmp_path: Path) -> None:
+    """`--trace`: the file replayed alone (an hour in 20 minutes), each draw shifted in time, recorded
+    beside the default page under the file's name."""
+    times = np.cumsum(np.random.default_rng(1).exponential(0.1, 3000))
+    trace = tmp_path / "My Trace.csv"
+    trace.write_text("timestamp\n" + "\n".join(f"{t:.3f}" for t in times))
+    doc = cost_split.run(draws=2, trace=trace, target_rps=600.0)
+    assert doc["benchmark"] == "autoscale-cost-trace-my-trace" and list(doc["scenarios"]) == ["trace"]
+    assert doc["setup"]["command"] == "tidescale bench cost --trace 'My Trace.csv' --target-rps 600"
+    total = doc["scenarios"]["trace"]["total"]
+    assert total["tidescale_hours"] > 0 and total["optimum_hours"] > 0 and total["split"]
+    text = "\n".join(cost_split.lines(doc))
+    assert "`trace`: the trace my-trace played three times as fast" in text and "600 req/s on average" in text
+    assert "20-minute scenarios" not in text  # the trace alone, at its own length
+    assert cost_split.write(doc, tmp_path)[0].name == "autoscale-cost-trace-my-trace.md"
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["--scenario", "nope"], "unknown scenario nope"),
     (["--draws", "1"], "--draws must be in [2, 100]"),
     (["--jobs", "0"], "--jobs must be in"),
+    (["--target-rps", "5"], "--target-rps needs --trace"),
+    (["--trace", "/nonexistent.csv"], "trace file /nonexistent.csv does not exist"),
+    (["--trace", "/nonexistent.csv", "--target-rps", "inf"], "--target-rps must be a finite rate > 0 req/s"),
 ])
 def test_bench_cost_bad_input_exits_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:

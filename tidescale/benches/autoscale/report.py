@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 import platform
+import re
+import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -113,8 +115,7 @@ class BenchOptions:
 
     def __post_init__(self) -> None:
         check_slo_threshold(self.slo_s, SLO_FLAG)
-        if self.target_rps is not None and self.trace is None:
-            raise UsageError("--target-rps needs --trace")
+        check_trace_flags(self.trace, self.target_rps)
         for h in (self.headroom, *self.headroom_sweep):
             check_headroom(h, "--headroom")
         for f in self.capacity_errors:
@@ -150,7 +151,7 @@ class BenchOptions:
         """Where the Markdown, the replica plot and the frontier plot are recorded."""
         kind = "explicit" if self.queue_timeout_s is not None else self.queue_policy
         return page_paths(kind, self.scenarios or (), self.slo_s, self.client_retries, self.sizing, self.scheduler,
-                          self.profile_replicas)
+                          self.profile_replicas, self.trace.name if self.trace else None)
 
     def queue_policy_of(self, curve: ServiceCurve) -> dict[str, Any]:
         """The queue policy every replica runs: what tidescale recommends, none, or the given timeout."""
@@ -310,6 +311,8 @@ def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
                   "queue_policy": queue_policy["kind"],
                   "tidescale_headroom": opts.headroom, "headroom_sweep": list(opts.headroom_sweep),
                   "capacity_errors": list(opts.capacity_errors), "scenarios_named": list(opts.scenarios or []),
+                  # the trace replayed (`--trace`, its file's name) and the mean rate it was rescaled to
+                  **({"trace": opts.trace.name, "target_rps": opts.target_rps} if opts.trace else {}),
                   # which policies ran and at which settings, where not all of them over their sweeps
                   **({"policies_named": list(opts.policies)} if opts.policies != pol.ALL_POLICIES else {}),
                   **({"peer_settings": list(opts.peer_settings)} if opts.peer_settings else {}),
@@ -416,6 +419,7 @@ def _flags(setup: dict[str, Any]) -> str:
     chosen += "".join(f" --peer-setting {v}" for v in setup.get("peer_settings", []))
     chosen += "" if setup.get("sweep", True) else " --no-sweep"
     out = "".join(f" --scenario {n}" for n in setup.get("scenarios_named", [])) + chosen + out
+    out = trace_flags(setup) + out
     return out + "".join(f" --extra-seed {s}" for s in setup.get("extra_seeds", []))
 
 
@@ -542,14 +546,16 @@ def tuning_of(sizing: str | None) -> dict[str, Any]:
 
 def page_paths(queue_policy: str, scenarios: Sequence[str], slo_s: float = bench.DEFAULT_SLO_S,
                client_retries: int = 0, sizing: str | None = None, scheduler: str = "stepped",
-               profile_replicas: int = 1) -> tuple[Path, Path, Path]:
+               profile_replicas: int = 1, trace: str | None = None) -> tuple[Path, Path, Path]:
     """The Markdown, replica plot and frontier plot of a run: a queue timeout ("explicit") or none is
-    another server setup; a named-only group alone (start-up, readiness, lulls) has its page (and on
-    other servers, that page's name with theirs); another SLO, or clients that retry, are other users;
-    another sizing (`--sizing`) is another tidescale; another scheduler model (`--scheduler`) is
-    another simulator; a capacity load-tested on several replicas (`--profile-replicas`) is another
-    profile. Each such run is recorded beside the default, never over it."""
-    page = next((p for p, group in bench.NAMED_ONLY.items() if scenarios and set(scenarios) <= set(group)), None)
+    another server setup; a replayed trace (`--trace`, named by its file) or a named-only group alone
+    (start-up, readiness, lulls) has its page (and on other servers, that page's name with theirs);
+    another SLO, or clients that retry, are other users; another sizing (`--sizing`) is another
+    tidescale; another scheduler model (`--scheduler`) is another simulator; a capacity load-tested on
+    several replicas (`--profile-replicas`) is another profile. Each such run is recorded beside the
+    default, never over it."""
+    page = f"trace-{trace_slug(trace)}" if trace is not None else next(
+        (p for p, group in bench.NAMED_ONLY.items() if scenarios and set(scenarios) <= set(group)), None)
     servers = ""
     if page is not None:  # a named group's page, beside it for other servers
         doc, png, frontier = named_page(page)
@@ -575,8 +581,34 @@ def _pngs(setup: dict[str, Any]) -> tuple[Path, Path]:
     _doc, png, frontier = page_paths(kind, setup.get("scenarios_named", []),
                                      setup.get("slo_latency_threshold_s", bench.DEFAULT_SLO_S),
                                      setup.get("client_retries", 0), setup.get("sizing"),
-                                     setup.get("scheduler", "stepped"), setup.get("profile_replicas", 1))
+                                     setup.get("scheduler", "stepped"), setup.get("profile_replicas", 1),
+                                     setup.get("trace"))
     return png, frontier
+
+
+def trace_slug(name: str) -> str:
+    """A trace file's name as a page name may hold it: lower-case letters, digits and single dashes,
+    at most 40 characters (a path, spaces or markup in the name reach neither the path nor the page)."""
+    slug = re.sub(r"[^a-z0-9]+", "-", Path(name).stem.lower()).strip("-")[:40].strip("-")
+    return slug or "unnamed"
+
+
+def trace_flags(setup: Mapping[str, Any]) -> str:
+    """The `--trace`/`--target-rps` a page's command was run with, from its JSON's setup."""
+    if not setup.get("trace"):
+        return ""
+    rate = setup.get("target_rps")
+    name = shlex.quote(re.sub(r"[`\x00-\x1f]", "?", str(setup["trace"])))  # one shell word, no code span's end
+    return f" --trace {name}" + ("" if rate is None else f" --target-rps {rate:g}")
+
+
+def check_trace_flags(trace: Path | None, target_rps: float | None) -> None:
+    """`--trace` and `--target-rps` as every trace-replaying bench takes them: the rate rescales a trace,
+    so it needs one, and is a finite rate; the file's own errors are the replay's (`traffic.replay`)."""
+    if target_rps is not None and trace is None:
+        raise UsageError("--target-rps needs --trace")
+    if target_rps is not None and not (math.isfinite(target_rps) and target_rps > 0):
+        raise UsageError(f"--target-rps must be a finite rate > 0 req/s, got {target_rps:g}")
 
 
 def _setting(doc: dict[str, Any], peer: str, value: float) -> str:

@@ -118,7 +118,7 @@ def build_scenarios(duration_s: float, base_rps: float, trace: Path | None = Non
         "cold-start-120s": BenchScenario("cold-start-120s", scenario("diurnal-surge", base_rps, duration_s), 120.0,
                                          duration_s * 0.4),
     }
-    if azure.is_file():
+    if trace or azure.is_file():  # a trace named (`--trace`) is read, so that a missing one is an error
         name = "trace" if trace else "azure-llm-trace"
         out[name] = BenchScenario(name, replay(azure, time_scale=duration_s / 3600.0,
                                                target_rps=target_rps or base_rps), DEFAULT_COLD_START_S)
