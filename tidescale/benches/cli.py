@@ -115,7 +115,7 @@ def _register_latency_benches(bench: typer.Typer) -> None:
     def percentiles_command(
         json_only: bool = typer.Option(False, "--json", help="Only the JSON result on stdout."),
         quick: bool = typer.Option(False, "--quick", help="Fewer requests (still >= 1 M) for CI."),
-        seed: int = typer.Option(7, help="Random seed of the latency shapes."),
+        seed: int = typer.Option(7, min=0, help="Random seed of the latency shapes."),
     ) -> None:
         """Quantile error of our gauges and buckets vs default buckets and averaged summaries."""
         from tidescale.benches.percentiles import run_command
@@ -255,7 +255,7 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
         trace: Path | None = typer.Option(None, "--trace", help="CSV whose first column is a timestamp."),
         target_rps: float | None = typer.Option(None, "--target-rps", help="Mean rate the trace is rescaled to."),
         slo_latency_threshold: float = SLO_OPTION,
-        seed: int = typer.Option(0, "--seed"),
+        seed: int = typer.Option(0, "--seed", min=0),
         queue_policy: str = typer.Option(
             "recommended", "--queue-policy", help="Triton's queue policy on every replica: recommended (the SLO "
             "minus the largest batch, REJECT: what tidescale recommends) or none (recorded as "
@@ -445,7 +445,7 @@ def _register_soak_bench(bench: typer.Typer) -> None:
         warmup: float = typer.Option(0.2, "--warmup", help="Share of each run that is warm-up, not judged for "
                                      "flatness."),
         workdir: Path | None = typer.Option(None, "--workdir", help="Keep the services' logs and database here."),
-        seed: int = typer.Option(0, "--seed", help="Seed of the normal clients' phases."),
+        seed: int = typer.Option(0, "--seed", min=0, help="Seed of the normal clients' phases."),
         record: bool = typer.Option(True, "--record/--no-record", help="Write docs/benchmarks/soak.md and soak.png."),
     ) -> None:
         """Each service for --duration under normal and hostile traffic: RSS, open files, /healthz, share served."""

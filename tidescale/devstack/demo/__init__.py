@@ -32,7 +32,7 @@ def demo_command(
     faults: bool | None = typer.Option(None, "--faults/--no-faults", help="Inject a GPU XID error and a "
                                        "string-heavy profile half-way."),
     live: bool | None = typer.Option(None, "--live/--no-live", help="Live terminal table."),
-    seed: int | None = typer.Option(None, "--seed"),
+    seed: int | None = typer.Option(None, "--seed", min=0),
     config: Path | None = typer.Option(None, "--config", help="YAML file with a `demo:` section."),
     on: str | None = typer.Option(None, "--on", help="cluster (default): the local Kubernetes, the chart and the "
                                   "real HPA (needs root); local: the process stack with an emulated HPA."),

@@ -113,7 +113,7 @@ def run_command(
     otlp_url: str | None = typer.Option(None, "--otlp-url", help="OTLP/HTTP endpoint for opentelemetry traces."),
     summary_latencies: bool | None = typer.Option(None, "--summary-latencies/--no-summary-latencies",
                                                   help="Triton's quantile summaries [off]."),
-    seed: int | None = typer.Option(None, "--seed"),
+    seed: int | None = typer.Option(None, "--seed", min=0),
     workdir: Path | None = typer.Option(None, "--workdir", help="Keep logs and traces here (default: temp)."),
 ) -> None:
     """Start the fleet and simulated GPU node, play traffic, show a live table; Ctrl-C stops everything."""
