@@ -60,13 +60,12 @@ class PublishedOrigins:
         state.publish = recorded_publish  # type: ignore[method-assign]
 
     def at(self, grid: np.ndarray) -> list[str]:
-        """The origin of the count published at each time of *grid*."""
-        times = np.array([t for t, _ in self.changes])
-        index = np.searchsorted(times, grid, side="right") - 1
-        return [OPENING if k < 0 else self.changes[k][1] for k in index]
+        """The origin of the count published at each time of *grid* (`OPENING` before the first)."""
+        times = [-np.inf, *(t for t, _ in self.changes)]
+        return [str(o) for o in step_values(times, [OPENING, *(label for _, label in self.changes)], grid)]
 
 
-def step_values(times: Sequence[float], values: Sequence[int], grid: np.ndarray) -> np.ndarray:
+def step_values(times: Sequence[float], values: Sequence[int] | Sequence[str], grid: np.ndarray) -> np.ndarray:
     """A step function's value at each time of *grid*: the last of *values* set at or before it (the
     first before the first time)."""
     index = np.searchsorted(np.asarray(times, dtype=float), grid, side="right") - 1
