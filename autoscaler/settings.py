@@ -20,7 +20,7 @@ from pydantic_settings import SettingsConfigDict
 from tidescale.autoscaler.budget import MAX_BUDGET_SHARES, check_budget_shares
 from tidescale.autoscaler.capacity import MAX_PROFILE_REPLICAS, load_budget_shares, load_capacity
 from tidescale.autoscaler.forecast import DAY_S, WEEK_S
-from tidescale.autoscaler.recommend import MAX_CLIENT_RETRIES, RecommenderConfig
+from tidescale.autoscaler.recommend import MAX_CLIENT_RETRIES, MAX_PANIC_CONFIRM_READINGS, RecommenderConfig
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.prometheus import DEFAULT_PROMETHEUS_URL, MAX_ANSWER_BYTES, PrometheusAuth
 from tidescale.contracts.promql import LABEL_NAME
@@ -63,6 +63,8 @@ class RecommenderTuning(SettingsModel):
     pod_drain_s: InfOff = Field(default=_default("pod_drain_s"), gt=0)  # inf: off
     headroom_window_s: float = Field(default=_default("headroom_window_s"), gt=0, allow_inf_nan=False)
     panic_threshold: float = Field(default=_default("panic_threshold"), gt=0, allow_inf_nan=False)
+    panic_confirm_readings: int = Field(default=_default("panic_confirm_readings"), ge=1,
+                                        le=MAX_PANIC_CONFIRM_READINGS)
     panic_window_s: float = Field(default=_default("panic_window_s"), gt=0, allow_inf_nan=False)
     panic_hold_s: float = Field(default=_default("panic_hold_s"), ge=0, allow_inf_nan=False)
     panic_lookahead_extra_s: float = Field(default=_default("panic_lookahead_extra_s"), ge=0, allow_inf_nan=False)

@@ -235,6 +235,26 @@ def test_the_panic_s_trend_window_decides_how_early_a_ramp_is_met(window_s: floa
         assert up.desired == math.ceil(min(2 * 500, 500 + 20 * 70) / 90)
 
 
+def test_a_panic_can_wait_for_readings_in_a_row_over_the_threshold() -> None:
+    """`panic_confirm_readings` 2: a burst over the threshold for one reading is let pass, a second
+    reading in a row over it panics, and a reading under it starts the count again. The readings let
+    pass still shape the trend the panic projects."""
+    def fresh(confirm: int) -> Recommender:
+        return Recommender(RecommenderConfig(capacity_rps=100.0, max_replicas=50, cold_start_s=60.0,
+                                             panic_confirm_readings=confirm))
+
+    at_once = fresh(1)
+    assert at_once.panic(0.0, 400.0, asked=3) is not None
+    rec = fresh(2)
+    assert rec.panic(0.0, 400.0, asked=3) is None  # the first reading over 270 req/s
+    assert rec.panic(2.0, 250.0, asked=3) is None  # gone: the count starts again
+    assert rec.panic(4.0, 400.0, asked=3) is None
+    up = rec.panic(6.0, 400.0, asked=3)
+    assert up is not None and up.reason == "panic" and up.desired >= math.ceil(400 / 90)
+    with pytest.raises(UsageError, match="panic_confirm_readings must be 1..10, got 0"):
+        RecommenderConfig(capacity_rps=100.0, panic_confirm_readings=0)
+
+
 def test_a_panic_trend_window_of_zero_is_refused() -> None:
     with pytest.raises(UsageError, match="panic_trend_window_s > 0"):
         RecommenderConfig(capacity_rps=100.0, panic_trend_window_s=0.0)
