@@ -45,6 +45,7 @@ from tidescale.sim import BatcherConfig
 from tidescale.sim.batcher import SCHEDULERS
 from tidescale.sim.clients import ClientRetries
 from tidescale.sim.servicecurve import ServiceCurve
+from tidescale.sim.traffic import check_positive
 
 DOC = BENCH_DIR / "autoscale.md"
 PNG = BENCH_DIR / "autoscale.png"
@@ -607,8 +608,8 @@ def check_trace_flags(trace: Path | None, target_rps: float | None) -> None:
     so it needs one, and is a finite rate; the file's own errors are the replay's (`traffic.replay`)."""
     if target_rps is not None and trace is None:
         raise UsageError("--target-rps needs --trace")
-    if target_rps is not None and not (math.isfinite(target_rps) and target_rps > 0):
-        raise UsageError(f"--target-rps must be a finite rate > 0 req/s, got {target_rps:g}")
+    if target_rps is not None:
+        check_positive(target_rps, "--target-rps")
 
 
 def _setting(doc: dict[str, Any], peer: str, value: float) -> str:
