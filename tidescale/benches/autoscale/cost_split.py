@@ -145,7 +145,7 @@ def run(names: Sequence[str] | None = None, draws: int = DEFAULT_DRAWS, jobs: in
     by_scenario: dict[str, dict[str, Any]] = {}
     for (name, seed), result in zip(work, results, strict=True):
         by_scenario.setdefault(name, {})[str(seed)] = result
-    traced = {"trace": trace.name, "target_rps": target_rps} if trace else {}
+    traced = opts.traced()
     return {
         "benchmark": page_name(names, trace.name if trace else None),
         "setup": {"command": "tidescale bench cost" + trace_flags(traced)

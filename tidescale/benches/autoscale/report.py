@@ -154,6 +154,11 @@ class BenchOptions:
         return page_paths(kind, self.scenarios or (), self.slo_s, self.client_retries, self.sizing, self.scheduler,
                           self.profile_replicas, self.trace.name if self.trace else None)
 
+    def traced(self) -> dict[str, Any]:
+        """What a page's setup records of the trace replayed (`--trace`: its file's name) and the mean
+        rate it was rescaled to; nothing without one."""
+        return {"trace": self.trace.name, "target_rps": self.target_rps} if self.trace else {}
+
     def queue_policy_of(self, curve: ServiceCurve) -> dict[str, Any]:
         """The queue policy every replica runs: what tidescale recommends, none, or the given timeout."""
         if self.queue_timeout_s is not None:
@@ -312,8 +317,7 @@ def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
                   "queue_policy": queue_policy["kind"],
                   "tidescale_headroom": opts.headroom, "headroom_sweep": list(opts.headroom_sweep),
                   "capacity_errors": list(opts.capacity_errors), "scenarios_named": list(opts.scenarios or []),
-                  # the trace replayed (`--trace`, its file's name) and the mean rate it was rescaled to
-                  **({"trace": opts.trace.name, "target_rps": opts.target_rps} if opts.trace else {}),
+                  **opts.traced(),
                   # which policies ran and at which settings, where not all of them over their sweeps
                   **({"policies_named": list(opts.policies)} if opts.policies != pol.ALL_POLICIES else {}),
                   **({"peer_settings": list(opts.peer_settings)} if opts.peer_settings else {}),
