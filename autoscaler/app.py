@@ -94,6 +94,7 @@ def answer_for(service: RecommenderService, namespace: str, deployment: str) -> 
     first good evaluation (KeyError: not a target)."""
     with service.snapshot() as states:
         st = states[(namespace, deployment)]
+        st.hpa_reads.observe(service.clock())  # KEDA asks at the HPA's sync: when it reads (`hpaclock`)
         if st.published is None:
             return None
         return DesiredAnswer(namespace=namespace, deployment=deployment, desired_replicas=st.published,

@@ -92,7 +92,8 @@ class RecommenderConfig:
     # to what that rate needs, and scale down to nothing below it for `panic_hold_s`.
     panic_threshold: float = 1.0
     # Fast readings in a row over the threshold before a panic (1: the first). 2 waits one more
-    # reading (2 s) and so skips a burst that is gone by then; measured, not shipped: docs/autoscaler.md,
+    # reading (2 s) and so skips a burst that is gone by then, but only while the HPA's next read of
+    # the answer is known to come after it (`hpaclock`); measured, not shipped: docs/autoscaler.md,
     # "Where the Azure trace's cost goes".
     panic_confirm_readings: int = 1
     panic_window_s: float = 6.0
@@ -626,8 +627,8 @@ class Recommender:
         slo = obs.slo_latency_threshold_s if obs.slo_latency_threshold_s is not None else 0.0
         return max(0.0, worst - self.capacity_rps * slo)
 
-    def panic(self, t: float, arrival_rps: float | None, asked: int, newest_rps: float | None = None
-              ) -> Recommendation | None:
+    def panic(self, t: float, arrival_rps: float | None, asked: int, newest_rps: float | None = None,
+              wait_free: Callable[[int], bool] | None = None) -> Recommendation | None:
         """The fast path's check at *t*, on *arrival_rps* read from the pods over the panic window.
 
         When that rate exceeds `panic_threshold` x what *asked* replicas carry (at the scale-up
@@ -641,7 +642,10 @@ class Recommender:
         still holds four seconds of calm, and through an HPA the first answer is the one that counts:
         a larger one waits for the next sync. The newest interval never triggers a panic by itself,
         so a 2 s burst of a bursty trace does not scale; with `panic_confirm_readings` above 1, nor
-        does a burst whose window is over the threshold for fewer readings in a row.
+        does a burst whose window is over the threshold for fewer readings in a row, where the wait is
+        free: *wait_free* says whether an answer that many fast readings later still reaches the HPA's
+        next read of it (`hpaclock`; None: always, as in direct mode, where nothing reads it later).
+        A wait past that read costs a whole sync, more than the burst it might have skipped.
         """
         cfg = self.config
         if arrival_rps is None or not math.isfinite(arrival_rps) or arrival_rps < 0:
@@ -655,7 +659,8 @@ class Recommender:
         _, up_share, _ = self.sizing(t)
         overloaded = arrival_rps > cfg.panic_threshold * asked * self.capacity_rps * up_share
         self._overloaded_readings = self._overloaded_readings + 1 if overloaded else 0
-        if self._overloaded_readings < cfg.panic_confirm_readings:
+        to_confirm = cfg.panic_confirm_readings - self._overloaded_readings
+        if not overloaded or (to_confirm > 0 and (wait_free is None or wait_free(to_confirm))):
             return None
         front = newest_rps if newest_rps is not None and math.isfinite(newest_rps) else 0.0
         projected = projected_rate(max(arrival_rps, front), trend_slope(list(self._fast_rates)),

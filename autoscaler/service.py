@@ -33,7 +33,7 @@ from tidescale.autoscaler.settings import RecommenderSettings, TargetSettings
 from tidescale.autoscaler.state import TargetState, replica_lag_s
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.heartbeat import Heartbeat, stall_after
-from tidescale.contracts.kubeapi import EventSeriesApi, ScaleApi, scale_spec_replicas
+from tidescale.contracts.kubeapi import EventSeriesApi, HpaApi, ScaleApi, hpa_last_scale_time, scale_spec_replicas
 from tidescale.contracts.prometheus import InstantQueries, PrometheusClient, PrometheusUnavailable
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ class RecommenderService:
     def __init__(self, settings: RecommenderSettings, client: InstantQueries | None = None,
                  replicas_fn: ReplicasFn | None = None, clock: Callable[[], float] = time.time,
                  events: EventSeriesApi | None = None, reader: PodCounterReader | None = None,
-                 scaler: ScaleApi | None = None) -> None:
+                 scaler: ScaleApi | None = None, hpas: HpaApi | None = None) -> None:
         if not settings.targets:
             raise UsageError("the recommender needs at least one target (recommender.targets in the config file)")
         self.settings = settings
@@ -83,7 +83,7 @@ class RecommenderService:
             key = (t.namespace, t.deployment)
             if key in self.states:
                 raise UsageError(f"target {t.namespace}/{t.deployment} is listed twice")
-            Target(t.deployment, t.namespace, t.model, t.min_replicas, t.max_replicas)  # validates the names
+            Target(t.deployment, t.namespace, t.model, t.min_replicas, t.max_replicas, hpa_name=t.hpa_name)  # the names
             config = settings.config_for(t)
             self.states[key] = TargetState(t, Recommender(config), self._queries_for(t, settings.cold_start_s),
                                            fast=FastWindow(config.panic_window_s, config.client_retries)
@@ -94,6 +94,11 @@ class RecommenderService:
             from tidescale.contracts.kubeapi import apps_v1_api
 
             self.scaler = apps_v1_api()
+        # The HPA's lastScaleTime, read only where a panic may wait for a confirmation through an HPA
+        # (`hpaclock`): created at the first read, so a recommender that never waits needs no such right.
+        self.hpas: HpaApi | None = hpas
+        self._reads_hpas = settings.scale_mode == "hpa" and (hpas is not None or replicas_fn is None) and any(
+            st.recommender.config.panic_confirm_readings > 1 for st in self.states.values())
         fp = settings.fast_path
         self.reader = (reader or PodReader(fp.timeout_s, fp.scheme, fp.path)) if fp.enabled else None
         self._lock = threading.Lock()
@@ -145,6 +150,30 @@ class RecommenderService:
         st.scale_read_failing = False
         return count
 
+    def hpa_scaled_at(self, st: TargetState) -> float | None:
+        """When the HPA that applies the answer last scaled (`status.lastScaleTime`), for the clock of
+        its reads (`hpaclock`); None where no panic waits through an HPA, or when the read fails
+        (logged once: the clock then knows only what `/desired` shows, and a panic acts at once)."""
+        if not self._reads_hpas:
+            return None
+        ns, name = st.settings.namespace, st.settings.hpa_name or st.settings.deployment
+        try:
+            if self.hpas is None:
+                from tidescale.contracts.kubeapi import autoscaling_v2_api
+
+                self.hpas = autoscaling_v2_api()
+            stamp = hpa_last_scale_time(self.hpas.read_namespaced_horizontal_pod_autoscaler(name, ns))
+        except Exception as exc:
+            if not st.hpa_read_failing:
+                log.warning("reading the HPA %s/%s failed (a panic will not wait for a confirmation): %s",
+                            ns, name, str(exc)[:200])
+            st.hpa_read_failing = True
+            return None
+        if st.hpa_read_failing:
+            log.info("reading the HPA %s/%s works again", ns, name)
+        st.hpa_read_failing = False
+        return stamp
+
     def hpa_replicas(self, st: TargetState) -> tuple[int, int] | None:
         """(current, desired) replicas of the HPA that scales the target, as kube-state-metrics reports
         them; None in direct mode, with the demo's callbacks, or where no HPA is reported."""
@@ -195,6 +224,7 @@ class RecommenderService:
         obs: Observation | None = None
         pods: dict[str, str] | None = None
         hpa: tuple[int, int] | None = None
+        scaled_at = self.hpa_scaled_at(st)
         try:
             obs = self.observe(st, now)
             hpa = self.hpa_replicas(st)
@@ -208,6 +238,8 @@ class RecommenderService:
         with self._lock:
             st.evaluated_at = self.clock()  # the service's clock, as _mark_stuck reads it (*now* may be given)
             self._apply_cold_start(st, learned)
+            if scaled_at is not None:
+                st.hpa_reads.observe_scale(scaled_at)
             if pods is not None:
                 st.pods, st.discovered_at = pods, now
             if obs is None:
@@ -337,7 +369,7 @@ class RecommenderService:
                 reading = st.fast_reading = st.fast.add(stamp, reads)
                 st.recommender.record_interval(stamp, reading.newest_rps)
                 rec = st.recommender.panic(stamp, reading.arrival_rps, asked_replicas(st.published, st.current),
-                                           reading.newest_rps)
+                                           reading.newest_rps, self._wait_free(st, stamp))
                 if rec is None and st.published is not None and st.current is not None \
                         and self.settings.scale_mode != "direct" and not reading.missing \
                         and reading.pods >= st.current:
@@ -355,6 +387,14 @@ class RecommenderService:
                                                                           st.recommender.capacity_rps))
             self._apply(st)
             self._send_event(st, *event)
+
+    def _wait_free(self, st: TargetState, now: float) -> Callable[[int], bool] | None:
+        """Whether a panic's confirmation *n* fast readings later still reaches the HPA's next read
+        of the answer (`Recommender.panic`); None in direct mode, where nothing reads it later."""
+        if self.settings.scale_mode == "direct":
+            return None
+        every = self.settings.fast_path.interval_s
+        return lambda n: st.hpa_reads.wait_is_free(now, n * every)
 
     def _send_event(self, st: TargetState, before: int, after: int, why: str, detail: str) -> None:
         """The recommendation's Event (events.py), never under the lock. Read through a query layer

@@ -165,6 +165,9 @@ class TargetSettings(SettingsModel):
     capacity_rps: float | None = Field(default=None, gt=0)  # overrides the profile for this target
     # The P99 this target is sized for, set here; None: its model's SLO (`slo`), else slo_latency_threshold_s.
     slo_latency_threshold_s: float | None = Field(default=None, gt=0)
+    # The HPA that applies the answer (the chart's autoscaling.targets[].hpaName; None: the Deployment's
+    # name): read for its lastScaleTime where a panic may wait for a confirmation (hpaclock.py).
+    hpa_name: str | None = None
 
     @model_validator(mode="after")
     def _min_le_max(self) -> TargetSettings:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from tidescale.autoscaler.coldstart import FirstReadyTracker
 from tidescale.autoscaler.fastpath import FastReading, FastWindow
+from tidescale.autoscaler.hpaclock import HpaReadClock
 from tidescale.autoscaler.queries import TargetQueries
 from tidescale.autoscaler.recommend import Recommender
 from tidescale.autoscaler.settings import TargetSettings
@@ -56,6 +57,8 @@ class TargetState:
     replica_disagreements: int = 0  # evaluations whose replica reading disagreed (held, counted)
     wrote: bool = False  # direct mode: this service has written the scale (its counts are not only readings)
     rewrite: bool = False  # direct mode: the Deployment reads below every count asked for; write it again
+    hpa_reads: HpaReadClock = dataclasses.field(default_factory=HpaReadClock)  # when the HPA reads the answer
+    hpa_read_failing: bool = False  # the last read of the HPA (for its lastScaleTime) failed (logged once)
 
     def publish(self, count: int, now: float, lag_s: float) -> None:
         """Publish *count* (under the service's lock), remembering it for `lag_s` for the replica check."""

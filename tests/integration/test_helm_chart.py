@@ -516,6 +516,41 @@ def test_prescale_outside_keda_mode_is_refused(tmp: Path) -> None:
     assert result.returncode != 0 and "prescale" in result.stderr  # the values schema names the field
 
 
+def test_a_panic_that_waits_through_an_hpa_may_read_only_the_targets_hpas(tmp: Path) -> None:
+    """`panic_confirm_readings` above 1 (recommender.tuning, or recommender.settings.tuning, which
+    wins): the recommender reads each target's HPA for its lastScaleTime (autoscaler/hpaclock.py),
+    by name, hpaName included, and has an account for it even without Events. As shipped: no such Role."""
+    from tidescale.autoscaler.settings import RecommenderSettings
+    from tidescale.contracts.settings import load_settings
+
+    targets = [{**FULL_VALUES["autoscaling"]["targets"][0], "hpaName": "resnet-hpa"},
+               FULL_VALUES["autoscaling"]["targets"][1]]
+    values = {**FULL_VALUES, "autoscaling": {"targets": targets},
+              "recommender": {**FULL_VALUES["recommender"], "kubeEvents": False,
+                              "tuning": {"panic_confirm_readings": 2}}}
+    by_kind = kinds(template(tmp, values, *MONITORING_API))
+    roles = {r["metadata"]["name"]: r for r in by_kind["Role"]}
+    assert roles["t-tidescale-recommender-hpa-read"]["rules"] == [
+        {"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"],
+         "resourceNames": ["resnet-hpa", "triton-ctr"], "verbs": ["get"]}]
+    assert roles["t-tidescale-recommender-hpa-read"]["metadata"]["namespace"] == "serving"
+    assert "t-tidescale-recommender-events" not in roles
+    recommender = next(d for d in by_kind["Deployment"] if d["metadata"]["name"] == "t-tidescale-recommender")
+    assert recommender["spec"]["template"]["spec"]["serviceAccountName"] == "t-tidescale-recommender"
+    assert "t-tidescale-recommender" in {a["metadata"]["name"] for a in by_kind["ServiceAccount"]}
+    config = next(d for d in by_kind["ConfigMap"] if d["metadata"]["name"].endswith("-config"))
+    path = tmp / "hpa-read-config.yaml"
+    path.write_text(config["data"]["config.yaml"])
+    settings = load_settings(RecommenderSettings, path)
+    assert [t.hpa_name for t in settings.targets] == ["resnet-hpa", None]
+    assert settings.tuning.panic_confirm_readings == 2
+    overruled = {**values, "recommender": {**values["recommender"],
+                                           "settings": {"tuning": {"panic_confirm_readings": 1}}}}
+    for shipped in (FULL_VALUES, overruled):
+        roles = {r["metadata"]["name"] for r in kinds(template(tmp, shipped, *MONITORING_API)).get("Role", [])}
+        assert "t-tidescale-recommender-hpa-read" not in roles
+
+
 def test_direct_mode_renders_no_hpa_and_lets_one_recommender_patch_only_the_targets_scale(tmp: Path) -> None:
     from tidescale.autoscaler.settings import RecommenderSettings
     from tidescale.contracts.settings import load_settings

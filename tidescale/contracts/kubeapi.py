@@ -52,6 +52,10 @@ def apps_v1_api() -> Any:
     return DeadlinedApi(_load_config().AppsV1Api())
 
 
+def autoscaling_v2_api() -> Any:
+    return DeadlinedApi(_load_config().AutoscalingV2Api())
+
+
 class EventsApi(Protocol):
     """The one call of kubernetes.client.CoreV1Api that posting an Event needs (a fake in tests)."""
 
@@ -77,6 +81,29 @@ class ScaleApi(Protocol):
 
 
 MAX_SCALE_REPLICAS = 2**31 - 1  # the API's int32
+
+
+class HpaApi(Protocol):
+    """The one call of kubernetes.client.AutoscalingV2Api the recommender makes: reading the HPA
+    that applies its answer, for the syncs it stamps (`hpaclock`)."""
+
+    def read_namespaced_horizontal_pod_autoscaler(self, name: str, namespace: str) -> Any: ...
+
+
+def hpa_last_scale_time(answer: Any) -> float | None:
+    """`status.lastScaleTime` of an HPA read (the client's object or its dict), as Unix time; None
+    when it never scaled or the answer has no such field."""
+    status = answer.get("status") if isinstance(answer, dict) else getattr(answer, "status", None)
+    stamp = (status.get("lastScaleTime") if isinstance(status, dict)
+             else getattr(status, "last_scale_time", None))
+    if isinstance(stamp, str):
+        try:
+            stamp = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    if not isinstance(stamp, datetime):
+        return None
+    return (stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)).timestamp()
 
 
 def scale_spec_replicas(answer: Any) -> int:

@@ -18,8 +18,10 @@ service itself (`RecommenderService.tick`), not a copy of its decision path.
 from __future__ import annotations
 
 import bisect
+import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -203,6 +205,19 @@ class SimPods:
 
     def close(self) -> None:
         self.sim = None
+
+
+class SimHpa:
+    """The HPA that applies the answer, as the recommender reads it for its `status.lastScaleTime`
+    (`hpaclock`): the time of its last scale, truncated to the second as the API serializes it, on
+    the run's clock (Unix time from 0)."""
+
+    def __init__(self) -> None:
+        self.scaled_at: float | None = None
+
+    def read_namespaced_horizontal_pod_autoscaler(self, name: str, namespace: str) -> dict[str, Any]:
+        stamp = None if self.scaled_at is None else datetime.fromtimestamp(math.floor(self.scaled_at), UTC)
+        return {"status": {"lastScaleTime": None if stamp is None else stamp.strftime("%Y-%m-%dT%H:%M:%SZ")}}
 
 
 class SimScale:

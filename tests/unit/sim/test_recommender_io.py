@@ -3,6 +3,8 @@ and its passes run (a pass that raised would be logged and the benchmark would s
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -111,6 +113,29 @@ def test_direct_mode_writes_the_simulated_scale_subresource() -> None:
     policy = pol.TidescalePolicy(1, 1, 8, 370.0, 0.0, 0.5, publish_delay_s=5.0, direct=True)
     run_policy(policy, np.sort(np.random.default_rng(2).uniform(0.0, 90.0, 90 * 900)), 90.0, 1, params)
     assert isinstance(policy.scale, SimScale) and policy.scale.replicas == policy.current >= 3
+
+
+@pytest.mark.parametrize("publish_delay_s", [2.0, 0.0])
+def test_the_service_learns_when_the_simulated_hpa_reads_its_answer(publish_delay_s: float) -> None:
+    """Through prometheus-adapter (a publish delay) from the HPA's lastScaleTime, to the second, on
+    the syncs' grid; through KEDA's metrics-api (none) from each sync's read of `/desired`. Only
+    with a panic that may wait (`panic_confirm_readings` 2)."""
+    params = SimParams(CURVE, CFG, 0.0, 0.5, hold_s=0.0)
+    policy = pol.TidescalePolicy(1, 1, 8, 370.0, 0.0, 0.5, publish_delay_s=publish_delay_s, sync_offset_s=3.3,
+                                 overrides={"tuning": {"panic_confirm_readings": 2}})
+    run_policy(policy, np.sort(np.random.default_rng(1).uniform(0.0, 120.0, 120 * 900)), 120.0, 1, params)
+    clock = policy.state.hpa_reads
+    windows = clock.windows(120.0)
+    assert windows and clock.keeps_period(windows) and policy.current >= 3
+    if publish_delay_s:
+        stamp = policy.hpa_api.scaled_at
+        assert stamp is not None and (stamp - 3.3) % 15.0 < 2.0  # the first 2 s tick at or after a sync
+        assert windows[-1] == (math.floor(stamp) - 3.0, math.floor(stamp) + 2.0)
+    else:
+        assert len(windows) == 8  # a read a sync, the newest kept
+    shipped = pol.TidescalePolicy(1, 1, 8, 370.0, 0.0, 0.5, publish_delay_s=2.0)
+    run_policy(shipped, np.sort(np.random.default_rng(1).uniform(0.0, 60.0, 60 * 900)), 60.0, 1, params)
+    assert shipped.state.hpa_reads.windows(60.0) == []  # nothing waits: the HPA is not read
 
 
 def test_the_demand_history_keeps_a_sample_a_minute_and_reads_windows_as_range_selectors() -> None:

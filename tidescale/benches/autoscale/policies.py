@@ -24,7 +24,7 @@ from tidescale.autoscaler.settings import RecommenderSettings, TargetSettings
 from tidescale.contracts.errors import UsageError
 from tidescale.sim import FleetSim, MetricsLag
 from tidescale.sim.hpa_controller import HpaEmulator, MetricValue, Pod
-from tidescale.sim.recommender_io import DemandHistory, SimPods, SimPrometheus, SimScale
+from tidescale.sim.recommender_io import DemandHistory, SimHpa, SimPods, SimPrometheus, SimScale
 
 HPA_SYNC_S = 15.0
 PROXY_TICK_S = 2.0
@@ -328,16 +328,19 @@ class TidescalePolicy:
         self.prometheus = SimPrometheus(queries, config, slo_s, DemandHistory(history))
         self.pods = SimPods()
         self.scale = SimScale(initial)
+        self.hpa_api = SimHpa()
         self.now = 0.0
         self.ready = 0
         self.service = RecommenderService(settings, client=self.prometheus, replicas_fn=self._replicas,
                                           clock=lambda: self.now, reader=self.pods,
-                                          scaler=self.scale if direct else None)
+                                          scaler=self.scale if direct else None,
+                                          hpas=None if direct else self.hpa_api)
         [self.state] = self.service.states.values()
         self.published: deque[tuple[float, int]] = deque()
         self.publish_delay = 0.0 if direct else publish_delay_s
         self.period_s = settings.fast_path.interval_s if settings.fast_path.enabled else settings.interval_s
         self.direct = direct
+        self.keda_reads = not direct and publish_delay_s == 0  # KEDA's metrics-api asks `/desired` at each sync
         self.current = initial
         self._sync_offset_s = sync_offset_s  # the HPA syncs at this offset + k x HPA_SYNC_S
         self._next_sync = -math.inf
@@ -365,7 +368,11 @@ class TidescalePolicy:
         visible = self.published[0][1] if self.published and self.published[0][0] <= seen_at else None
         if now >= self._next_sync - 1e-9:  # at the first tick at or after each of the HPA's syncs
             self._next_sync = tick_after(now, HPA_SYNC_S, self._sync_offset_s)
-            self.current = self.hpa.step(now, {adapter.DESIRED_REPLICAS: visible}, pods_of(sim))
+            if self.keda_reads:
+                self.state.hpa_reads.observe(now)  # as `/desired` notes KEDA's read
+            before, self.current = self.current, self.hpa.step(now, {adapter.DESIRED_REPLICAS: visible}, pods_of(sim))
+            if self.current != before:
+                self.hpa_api.scaled_at = now
         return self.current
 
 

@@ -603,39 +603,52 @@ subjects:
     namespace: {{ include "tidescale.namespace" .root }}
 {{- end -}}
 
-{{/* Direct scaling: the recommender may read and patch the scale subresource of the target Deployments
-     only (resourceNames), nothing else of them. */}}
-{{- define "tidescale.scaleRole" -}}
-{{- $names := list -}}
-{{- range .root.Values.autoscaling.targets -}}{{- $names = append $names .deployment -}}{{- end -}}
+{{/* A Role on the target Deployments' objects of one kind, by name only (resourceNames), and its
+     binding to the recommender: .suffix, .apiGroup, .resource, .names, .verbs. Direct scaling reads
+     and patches deployments/scale; a panic that may wait for a confirmation reads the targets' HPAs
+     (tidescale.recommenderReadsHpas). */}}
+{{- define "tidescale.targetsRole" -}}
 apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
 metadata:
-  name: {{ .name }}-scale
+  name: {{ .name }}-{{ .suffix }}
   namespace: {{ .namespace }}
   labels:
     {{- include "tidescale.componentLabels" .ctx | nindent 4 }}
 rules:
-  - apiGroups: [apps]
-    resources: [deployments/scale]
-    resourceNames: {{ toJson ($names | uniq) }}
-    verbs: [get, patch]
+  - apiGroups: [{{ .apiGroup }}]
+    resources: [{{ .resource }}]
+    resourceNames: {{ toJson (.names | uniq) }}
+    verbs: {{ toJson .verbs }}
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
 metadata:
-  name: {{ .name }}-scale
+  name: {{ .name }}-{{ .suffix }}
   namespace: {{ .namespace }}
   labels:
     {{- include "tidescale.componentLabels" .ctx | nindent 4 }}
 roleRef:
   apiGroup: rbac.authorization.k8s.io
   kind: Role
-  name: {{ .name }}-scale
+  name: {{ .name }}-{{ .suffix }}
 subjects:
   - kind: ServiceAccount
     name: {{ .account }}
     namespace: {{ include "tidescale.namespace" .root }}
+{{- end -}}
+
+{{/* Whether the recommender reads its targets' HPAs for their lastScaleTime: a panic may wait for a
+     confirmation through one (panic_confirm_readings above 1 in recommender.settings.tuning, else
+     recommender.tuning; autoscaler/hpaclock.py). */}}
+{{- define "tidescale.recommenderReadsHpas" -}}
+{{- $tuning := merge (dict) (.Values.recommender.settings.tuning | default dict) (.Values.recommender.tuning | default dict) -}}
+{{- if and (ne .Values.autoscaling.mode "direct") (gt (int (index $tuning "panic_confirm_readings" | default 1)) 1) -}}true{{- end -}}
+{{- end -}}
+
+{{/* Whether the recommender has an account of its own: it posts Events, writes the scale or reads HPAs. */}}
+{{- define "tidescale.recommenderHasAccount" -}}
+{{- if or .Values.recommender.kubeEvents (eq .Values.autoscaling.mode "direct") (include "tidescale.recommenderReadsHpas" .) -}}true{{- end -}}
 {{- end -}}
 
 {{/* The recommender's account when it posts Events: <account>-recommender when created. */}}
