@@ -22,10 +22,11 @@ import math
 from collections import deque
 
 # kube-controller-manager's --horizontal-pod-autoscaler-sync-period, at its default. Reads that do
-# not keep to it (another period, KEDA polling on a clock of its own) make the clock unknown.
+# not keep to it (another period) make the clock unknown.
 HPA_SYNC_PERIOD_S = 15.0
 DRIFT_S = 1.0  # how far a read may fall from where the reads before it put it (the controller's work)
-OFF_GRID_S = 3.0  # reads further than this from one grid of the period keep to no one period
+OFF_GRID_S = 3.0  # reads further than this from a grid of the period are on another grid
+MAX_PHASES = 2  # the HPA's syncs and KEDA's polls; reads on more grids keep to no period of this length
 MAX_READS = 8
 MAX_READ_AGE_S = 300.0  # 20 syncs: the controller's phase drifts by its work per sync
 # A sync stamped by `lastScaleTime` read the answer Prometheus scraped up to this long before the sync:
@@ -63,20 +64,22 @@ class HpaReadClock:
                 for t in self._stamped if now - MAX_READ_AGE_S <= t <= now + DRIFT_S]
 
     def keeps_period(self, reads: list[tuple[float, float]]) -> bool:
-        """Whether the reads sit on one grid of the period (their windows' starts within OFF_GRID_S)."""
+        """Whether the reads sit on at most MAX_PHASES grids of the period (their windows' starts within
+        OFF_GRID_S of one): the HPA's syncs, and with KEDA its own polls of `/desired`
+        (`pollingInterval`, 15 s as the chart ships, on a phase of its own). Reads on more are on
+        another period: the grid would lie."""
         if not reads:
             return False
-        first = reads[0][0]
-        for start, _ in reads[1:]:
-            off = (start - first) % self.period_s
-            if min(off, self.period_s - off) > OFF_GRID_S:
-                return False
-        return True
+        phases: list[float] = []
+        for start, _ in reads:
+            if not any(min((start - p) % self.period_s, (p - start) % self.period_s) <= OFF_GRID_S for p in phases):
+                phases.append(start)
+        return len(phases) <= MAX_PHASES
 
     def wait_is_free(self, now: float, wait_s: float) -> bool:
         """Whether no read may fall between *now* and *wait_s* later: an answer decided then still
-        reaches the HPA's next read. False when the clock does not know (no recent read, or reads off
-        one grid): a panic then acts at once, as it does without a confirmation."""
+        reaches the HPA's next read. False when the clock does not know (no recent read, or reads on
+        more grids than MAX_PHASES): a panic then acts at once, as it does without a confirmation."""
         windows = self.windows(now)
         if not self.keeps_period(windows):
             return False

@@ -58,12 +58,23 @@ def test_reads_seen_win_over_stamps_and_old_reads_are_forgotten() -> None:
     assert not clock.wait_is_free(504.0, 2.0)  # both too old: the clock no longer knows
 
 
-def test_reads_off_one_grid_leave_the_clock_unknown() -> None:
-    """Another sync period, or KEDA polling on a clock of its own: the 15 s grid would lie."""
+def test_reads_on_another_period_leave_the_clock_unknown() -> None:
+    """A 10 s sync period: its reads fall on three grids of 15 s, and the 15 s grid would lie."""
     clock = HpaReadClock()
     for t in (100.0, 110.0, 120.0):
         clock.observe(t)
     assert not clock.wait_is_free(123.0, 2.0)
+
+
+def test_keda_s_own_polls_on_a_second_phase_are_windows_too() -> None:
+    """KEDA polls `/desired` every pollingInterval (15 s) on a phase of its own: the clock keeps both
+    grids, and a wait is free only clear of each."""
+    clock = HpaReadClock()
+    for t in (100.0, 107.0, 115.0, 122.0):
+        clock.observe(t)
+    assert clock.keeps_period(clock.windows(125.0))
+    assert [clock.wait_is_free(now, 2.0) for now in (125.0, 127.5, 130.0, 133.0, 135.0)] \
+        == [True, False, False, True, False]  # reads may fall in [129, 131] and [136, 138]
 
 
 def test_a_read_that_is_no_time_is_no_read() -> None:
