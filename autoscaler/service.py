@@ -20,6 +20,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator
+from typing import TypeVar
 
 from tidescale.autoscaler.coldstart import FirstReadyTracker
 from tidescale.autoscaler.decisions import UNSCHEDULABLE, decision
@@ -42,6 +43,7 @@ FAST, EVALUATION = "fast", "evaluation"
 PASSES = (FAST, EVALUATION)  # the order `tick` runs them in when both are due: a panic first
 
 ReplicasFn = Callable[[TargetSettings], tuple[int, int]]
+T = TypeVar("T")
 
 
 def silent_ready_pods(reading: FastReading | None, expected: int) -> tuple[str, ...]:
@@ -55,6 +57,22 @@ def silent_ready_pods(reading: FastReading | None, expected: int) -> tuple[str, 
     if reading is None or not reading.missing:
         return ()
     return () if reading.pods - len(reading.missing) >= expected else reading.missing
+
+
+def kube_read(st: TargetState, what: str, instead: str, read: Callable[[], T]) -> T | None:
+    """*read*'s answer, or None when it fails: logged once per run of failures, saying what is done
+    *instead*, and once when it works again (a read every evaluation would log every 15 s)."""
+    try:
+        answer = read()
+    except Exception as exc:
+        if what not in st.failing_reads:
+            log.warning("reading %s failed (%s): %s", what, instead, str(exc)[:200])
+        st.failing_reads.add(what)
+        return None
+    if what in st.failing_reads:
+        log.info("reading %s works again", what)
+    st.failing_reads.discard(what)
+    return answer
 
 
 class RecommenderService:
@@ -134,21 +152,12 @@ class RecommenderService:
         held it, and writing it to the true, smaller fleet brought up pods nobody needed until the
         delay passed. None outside direct mode or when the read fails (logged once; kube-state-metrics'
         count is read instead, with its checks, `TargetState.replica_disagreement`)."""
-        if self.scaler is None or self.settings.scale_mode != "direct":
+        scaler = self.scaler
+        if scaler is None or self.settings.scale_mode != "direct":
             return None
         ns, dep = st.settings.namespace, st.settings.deployment
-        try:
-            count = scale_spec_replicas(self.scaler.read_namespaced_deployment_scale(dep, ns))
-        except Exception as exc:
-            if not st.scale_read_failing:
-                log.warning("reading the scale of %s/%s failed (kube-state-metrics' count is read instead): %s",
-                            ns, dep, str(exc)[:200])
-            st.scale_read_failing = True
-            return None
-        if st.scale_read_failing:
-            log.info("reading the scale of %s/%s works again", ns, dep)
-        st.scale_read_failing = False
-        return count
+        return kube_read(st, f"the scale of {ns}/{dep}", "kube-state-metrics' count is read instead",
+                         lambda: scale_spec_replicas(scaler.read_namespaced_deployment_scale(dep, ns)))
 
     def hpa_scaled_at(self, st: TargetState) -> float | None:
         """When the HPA that applies the answer last scaled (`status.lastScaleTime`), for the clock of
@@ -157,22 +166,14 @@ class RecommenderService:
         if not self._reads_hpas:
             return None
         ns, name = st.settings.namespace, st.settings.hpa_name or st.settings.deployment
-        try:
+
+        def read() -> float | None:
             if self.hpas is None:
                 from tidescale.contracts.kubeapi import autoscaling_v2_api
 
                 self.hpas = autoscaling_v2_api()
-            stamp = hpa_last_scale_time(self.hpas.read_namespaced_horizontal_pod_autoscaler(name, ns))
-        except Exception as exc:
-            if not st.hpa_read_failing:
-                log.warning("reading the HPA %s/%s failed (a panic will not wait for a confirmation): %s",
-                            ns, name, str(exc)[:200])
-            st.hpa_read_failing = True
-            return None
-        if st.hpa_read_failing:
-            log.info("reading the HPA %s/%s works again", ns, name)
-        st.hpa_read_failing = False
-        return stamp
+            return hpa_last_scale_time(self.hpas.read_namespaced_horizontal_pod_autoscaler(name, ns))
+        return kube_read(st, f"the HPA {ns}/{name}", "a panic will not wait for a confirmation", read)
 
     def hpa_replicas(self, st: TargetState) -> tuple[int, int] | None:
         """(current, desired) replicas of the HPA that scales the target, as kube-state-metrics reports

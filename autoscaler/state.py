@@ -50,7 +50,7 @@ class TargetState:
     fast_reading: FastReading | None = None  # the fast path's last round
     current: int | None = None  # the Deployment's replicas at the last observation
     scale_write_failures: int = 0  # direct mode: failed writes of the scale subresource
-    scale_read_failing: bool = False  # direct mode: the last read of the scale subresource failed (logged once)
+    failing_reads: set[str] = dataclasses.field(default_factory=set)  # Kubernetes reads whose last try failed
     evaluated_at: float | None = None  # when its last slow evaluation ended (good or held), by the service's clock
     first_ready: FirstReadyTracker = dataclasses.field(default_factory=lambda: FirstReadyTracker(time.time()))
     asked: deque[tuple[float, int]] = dataclasses.field(default_factory=deque)  # (t, published) over REPLICA_LAG_S
@@ -58,7 +58,6 @@ class TargetState:
     wrote: bool = False  # direct mode: this service has written the scale (its counts are not only readings)
     rewrite: bool = False  # direct mode: the Deployment reads below every count asked for; write it again
     hpa_reads: HpaReadClock = dataclasses.field(default_factory=HpaReadClock)  # when the HPA reads the answer
-    hpa_read_failing: bool = False  # the last read of the HPA (for its lastScaleTime) failed (logged once)
 
     def publish(self, count: int, now: float, lag_s: float) -> None:
         """Publish *count* (under the service's lock), remembering it for `lag_s` for the replica check."""
