@@ -118,7 +118,8 @@ def test_direct_mode_writes_the_simulated_scale_subresource() -> None:
 @pytest.mark.parametrize("publish_delay_s", [2.0, 0.0])
 def test_the_service_learns_when_the_simulated_hpa_reads_its_answer(publish_delay_s: float) -> None:
     """Through prometheus-adapter (a publish delay) from the HPA's lastScaleTime, to the second, on
-    the syncs' grid; through KEDA's metrics-api (none) from each sync's read of `/desired`. Only
+    the syncs' grid; through KEDA's metrics-api (none) from each sync's read of `/desired`, and from
+    KEDA's own polls of it on a second grid. Only
     with a panic that may wait (`panic_confirm_readings` 2)."""
     params = SimParams(CURVE, CFG, 0.0, 0.5, hold_s=0.0)
     policy = pol.TidescalePolicy(1, 1, 8, 370.0, 0.0, 0.5, publish_delay_s=publish_delay_s, sync_offset_s=3.3,
@@ -131,8 +132,10 @@ def test_the_service_learns_when_the_simulated_hpa_reads_its_answer(publish_dela
         stamp = policy.hpa_api.scaled_at
         assert stamp is not None and (stamp - 3.3) % 15.0 < 2.0  # the first 2 s tick at or after a sync
         assert windows[-1] == (math.floor(stamp) - 3.0, math.floor(stamp) + 2.0)
-    else:
-        assert len(windows) == 8  # a read a sync, the newest kept
+    else:  # a read a sync and one a KEDA poll, half a sync later: two grids
+        phases = [(start + 1.0 - 3.3) % 15.0 for start, _ in windows]  # after a sync, to the 2 s tick
+        syncs, polls = [p for p in phases if p < 2.5], [p for p in phases if 7.5 <= p < 10.0]
+        assert len(windows) == 8 and syncs and polls and len(syncs) + len(polls) == 8
     shipped = pol.TidescalePolicy(1, 1, 8, 370.0, 0.0, 0.5, publish_delay_s=2.0)
     run_policy(shipped, np.sort(np.random.default_rng(1).uniform(0.0, 60.0, 60 * 900)), 60.0, 1, params)
     assert shipped.state.hpa_reads.windows(60.0) == []  # nothing waits: the HPA is not read

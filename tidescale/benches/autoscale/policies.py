@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from tidescale.autoscaler import adapter
 from tidescale.autoscaler.hpa import Behavior, HpaSpec, MetricSpec, ScalingPolicy, ScalingRules
-from tidescale.autoscaler.manifests import Target, tidescale_hpa_spec
+from tidescale.autoscaler.manifests import KEDA_POLLING_S, Target, tidescale_hpa_spec
 from tidescale.autoscaler.queries import TargetQueries
 from tidescale.autoscaler.service import RecommenderService
 from tidescale.autoscaler.settings import RecommenderSettings, TargetSettings
@@ -341,6 +341,10 @@ class TidescalePolicy:
         self.period_s = settings.fast_path.interval_s if settings.fast_path.enabled else settings.interval_s
         self.direct = direct
         self.keda_reads = not direct and publish_delay_s == 0  # KEDA's metrics-api asks `/desired` at each sync
+        # ... and KEDA's operator polls it too, every pollingInterval, on a phase of its own: half a sync
+        # from the HPA's, the two grids as far apart as they can be (the read clock's worst case).
+        self._poll_offset_s = sync_offset_s + HPA_SYNC_S / 2
+        self._next_poll = -math.inf
         self.current = initial
         self._sync_offset_s = sync_offset_s  # the HPA syncs at this offset + k x HPA_SYNC_S
         self._next_sync = -math.inf
@@ -366,6 +370,9 @@ class TidescalePolicy:
         while len(self.published) > 1 and self.published[1][0] <= seen_at:
             self.published.popleft()
         visible = self.published[0][1] if self.published and self.published[0][0] <= seen_at else None
+        if self.keda_reads and now >= self._next_poll - 1e-9:
+            self._next_poll = tick_after(now, KEDA_POLLING_S, self._poll_offset_s)
+            self.state.hpa_reads.observe(now)
         if now >= self._next_sync - 1e-9:  # at the first tick at or after each of the HPA's syncs
             self._next_sync = tick_after(now, HPA_SYNC_S, self._sync_offset_s)
             if self.keda_reads:
