@@ -212,3 +212,48 @@ def test_helm_upgrade_rolls_the_release_and_uninstall_leaves_nothing_behind(clus
     cluster.helm("uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout", "120s")
     # Pods go with their ReplicaSets through the garbage collector, a moment after helm returns.
     wait_for(lambda: leftovers(cluster) == [], 120, f"nothing left of the release: {leftovers(cluster)}")
+
+
+def test_a_recommender_whose_panic_may_wait_reads_its_targets_hpas_and_nothing_else(cluster: Cluster,
+                                                                                     namespace: str) -> None:
+    """`panic_confirm_readings` 2: the chart's Role lets the recommender's account `get` each target's
+    HPA by name (`hpaName` included), as the API server's RBAC decides it, and the recommender's own
+    read (the official client, as that account) gives the HPA's lastScaleTime as Unix time
+    (autoscaler/hpaclock.py). Nothing else: no other HPA, no list, no write."""
+    from kubernetes import client, config
+
+    from tidescale.contracts.kubeapi import hpa_last_scale_time
+
+    sets = [f"serving.namespace={namespace}", "recommender.tuning.panic_confirm_readings=2",
+            "autoscaling.targets[0].deployment=triton-a", "autoscaling.targets[0].model=a",
+            "autoscaling.targets[0].hpaName=a-hpa", "autoscaling.targets[1].deployment=triton-b",
+            "autoscaling.targets[1].model=b"]
+    docs = [d for kind in ("Role", "RoleBinding")
+            for d in rendered_against_the_cluster(cluster, "hparead", "recommender.yaml", kind, *sets)
+            if d["metadata"]["name"].endswith("-hpa-read")]
+    assert len(docs) == 2
+    cluster.apply(*docs)
+    [subject] = docs[1]["subjects"]
+    account = f"system:serviceaccount:{subject['namespace']}:{subject['name']}"
+
+    def can(verb: str, what: str) -> str:
+        return cluster.kubectl("auth", "can-i", verb, what, "-n", namespace, f"--as={account}", check=False).strip()
+
+    assert [can("get", "horizontalpodautoscalers.autoscaling/a-hpa"),
+            can("get", "horizontalpodautoscalers.autoscaling/triton-b"),
+            can("get", "horizontalpodautoscalers.autoscaling/someone-elses"),
+            can("list", "horizontalpodautoscalers.autoscaling"),
+            can("patch", "horizontalpodautoscalers.autoscaling/a-hpa")] == ["yes", "yes", "no", "no", "no"]
+
+    cluster.apply({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+                   "metadata": {"name": "a-hpa", "namespace": namespace},
+                   "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "triton-a"},
+                            "minReplicas": 1, "maxReplicas": 2}})
+    cluster.kubectl("patch", "hpa", "a-hpa", "-n", namespace, "--subresource=status", "--type=merge", "-p",
+                    '{"status": {"lastScaleTime": "2026-12-07T01:02:03Z", "currentReplicas": 1, "desiredReplicas": 1}}')
+    api = config.new_client_from_config(str(cluster.config.admin_kubeconfig))
+    api.set_default_header("Impersonate-User", account)  # the recommender's account, as in its pod
+    hpas = client.AutoscalingV2Api(api)
+    stamp = 1796605323.0  # 2026-12-07T01:02:03Z
+    wait_for(lambda: hpa_last_scale_time(hpas.read_namespaced_horizontal_pod_autoscaler("a-hpa", namespace)) == stamp,
+             timeout=30, what="the HPA's lastScaleTime as the recommender reads it")
