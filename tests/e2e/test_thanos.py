@@ -56,8 +56,10 @@ def values(mode: str, query_url: str) -> dict[str, Any]:
 def install(cluster: Cluster, mode: str, query_url: str, tmp: Any) -> None:
     path = tmp / f"values-{mode}.yaml"
     path.write_text(yaml.safe_dump(values(mode, query_url)))
+    # keda mode: --wait holds until KEDA's first query of the series through the layer works
+    # (ignoreNullValues false); 180 s ran out once in a full suite (stop 86), the module alone takes 98 s.
     cluster.helm("upgrade", "--install", RELEASE, str(chart()), "--namespace", NAMESPACE, "-f", str(path),
-                 "--wait", "--timeout", "180s")
+                 "--wait", "--timeout", "300s")
 
 
 class Layer:
