@@ -91,6 +91,9 @@ class HpaReadClock:
 
 
 def _remember(reads: deque[float], t: float) -> None:
-    """*t* among *reads*, once (an HPA read twice shows the same stamp twice); a time not finite is no read."""
-    if math.isfinite(t) and not any(abs(t - seen) < 1e-6 for seen in reads):
+    """*t* among *reads*, unless one within DRIFT_S is there already: the same read seen twice (an HPA
+    read twice shows the same stamp twice; KEDA may ask `/desired` more than once per sync). Merged,
+    a burst of GETs cannot push the reads of the syncs before it out of the MAX_READS kept. A time not
+    finite is no read."""
+    if math.isfinite(t) and not any(abs(t - seen) < DRIFT_S for seen in reads):
         reads.append(t)

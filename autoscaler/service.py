@@ -101,9 +101,10 @@ class RecommenderService:
             key = (t.namespace, t.deployment)
             if key in self.states:
                 raise UsageError(f"target {t.namespace}/{t.deployment} is listed twice")
-            Target(t.deployment, t.namespace, t.model, t.min_replicas, t.max_replicas, hpa_name=t.hpa_name)  # the names
+            names = Target(t.deployment, t.namespace, t.model, t.min_replicas, t.max_replicas, hpa_name=t.hpa_name)
             config = settings.config_for(t)
-            self.states[key] = TargetState(t, Recommender(config), self._queries_for(t, settings.cold_start_s),
+            queries = self._queries_for(t, settings.cold_start_s)
+            self.states[key] = TargetState(t, Recommender(config), queries, names.hpa,
                                            fast=FastWindow(config.panic_window_s, config.client_retries)
                                            if settings.fast_path.enabled else None,
                                            first_ready=FirstReadyTracker(self.started))
@@ -165,7 +166,7 @@ class RecommenderService:
         (logged once: the clock then knows only what `/desired` shows, and a panic acts at once)."""
         if not self._reads_hpas:
             return None
-        ns, name = st.settings.namespace, st.settings.hpa_name or st.settings.deployment
+        ns, name = st.settings.namespace, st.hpa
 
         def read() -> float | None:
             if self.hpas is None:

@@ -38,6 +38,7 @@ class TargetState:
     settings: TargetSettings
     recommender: Recommender
     queries: TargetQueries
+    hpa: str  # the HPA that applies the answer (`Target.hpa`: its hpa_name, else the Deployment's name)
     published: int | None = None
     failsafe: str | None = None
     detail: str = ""

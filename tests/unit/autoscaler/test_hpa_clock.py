@@ -77,6 +77,28 @@ def test_keda_s_own_polls_on_a_second_phase_are_windows_too() -> None:
         == [True, False, False, True, False]  # reads may fall in [129, 131] and [136, 138]
 
 
+def test_a_burst_of_reads_within_the_drift_is_one_read() -> None:
+    """KEDA (or anyone in the cluster) asking `/desired` many times within a second is one read: the
+    burst does not push the syncs before it out of the reads kept, and the grid they set holds."""
+    clock = HpaReadClock()
+    clock.observe(100.0)
+    clock.observe(115.0)
+    for i in range(50):
+        clock.observe(130.0 + i / 100)
+    assert clock.windows(131.0) == [(99.0, 101.0), (114.0, 116.0), (129.0, 131.0)]
+    assert clock.wait_is_free(133.0, 2.0)
+
+
+def test_reads_spread_over_the_cycle_leave_the_clock_unknown() -> None:
+    """A client polling `/desired` every second puts reads on every phase: the clock knows no grid,
+    and a panic acts at once rather than wait on a guess."""
+    clock = HpaReadClock()
+    clock.observe(100.0)
+    for i in range(20):
+        clock.observe(101.5 + i * 1.5)
+    assert not clock.wait_is_free(131.0, 2.0)
+
+
 def test_a_read_that_is_no_time_is_no_read() -> None:
     clock = HpaReadClock()
     clock.observe(math.nan)
@@ -132,6 +154,12 @@ def test_the_service_reads_the_hpa_s_stamp_only_where_a_panic_may_wait_through_i
     svc.hpas, svc._reads_hpas = hpas, True  # as built in a pod, where the kube client is made at the first read
     [st] = svc.states.values()
     assert svc.hpa_scaled_at(st) == 100.0 and hpas.reads == [("ml", "triton")]
+    taken_over = TargetSettings(deployment="triton", namespace="ml", model="m", hpa_name="triton-hpa")
+    named = RecommenderService(RecommenderSettings(targets=[taken_over], capacity_rps=100.0,
+                                                   tuning={"panic_confirm_readings": 2}),  # type: ignore[arg-type]
+                               FakeProm(), hpas=hpas)  # type: ignore[arg-type]
+    named.hpa_scaled_at(next(iter(named.states.values())))
+    assert hpas.reads[-1] == ("ml", "triton-hpa")
     shipped, _ = make()
     assert not shipped._reads_hpas  # confirm 1: nothing waits, no HPA read
     target = TargetSettings(deployment="triton", namespace="ml", model="m", min_replicas=1, max_replicas=50)

@@ -538,6 +538,12 @@ spec:
 {{- end -}}
 {{- end -}}
 
+{{- /* The HPA that applies one autoscaling.targets[] entry's answer: its hpaName (an HPA taken over in
+     place), else the Deployment's name; the recommender reads the same one (config.yaml's hpa_name). */}}
+{{- define "tidescale.hpaName" -}}
+{{ .hpaName | default .deployment }}
+{{- end }}
+
 {{- /* "true" when the HPA's behavior.*.tolerance must be left out (and the recommender round instead):
        autoscaling.legacyTolerance when set, else the cluster version (the gate is on from 1.34). */}}
 {{- define "tidescale.legacyTolerance" -}}
