@@ -309,9 +309,11 @@ def lines(doc: Mapping[str, Any], png: str | None = None) -> list[str]:
 
 
 def plot(doc: Mapping[str, Any], path: Path) -> None:
-    """Two panels: each scenario's paired difference in requests within the SLO (points) and in
-    replica-hours (%), mean ± 95 % interval over all the draws; green where the candidate is better
-    with the interval clear of zero, red where worse, grey where the interval holds zero."""
+    """Three panels: each scenario's paired difference in requests and in 1-minute windows within the
+    SLO (points) and in replica-hours (%), mean ± 95 % interval over all the draws; green where the
+    candidate is better with the interval clear of zero, red where worse, grey where the interval
+    holds zero. The windows have a panel of their own: a knob that keeps the requests can still
+    lose whole minutes (the lulls' verdicts turn on them)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -319,9 +321,11 @@ def plot(doc: Mapping[str, Any], path: Path) -> None:
 
     names = _in_order(doc)
     setup = doc["setup"]
-    fig, axes = plt.subplots(1, 2, figsize=(12.8, 0.45 * len(names) + 1.8), sharey=True)
-    for ax, (measure, label) in zip(axes, (("requests_within_slo", "Δ requests within SLO (points)"),
-                                           ("replica_hours", "Δ replica-hours (%)")), strict=True):
+    panels = (("requests_within_slo", "Δ requests within SLO (points)"),
+              ("windows_within_slo", "Δ 1-minute windows within SLO (points)"),
+              ("replica_hours", "Δ replica-hours (%)"))
+    fig, axes = plt.subplots(1, len(panels), figsize=(16.8, 0.45 * len(names) + 1.8), sharey=True)
+    for ax, (measure, label) in zip(axes, panels, strict=True):
         for k, name in enumerate(names):
             found = doc["scenarios"][name]["compared"]["all"]["difference"][measure]
             if found is None:
@@ -330,7 +334,7 @@ def plot(doc: Mapping[str, Any], path: Path) -> None:
             ax.errorbar(found["mean"], k, xerr=found["ci95"] or 0.0, fmt="o", capsize=3,
                         color={"better": "tab:green", "worse": "tab:red"}.get(judged, "tab:gray"))
         ax.axvline(0, color="black", linewidth=0.8)
-        ax.set(xlabel=f"{label}, candidate − {setup['baseline']}, mean ± 95 % CI")
+        ax.set(xlabel=f"{label},\ncandidate − {setup['baseline']}, mean ± 95 % CI")
         ax.grid(True, axis="x", alpha=0.3)
     axes[0].set_yticks(range(len(names)), names)
     axes[0].invert_yaxis()
