@@ -318,6 +318,7 @@ def plot(doc: Mapping[str, Any], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     names = _in_order(doc)
     setup = doc["setup"]
@@ -334,6 +335,7 @@ def plot(doc: Mapping[str, Any], path: Path) -> None:
             ax.errorbar(found["mean"], k, xerr=found["ci95"] or 0.0, fmt="o", capsize=3,
                         color={"better": "tab:green", "worse": "tab:red"}.get(judged, "tab:gray"))
         ax.axvline(0, color="black", linewidth=0.8)
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=6))  # a hundredth of a point in long labels overlapped
         ax.set(xlabel=f"{label},\ncandidate − {setup['baseline']}, mean ± 95 % CI")
         ax.grid(True, axis="x", alpha=0.3)
     axes[0].set_yticks(range(len(names)), names)
