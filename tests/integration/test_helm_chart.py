@@ -4,6 +4,7 @@ every manifest, the values schema, and no second copy of the generated rules and
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -889,6 +890,57 @@ def test_exporter_job_is_stable_for_any_release_name(tmp: Path) -> None:
     assert job["replacement"].replace("$1", component) == default_config().exporter_job
     [down] = [r for r in _alerts(docs) if r["alert"] == "TidescaleExporterDown"]
     assert f'up{{job="{default_config().exporter_job}"}}' in down["expr"]
+
+
+LONGEST_RELEASE = "a" * 44 + "-" + "b" * 8  # 53 characters, the longest release name helm allows
+DNS_1035_LABEL = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def test_the_longest_release_name_gives_every_object_a_name_of_its_own(tmp: Path) -> None:
+    """Each object keeps its component in a name of at most 63 characters, and every URL the chart writes
+    reaches one of its Services. Cutting `<release>-tidescale-<component>` at 63 characters gave every
+    component the one name `<release>-tidescale`: two Deployments, Services and claims of one name."""
+    values = {**KEDA_VALUES, "exporter": {**FULL_VALUES["exporter"], "mode": "daemonset"}}
+    docs = render(tmp, values, release=LONGEST_RELEASE)
+    names = [(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]) for d in docs]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+    services = {d["metadata"]["name"] for d in kinds(docs)["Service"]}
+    assert len(services) == 4 and all(DNS_1035_LABEL.fullmatch(s) for s in services), services
+    assert {s.rsplit("-", 1)[-1] for s in services} == {"exporter", "local", "recommender", "reviews"}
+    urls = set(re.findall(r"http://([^./:]+)\.[^./:]+\.svc", yaml.safe_dump_all(docs))) - {"prometheus-operated"}
+    assert len(urls) == 3 and urls <= services, (urls, services)  # the exporter's, the recommender's, the reviews
+    # A release whose name differs in its last character only gets names of its own.
+    other = render(tmp, values, release=LONGEST_RELEASE[:-1] + "c")
+    assert not services & {d["metadata"]["name"] for d in kinds(other)["Service"]}
+    # The review history's claim keeps the name it had (the joined name cut at 63), the one claim it is.
+    sqlite = render(tmp, {}, release=LONGEST_RELEASE)
+    [claim] = kinds(sqlite)["PersistentVolumeClaim"]
+    assert claim["metadata"]["name"] == f"{LONGEST_RELEASE}-tidescale-reviews"[:63]
+    volumes = _deployments(sqlite)["reviews"]["spec"]["template"]["spec"]["volumes"]
+    assert {"claimName": claim["metadata"]["name"]} in [v.get("persistentVolumeClaim") for v in volumes]
+
+
+@pytest.mark.parametrize(("release", "kube_version", "problem"), [
+    ("ml.prod", "1.36.3", "no dots"),
+    ("1st", "1.35.0", "a letter first before Kubernetes 1.36"),
+])
+def test_a_release_name_no_service_can_carry_is_refused_with_the_way_out(
+        tmp: Path, release: str, kube_version: str, problem: str) -> None:
+    """Kubernetes takes a Service name only as a DNS label. helm allows release names with dots (and
+    digits first), which fail half-way through `helm install`; the chart refuses them before anything
+    is applied, naming the Service and the value that fixes it."""
+    result = helm("template", release, str(CHART), "--namespace", "mon", "--kube-version", kube_version)
+    assert result.returncode != 0
+    assert f'the Service name "{release}-tidescale-' in result.stderr and problem in result.stderr
+    assert "fullnameOverride" in result.stderr
+    fixed = helm("template", release, str(CHART), "--namespace", "mon", "--kube-version", kube_version,
+                 "--set", "fullnameOverride=ml-prod")
+    assert fixed.returncode == 0, fixed.stderr
+
+
+def test_a_digit_first_release_name_is_a_service_name_from_kubernetes_1_36(tmp: Path) -> None:
+    result = helm("template", "1st", str(CHART), "--namespace", "mon", "--kube-version", "1.36.3")
+    assert result.returncode == 0, result.stderr
 
 
 @pytest.mark.parametrize("values", [{"exporter": {"enabled": False}},

@@ -23,8 +23,20 @@
 {{- default .Release.Namespace .Values.namespaceOverride -}}
 {{- end -}}
 
+{{/* <.base>-<.suffix> in at most 63 characters (a Service name is a DNS label), the suffix kept whole:
+     a longer base is cut and a hash of the whole name added. Cutting the joined name instead gave a
+     53-character release name (helm's longest) one name for every component's objects. */}}
+{{- define "tidescale.joinName" -}}
+{{- $name := printf "%s-%s" .base .suffix -}}
+{{- if gt (len $name) 63 -}}
+{{- $name = printf "%s-%s-%s" (trunc (int (sub 56 (len .suffix))) .base | trimSuffix "-") (sha256sum $name | trunc 5) .suffix -}}
+{{- end -}}
+{{- $name -}}
+{{- end -}}
+
+{{/* <fullname>-<.component>: a component's objects (and any other object of the release but one). */}}
 {{- define "tidescale.name" -}}
-{{- printf "%s-%s" (include "tidescale.fullname" .root) .component | trunc 63 | trimSuffix "-" -}}
+{{- include "tidescale.joinName" (dict "base" (include "tidescale.fullname" .root) "suffix" .component) -}}
 {{- end -}}
 
 {{/* The labels of every object: commonLabels first, the chart's own winning (a selector label must not move). */}}
@@ -223,10 +235,15 @@ affinity:
 
 {{/* A component's Service on its port `http` (.root, .ctx, .port, .values: the component's, for service.annotations). */}}
 {{- define "tidescale.service" -}}
+{{- $name := include "tidescale.name" (dict "root" .root "component" (printf "%s%s" .ctx.component (.suffix | default ""))) -}}
+{{- $letterFirst := semverCompare "<1.36-0" .root.Capabilities.KubeVersion.Version -}}
+{{- if not (regexMatch (ternary "^[a-z]([-a-z0-9]*[a-z0-9])?$" "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" $letterFirst) $name) -}}
+{{- fail (printf "the Service name %q is not one Kubernetes %s accepts: it must be a DNS label (lower-case letters, digits and '-'; no dots%s). It is made from the release name: choose another, or set fullnameOverride" $name .root.Capabilities.KubeVersion.Version (ternary "; a letter first before Kubernetes 1.36" "" $letterFirst)) -}}
+{{- end -}}
 apiVersion: v1
 kind: Service
 metadata:
-  name: {{ include "tidescale.name" .ctx }}{{ .suffix }}
+  name: {{ $name }}
   namespace: {{ include "tidescale.namespace" .root }}
   labels:
     {{- include "tidescale.componentLabels" .ctx | nindent 4 }}
@@ -264,7 +281,7 @@ spec:
 {{/* The exporter's account (the one bound to the pod-reading Role): its own when the chart creates them. */}}
 {{- define "tidescale.exporterServiceAccount" -}}
 {{- if .Values.serviceAccount.create -}}
-{{- printf "%s-exporter" (include "tidescale.serviceAccount" .) | trunc 63 | trimSuffix "-" -}}
+{{- include "tidescale.joinName" (dict "base" (include "tidescale.serviceAccount" .) "suffix" "exporter") -}}
 {{- else -}}
 {{- include "tidescale.serviceAccount" . -}}
 {{- end -}}
@@ -273,7 +290,7 @@ spec:
 {{/* The review service's account when it posts Events: <account>-reviews when created, else the given one. */}}
 {{- define "tidescale.reviewsServiceAccount" -}}
 {{- if .Values.serviceAccount.create -}}
-{{- printf "%s-reviews" (include "tidescale.serviceAccount" .) | trunc 63 | trimSuffix "-" -}}
+{{- include "tidescale.joinName" (dict "base" (include "tidescale.serviceAccount" .) "suffix" "reviews") -}}
 {{- else -}}
 {{- include "tidescale.serviceAccount" . -}}
 {{- end -}}
@@ -660,7 +677,7 @@ subjects:
 {{/* The recommender's account when it posts Events: <account>-recommender when created. */}}
 {{- define "tidescale.recommenderServiceAccount" -}}
 {{- if .Values.serviceAccount.create -}}
-{{- printf "%s-recommender" (include "tidescale.serviceAccount" .) | trunc 63 | trimSuffix "-" -}}
+{{- include "tidescale.joinName" (dict "base" (include "tidescale.serviceAccount" .) "suffix" "recommender") -}}
 {{- else -}}
 {{- include "tidescale.serviceAccount" . -}}
 {{- end -}}
