@@ -281,7 +281,11 @@ def load_trace_timestamps(path: Path, max_rows: int = MAX_TRACE_ROWS) -> np.ndar
 
 
 def check_span(path: Path, span_s: float, how: str = "") -> None:
-    """A replay's per-second counts are held whole: its span bounds their memory (`MAX_TRACE_SPAN_S`)."""
+    """A replay's per-second counts are held whole: its span bounds their memory (`MAX_TRACE_SPAN_S`).
+    A span under a second has no rate to replay: its arrivals would all land in the replay's first second."""
+    if span_s < 1.0:
+        raise UsageError(f"{path}: spans {span_s:.3g} s{how}; a replay needs a second or more between its first "
+                         "and last rows")
     if not span_s <= MAX_TRACE_SPAN_S:
         raise UsageError(f"{path}: spans {span_s / 86_400:.3g} days{how}; a replay spans at most "
                          f"{MAX_TRACE_SPAN_S / 86_400:g} days")

@@ -174,6 +174,18 @@ def test_a_trace_too_long_or_too_dense_to_hold_is_refused_before_it_is_built(tmp
         replay(near, target_rps=1e9)
 
 
+def test_a_trace_shorter_than_a_second_is_refused(tmp_path: Path) -> None:
+    """Rows that all share a time (or a time-scale that shrinks their span below a second) have no rate."""
+    same = tmp_path / "same.csv"
+    same.write_text("t,r\n0,5\n0,6\n")
+    with pytest.raises(UsageError, match=r"same.csv: spans 0 s; a replay needs a second or more between"):
+        load_trace_timestamps(same)
+    near = tmp_path / "near.csv"
+    near.write_text("0\n1\n")
+    with pytest.raises(UsageError, match=r"near.csv: spans 0.01 s at time-scale 0.01; a replay needs"):
+        replay(near, time_scale=0.01)
+
+
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"time_scale": float("nan")}, "time-scale must be a finite number > 0, got nan"),
     ({"rate_scale": 0.0}, "rate-scale must be a finite number > 0, got 0"),
