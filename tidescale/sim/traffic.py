@@ -9,9 +9,10 @@ from __future__ import annotations
 import csv
 import dataclasses
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -233,7 +234,9 @@ def scenario(name: str, base_rps: float, duration_s: float) -> Scenario:
 
 # --- trace replay --------------------------------------------------------------------------------
 
-def _parse_timestamp(raw: str) -> float:
+def _parse_timestamp(raw: str) -> tuple[float, bool]:
+    """(the instant, whether it was written as a number). An ISO date-time without an offset is read as
+    UTC: as local time, a trace that crosses a change of daylight saving time would jump an hour."""
     raw = raw.strip()
     try:
         seconds = float(raw)
@@ -242,40 +245,62 @@ def _parse_timestamp(raw: str) -> float:
     else:  # "inf" and "nan" parse as floats but are no instant: the replay would turn them into NaN gaps
         if not math.isfinite(seconds):
             raise ValueError(f"{raw!r} is not a finite number of seconds")
-        return seconds
-    # e.g. "2023-11-16 18:15:46.6805900": Python takes at most 6 fractional digits.
-    text = raw.replace("T", " ").rstrip("Z")
-    if "." in text:
-        head, frac = text.split(".", 1)
-        text = f"{head}.{frac[:6]}"
-    return datetime.fromisoformat(text).timestamp()
+        return seconds, True
+    # Python 3.11 reads ISO 8601 whole: "2023-11-16 18:15:46.6805900", "…T18:15:46.5+01:00", "…Z".
+    at = datetime.fromisoformat(raw)
+    return (at if at.tzinfo is not None else at.replace(tzinfo=UTC)).timestamp(), False
+
+
+# A header's word for its column's unit (`timestamp_ms`, `time (us)`), in seconds.
+HEADER_UNITS = {"s": 1.0, "sec": 1.0, "secs": 1.0, "seconds": 1.0, "ms": 1e-3, "msec": 1e-3, "millis": 1e-3,
+                "milliseconds": 1e-3, "us": 1e-6, "µs": 1e-6, "micros": 1e-6, "microseconds": 1e-6,
+                "ns": 1e-9, "nanos": 1e-9, "nanoseconds": 1e-9}
+# Epoch seconds reach 1e11 only in the year 5138, while epoch milliseconds passed it in 1973: a number this
+# large is a count of milli-, micro- or nanoseconds since the epoch, told apart by its size.
+EPOCH_UNITS = ((1e17, 1e-9), (1e14, 1e-6), (1e11, 1e-3))
+
+
+def trace_unit_s(header: str | None, first: float) -> float:
+    """Seconds per unit of a trace's numeric timestamps: the unit its header names, else the epoch unit
+    their size gives, else seconds. Replayed as seconds, a trace stamped in epoch milliseconds spans
+    a thousand times its length and is refused as too long, or replays an hour as 42 days."""
+    for word in re.split(r"[^a-zµ]+", (header or "").lower()):
+        if word in HEADER_UNITS:
+            return HEADER_UNITS[word]
+    return next((unit for floor, unit in EPOCH_UNITS if abs(first) >= floor), 1.0)
 
 
 def load_trace_timestamps(path: Path, max_rows: int = MAX_TRACE_ROWS) -> np.ndarray:
-    """Seconds since the first request, from a CSV whose first column is a timestamp.
+    """Seconds since the first request, from a CSV whose first column is a timestamp: an ISO date-time,
+    or a number of seconds, or of the unit the header names or the epoch's size gives (`trace_unit_s`).
 
     A header row is allowed; any other unparsable row is a UsageError naming its line.
     """
     if not path.is_file():
         raise UsageError(f"trace file {path} does not exist")
     out: list[float] = []
+    header: str | None = None
+    numbers = True  # every timestamp a number (of the unit `trace_unit_s` finds), none a date-time
     with path.open(newline="", errors="replace") as fh:
         for lineno, row in enumerate(csv.reader(fh), start=1):
             if not row or not row[0].strip():
                 continue
             try:
-                out.append(_parse_timestamp(row[0]))
+                at, number = _parse_timestamp(row[0])
             except ValueError:
                 if lineno == 1:
-                    continue  # header
+                    header = row[0]
+                    continue
                 raise UsageError(f"{path}:{lineno}: first column {row[0]!r} is not a timestamp "
                                  "(ISO date-time or seconds)") from None
+            out.append(at)
+            numbers &= number
             if len(out) > max_rows:
                 raise UsageError(f"{path}: more than {max_rows} rows")
     if len(out) < 2:
         raise UsageError(f"{path}: needs at least two timestamped rows")
     ts = np.sort(np.asarray(out, dtype=float))
-    ts -= ts[0]
+    ts = (ts - ts[0]) * (trace_unit_s(header, float(ts[0])) if numbers else 1.0)
     check_span(path, float(ts[-1]))
     return ts
 

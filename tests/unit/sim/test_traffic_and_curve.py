@@ -151,6 +151,27 @@ def test_malformed_trace_names_the_line(tmp_path: Path) -> None:
         load_trace_timestamps(bad)
 
 
+@pytest.mark.parametrize(("text", "expected"), [
+    ("0\n1.5\n3\n", [0.0, 1.5, 3.0]),  # seconds since the start
+    ("timestamp_ms,tokens\n0,1\n1500,2\n3000,3\n", [0.0, 1.5, 3.0]),  # the header names the unit
+    ("arrival time (us)\n0\n1500000\n", [0.0, 1.5]),
+    ("1700158546680\n1700158548180\n", [0.0, 1.5]),  # epoch milliseconds, by their size
+    ("1700158546680000\n1700158548180000\n", [0.0, 1.5]),  # epoch microseconds
+    ("1700158546680000000\n1700158548180000000\n", [0.0, 1.5]),  # epoch nanoseconds
+    ("1700158546.68\n1700158548.18\n", [0.0, 1.5]),  # epoch seconds
+    # ISO 8601 whole: offsets, Z, seven fractional digits; the header's unit is no date-time's
+    ("time_ms\n2023-11-16T18:15:46.5+01:00\n2023-11-16T17:15:48Z\n2023-11-16 17:15:49.5000000\n",
+     [0.0, 1.5, 3.0]),
+])
+def test_a_trace_is_read_in_the_unit_of_its_timestamps(tmp_path: Path, text: str, expected: list[float]) -> None:
+    """Traces come stamped in epoch milliseconds, nanoseconds or ISO date-times with offsets. Read as
+    seconds, an hour stamped in epoch milliseconds spanned 42 days and was refused; an offset with a
+    fraction (`.5+01:00`) was cut to an unreadable stamp."""
+    path = tmp_path / "t.csv"
+    path.write_text(text)
+    assert load_trace_timestamps(path) == pytest.approx(expected, abs=1e-6)
+
+
 @pytest.mark.parametrize("cell", ["inf", "INFINITY", "-inf", "nan"])
 def test_a_timestamp_that_is_no_instant_is_refused_by_line(tmp_path: Path, cell: str) -> None:
     path = tmp_path / "t.csv"
