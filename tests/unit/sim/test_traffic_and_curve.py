@@ -180,31 +180,25 @@ def test_a_timestamp_that_is_no_instant_is_refused_by_line(tmp_path: Path, cell:
         load_trace_timestamps(path)
 
 
-def test_a_trace_too_long_or_too_dense_to_hold_is_refused_before_it_is_built(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("text", "time_scale", "target_rps", "message"), [
+    ("0\n1e12\n", None, None, r"spans 1.16e\+07 days; a replay spans at most 31 days"),
+    ("0\n86400\n", 100.0, None, r"spans 100 days at time-scale 100"),
+    ("0\n86400\n", 1.0, 1e9, r"replayed at 1e\+09 req/s it would hold 8.64e\+13 arrivals"),
+    ("t,r\n0,5\n0,6\n", None, None, r"spans 0 s; a replay needs a second or more between"),
+    ("0\n1\n", 0.01, None, r"spans 0.01 s at time-scale 0.01; a replay needs"),
+])
+def test_a_trace_whose_span_or_size_cannot_be_replayed_is_refused_before_it_is_built(
+        tmp_path: Path, text: str, time_scale: float | None, target_rps: float | None, message: str) -> None:
     """Two rows a trillion seconds apart, or a tiny trace rescaled to a billion req/s, would have the
-    replay allocate terabytes; each is refused with what it would have been."""
-    far = tmp_path / "far.csv"
-    far.write_text("0\n1e12\n")
-    with pytest.raises(UsageError, match=r"far.csv: spans 1.16e\+07 days; a replay spans at most 31 days"):
-        load_trace_timestamps(far)
-    near = tmp_path / "near.csv"
-    near.write_text("0\n86400\n")
-    with pytest.raises(UsageError, match=r"near.csv: spans 100 days at time-scale 100"):
-        replay(near, time_scale=100.0)
-    with pytest.raises(UsageError, match=r"near.csv: replayed at 1e\+09 req/s it would hold 8.64e\+13 arrivals"):
-        replay(near, target_rps=1e9)
-
-
-def test_a_trace_shorter_than_a_second_is_refused(tmp_path: Path) -> None:
-    """Rows that all share a time (or a time-scale that shrinks their span below a second) have no rate."""
-    same = tmp_path / "same.csv"
-    same.write_text("t,r\n0,5\n0,6\n")
-    with pytest.raises(UsageError, match=r"same.csv: spans 0 s; a replay needs a second or more between"):
-        load_trace_timestamps(same)
-    near = tmp_path / "near.csv"
-    near.write_text("0\n1\n")
-    with pytest.raises(UsageError, match=r"near.csv: spans 0.01 s at time-scale 0.01; a replay needs"):
-        replay(near, time_scale=0.01)
+    replay allocate terabytes; rows less than a second apart have no rate (every arrival would land in
+    its first second). Each is refused with what it would have been."""
+    path = tmp_path / "t.csv"
+    path.write_text(text)
+    with pytest.raises(UsageError, match=r"t.csv: " + message):
+        if time_scale is None:
+            load_trace_timestamps(path)
+        else:
+            replay(path, time_scale=time_scale, target_rps=target_rps)
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
