@@ -897,8 +897,8 @@ DNS_1035_LABEL = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 def test_the_longest_release_name_gives_every_object_a_name_of_its_own(tmp: Path) -> None:
-    """Each object keeps its component in a name of at most 63 characters, and every URL the chart writes
-    reaches one of its Services. Cutting `<release>-tidescale-<component>` at 63 characters gave every
+    """Each object keeps its component in a name Kubernetes takes (a Service's at most 63 characters, a
+    CronJob's 52), and every URL the chart writes reaches one of its Services. Cutting `<release>-tidescale-<component>` at 63 characters gave every
     component the one name `<release>-tidescale`: two Deployments, Services and claims of one name."""
     values = {**KEDA_VALUES, "exporter": {**FULL_VALUES["exporter"], "mode": "daemonset"}}
     docs = render(tmp, values, release=LONGEST_RELEASE)
@@ -907,6 +907,8 @@ def test_the_longest_release_name_gives_every_object_a_name_of_its_own(tmp: Path
     services = {d["metadata"]["name"] for d in kinds(docs)["Service"]}
     assert len(services) == 4 and all(DNS_1035_LABEL.fullmatch(s) for s in services), services
     assert {s.rsplit("-", 1)[-1] for s in services} == {"exporter", "local", "recommender", "reviews"}
+    [cron] = kinds(docs)["CronJob"]  # each Job's name adds 11 characters: Kubernetes takes 52 at most
+    assert len(cron["metadata"]["name"]) <= 52 and cron["metadata"]["name"].endswith("-profile-capture")
     urls = set(re.findall(r"http://([^./:]+)\.[^./:]+\.svc", yaml.safe_dump_all(docs))) - {"prometheus-operated"}
     assert len(urls) == 3 and urls <= services, (urls, services)  # the exporter's, the recommender's, the reviews
     # A release whose name differs in its last character only gets names of its own.

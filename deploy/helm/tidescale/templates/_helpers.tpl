@@ -23,20 +23,22 @@
 {{- default .Release.Namespace .Values.namespaceOverride -}}
 {{- end -}}
 
-{{/* <.base>-<.suffix> in at most 63 characters (a Service name is a DNS label), the suffix kept whole:
-     a longer base is cut and a hash of the whole name added. Cutting the joined name instead gave a
-     53-character release name (helm's longest) one name for every component's objects. */}}
+{{/* <.base>-<.suffix> in at most .max characters (63 unless given: a Service name is a DNS label; a
+     CronJob's 52 leave room for its Jobs' suffix), the suffix kept whole: a longer base is cut and a
+     hash of the whole name added. Cutting the joined name instead gave a 53-character release name
+     (helm's longest) one name for every component's objects. */}}
 {{- define "tidescale.joinName" -}}
 {{- $name := printf "%s-%s" .base .suffix -}}
-{{- if gt (len $name) 63 -}}
-{{- $name = printf "%s-%s-%s" (trunc (int (sub 56 (len .suffix))) .base | trimSuffix "-") (sha256sum $name | trunc 5) .suffix -}}
+{{- $max := int (.max | default 63) -}}
+{{- if gt (len $name) $max -}}
+{{- $name = printf "%s-%s-%s" (trunc (int (sub $max (add 7 (len .suffix)))) .base | trimSuffix "-") (sha256sum $name | trunc 5) .suffix -}}
 {{- end -}}
 {{- $name -}}
 {{- end -}}
 
-{{/* <fullname>-<.component>: a component's objects (and any other object of the release but one). */}}
+{{/* <fullname>-<.component> (at most .max characters, `tidescale.joinName`): a component's objects. */}}
 {{- define "tidescale.name" -}}
-{{- include "tidescale.joinName" (dict "base" (include "tidescale.fullname" .root) "suffix" .component) -}}
+{{- include "tidescale.joinName" (dict "base" (include "tidescale.fullname" .root) "suffix" .component "max" .max) -}}
 {{- end -}}
 
 {{/* The labels of every object: commonLabels first, the chart's own winning (a selector label must not move). */}}
