@@ -898,8 +898,9 @@ DNS_1035_LABEL = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 
 def test_the_longest_release_name_gives_every_object_a_name_of_its_own(tmp: Path) -> None:
     """Each object keeps its component in a name Kubernetes takes (a Service's at most 63 characters, a
-    CronJob's 52), and every URL the chart writes reaches one of its Services. Cutting `<release>-tidescale-<component>` at 63 characters gave every
-    component the one name `<release>-tidescale`: two Deployments, Services and claims of one name."""
+    CronJob's 52), and every URL the chart writes reaches one of its Services. Cutting
+    `<release>-tidescale-<component>` at 63 characters gave every component the one name
+    `<release>-tidescale`: two Deployments, Services and dashboards of one name."""
     values = {**KEDA_VALUES, "exporter": {**FULL_VALUES["exporter"], "mode": "daemonset"}}
     docs = render(tmp, values, release=LONGEST_RELEASE)
     names = [(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]) for d in docs]

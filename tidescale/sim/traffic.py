@@ -281,7 +281,7 @@ def load_trace_timestamps(path: Path, max_rows: int = MAX_TRACE_ROWS) -> np.ndar
     out: list[float] = []
     header: str | None = None
     numbers = True  # every timestamp a number (of the unit `trace_unit_s` finds), none a date-time
-    with path.open(newline="", errors="replace") as fh:
+    with path.open(newline="", encoding="utf-8-sig", errors="replace") as fh:  # a spreadsheet's BOM is no header
         for lineno, row in enumerate(csv.reader(fh), start=1):
             if not row or not row[0].strip():
                 continue

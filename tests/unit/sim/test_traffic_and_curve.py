@@ -159,6 +159,7 @@ def test_malformed_trace_names_the_line(tmp_path: Path) -> None:
     ("1700158546680000\n1700158548180000\n", [0.0, 1.5]),  # epoch microseconds
     ("1700158546680000000\n1700158548180000000\n", [0.0, 1.5]),  # epoch nanoseconds
     ("1700158546.68\n1700158548.18\n", [0.0, 1.5]),  # epoch seconds
+    ("\ufeff0\n1.5\n", [0.0, 1.5]),  # a byte-order mark (a spreadsheet's export) is no header
     # ISO 8601 whole: offsets, Z, seven fractional digits; the header's unit is no date-time's
     ("time_ms\n2023-11-16T18:15:46.5+01:00\n2023-11-16T17:15:48Z\n2023-11-16 17:15:49.5000000\n",
      [0.0, 1.5, 3.0]),
