@@ -35,8 +35,9 @@ class ProfileRow:
 
 
 def parse_profile(text: str, source: str = "profile") -> list[ProfileRow]:
-    """Rows of a perf_analyzer CSV; UsageError naming missing columns or bad cells."""
-    reader = csv.DictReader(io.StringIO(text, newline=""))
+    """Rows of a perf_analyzer CSV; UsageError naming missing columns or bad cells. A byte-order mark
+    (a spreadsheet's save) is dropped: it hid the first column's name, an invisible missing column."""
+    reader = csv.DictReader(io.StringIO(text.removeprefix("\ufeff"), newline=""))
     try:
         return _rows(reader, source)
     except csv.Error as exc:

@@ -10,7 +10,7 @@ import csv
 import dataclasses
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -270,6 +270,16 @@ def trace_unit_s(header: str | None, first: float) -> float:
     return next((unit for floor, unit in EPOCH_UNITS if abs(first) >= floor), 1.0)
 
 
+def _csv_rows(path: Path, fh: Iterable[str]) -> Iterator[list[str]]:
+    """The rows of a CSV; a row the csv module cannot read (a field past its 128 KiB limit) is a
+    UsageError naming its line."""
+    reader = csv.reader(fh)
+    try:
+        yield from reader
+    except csv.Error as exc:
+        raise UsageError(f"{path}:{reader.line_num}: not a CSV row the replay can read ({exc})") from None
+
+
 def load_trace_timestamps(path: Path, max_rows: int = MAX_TRACE_ROWS) -> np.ndarray:
     """Seconds since the first request, from a CSV whose first column is a timestamp: an ISO date-time,
     or a number of seconds, or of the unit the header names or the epoch's size gives (`trace_unit_s`).
@@ -282,7 +292,7 @@ def load_trace_timestamps(path: Path, max_rows: int = MAX_TRACE_ROWS) -> np.ndar
     header: str | None = None
     numbers = True  # every timestamp a number (of the unit `trace_unit_s` finds), none a date-time
     with path.open(newline="", encoding="utf-8-sig", errors="replace") as fh:  # a spreadsheet's BOM is no header
-        for lineno, row in enumerate(csv.reader(fh), start=1):
+        for lineno, row in enumerate(_csv_rows(path, fh), start=1):
             if not row or not row[0].strip():
                 continue
             try:

@@ -59,6 +59,8 @@ def test_load_capacity_from_file(tmp_path: Path) -> None:
     p = tmp_path / "profile.csv"
     p.write_text(PROFILE)
     assert load_capacity(p, 0.15) == pytest.approx(320.1)
+    p.write_text("\ufeff" + PROFILE)  # saved by a spreadsheet
+    assert load_capacity(p, 0.15) == pytest.approx(320.1)
 
 
 def test_a_profile_through_the_service_is_divided_among_its_replicas(tmp_path: Path) -> None:

@@ -173,6 +173,14 @@ def test_a_trace_is_read_in_the_unit_of_its_timestamps(tmp_path: Path, text: str
     assert load_trace_timestamps(path) == pytest.approx(expected, abs=1e-6)
 
 
+def test_a_row_the_csv_module_cannot_read_is_refused_by_line(tmp_path: Path) -> None:
+    """A field past the csv module's 128 KiB limit raised its own error, a traceback from the CLI."""
+    path = tmp_path / "t.csv"
+    path.write_text("t\n0\n" + "9" * 200_000 + "\n")
+    with pytest.raises(UsageError, match=r"t.csv:3: not a CSV row the replay can read \(field larger than"):
+        load_trace_timestamps(path)
+
+
 @pytest.mark.parametrize("cell", ["inf", "INFINITY", "-inf", "nan"])
 def test_a_timestamp_that_is_no_instant_is_refused_by_line(tmp_path: Path, cell: str) -> None:
     path = tmp_path / "t.csv"
