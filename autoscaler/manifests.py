@@ -34,6 +34,7 @@ KEDA_POLLING_S = 15
 DESIRED_PATH = "/v1/desired"
 DESIRED_FIELD = "desired_replicas"
 # http://SERVICE.NAMESPACE[.svc[.cluster.local]][:PORT]: KEDA finds the Service's endpoints from the first two labels.
+_HTTP_URL = re.compile(r"^https?://[^\s/?#]+(/\S*)?$")  # what the chart's schema asks of a Prometheus URL, and a host
 _SERVICE_URL = re.compile(rf"^https?://{_LABEL}\.{_LABEL}(\.[a-z0-9.-]+)?(:[0-9]{{1,5}})?$")
 
 
@@ -115,6 +116,8 @@ class Target:
                 raise UsageError(f"{what} {value!r} is not a valid Kubernetes name (RFC 1123 label)")
         if not self.model or len(self.model) > 253:
             raise UsageError("model name must be 1..253 characters")
+        if not self.model.isprintable():  # a line break would end `render`'s header comment: YAML of its own
+            raise UsageError(f"model name {self.model!r} contains control characters (newlines, tabs, …)")
         if self.min_replicas < 1:
             raise UsageError(f"--min-replicas must be >= 1, got {self.min_replicas}")
         if self.min_replicas > self.max_replicas:
@@ -240,6 +243,8 @@ def render(target: Target, keda: bool = False, prometheus_url: str = DEFAULT_PRO
         raise UsageError("--prescale needs --keda (a cron trigger beside the recommender's)")
     if recommender_url and not keda:
         raise UsageError("--recommender-url needs --keda (the HPA reads the recommender through prometheus-adapter)")
+    if keda and not _HTTP_URL.match(prometheus_url):
+        raise UsageError(f"--prometheus-url {prometheus_url!r} must be an http(s):// URL (KEDA's serverAddress)")
     scaler = keda_manifest(target, prometheus_url, legacy, recommender_url) if keda else hpa_manifest(target, legacy)
     docs: list[Any] = [scaler]
     head = f"# tidescale autoscaling for {target.namespace}/{target.deployment} (model {target.model})\n"

@@ -197,6 +197,10 @@ def test_generated_artifacts_are_committed_and_fresh() -> None:
     (["--keda", "--prescale", "UTC;0 8 * * *"], "expected TIMEZONE;START CRON;END CRON;REPLICAS"),
     (["--recommender-url", "http://r.ns.svc:9106"], "--recommender-url needs --keda"),
     (["--keda", "--recommender-url", "http://localhost:9106"], "SERVICE.NAMESPACE"),
+    (["--keda", "--prometheus-url", "prometheus.monitoring:9090"], "must be an http(s):// URL"),
+    (["--keda", "--prometheus-url", "http://"], "must be an http(s):// URL"),
+    # A line break ended the header's comment: the rest of the name was YAML of its own.
+    (["--model", "m\nkind: Secret"], "contains control characters"),
 ])
 def test_render_bad_input_exits_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     base = {"--deployment": "triton", "--namespace": "ml", "--model": "m"}
