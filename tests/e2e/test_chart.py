@@ -141,6 +141,26 @@ def test_the_chart_reads_the_installed_podmonitor_crd_for_a_numeric_port(cluster
     assert monitor["spec"]["podMetricsEndpoints"][0]["portNumber"] == 8002
 
 
+def test_the_api_server_takes_every_object_of_a_long_or_digit_first_release(cluster: Cluster) -> None:
+    """The names the chart makes, as the API server validates them: a 53-character release name (helm's
+    longest), whose names past 63 characters are cut and hashed, with the profile-capture CronJob
+    (52 characters at most), and a release name with a digit first, whose Services Kubernetes 1.36
+    takes. Applied with --dry-run=server: the API server checks every object and stores none."""
+    namespace = "e2e-names"
+    cluster.kubectl("create", "namespace", namespace, check=False)
+    try:
+        for name in ("a" * 44 + "-" + "b" * 8, "1st"):
+            rendered = cluster.helm("template", name, str(chart()), "--dry-run=server", "--namespace", namespace,
+                                    "--set", KPS, "--set", "profileCapture.enabled=true",
+                                    "--set", "profileCapture.target=triton:6009", "--set", "profileCapture.model=m")
+            docs = [d for d in yaml.safe_load_all(rendered) if d]
+            assert {"Service", "CronJob", "Deployment", "PersistentVolumeClaim"} <= {d["kind"] for d in docs}
+            out = cluster.kubectl("apply", "--dry-run=server", "-f", "-", stdin=rendered)
+            assert out.count("(server dry run)") == len(docs), out
+    finally:
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
 def test_a_dcgm_exporter_someone_else_scrapes_is_not_scraped_twice(cluster: Cluster, release: str) -> None:
     """monitoring.dcgmExporter.enabled: auto adds no second monitor where another one already scrapes
     dcgm-exporter's port for a Prometheus of the cluster, and only there: the GPU Operator's own monitor
