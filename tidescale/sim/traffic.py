@@ -251,7 +251,7 @@ def _parse_timestamp(raw: str) -> tuple[float, bool]:
     return (at if at.tzinfo is not None else at.replace(tzinfo=UTC)).timestamp(), False
 
 
-# A header's word for its column's unit (`timestamp_ms`, `time (us)`), in seconds.
+# A header's last word for its column's unit (`timestamp_ms`, `time (us)`), in seconds.
 HEADER_UNITS = {"s": 1.0, "sec": 1.0, "secs": 1.0, "seconds": 1.0, "ms": 1e-3, "msec": 1e-3, "millis": 1e-3,
                 "milliseconds": 1e-3, "us": 1e-6, "µs": 1e-6, "micros": 1e-6, "microseconds": 1e-6,
                 "ns": 1e-9, "nanos": 1e-9, "nanoseconds": 1e-9}
@@ -261,12 +261,13 @@ EPOCH_UNITS = ((1e17, 1e-9), (1e14, 1e-6), (1e11, 1e-3))
 
 
 def trace_unit_s(header: str | None, first: float) -> float:
-    """Seconds per unit of a trace's numeric timestamps: the unit its header names, else the epoch unit
-    their size gives, else seconds. Replayed as seconds, a trace stamped in epoch milliseconds spans
-    a thousand times its length and is refused as too long, or replays an hour as 42 days."""
-    for word in re.split(r"[^a-zµ]+", (header or "").lower()):
-        if word in HEADER_UNITS:
-            return HEADER_UNITS[word]
+    """Seconds per unit of a trace's numeric timestamps: the unit its header's last word names, else the
+    epoch unit their size gives, else seconds. Replayed as seconds, a trace stamped in epoch
+    milliseconds spans a thousand times its length and is refused as too long, or replays an hour as
+    42 days. Only the last word: in `us_east_time` "us" is no unit."""
+    words = [w for w in re.split(r"[^a-zµ]+", (header or "").lower()) if w]
+    if words and words[-1] in HEADER_UNITS:
+        return HEADER_UNITS[words[-1]]
     return next((unit for floor, unit in EPOCH_UNITS if abs(first) >= floor), 1.0)
 
 

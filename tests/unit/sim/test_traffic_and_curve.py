@@ -155,6 +155,7 @@ def test_malformed_trace_names_the_line(tmp_path: Path) -> None:
     ("0\n1.5\n3\n", [0.0, 1.5, 3.0]),  # seconds since the start
     ("timestamp_ms,tokens\n0,1\n1500,2\n3000,3\n", [0.0, 1.5, 3.0]),  # the header names the unit
     ("arrival time (us)\n0\n1500000\n", [0.0, 1.5]),
+    ("us_east_time\n0\n1.5\n", [0.0, 1.5]),  # a unit is the header's last word only
     ("1700158546680\n1700158548180\n", [0.0, 1.5]),  # epoch milliseconds, by their size
     ("1700158546680000\n1700158548180000\n", [0.0, 1.5]),  # epoch microseconds
     ("1700158546680000000\n1700158548180000000\n", [0.0, 1.5]),  # epoch nanoseconds
