@@ -687,6 +687,18 @@ def test_the_workday_and_monday_forecasts_read_different_draws_of_the_same_workd
     assert bench.history_samples(saturday, 0)[-day_s:] == bench.history_samples(friday_alone, 0)
 
 
+def test_no_two_draws_share_a_history_day() -> None:
+    """Seeded seed + days before, draw s's second day before was draw s + 1's day before: a week's ten
+    draws held 16 days between them, not 70, and the workday's seed 6 read Monday's seed 0's last Monday."""
+    week = {bench.history_seed(seed, days) for seed in range(10) for days in range(1, 8)}
+    assert len(week) == 70
+    assert bench.history_seed(6, 1) == bench.history_seed(0, 1) + 6  # the day before kept its seed
+    assert bench.history_seed(bench.MAX_SEED, 1) < bench.history_seed(0, 2)
+    for seed, days in ((-1, 1), (bench.MAX_SEED + 1, 1), (0, 0)):
+        with pytest.raises(ValueError, match="history of draw"):
+            bench.history_seed(seed, days)
+
+
 def test_a_week_with_a_weekend_reads_last_monday_on_monday_and_last_saturday_on_saturday() -> None:
     available = bench.build_scenarios(1200.0, 800.0)
     monday, saturday = available["monday"], available["saturday"]

@@ -191,7 +191,9 @@ def test_hostile_numbers_as_a_gpu_target_are_refused(label: str, value: object) 
     (["--policy", "tidescale", "--peer-setting", "ray-serve=2"], "ray-serve is not among the policies run"),
     (["--extra-seed", "0"], "--extra-seed values must differ from each other and from --seed 0"),
     (["--extra-seed", "3", "--extra-seed", "3"], "--extra-seed values must differ"),
-    (["--extra-seed", "-1"], "--extra-seed must be >= 0, got -1"),
+    (["--extra-seed", "-1"], "--extra-seed must be in [0, 999999], got -1"),
+    (["--extra-seed", "1000000"], "--extra-seed must be in [0, 999999], got 1000000"),
+    (["--seed", "1000000"], "--seed must be in [0, 999999], got 1000000"),
     (["--policy", "tidescale", "--extra-seed", "1"], "--extra-seed reruns tidescale against the oracle"),
     (["--extra-seed", "one"], "Invalid value for '--extra-seed'"),
 ])

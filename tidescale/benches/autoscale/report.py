@@ -144,8 +144,9 @@ class BenchOptions:
                 raise UsageError("--extra-seed reruns tidescale against the oracle: keep both in --policy")
             if len(set(self.extra_seeds)) != len(self.extra_seeds) or self.seed in self.extra_seeds:
                 raise UsageError(f"--extra-seed values must differ from each other and from --seed {self.seed}")
-            if min(self.extra_seeds) < 0:
-                raise UsageError(f"--extra-seed must be >= 0, got {min(self.extra_seeds)}")
+        for flag, seed in (("--seed", self.seed), *(("--extra-seed", s) for s in self.extra_seeds)):
+            if not 0 <= seed <= bench.MAX_SEED:  # a history's days are seeded in blocks of draws
+                raise UsageError(f"{flag} must be in [0, {bench.MAX_SEED}], got {seed}")
 
     @property
     def paths(self) -> tuple[Path, Path, Path]:

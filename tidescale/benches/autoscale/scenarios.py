@@ -240,11 +240,18 @@ def history_samples(sc: BenchScenario, seed: int) -> list[tuple[float, float]]:
 
 
 HISTORY_SEED = 1_000_003  # the day before is a draw of its own, not today's arrivals again
+# Each day further back starts a block of seeds of its own: numbered seed + days before, draw s's
+# second day before was draw s + 1's day before, and one page's draws shared days.
+HISTORY_DAY_STRIDE = 1_000_000
+MAX_SEED = HISTORY_DAY_STRIDE - 1
 
 
 def history_seed(seed: int, days_before: int) -> int:
-    """The seed of the day *days_before* the run (1: the day before)."""
-    return seed + HISTORY_SEED + days_before - 1
+    """The seed of the day *days_before* the run (1: the day before). Draws 0 to `MAX_SEED`
+    share no history day, on one page or across pages; the day before keeps the seed it always had."""
+    if not 0 <= seed <= MAX_SEED or days_before < 1:
+        raise ValueError(f"history of draw {seed}, day {days_before} before: draws are 0-{MAX_SEED}, days 1 or more")
+    return seed + HISTORY_SEED + (days_before - 1) * HISTORY_DAY_STRIDE
 
 
 # Every scenario group that runs only when named, by the page it is recorded on (autoscale-<page>.md).
