@@ -42,6 +42,8 @@ class Scenario:
     # Arrivals drawn at a rate constant over each step of this many seconds, not by thinning: a real
     # day at hundreds of requests a second would call `rate` for each of 10^8 candidates.
     step_s: float | None = None
+    # How a replayed trace's file was read (`TraceReading.text`): shown, so that a unit read wrongly is seen.
+    reading: str = ""
 
     def arrivals(self, seed: int = 0) -> np.ndarray:
         """Arrival times (seconds, sorted) of one realisation of the scenario."""
@@ -260,15 +262,36 @@ HEADER_UNITS = {"s": 1.0, "sec": 1.0, "secs": 1.0, "seconds": 1.0, "ms": 1e-3, "
 EPOCH_UNITS = ((1e17, 1e-9), (1e14, 1e-6), (1e11, 1e-3))
 
 
-def trace_unit_s(header: str | None, first: float) -> float:
-    """Seconds per unit of a trace's numeric timestamps: the unit its header's last word names, else the
-    epoch unit their size gives, else seconds. Replayed as seconds, a trace stamped in epoch
+def trace_unit(header: str | None, first: float) -> tuple[float, str]:
+    """Seconds per unit of a trace's numeric timestamps, and why: the unit its header's last word names,
+    else the epoch unit their size gives, else seconds. Replayed as seconds, a trace stamped in epoch
     milliseconds spans a thousand times its length and is refused as too long, or replays an hour as
     42 days. Only the last word: in `us_east_time` "us" is no unit."""
     words = [w for w in re.split(r"[^a-zµ]+", (header or "").lower()) if w]
     if words and words[-1] in HEADER_UNITS:
-        return HEADER_UNITS[words[-1]]
-    return next((unit for floor, unit in EPOCH_UNITS if abs(first) >= floor), 1.0)
+        return HEADER_UNITS[words[-1]], f"the header's {words[-1]!r}"
+    for floor, unit in EPOCH_UNITS:
+        if abs(first) >= floor:
+            return unit, f"their size ({first:.4g}: since the epoch)"
+    return 1.0, "no unit in the header's last word"
+
+
+UNIT_NAMES = {1.0: "seconds", 1e-3: "milliseconds", 1e-6: "microseconds", 1e-9: "nanoseconds"}
+
+
+@dataclass(frozen=True)
+class TraceReading:
+    """A trace's arrivals, in seconds since its first, and how its timestamps were read."""
+
+    timestamps: np.ndarray
+    stamps: str  # "ISO date-times", or "numbers in milliseconds (the header's 'ms')"
+
+    @property
+    def text(self) -> str:
+        """One line for a bench's progress and page: a unit read wrongly shows as a span no one recorded."""
+        span = float(self.timestamps[-1])
+        return f"{len(self.timestamps):,} requests over {span:,.0f} s ({span / 3600:.3g} h); timestamps read as " \
+            f"{self.stamps}"
 
 
 def _csv_rows(path: Path, fh: Iterable[str]) -> Iterator[list[str]]:
@@ -282,8 +305,13 @@ def _csv_rows(path: Path, fh: Iterable[str]) -> Iterator[list[str]]:
 
 
 def load_trace_timestamps(path: Path, max_rows: int = MAX_TRACE_ROWS) -> np.ndarray:
+    """Seconds since the first request (`read_trace`)."""
+    return read_trace(path, max_rows).timestamps
+
+
+def read_trace(path: Path, max_rows: int = MAX_TRACE_ROWS) -> TraceReading:
     """Seconds since the first request, from a CSV whose first column is a timestamp: an ISO date-time,
-    or a number of seconds, or of the unit the header names or the epoch's size gives (`trace_unit_s`).
+    or a number of seconds, or of the unit the header names or the epoch's size gives (`trace_unit`).
 
     A header row is allowed; any other unparsable row is a UsageError naming its line.
     """
@@ -291,7 +319,7 @@ def load_trace_timestamps(path: Path, max_rows: int = MAX_TRACE_ROWS) -> np.ndar
         raise UsageError(f"trace file {path} does not exist")
     out: list[float] = []
     header: str | None = None
-    numbers = True  # every timestamp a number (of the unit `trace_unit_s` finds), none a date-time
+    numbers = True  # every timestamp a number (of the unit `trace_unit` finds), none a date-time
     with path.open(newline="", encoding="utf-8-sig", errors="replace") as fh:  # a spreadsheet's BOM is no header
         for lineno, row in enumerate(_csv_rows(path, fh), start=1):
             if not row or not row[0].strip():
@@ -311,20 +339,25 @@ def load_trace_timestamps(path: Path, max_rows: int = MAX_TRACE_ROWS) -> np.ndar
     if len(out) < 2:
         raise UsageError(f"{path}: needs at least two timestamped rows")
     ts = np.sort(np.asarray(out, dtype=float))
-    ts = (ts - ts[0]) * (trace_unit_s(header, float(ts[0])) if numbers else 1.0)
-    check_span(path, float(ts[-1]))
-    return ts
+    unit, why = trace_unit(header, float(ts[0])) if numbers else (1.0, "")
+    ts = (ts - ts[0]) * unit
+    stamps = f"numbers in {UNIT_NAMES[unit]} ({why})" if numbers else "ISO date-times"
+    check_span(path, float(ts[-1]), hint="" if not numbers or why.startswith("the header") else
+               "; if the timestamps count milliseconds (or µs, ns) from the trace's start, end the header's first "
+               "column with the unit (e.g. `timestamp_ms`)")
+    return TraceReading(ts, stamps)
 
 
-def check_span(path: Path, span_s: float, how: str = "") -> None:
+def check_span(path: Path, span_s: float, how: str = "", hint: str = "") -> None:
     """A replay's per-second counts are held whole: its span bounds their memory (`MAX_TRACE_SPAN_S`).
-    A span under a second has no rate to replay: its arrivals would all land in the replay's first second."""
+    A span under a second has no rate to replay: its arrivals would all land in the replay's first second.
+    *hint*: what to do when the span is too long because the unit was guessed."""
     if span_s < 1.0:
         raise UsageError(f"{path}: spans {span_s:.3g} s{how}; a replay needs a second or more between its first "
                          "and last rows")
     if not span_s <= MAX_TRACE_SPAN_S:
         raise UsageError(f"{path}: spans {span_s / 86_400:.3g} days{how}; a replay spans at most "
-                         f"{MAX_TRACE_SPAN_S / 86_400:g} days")
+                         f"{MAX_TRACE_SPAN_S / 86_400:g} days{hint}")
 
 
 def check_positive(value: float, what: str) -> None:
@@ -345,7 +378,8 @@ def replay(path: Path, time_scale: float = 1.0, rate_scale: float = 1.0, target_
     check_positive(rate_scale, "rate-scale")
     if target_rps is not None:
         check_positive(target_rps, "the target rate (req/s)")
-    ts = load_trace_timestamps(path) * time_scale
+    reading = read_trace(path)
+    ts = reading.timestamps * time_scale
     check_span(path, float(ts[-1]), f" at time-scale {time_scale:g}")
     duration = float(ts[-1]) + 1e-6
     if target_rps is not None:
@@ -371,4 +405,4 @@ def replay(path: Path, time_scale: float = 1.0, rate_scale: float = 1.0, target_
         return float(counts_per_s[i]) if 0 <= i < len(counts_per_s) else 0.0
 
     return Scenario(f"trace:{path.name}", duration, rate, f"replay of {path.name}", float(counts_per_s.max()),
-                    timestamps=arr)
+                    timestamps=arr, reading=reading.text)

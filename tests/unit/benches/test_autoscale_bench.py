@@ -322,6 +322,19 @@ def test_a_replayed_trace_is_recorded_beside_the_default_under_a_name_that_is_on
     assert benchreport.trace_flags({}) == ""
 
 
+def test_a_replayed_trace_s_page_says_how_its_timestamps_were_read(tmp_path: Path) -> None:
+    from tidescale.benches.autoscale import report as benchreport
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("t_ms\n0\n1500\n3000\n")
+    opts = benchreport.BenchOptions(None, ("oracle",), quick=True, trace=trace)
+    setup = opts.traced(bench.build_scenarios(1200.0, 800.0, trace))
+    assert setup == {"trace": "t.csv", "target_rps": None, "trace_reading": "3 requests over 3 s (0.000833 h); "
+                     "timestamps read as numbers in milliseconds (the header's 'ms')"}
+    assert opts.traced() == {"trace": "t.csv", "target_rps": None}  # before the scenarios are built
+    assert benchreport.BenchOptions(None, ("oracle",), quick=True).traced() == {}
+
+
 def test_another_sizing_is_recorded_beside_the_shipped_one_and_says_what_ran() -> None:
     from tidescale.benches.autoscale import report as benchreport
 

@@ -99,6 +99,8 @@ def test_a_trace_is_split_on_a_page_of_its_own_and_named_on_its_command(tmp_path
     text = "\n".join(cost_split.lines(doc))
     assert "`trace`: the trace my-trace played three times as fast" in text and "600 req/s on average" in text
     assert "20-minute scenarios" not in text  # the trace alone, at its own length
+    assert doc["setup"]["trace_reading"].startswith("3,000 requests over ")
+    assert "timestamps read as numbers in seconds (no unit in the header's last word))" in text
     assert cost_split.write(doc, tmp_path)[0].name == "autoscale-cost-trace-my-trace.md"
 
 

@@ -19,6 +19,7 @@ from tidescale.sim.traffic import (
     MAX_TRACE_SPAN_S,
     load_trace_timestamps,
     lulls,
+    read_trace,
     replay,
     scenario,
     stepped_poisson_arrivals,
@@ -172,6 +173,35 @@ def test_a_trace_is_read_in_the_unit_of_its_timestamps(tmp_path: Path, text: str
     path = tmp_path / "t.csv"
     path.write_text(text)
     assert load_trace_timestamps(path) == pytest.approx(expected, abs=1e-6)
+
+
+@pytest.mark.parametrize(("text", "stamps"), [
+    ("0\n1.5\n", "numbers in seconds (no unit in the header's last word)"),
+    ("arrival time (us)\n0\n1500000\n", "numbers in microseconds (the header's 'us')"),
+    ("1700158546680\n1700158548180\n", "numbers in milliseconds (their size (1.7e+12: since the epoch))"),
+    ("when\n2023-11-16T17:15:46Z\n2023-11-16T17:15:48Z\n", "ISO date-times"),
+])
+def test_a_replay_says_how_it_read_its_timestamps(tmp_path: Path, text: str, stamps: str) -> None:
+    """A unit read wrongly is silent in the figures (an hour in relative milliseconds replays as 42
+    days at a thousandth of its rate): the reading, with its span, is shown for someone to check."""
+    path = tmp_path / "t.csv"
+    path.write_text(text)
+    reading = read_trace(path)
+    assert reading.stamps == stamps
+    assert reading.text.endswith(f"timestamps read as {stamps}") and reading.text.startswith("2 requests over ")
+    assert replay(path).reading == reading.text
+
+
+@pytest.mark.parametrize(("header", "hinted"), [("", True), ("offset\n", True), ("offset_ms\n", False),
+                                                ("offset_s\n", False), ("time\n", True)])
+def test_a_span_too_long_for_a_guessed_unit_says_how_to_name_it(tmp_path: Path, header: str, hinted: bool) -> None:
+    """An hour stamped in milliseconds from its start, with no unit in the header, reads as 42 days:
+    the refusal says how to name the unit, unless the header named one (here 42 days in milliseconds)."""
+    path = tmp_path / "t.csv"
+    path.write_text(header + "0\n1200000\n" + ("3600000000" if header.startswith("offset_") else "3600000") + "\n")
+    with pytest.raises(UsageError, match="a replay spans at most 31 days") as exc:
+        load_trace_timestamps(path)
+    assert ("end the header's first column with the unit (e.g. `timestamp_ms`)" in str(exc.value)) == hinted
 
 
 def test_a_row_the_csv_module_cannot_read_is_refused_by_line(tmp_path: Path) -> None:

@@ -136,6 +136,8 @@ def run(names: Sequence[str] | None = None, draws: int = DEFAULT_DRAWS, jobs: in
     available = bench.build_scenarios(QUICK_S, opts.base_rps, trace, target_rps)
     chosen = list(names) if names else ["trace"] if trace else default_scenarios(available)
     bench.check_scenarios(chosen, list(available))
+    if reading := (traced := opts.traced(available)).get("trace_reading"):
+        progress(f"trace: {reading}")
     curve, queue_policy, cfg, capacity = replica_setup(opts)
     params = SimParams(curve, cfg, bench.DEFAULT_COLD_START_S, opts.slo_s)
     started = time.monotonic()
@@ -145,7 +147,6 @@ def run(names: Sequence[str] | None = None, draws: int = DEFAULT_DRAWS, jobs: in
     by_scenario: dict[str, dict[str, Any]] = {}
     for (name, seed), result in zip(work, results, strict=True):
         by_scenario.setdefault(name, {})[str(seed)] = result
-    traced = opts.traced()
     return {
         "benchmark": page_name(names, trace.name if trace else None),
         "setup": {"command": "tidescale bench cost" + trace_flags(traced)
@@ -209,7 +210,8 @@ def scenarios_text(setup: Mapping[str, Any]) -> str:
     rate = setup.get("target_rps") or setup["base_rps"]
     return (text + " and " if text else "") + (
         f"`trace`: the trace {trace_slug(setup['trace'])} played three times as fast (an hour in 20 minutes), "
-        f"rescaled to {rate:g} req/s on average, each draw but seed 0 shifted in time")
+        f"rescaled to {rate:g} req/s on average, each draw but seed 0 shifted in time"
+        + (f" ({setup['trace_reading']})" if setup.get("trace_reading") else ""))
 
 
 def plot(doc: Mapping[str, Any], path: Path) -> None:

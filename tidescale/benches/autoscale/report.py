@@ -155,10 +155,15 @@ class BenchOptions:
         return page_paths(kind, self.scenarios or (), self.slo_s, self.client_retries, self.sizing, self.scheduler,
                           self.profile_replicas, self.trace.name if self.trace else None)
 
-    def traced(self) -> dict[str, Any]:
-        """What a page's setup records of the trace replayed (`--trace`: its file's name) and the mean
-        rate it was rescaled to; nothing without one."""
-        return {"trace": self.trace.name, "target_rps": self.target_rps} if self.trace else {}
+    def traced(self, available: Mapping[str, bench.BenchScenario] | None = None) -> dict[str, Any]:
+        """What a page's setup records of the trace replayed (`--trace`: its file's name), the mean
+        rate it was rescaled to, and how its file was read (from *available*, the built scenarios);
+        nothing without one."""
+        if not self.trace:
+            return {}
+        reading = available["trace"].traffic.reading if available and "trace" in available else ""
+        return {"trace": self.trace.name, "target_rps": self.target_rps, **({"trace_reading": reading} if reading
+                                                                           else {})}
 
     def queue_policy_of(self, curve: ServiceCurve) -> dict[str, Any]:
         """The queue policy every replica runs: what tidescale recommends, none, or the given timeout."""
@@ -289,6 +294,8 @@ def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
     available = bench.build_scenarios(duration, opts.base_rps, opts.trace, opts.target_rps)
     names = opts.scenarios or default_scenarios(available, opts.trace)
     bench.check_scenarios(names, list(available))
+    if reading := opts.traced(available).get("trace_reading"):
+        progress(f"trace: {reading}")
     curve, queue_policy, cfg, capacity = replica_setup(opts)
     replica_rps = max(capacity, curve.max_throughput())
     sweeps = opts.peer_sweeps(capacity)
@@ -318,7 +325,7 @@ def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
                   "queue_policy": queue_policy["kind"],
                   "tidescale_headroom": opts.headroom, "headroom_sweep": list(opts.headroom_sweep),
                   "capacity_errors": list(opts.capacity_errors), "scenarios_named": list(opts.scenarios or []),
-                  **opts.traced(),
+                  **opts.traced(available),
                   # which policies ran and at which settings, where not all of them over their sweeps
                   **({"policies_named": list(opts.policies)} if opts.policies != pol.ALL_POLICIES else {}),
                   **({"peer_settings": list(opts.peer_settings)} if opts.peer_settings else {}),
@@ -469,6 +476,7 @@ def markdown(doc: dict[str, Any]) -> str:
         "",
         f"- traffic: base {s['base_rps']:g} req/s, {s['duration_s']:g} s per scenario{_own_durations(doc)} (plus a "
         f"120 s unscored warm-up); SLO: P99 ≤ {s['slo_latency_threshold_s']:g} s",
+        *([f"- trace: {s['trace_reading']}"] if s.get("trace_reading") else []),
         *_history_lines(doc),
         f"- replica: {s['curve']}, batcher {s['batcher']} ({s.get('scheduler', 'stepped')} scheduler model, "
         "docs/sim.md); capacity at the SLO (simulated load test) "

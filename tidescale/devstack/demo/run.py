@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import signal
 import time
@@ -31,9 +32,7 @@ FAULT_MODEL, FAULT_VERSION = "ctr_ranker", "1"
 def build_scenario(s: DemoSettings) -> Scenario:
     if s.trace_csv is not None:
         sc = replay(s.trace_csv, time_scale=s.time_scale, target_rps=s.base_rps, seed=s.seed)
-        if sc.duration_s > s.duration_s:
-            return Scenario(sc.name, s.duration_s, sc.rate, sc.description, sc.peak_rps, sc.timestamps)
-        return sc
+        return dataclasses.replace(sc, duration_s=min(sc.duration_s, s.duration_s))
     return scenario(s.scenario, s.base_rps, s.duration_s)
 
 
@@ -242,6 +241,8 @@ def run_demo(s: DemoSettings, out: Path) -> dict[str, Any]:
     sc = build_scenario(s)
     out.mkdir(parents=True, exist_ok=True)
     console = Console(stderr=True)
+    if sc.reading:
+        console.print(f"trace {sc.name.removeprefix('trace:')}: {sc.reading}", markup=False, highlight=False)
     opts = StackOptions(replicas=s.min_replicas, min_replicas=s.min_replicas, max_replicas=s.max_replicas,
                         cold_start_s=s.cold_start_s, slo_latency_threshold_s=s.slo_latency_threshold_s, seed=s.seed,
                         curve_scale=s.curve_scale)

@@ -137,6 +137,8 @@ def run_command(
     if set(mix) - known:
         raise UsageError(f"--models: unknown {sorted(set(mix) - known)}; known: {sorted(known)}")
     err = Console(stderr=True)
+    if sc.reading:
+        err.print(f"trace {sc.name.removeprefix('trace:')}: {sc.reading}", markup=False, highlight=False)
     with _workdir(workdir, "tidescale-sim-") as wd:
         stack = FleetStack(wd, with_load_seconds(DEFAULT_MODELS, cfg.cold_start), replicas=cfg.replicas,
                            namespace=cfg.namespace, deployment=cfg.deployment, trace=cfg.trace(),
