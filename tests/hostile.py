@@ -145,6 +145,12 @@ MARKUP_TEXT: list[tuple[str, str]] = [
     ("carriage-return", "AsString\rMatMul  "),
 ]
 
+# Release names at the edge of what helm takes, for the names the chart makes: the longest (53 characters,
+# so that `<release>-tidescale-<component>` passes 63), and one with a digit first (no Service name before
+# Kubernetes 1.36).
+LONGEST_RELEASE = "a" * 44 + "-" + "b" * 8
+DIGIT_FIRST_RELEASE = "1st"
+
 # How a configured token may be written that must still match `Bearer <token>` ("{}" is the token): a
 # Kubernetes Secret made from a file ends in a newline.
 TOKEN_SPELLINGS: list[tuple[str, str]] = [

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from tests.e2e.conftest import KEDA_BUILD, Cluster, chart, wait_for_targets_up
+from tests.hostile import DIGIT_FIRST_RELEASE, LONGEST_RELEASE
 from tests.waiting import wait_for
 from tidescale.devstack.cluster import addons
 
@@ -149,7 +150,7 @@ def test_the_api_server_takes_every_object_of_a_long_or_digit_first_release(clus
     namespace = "e2e-names"
     cluster.kubectl("create", "namespace", namespace, check=False)
     try:
-        for name in ("a" * 44 + "-" + "b" * 8, "1st"):
+        for name in (LONGEST_RELEASE, DIGIT_FIRST_RELEASE):
             rendered = cluster.helm("template", name, str(chart()), "--dry-run=server", "--namespace", namespace,
                                     "--set", KPS, "--set", "profileCapture.enabled=true",
                                     "--set", "profileCapture.target=triton:6009", "--set", "profileCapture.model=m")

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from tests.crds import openapi_schema
+from tests.hostile import DIGIT_FIRST_RELEASE, LONGEST_RELEASE
 from tests.paths import REPO
 from tidescale.devstack import tools
 
@@ -892,7 +893,6 @@ def test_exporter_job_is_stable_for_any_release_name(tmp: Path) -> None:
     assert f'up{{job="{default_config().exporter_job}"}}' in down["expr"]
 
 
-LONGEST_RELEASE = "a" * 44 + "-" + "b" * 8  # 53 characters, the longest release name helm allows
 DNS_1035_LABEL = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
@@ -925,7 +925,7 @@ def test_the_longest_release_name_gives_every_object_a_name_of_its_own(tmp: Path
 
 @pytest.mark.parametrize(("release", "kube_version", "problem"), [
     ("ml.prod", "1.36.3", "no dots"),
-    ("1st", "1.35.0", "a letter first before Kubernetes 1.36"),
+    (DIGIT_FIRST_RELEASE, "1.35.0", "a letter first before Kubernetes 1.36"),
 ])
 def test_a_release_name_no_service_can_carry_is_refused_with_the_way_out(
         tmp: Path, release: str, kube_version: str, problem: str) -> None:
@@ -942,7 +942,7 @@ def test_a_release_name_no_service_can_carry_is_refused_with_the_way_out(
 
 
 def test_a_digit_first_release_name_is_a_service_name_from_kubernetes_1_36(tmp: Path) -> None:
-    result = helm("template", "1st", str(CHART), "--namespace", "mon", "--kube-version", "1.36.3")
+    result = helm("template", DIGIT_FIRST_RELEASE, str(CHART), "--namespace", "mon", "--kube-version", "1.36.3")
     assert result.returncode == 0, result.stderr
 
 
