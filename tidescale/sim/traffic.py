@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 
@@ -294,10 +295,38 @@ class TraceReading:
             f"{self.stamps}"
 
 
-def _csv_rows(path: Path, fh: Iterable[str]) -> Iterator[list[str]]:
+# Separators other than the comma that exports use: tab-separated files, and spreadsheets in locales
+# whose decimal mark is the comma (`0,5;12`).
+OTHER_DELIMITERS = ("\t", ";", "|")
+DELIMITER_SAMPLE_LINES, DELIMITER_SAMPLE_CHARS = 20, 64 * 1024
+
+
+def trace_delimiter(lines: Iterable[str]) -> str:
+    """The field separator of a trace's first lines: one of `OTHER_DELIMITERS` that every line holds at
+    least as often as a comma, else the comma. Read with commas, a tab-separated trace's whole row was
+    its first column, and no row a timestamp."""
+    sample = [line for line in lines if line.strip()]
+    for delimiter in OTHER_DELIMITERS:
+        if sample and all(line.count(delimiter) >= max(1, line.count(",")) for line in sample):
+            return delimiter
+    return ","
+
+
+def _first_lines(fh: TextIO) -> list[str]:
+    """A file's first lines, from at most `DELIMITER_SAMPLE_CHARS` of it (a 1 GB line is not read whole;
+    a line the sample cuts is left out unless it is the only one), the file rewound."""
+    text = fh.read(DELIMITER_SAMPLE_CHARS)
+    fh.seek(0)
+    lines = text.splitlines()
+    if len(text) == DELIMITER_SAMPLE_CHARS and len(lines) > 1:
+        lines.pop()
+    return lines[:DELIMITER_SAMPLE_LINES]
+
+
+def _csv_rows(path: Path, fh: Iterable[str], delimiter: str = ",") -> Iterator[list[str]]:
     """The rows of a CSV; a row the csv module cannot read (a field past its 128 KiB limit) is a
     UsageError naming its line."""
-    reader = csv.reader(fh)
+    reader = csv.reader(fh, delimiter=delimiter)
     try:
         yield from reader
     except csv.Error as exc:
@@ -321,7 +350,8 @@ def read_trace(path: Path, max_rows: int = MAX_TRACE_ROWS) -> TraceReading:
     header: str | None = None
     numbers = True  # every timestamp a number (of the unit `trace_unit` finds), none a date-time
     with path.open(newline="", encoding="utf-8-sig", errors="replace") as fh:  # a spreadsheet's BOM is no header
-        for lineno, row in enumerate(_csv_rows(path, fh), start=1):
+        delimiter = trace_delimiter(_first_lines(fh))
+        for lineno, row in enumerate(_csv_rows(path, fh, delimiter), start=1):
             if not row or not row[0].strip():
                 continue
             try:

@@ -23,6 +23,7 @@ from tidescale.sim.traffic import (
     replay,
     scenario,
     stepped_poisson_arrivals,
+    trace_delimiter,
     weekend,
     workday,
 )
@@ -162,6 +163,8 @@ def test_malformed_trace_names_the_line(tmp_path: Path) -> None:
     ("1700158546680000000\n1700158548180000000\n", [0.0, 1.5]),  # epoch nanoseconds
     ("1700158546.68\n1700158548.18\n", [0.0, 1.5]),  # epoch seconds
     ("\ufeff0\n1.5\n", [0.0, 1.5]),  # a byte-order mark (a spreadsheet's export) is no header
+    ("timestamp\ttokens\n0\t5\n1.5\t7\n", [0.0, 1.5]),  # tab-separated
+    ("\ufeffTIMESTAMP;ContextTokens\n2023-11-16 18:15:46.5;1\n2023-11-16 18:15:48;2\n", [0.0, 1.5]),  # a locale's
     # ISO 8601 whole: offsets, Z, seven fractional digits; the header's unit is no date-time's
     ("time_ms\n2023-11-16T18:15:46.5+01:00\n2023-11-16T17:15:48Z\n2023-11-16 17:15:49.5000000\n",
      [0.0, 1.5, 3.0]),
@@ -202,6 +205,27 @@ def test_a_span_too_long_for_a_guessed_unit_says_how_to_name_it(tmp_path: Path, 
     with pytest.raises(UsageError, match="a replay spans at most 31 days") as exc:
         load_trace_timestamps(path)
     assert ("end the header's first column with the unit (e.g. `timestamp_ms`)" in str(exc.value)) == hinted
+
+
+@pytest.mark.parametrize(("lines", "delimiter"), [
+    (["ts,a;b,c", "0,x;y,1"], ","),  # a semicolon inside a comma-separated row
+    (["0;12", "1;13"], ";"),
+    (["0,5;12", "1,5;13"], ";"),  # a decimal comma: refused by its line, not read as the timestamp 0
+    (["t|n", "0|1"], "|"),
+    (["t\tn", "0\t1", "", "2\t1"], "\t"),  # blank lines say nothing
+    (["t\tn", "0,1"], ","),  # one separator for the whole file, or the comma
+    (["0", "1"], ","),
+    ([], ","),
+])
+def test_a_trace_s_separator_is_the_one_its_lines_hold(lines: list[str], delimiter: str) -> None:
+    assert trace_delimiter(lines) == delimiter
+
+
+def test_a_decimal_comma_is_refused_by_its_line_not_read_as_a_whole_second(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("t;n\n0,5;12\n1,5;13\n")
+    with pytest.raises(UsageError, match=r"t.csv:2: first column '0,5' is not a timestamp"):
+        load_trace_timestamps(path)
 
 
 def test_a_row_the_csv_module_cannot_read_is_refused_by_line(tmp_path: Path) -> None:
