@@ -10,7 +10,7 @@ import csv
 import dataclasses
 import math
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -323,6 +323,28 @@ def _first_lines(fh: TextIO) -> list[str]:
     return lines[:DELIMITER_SAMPLE_LINES]
 
 
+# Words of a header that name its time column: `TIMESTAMP`, `arrival_time_ms`, `arrivalTime`, `ts`.
+TIME_WORDS = frozenset({"timestamp", "time", "ts", "arrival", "date", "datetime"})
+
+
+def time_column(header: Sequence[str]) -> int:
+    """The column a header names as the time: the first with a word of `TIME_WORDS` (camelCase split),
+    else the first. A trace whose first column is a request id read the ids as seconds, one a second."""
+    for i, name in enumerate(header):
+        words = re.split(r"[^a-z0-9]+", re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", name).lower())
+        if TIME_WORDS & set(words):
+            return i
+    return 0
+
+
+def _is_timestamp(cell: str) -> bool:
+    try:
+        _parse_timestamp(cell)
+    except ValueError:
+        return False
+    return True
+
+
 def _csv_rows(path: Path, fh: Iterable[str], delimiter: str = ",") -> Iterator[list[str]]:
     """The rows of a CSV; a row the csv module cannot read (a field past its 128 KiB limit) is a
     UsageError naming its line."""
@@ -339,28 +361,32 @@ def load_trace_timestamps(path: Path, max_rows: int = MAX_TRACE_ROWS) -> np.ndar
 
 
 def read_trace(path: Path, max_rows: int = MAX_TRACE_ROWS) -> TraceReading:
-    """Seconds since the first request, from a CSV whose first column is a timestamp: an ISO date-time,
-    or a number of seconds, or of the unit the header names or the epoch's size gives (`trace_unit`).
+    """Seconds since the first request, from a CSV with a timestamp per request: an ISO date-time, or a
+    number of seconds, or of the unit the header names or the epoch's size gives (`trace_unit`). The
+    timestamp is the first column, or the one a header names as the time (`time_column`).
 
     A header row is allowed; any other unparsable row is a UsageError naming its line.
     """
     if not path.is_file():
         raise UsageError(f"trace file {path} does not exist")
     out: list[float] = []
-    header: str | None = None
+    header: list[str] = []
+    column = 0
     numbers = True  # every timestamp a number (of the unit `trace_unit` finds), none a date-time
     with path.open(newline="", encoding="utf-8-sig", errors="replace") as fh:  # a spreadsheet's BOM is no header
         delimiter = trace_delimiter(_first_lines(fh))
         for lineno, row in enumerate(_csv_rows(path, fh, delimiter), start=1):
-            if not row or not row[0].strip():
+            if not any(cell.strip() for cell in row):
                 continue
+            if lineno == 1 and not _is_timestamp(row[0]):
+                header, column = row, time_column(row)
+                continue
+            cell = row[column] if column < len(row) else ""
             try:
-                at, number = _parse_timestamp(row[0])
+                at, number = _parse_timestamp(cell)
             except ValueError:
-                if lineno == 1:
-                    header = row[0]
-                    continue
-                raise UsageError(f"{path}:{lineno}: first column {row[0]!r} is not a timestamp "
+                name = "first column" if column == 0 else f"column {header[column]!r}"
+                raise UsageError(f"{path}:{lineno}: {name} {cell!r} is not a timestamp "
                                  "(ISO date-time or seconds)") from None
             out.append(at)
             numbers &= number
@@ -369,12 +395,13 @@ def read_trace(path: Path, max_rows: int = MAX_TRACE_ROWS) -> TraceReading:
     if len(out) < 2:
         raise UsageError(f"{path}: needs at least two timestamped rows")
     ts = np.sort(np.asarray(out, dtype=float))
-    unit, why = trace_unit(header, float(ts[0])) if numbers else (1.0, "")
+    unit, why = trace_unit(header[column] if header else None, float(ts[0])) if numbers else (1.0, "")
     ts = (ts - ts[0]) * unit
-    stamps = f"numbers in {UNIT_NAMES[unit]} ({why})" if numbers else "ISO date-times"
+    stamps = (f"numbers in {UNIT_NAMES[unit]} ({why})" if numbers else "ISO date-times") + (
+        f", from the column {header[column]!r}" if column else "")
     check_span(path, float(ts[-1]), hint="" if not numbers or why.startswith("the header") else
-               "; if the timestamps count milliseconds (or µs, ns) from the trace's start, end the header's first "
-               "column with the unit (e.g. `timestamp_ms`)")
+               "; if the timestamps count milliseconds (or µs, ns) from the trace's start, end their column's "
+               "header with the unit (e.g. `timestamp_ms`)")
     return TraceReading(ts, stamps)
 
 

@@ -23,6 +23,7 @@ from tidescale.sim.traffic import (
     replay,
     scenario,
     stepped_poisson_arrivals,
+    time_column,
     trace_delimiter,
     weekend,
     workday,
@@ -204,7 +205,7 @@ def test_a_span_too_long_for_a_guessed_unit_says_how_to_name_it(tmp_path: Path, 
     path.write_text(header + "0\n1200000\n" + ("3600000000" if header.startswith("offset_") else "3600000") + "\n")
     with pytest.raises(UsageError, match="a replay spans at most 31 days") as exc:
         load_trace_timestamps(path)
-    assert ("end the header's first column with the unit (e.g. `timestamp_ms`)" in str(exc.value)) == hinted
+    assert ("end their column's header with the unit (e.g. `timestamp_ms`)" in str(exc.value)) == hinted
 
 
 @pytest.mark.parametrize(("lines", "delimiter"), [
@@ -219,6 +220,30 @@ def test_a_span_too_long_for_a_guessed_unit_says_how_to_name_it(tmp_path: Path, 
 ])
 def test_a_trace_s_separator_is_the_one_its_lines_hold(lines: list[str], delimiter: str) -> None:
     assert trace_delimiter(lines) == delimiter
+
+
+@pytest.mark.parametrize(("header", "column"), [
+    (["request_id", "TIMESTAMP", "tokens"], 1),
+    (["id", "arrivalTime", "end_time"], 1),  # camelCase; the first time column
+    (["model", "time (us)"], 1),
+    (["runtime_ms", "ts"], 1),  # a run time is no time of day
+    (["t", "n"], 0),  # none named: the first, as always
+    (["TIMESTAMP", "ContextTokens"], 0),
+])
+def test_a_header_names_the_time_column(header: list[str], column: int) -> None:
+    assert time_column(header) == column
+
+
+def test_a_trace_whose_time_is_not_its_first_column_is_read_by_its_header(tmp_path: Path) -> None:
+    """Read by its first column, a trace of request ids replayed one request a second, whatever its times."""
+    path = tmp_path / "t.csv"
+    path.write_text("request_id,arrival_time_ms,tokens\n7,1000,5\n8,2500,6\n9,4000\n")
+    reading = read_trace(path)
+    assert reading.timestamps == pytest.approx([0.0, 1.5, 3.0])
+    assert reading.stamps == "numbers in milliseconds (the header's 'ms'), from the column 'arrival_time_ms'"
+    path.write_text("request_id,timestamp\n7,0\n8\n")
+    with pytest.raises(UsageError, match=r"t.csv:3: column 'timestamp' '' is not a timestamp"):
+        read_trace(path)
 
 
 def test_a_decimal_comma_is_refused_by_its_line_not_read_as_a_whole_second(tmp_path: Path) -> None:
