@@ -252,7 +252,7 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
         quick: bool = typer.Option(False, "--quick", help="20-minute scenarios instead of an hour."),
         scenario: list[str] = typer.Option([], "--scenario", help="Scenario name (repeatable); default all."),
         policy: list[str] = typer.Option([], "--policy", help="Policy name (repeatable); default all."),
-        trace: Path | None = typer.Option(None, "--trace", help="CSV whose first column is a timestamp."),
+        trace: Path | None = typer.Option(None, "--trace", help=TRACE_HELP + "."),
         target_rps: float | None = typer.Option(None, "--target-rps", help="Mean rate the trace is rescaled to."),
         slo_latency_threshold: float = SLO_OPTION,
         seed: int = typer.Option(0, "--seed", min=0),
@@ -375,8 +375,8 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
         draws: int | None = typer.Option(None, "--draws", help="Draws per scenario: seeds 0 .. N-1 (2 to 100; "
                                          "default 13, the autoscale page's)."),
         jobs: int = typer.Option(1, "--jobs", help=PAIR_JOBS_HELP),
-        trace: Path | None = typer.Option(None, "--trace", help="CSV whose first column is a timestamp: replayed "
-                                          "alone (an hour in 20 minutes), each draw shifted in time."),
+        trace: Path | None = typer.Option(None, "--trace", help=TRACE_HELP + ": replayed alone "
+                                          "(an hour in 20 minutes), each draw shifted in time."),
         target_rps: float | None = typer.Option(None, "--target-rps", help="Mean rate the trace is rescaled to."),
         write: bool = typer.Option(True, "--write/--no-write",
                                    help="Record docs/benchmarks/autoscale-cost[-trace-<file>][-<scenarios>].md + PNG."),
@@ -398,6 +398,8 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
 
 
 PAIR_SCENARIO_HELP = "Scenario name (repeatable); default every 20-minute one, the named groups' included."
+TRACE_HELP = ("CSV with a timestamp per request (ISO, or a number in the unit its header's last word names), in "
+              "the first column or the one its header names as the time")
 PAIR_DRAWS_HELP = "Draws per scenario: seeds 0 .. N-1 (2 to 100; default 20)."
 PAIR_JOBS_HELP = "Draws simulated at once, in forked workers; the results are the same, the wall time shorter."
 
