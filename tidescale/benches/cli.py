@@ -254,6 +254,7 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
         policy: list[str] = typer.Option([], "--policy", help="Policy name (repeatable); default all."),
         trace: Path | None = typer.Option(None, "--trace", help=TRACE_HELP + "."),
         target_rps: float | None = typer.Option(None, "--target-rps", help="Mean rate the trace is rescaled to."),
+        trace_unit: str | None = typer.Option(None, "--trace-unit", help=TRACE_UNIT_HELP),
         slo_latency_threshold: float = SLO_OPTION,
         seed: int = typer.Option(0, "--seed", min=0),
         queue_policy: str = typer.Option(
@@ -311,7 +312,7 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
                                         peer_settings=tuple(peer_setting), extra_seeds=tuple(extra_seed),
                                         capacity_errors=tuple(capacity_error), client_retries=client_retries,
                                         jobs=jobs, sizing=sizing, scheduler=scheduler,
-                                        profile_replicas=profile_replicas,
+                                        profile_replicas=profile_replicas, trace_unit=trace_unit,
                                         **({} if oracle_search is None else {"oracle_search": oracle_search}))
         err = Console(stderr=True)
         with progress_lines(err, "autoscale benchmark") as tell:
@@ -378,6 +379,7 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
         trace: Path | None = typer.Option(None, "--trace", help=TRACE_HELP + ": replayed alone "
                                           "(an hour in 20 minutes), each draw shifted in time."),
         target_rps: float | None = typer.Option(None, "--target-rps", help="Mean rate the trace is rescaled to."),
+        trace_unit: str | None = typer.Option(None, "--trace-unit", help=TRACE_UNIT_HELP),
         write: bool = typer.Option(True, "--write/--no-write",
                                    help="Record docs/benchmarks/autoscale-cost[-trace-<file>][-<scenarios>].md + PNG."),
     ) -> None:
@@ -390,7 +392,7 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
         err = Console(stderr=True)
         with progress_lines(err, "autoscale cost benchmark") as tell:
             doc = cost_split.run(scenario or None, cost_split.DEFAULT_DRAWS if draws is None else draws, jobs,
-                                 progress=tell, trace=trace, target_rps=target_rps)
+                                 progress=tell, trace=trace, target_rps=target_rps, trace_unit=trace_unit)
         if write:
             md, png = cost_split.write(doc)
             err.print(f"wrote {md} and {png}")
@@ -400,6 +402,8 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
 PAIR_SCENARIO_HELP = "Scenario name (repeatable); default every 20-minute one, the named groups' included."
 TRACE_HELP = ("CSV with a timestamp per request (ISO, or a number in the unit its header's last word names), in "
               "the first column or the one its header names as the time")
+TRACE_UNIT_HELP = ("The unit of the trace's numeric timestamps, s, ms, us or ns, whatever its header or their size "
+                   "say (relative milliseconds read as seconds otherwise).")
 PAIR_DRAWS_HELP = "Draws per scenario: seeds 0 .. N-1 (2 to 100; default 20)."
 PAIR_JOBS_HELP = "Draws simulated at once, in forked workers; the results are the same, the wall time shorter."
 

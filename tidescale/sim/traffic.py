@@ -278,6 +278,13 @@ def trace_unit(header: str | None, first: float) -> tuple[float, str]:
 
 
 UNIT_NAMES = {1.0: "seconds", 1e-3: "milliseconds", 1e-6: "microseconds", 1e-9: "nanoseconds"}
+# The units a replay may be told its numeric timestamps are in, whatever the header or their size say.
+TRACE_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+
+
+def check_trace_unit(unit: str | None, what: str = "a trace's timestamp unit") -> None:
+    if unit is not None and unit not in TRACE_UNITS:
+        raise UsageError(f"{what} must be one of {', '.join(TRACE_UNITS)}, got {unit!r}")
 
 
 @dataclass(frozen=True)
@@ -360,13 +367,15 @@ def load_trace_timestamps(path: Path, max_rows: int = MAX_TRACE_ROWS) -> np.ndar
     return read_trace(path, max_rows).timestamps
 
 
-def read_trace(path: Path, max_rows: int = MAX_TRACE_ROWS) -> TraceReading:
+def read_trace(path: Path, max_rows: int = MAX_TRACE_ROWS, unit: str | None = None) -> TraceReading:
     """Seconds since the first request, from a CSV with a timestamp per request: an ISO date-time, or a
     number of seconds, or of the unit the header names or the epoch's size gives (`trace_unit`). The
-    timestamp is the first column, or the one a header names as the time (`time_column`).
+    timestamp is the first column, or the one a header names as the time (`time_column`). A *unit*
+    (`TRACE_UNITS`) given is the numbers' unit, whatever the header or their size say.
 
     A header row is allowed; any other unparsable row is a UsageError naming its line.
     """
+    check_trace_unit(unit)
     if not path.is_file():
         raise UsageError(f"trace file {path} does not exist")
     out: list[float] = []
@@ -395,13 +404,14 @@ def read_trace(path: Path, max_rows: int = MAX_TRACE_ROWS) -> TraceReading:
     if len(out) < 2:
         raise UsageError(f"{path}: needs at least two timestamped rows")
     ts = np.sort(np.asarray(out, dtype=float))
-    unit, why = trace_unit(header[column] if header else None, float(ts[0])) if numbers else (1.0, "")
-    ts = (ts - ts[0]) * unit
-    stamps = (f"numbers in {UNIT_NAMES[unit]} ({why})" if numbers else "ISO date-times") + (
+    unit_s, why = (1.0, "") if not numbers else (TRACE_UNITS[unit], "as given") if unit else \
+        trace_unit(header[column] if header else None, float(ts[0]))
+    ts = (ts - ts[0]) * unit_s
+    stamps = (f"numbers in {UNIT_NAMES[unit_s]} ({why})" if numbers else "ISO date-times") + (
         f", from the column {header[column]!r}" if column else "")
-    check_span(path, float(ts[-1]), hint="" if not numbers or why.startswith("the header") else
+    check_span(path, float(ts[-1]), hint="" if not numbers or unit or why.startswith("the header") else
                "; if the timestamps count milliseconds (or µs, ns) from the trace's start, end their column's "
-               "header with the unit (e.g. `timestamp_ms`)")
+               "header with the unit (e.g. `timestamp_ms`) or name it (--trace-unit ms)")
     return TraceReading(ts, stamps)
 
 
@@ -424,18 +434,18 @@ def check_positive(value: float, what: str) -> None:
 
 
 def replay(path: Path, time_scale: float = 1.0, rate_scale: float = 1.0, target_rps: float | None = None,
-           seed: int = 0) -> Scenario:
+           seed: int = 0, unit: str | None = None) -> Scenario:
     """A scenario replaying a recorded trace.
 
     time_scale < 1 compresses time (0.1 plays an hour in 6 minutes, keeping the rate shape).
     rate_scale multiplies the request rate by thinning (< 1) or by superposing jittered copies (> 1);
-    target_rps, when given, picks rate_scale so the mean rate equals it.
+    target_rps, when given, picks rate_scale so the mean rate equals it; unit, the timestamps' (`read_trace`).
     """
     check_positive(time_scale, "time-scale")
     check_positive(rate_scale, "rate-scale")
     if target_rps is not None:
         check_positive(target_rps, "the target rate (req/s)")
-    reading = read_trace(path)
+    reading = read_trace(path, unit=unit)
     ts = reading.timestamps * time_scale
     check_span(path, float(ts[-1]), f" at time-scale {time_scale:g}")
     duration = float(ts[-1]) + 1e-6

@@ -174,6 +174,8 @@ def test_a_load_test_through_round_robin_reads_more_per_replica_near_a_batchs_ti
     (["--trace", "/nonexistent.csv"], "trace file /nonexistent.csv does not exist"),
     (["--trace", "/nonexistent.csv", "--target-rps", "nan"], "--target-rps must be a finite number > 0, got nan"),
     (["--trace", "/nonexistent.csv", "--target-rps", "-1"], "--target-rps must be a finite number > 0, got -1"),
+    (["--trace-unit", "ms"], "--trace-unit needs --trace"),
+    (["--trace", "/nonexistent.csv", "--trace-unit", "min"], "--trace-unit must be one of s, ms, us, ns, got 'min'"),
     (["--slo-p99", "0"], "--slo-latency-threshold must be a finite number > 0"),
     (["--slo-p99", "nan"], "--slo-latency-threshold must be a finite number > 0"),
     (["--headroom", "0.5"], "--headroom must be a finite factor >= 1"),
@@ -320,6 +322,9 @@ def test_a_replayed_trace_is_recorded_beside_the_default_under_a_name_that_is_on
     assert benchreport.trace_flags({"trace": "my trace`.csv", "target_rps": 50.0}) == (
         " --trace 'my trace?.csv' --target-rps 50")
     assert benchreport.trace_flags({}) == ""
+    assert benchreport.trace_flags({"trace": "t.csv", "target_rps": None, "trace_unit": "ms"}) == (
+        " --trace t.csv --trace-unit ms")
+    assert benchreport.trace_flags({"trace": "t.csv", "trace_unit": "`rm`"}) == " --trace t.csv"  # no unit
 
 
 def test_a_replayed_trace_s_page_says_how_its_timestamps_were_read(tmp_path: Path) -> None:
@@ -333,6 +338,11 @@ def test_a_replayed_trace_s_page_says_how_its_timestamps_were_read(tmp_path: Pat
                      "timestamps read as numbers in milliseconds (the header's 'ms')"}
     assert opts.traced() == {"trace": "t.csv", "target_rps": None}  # before the scenarios are built
     assert benchreport.BenchOptions(None, ("oracle",), quick=True).traced() == {}
+    trace.write_text("offset\n0\n1500\n3000\n")  # relative milliseconds, no unit in the header: told
+    told = benchreport.BenchOptions(None, ("oracle",), quick=True, trace=trace, trace_unit="ms")
+    assert told.traced(bench.build_scenarios(1200.0, 800.0, trace, trace_unit="ms")) == {
+        "trace": "t.csv", "target_rps": None, "trace_unit": "ms",
+        "trace_reading": "3 requests over 3 s (0.000833 h); timestamps read as numbers in milliseconds (as given)"}
 
 
 def test_another_sizing_is_recorded_beside_the_shipped_one_and_says_what_ran() -> None:

@@ -111,6 +111,8 @@ def test_a_trace_is_split_on_a_page_of_its_own_and_named_on_its_command(tmp_path
     (["--target-rps", "5"], "--target-rps needs --trace"),
     (["--trace", "/nonexistent.csv"], "trace file /nonexistent.csv does not exist"),
     (["--trace", "/nonexistent.csv", "--target-rps", "inf"], "--target-rps must be a finite number > 0, got inf"),
+    (["--trace-unit", "ms"], "--trace-unit needs --trace"),
+    (["--trace", "/nonexistent.csv", "--trace-unit", "min"], "--trace-unit must be one of s, ms, us, ns, got 'min'"),
 ])
 def test_bench_cost_bad_input_exits_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:

@@ -222,6 +222,25 @@ def test_a_trace_s_separator_is_the_one_its_lines_hold(lines: list[str], delimit
     assert trace_delimiter(lines) == delimiter
 
 
+def test_a_unit_given_overrides_the_header_and_the_size(tmp_path: Path) -> None:
+    """Relative milliseconds under a header that names no unit (or a JSON export's fixed key) read as
+    seconds unless told."""
+    path = tmp_path / "t.csv"
+    path.write_text("timestamp_s\n0\n1500\n3000\n")
+    reading = read_trace(path, unit="ms")
+    assert reading.timestamps == pytest.approx([0.0, 1.5, 3.0])
+    assert reading.stamps == "numbers in milliseconds (as given)"
+    assert replay(path, unit="ms").duration_s == pytest.approx(3.0)
+    path.write_text("0\n1200000\n3600000\n")
+    with pytest.raises(UsageError, match=r"or name it \(--trace-unit ms\)"):
+        read_trace(path)
+    assert read_trace(path, unit="ms").timestamps[-1] == pytest.approx(3600.0)
+    path.write_text("2023-11-16T17:15:46Z\n2023-11-16T17:15:48Z\n")
+    assert read_trace(path, unit="ns").stamps == "ISO date-times"  # a unit is the numbers' only
+    with pytest.raises(UsageError, match="a trace's timestamp unit must be one of s, ms, us, ns, got 'min'"):
+        read_trace(path, unit="min")
+
+
 @pytest.mark.parametrize(("header", "column"), [
     (["request_id", "TIMESTAMP", "tokens"], 1),
     (["id", "arrivalTime", "end_time"], 1),  # camelCase; the first time column

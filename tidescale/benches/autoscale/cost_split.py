@@ -127,13 +127,14 @@ def summed(draws: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
 
 def run(names: Sequence[str] | None = None, draws: int = DEFAULT_DRAWS, jobs: int = 1,
         progress: Callable[[str], None] = lambda _m: None, trace: Path | None = None,
-        target_rps: float | None = None) -> dict[str, Any]:
+        target_rps: float | None = None, trace_unit: str | None = None) -> dict[str, Any]:
     """Each scenario on seeds 0 .. *draws* - 1: the JSON document. A *trace* (`--trace`) is replayed as
     the autoscale bench's `--quick --trace` replays it (an hour in 20 minutes, at *target_rps* or the
     base rate), its draws shifted in time; alone unless *names* name others beside `trace`."""
     check_draws(draws)
-    opts = BenchOptions(list(names) if names else None, quick=True, jobs=jobs, trace=trace, target_rps=target_rps)
-    available = bench.build_scenarios(QUICK_S, opts.base_rps, trace, target_rps)
+    opts = BenchOptions(list(names) if names else None, quick=True, jobs=jobs, trace=trace, target_rps=target_rps,
+                        trace_unit=trace_unit)
+    available = bench.build_scenarios(QUICK_S, opts.base_rps, trace, target_rps, trace_unit)
     chosen = list(names) if names else ["trace"] if trace else default_scenarios(available)
     bench.check_scenarios(chosen, list(available))
     if reading := (traced := opts.traced(available)).get("trace_reading"):

@@ -45,7 +45,7 @@ from tidescale.sim import BatcherConfig
 from tidescale.sim.batcher import SCHEDULERS
 from tidescale.sim.clients import ClientRetries
 from tidescale.sim.servicecurve import ServiceCurve
-from tidescale.sim.traffic import check_positive
+from tidescale.sim.traffic import TRACE_UNITS, check_positive, check_trace_unit
 
 DOC = BENCH_DIR / "autoscale.md"
 PNG = BENCH_DIR / "autoscale.png"
@@ -113,10 +113,11 @@ class BenchOptions:
     # replicas the capacity's load test runs through the Service's router (1: one replica, what
     # perf_analyzer against one pod gives); the capacity every policy is configured and swept with
     profile_replicas: int = 1
+    trace_unit: str | None = None  # the trace's numeric timestamps' unit (`--trace-unit`; None: header or size)
 
     def __post_init__(self) -> None:
         check_slo_threshold(self.slo_s, SLO_FLAG)
-        check_trace_flags(self.trace, self.target_rps)
+        check_trace_flags(self.trace, self.target_rps, self.trace_unit)
         for h in (self.headroom, *self.headroom_sweep):
             check_headroom(h, "--headroom")
         for f in self.capacity_errors:
@@ -162,8 +163,9 @@ class BenchOptions:
         if not self.trace:
             return {}
         reading = available["trace"].traffic.reading if available and "trace" in available else ""
-        return {"trace": self.trace.name, "target_rps": self.target_rps, **({"trace_reading": reading} if reading
-                                                                           else {})}
+        return {"trace": self.trace.name, "target_rps": self.target_rps,
+                **({"trace_unit": self.trace_unit} if self.trace_unit else {}),
+                **({"trace_reading": reading} if reading else {})}
 
     def queue_policy_of(self, curve: ServiceCurve) -> dict[str, Any]:
         """The queue policy every replica runs: what tidescale recommends, none, or the given timeout."""
@@ -291,7 +293,7 @@ def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
         ) -> tuple[dict[str, Any], dict[str, dict[str, RunResult]]]:
     """All scenarios × policies; returns the JSON document and the runs (for the plot)."""
     duration = QUICK_S if opts.quick else FULL_S
-    available = bench.build_scenarios(duration, opts.base_rps, opts.trace, opts.target_rps)
+    available = bench.build_scenarios(duration, opts.base_rps, opts.trace, opts.target_rps, opts.trace_unit)
     names = opts.scenarios or default_scenarios(available, opts.trace)
     bench.check_scenarios(names, list(available))
     if reading := opts.traced(available).get("trace_reading"):
@@ -608,21 +610,25 @@ def trace_slug(name: str) -> str:
 
 
 def trace_flags(setup: Mapping[str, Any]) -> str:
-    """The `--trace`/`--target-rps` a page's command was run with, from its JSON's setup."""
+    """The `--trace`/`--target-rps`/`--trace-unit` a page's command was run with, from its JSON's setup."""
     if not setup.get("trace"):
         return ""
-    rate = setup.get("target_rps")
+    rate, unit = setup.get("target_rps"), setup.get("trace_unit")
     name = shlex.quote(re.sub(r"[`\x00-\x1f]", "?", str(setup["trace"])))  # one shell word, no code span's end
-    return f" --trace {name}" + ("" if rate is None else f" --target-rps {rate:g}")
+    return f" --trace {name}" + ("" if rate is None else f" --target-rps {rate:g}") + (
+        f" --trace-unit {unit}" if unit in TRACE_UNITS else "")
 
 
-def check_trace_flags(trace: Path | None, target_rps: float | None) -> None:
-    """`--trace` and `--target-rps` as every trace-replaying bench takes them: the rate rescales a trace,
-    so it needs one, and is a finite rate; the file's own errors are the replay's (`traffic.replay`)."""
-    if target_rps is not None and trace is None:
-        raise UsageError("--target-rps needs --trace")
+def check_trace_flags(trace: Path | None, target_rps: float | None, unit: str | None = None) -> None:
+    """`--trace`, `--target-rps` and `--trace-unit` as every trace-replaying bench takes them: the rate
+    and the unit are a trace's, so they need one, and are a finite rate and a unit; the file's own
+    errors are the replay's (`traffic.replay`)."""
+    for flag, given in (("--target-rps", target_rps), ("--trace-unit", unit)):
+        if given is not None and trace is None:
+            raise UsageError(f"{flag} needs --trace")
     if target_rps is not None:
         check_positive(target_rps, "--target-rps")
+    check_trace_unit(unit, "--trace-unit")
 
 
 def _setting(doc: dict[str, Any], peer: str, value: float) -> str:

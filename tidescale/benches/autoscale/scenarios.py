@@ -103,7 +103,7 @@ class BenchScenario:
 
 
 def build_scenarios(duration_s: float, base_rps: float, trace: Path | None = None,
-                    target_rps: float | None = None) -> dict[str, BenchScenario]:
+                    target_rps: float | None = None, trace_unit: str | None = None) -> dict[str, BenchScenario]:
     """The named scenarios (durations scaled to *duration_s*)."""
     at = duration_s * 0.3
     azure = trace or AZURE_TRACE
@@ -121,7 +121,8 @@ def build_scenarios(duration_s: float, base_rps: float, trace: Path | None = Non
     if trace or azure.is_file():  # a trace named (`--trace`) is read, so that a missing one is an error
         name = "trace" if trace else "azure-llm-trace"
         out[name] = BenchScenario(name, replay(azure, time_scale=duration_s / 3600.0,
-                                               target_rps=target_rps or base_rps), DEFAULT_COLD_START_S)
+                                               target_rps=target_rps or base_rps, unit=trace_unit),
+                                  DEFAULT_COLD_START_S)
     out.update(startup_scenarios(duration_s, base_rps))
     out.update(readiness_scenarios(duration_s, base_rps))
     out.update(lull_scenarios(duration_s, base_rps))
