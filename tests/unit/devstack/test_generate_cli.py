@@ -39,6 +39,7 @@ def test_generated_artifacts_have_no_drift() -> None:
     (["demo", "--scenario", "tsunami"], "unknown scenario 'tsunami'"),
     (["demo", "--min-replicas", "5", "--max-replicas", "2"], "min_replicas (5) > max_replicas (2)"),
     (["demo", "--duration", "-3"], "demo.duration_s"),
+    (["demo", "--trace-unit", "min"], "demo.trace_unit"),
 ])
 def test_demo_rejects_bad_settings_before_starting_anything(args: list[str], message: str) -> None:
     out = run(*args)
@@ -53,3 +54,6 @@ def test_demo_names_the_bad_line_of_a_trace_csv(tmp_path: Path) -> None:
     out = run("demo", "--trace-csv", str(bad), "--duration", "5")
     assert out.returncode == 2
     assert "trace.csv:3" in out.stderr
+    bad.write_text("offset\n0\n1200000\n3600000\n")  # relative milliseconds under no unit: 42 days as seconds
+    out = run("demo", "--trace-csv", str(bad), "--duration", "5", "--trace-unit", "us")
+    assert out.returncode == 2 and "spans 0.18 s at time-scale 0.05; a replay needs a second or more" in out.stderr

@@ -25,6 +25,8 @@ def demo_command(
                                              "--on local; on the cluster the default is the four-part story)."),
     base_rps: float | None = typer.Option(None, "--base-rps", help="Mean request rate of the scenario."),
     trace_csv: Path | None = typer.Option(None, "--trace-csv", help="Replay a CSV of request timestamps."),
+    trace_unit: str | None = typer.Option(None, "--trace-unit", help="The unit of --trace-csv's numeric "
+                                          "timestamps, s, ms, us or ns (default: its header's or their size's)."),
     time_scale: float | None = typer.Option(None, "--time-scale", help="Time compression of --trace-csv."),
     min_replicas: int | None = typer.Option(None, "--min-replicas"),
     max_replicas: int | None = typer.Option(None, "--max-replicas"),
@@ -44,8 +46,8 @@ def demo_command(
 
     settings = load_settings(
         DemoSettings, config, duration_s=duration, scenario=scenario, base_rps=base_rps, trace_csv=trace_csv,
-        time_scale=time_scale, min_replicas=min_replicas, max_replicas=max_replicas, cold_start_s=cold_start,
-        inject_faults=faults, live=live, seed=seed, on=on, autoscaling_mode=mode,
+        trace_unit=trace_unit, time_scale=time_scale, min_replicas=min_replicas, max_replicas=max_replicas,
+        cold_start_s=cold_start, inject_faults=faults, live=live, seed=seed, on=on, autoscaling_mode=mode,
     )
     if settings.on == "cluster":
         from tidescale.devstack.demo.on_cluster import run_cluster_demo

@@ -31,7 +31,7 @@ FAULT_MODEL, FAULT_VERSION = "ctr_ranker", "1"
 
 def build_scenario(s: DemoSettings) -> Scenario:
     if s.trace_csv is not None:
-        sc = replay(s.trace_csv, time_scale=s.time_scale, target_rps=s.base_rps, seed=s.seed)
+        sc = replay(s.trace_csv, time_scale=s.time_scale, target_rps=s.base_rps, seed=s.seed, unit=s.trace_unit)
         return dataclasses.replace(sc, duration_s=min(sc.duration_s, s.duration_s))
     return scenario(s.scenario, s.base_rps, s.duration_s)
 

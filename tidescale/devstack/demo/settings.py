@@ -26,6 +26,7 @@ class DemoSettings(ComponentSettings):
     scenario: str = "diurnal-surge"
     base_rps: float = Field(22.0, gt=0, le=2000)
     trace_csv: Path | None = None
+    trace_unit: Literal["s", "ms", "us", "ns"] | None = None  # its numeric timestamps' (None: header or size)
     time_scale: float = Field(0.05, gt=0)
     min_replicas: int = Field(1, ge=1, le=16)
     max_replicas: int = Field(4, ge=1, le=16)

@@ -56,7 +56,7 @@ def parse_model_mix(text: str) -> dict[str, float]:
 
 
 def build_scenario(name: str, base_rps: float, duration: float, trace_csv: Path | None, time_scale: float,
-                   rate_scale: float, seed: int) -> Scenario:
+                   rate_scale: float, seed: int, trace_unit: str | None = None) -> Scenario:
     """A built-in scenario, or a replayed trace cut to *duration* seconds."""
     from dataclasses import replace
 
@@ -66,7 +66,7 @@ def build_scenario(name: str, base_rps: float, duration: float, trace_csv: Path 
         return traffic.scenario(name, base_rps, duration)
     if duration <= 0:
         raise UsageError(f"duration must be > 0 s, got {duration}")
-    sc = traffic.replay(trace_csv, time_scale=time_scale, rate_scale=rate_scale, seed=seed)
+    sc = traffic.replay(trace_csv, time_scale=time_scale, rate_scale=rate_scale, seed=seed, unit=trace_unit)
     return replace(sc, duration_s=min(sc.duration_s, duration))
 
 
@@ -103,6 +103,8 @@ def run_command(
     duration: float | None = typer.Option(None, "--duration", help="Seconds of traffic [120]."),
     base_rps: float | None = typer.Option(None, "--base-rps", help="Base request rate of the scenario [20]."),
     trace_csv: Path | None = typer.Option(None, "--trace-csv", help="Replay a recorded trace instead."),
+    trace_unit: str | None = typer.Option(None, "--trace-unit", help="Unit of the trace's numeric timestamps: "
+                                          "s, ms, us or ns [its header's, or their size's]."),
     time_scale: float | None = typer.Option(None, "--time-scale", help="Trace time factor (0.1: 1 h in 6 min)."),
     rate_scale: float | None = typer.Option(None, "--rate-scale", help="Trace rate factor [1]."),
     cold_start: float | None = typer.Option(None, "--cold-start", help="Model load seconds per replica start [45]."),
@@ -131,7 +133,7 @@ def run_command(
                         models=models, gpus_per_node=gpus_per_node, trace_mode=trace_mode, trace_rate=trace_rate,
                         otlp_url=otlp_url, summary_latencies=summary_latencies, seed=seed)
     sc = build_scenario(cfg.scenario, cfg.base_rps, cfg.duration, trace_csv, cfg.time_scale, cfg.rate_scale,
-                        cfg.seed)
+                        cfg.seed, trace_unit)
     mix = parse_model_mix(cfg.models)
     known = {m.name for m in DEFAULT_MODELS}
     if set(mix) - known:

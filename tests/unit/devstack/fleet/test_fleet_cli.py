@@ -44,6 +44,11 @@ def test_malformed_trace_csv_names_the_line(tmp_path: Path, run: Callable[..., O
     csv.write_text("TIMESTAMP,x\n2023-11-16 18:15:46.1,1\nnot-a-time,2\n")
     out = run("run", "--trace-csv", str(csv), "--duration", "5")
     assert out.returncode == 2 and f"{csv}:3" in out.stderr
+    csv.write_text("0\n1\n")
+    out = run("run", "--trace-csv", str(csv), "--duration", "5", "--trace-unit", "ms")
+    assert out.returncode == 2 and "spans 0.001 s; a replay needs a second or more" in out.stderr
+    out = run("run", "--trace-csv", str(csv), "--duration", "5", "--trace-unit", "min")
+    assert out.returncode == 2 and "a trace's timestamp unit must be one of s, ms, us, ns, got 'min'" in out.stderr
 
 
 def test_bad_snapshot_kind_and_model_exit_2(run: Callable[..., Outcome]) -> None:
