@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import json
 import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -352,14 +353,44 @@ def _is_timestamp(cell: str) -> bool:
     return True
 
 
-def _csv_rows(path: Path, fh: Iterable[str], delimiter: str = ",") -> Iterator[list[str]]:
-    """The rows of a CSV; a row the csv module cannot read (a field past its 128 KiB limit) is a
-    UsageError naming its line."""
+def _csv_rows(path: Path, fh: Iterable[str], delimiter: str = ",") -> Iterator[tuple[int, list[str]]]:
+    """The rows of a CSV that hold a value, by line; a row the csv module cannot read (a field past its
+    128 KiB limit) is a UsageError naming its line."""
     reader = csv.reader(fh, delimiter=delimiter)
     try:
-        yield from reader
+        for row in reader:
+            if any(cell.strip() for cell in row):  # a blank line, or one of empty fields, says nothing
+                yield reader.line_num, row
     except csv.Error as exc:
         raise UsageError(f"{path}:{reader.line_num}: not a CSV row the replay can read ({exc})") from None
+
+
+MAX_JSON_LINE_CHARS = 1 << 20
+
+
+def _jsonl_rows(path: Path, fh: TextIO) -> Iterator[tuple[int, list[str]]]:
+    """A JSON Lines trace (one object a request, as LLM serving traces ship) as a CSV's rows: its first
+    object's keys the header, then each object's values under them. A line that is no JSON object, is
+    nested past Python's recursion limit or is longer than `MAX_JSON_LINE_CHARS` is a UsageError naming it."""
+    keys: list[str] = []
+    for lineno, line in enumerate(iter(lambda: fh.readline(MAX_JSON_LINE_CHARS + 1), ""), start=1):
+        if len(line.rstrip("\r\n")) > MAX_JSON_LINE_CHARS:
+            raise UsageError(f"{path}:{lineno}: a line longer than {MAX_JSON_LINE_CHARS:,} characters")
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except (ValueError, RecursionError) as exc:
+            raise UsageError(f"{path}:{lineno}: not a JSON object ({str(exc)[:80] or type(exc).__name__})") from None
+        if not isinstance(obj, dict):
+            raise UsageError(f"{path}:{lineno}: not a JSON object, a {type(obj).__name__}")
+        if not keys:
+            if not obj:
+                raise UsageError(f"{path}:{lineno}: the first object has no keys, so no timestamp")
+            keys = [str(k) for k in obj]
+            yield 0, keys
+        yield lineno, [v if isinstance(v, str) else "" if v is None else json.dumps(v) for v in
+                       (obj.get(k) for k in keys)]
 
 
 def load_trace_timestamps(path: Path, max_rows: int = MAX_TRACE_ROWS) -> np.ndarray:
@@ -368,10 +399,11 @@ def load_trace_timestamps(path: Path, max_rows: int = MAX_TRACE_ROWS) -> np.ndar
 
 
 def read_trace(path: Path, max_rows: int = MAX_TRACE_ROWS, unit: str | None = None) -> TraceReading:
-    """Seconds since the first request, from a CSV with a timestamp per request: an ISO date-time, or a
-    number of seconds, or of the unit the header names or the epoch's size gives (`trace_unit`). The
-    timestamp is the first column, or the one a header names as the time (`time_column`). A *unit*
-    (`TRACE_UNITS`) given is the numbers' unit, whatever the header or their size say.
+    """Seconds since the first request, from a CSV (or JSON Lines, `_jsonl_rows`) with a timestamp per
+    request: an ISO date-time, or a number of seconds, or of the unit the header names or the epoch's
+    size gives (`trace_unit`). The timestamp is the first column, or the one a header names as the
+    time (`time_column`). A *unit* (`TRACE_UNITS`) given is the numbers' unit, whatever the header or
+    their size say.
 
     A header row is allowed; any other unparsable row is a UsageError naming its line.
     """
@@ -383,11 +415,11 @@ def read_trace(path: Path, max_rows: int = MAX_TRACE_ROWS, unit: str | None = No
     column = 0
     numbers = True  # every timestamp a number (of the unit `trace_unit` finds), none a date-time
     with path.open(newline="", encoding="utf-8-sig", errors="replace") as fh:  # a spreadsheet's BOM is no header
-        delimiter = trace_delimiter(_first_lines(fh))
-        for lineno, row in enumerate(_csv_rows(path, fh, delimiter), start=1):
-            if not any(cell.strip() for cell in row):
-                continue
-            if lineno == 1 and not _is_timestamp(row[0]):
+        first = _first_lines(fh)
+        json_lines = next((line for line in first if line.strip()), "").lstrip().startswith("{")
+        rows = _jsonl_rows(path, fh) if json_lines else _csv_rows(path, fh, trace_delimiter(first))
+        for lineno, row in rows:
+            if not header and not out and not _is_timestamp(row[0]):
                 header, column = row, time_column(row)
                 continue
             cell = row[column] if column < len(row) else ""

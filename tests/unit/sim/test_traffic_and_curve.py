@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 
 import numpy as np
@@ -265,6 +266,36 @@ def test_a_trace_whose_time_is_not_its_first_column_is_read_by_its_header(tmp_pa
         read_trace(path)
 
 
+def test_a_json_lines_trace_is_read_by_its_time_key(tmp_path: Path) -> None:
+    """LLM serving traces ship as JSON Lines, one object a request (Mooncake's: relative milliseconds
+    under `timestamp`), read like a CSV whose header is the first object's keys."""
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"id": 1, "timestamp": 0, "hash_ids": [1, 2]}\n\n{"id": 2, "timestamp": 1500}\n'
+                    '{"timestamp": 3000, "id": 3}\n')
+    assert read_trace(path).timestamps[-1] == pytest.approx(3000.0)  # as seconds, unless told
+    reading = read_trace(path, unit="ms")
+    assert reading.timestamps == pytest.approx([0.0, 1.5, 3.0])
+    assert reading.stamps == "numbers in milliseconds (as given), from the column 'timestamp'"
+    path.write_text('{"arrival_time": "2023-11-16T17:15:46Z"}\n{"arrival_time": "2023-11-16T17:15:48Z"}\n')
+    assert read_trace(path).timestamps == pytest.approx([0.0, 2.0])
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('{"timestamp": 0}\n[1, 2]\n', r"t.jsonl:2: not a JSON object, a list"),
+    ('\n{}\n{"timestamp": 0}\n', r"t.jsonl:2: the first object has no keys, so no timestamp"),
+    ('{"timestamp": 0}\n{"timestamp": \n', r"t.jsonl:2: not a JSON object \(Expecting value"),
+    ('{"timestamp": 0}\n' + "[" * 100_000 + "\n", r"t.jsonl:2: not a JSON object"),  # past the recursion limit
+    ('{"timestamp": 0}\n{"id": 2}\n', r"t.jsonl:2: first column '' is not a timestamp"),
+    ('{"timestamp": 0}\n{"timestamp": true}\n', r"t.jsonl:2: first column 'true' is not a timestamp"),
+    ('{"t": 0, "x": "' + "y" * 1_100_000 + '"}\n', r"t.jsonl:1: a line longer than 1,048,576 characters"),
+])
+def test_a_json_lines_trace_s_bad_line_is_refused_by_its_number(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text(text)
+    with pytest.raises(UsageError, match=message):
+        read_trace(path)
+
+
 def test_a_decimal_comma_is_refused_by_its_line_not_read_as_a_whole_second(tmp_path: Path) -> None:
     path = tmp_path / "t.csv"
     path.write_text("t;n\n0,5;12\n1,5;13\n")
@@ -343,6 +374,20 @@ def test_trace_parser_never_crashes(tmp_path_factory: pytest.TempPathFactory, ce
     path.write_text("\n".join(c.replace("\n", " ").replace("\r", " ") for c in cells))
     try:
         ts = load_trace_timestamps(path)
+    except UsageError:
+        return
+    assert ts[0] == 0 and np.all(np.diff(ts) >= 0)
+
+
+@given(st.lists(st.dictionaries(st.text(max_size=8), st.one_of(st.none(), st.booleans(), st.integers(), st.floats(),
+                                                                st.text(max_size=20)), max_size=4), max_size=12))
+@settings(max_examples=100, deadline=None)
+def test_json_lines_trace_parser_never_crashes(tmp_path_factory: pytest.TempPathFactory,
+                                               objects: list[dict[str, object]]) -> None:
+    path = tmp_path_factory.mktemp("fuzz") / "t.jsonl"
+    path.write_text("\n".join(["{}", *(json.dumps(o) for o in objects)]))
+    try:
+        ts = read_trace(path).timestamps
     except UsageError:
         return
     assert ts[0] == 0 and np.all(np.diff(ts) >= 0)
