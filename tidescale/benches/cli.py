@@ -400,8 +400,8 @@ def _register_autoscale_bench(bench: typer.Typer) -> None:
 
 
 PAIR_SCENARIO_HELP = "Scenario name (repeatable); default every 20-minute one, the named groups' included."
-TRACE_HELP = ("CSV with a timestamp per request (ISO, or a number in the unit its header's last word names), in "
-              "the first column or the one its header names as the time")
+TRACE_HELP = ("CSV (or JSON Lines) with a timestamp per request (ISO, or a number in the unit its header's last "
+              "word names), in the first column or the one its header names as the time")
 TRACE_UNIT_HELP = ("The unit of the trace's numeric timestamps, s, ms, us or ns, whatever its header or their size "
                    "say (relative milliseconds read as seconds otherwise).")
 PAIR_DRAWS_HELP = "Draws per scenario: seeds 0 .. N-1 (2 to 100; default 20)."
