@@ -296,7 +296,7 @@ def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
     available = bench.build_scenarios(duration, opts.base_rps, opts.trace, opts.target_rps, opts.trace_unit)
     names = opts.scenarios or default_scenarios(available, opts.trace)
     bench.check_scenarios(names, list(available))
-    if reading := opts.traced(available).get("trace_reading"):
+    if reading := (traced := opts.traced(available)).get("trace_reading"):
         progress(f"trace: {reading}")
     curve, queue_policy, cfg, capacity = replica_setup(opts)
     replica_rps = max(capacity, curve.max_throughput())
@@ -327,7 +327,7 @@ def run(opts: BenchOptions, progress: Callable[[str], None] = lambda _m: None
                   "queue_policy": queue_policy["kind"],
                   "tidescale_headroom": opts.headroom, "headroom_sweep": list(opts.headroom_sweep),
                   "capacity_errors": list(opts.capacity_errors), "scenarios_named": list(opts.scenarios or []),
-                  **opts.traced(available),
+                  **traced,
                   # which policies ran and at which settings, where not all of them over their sweeps
                   **({"policies_named": list(opts.policies)} if opts.policies != pol.ALL_POLICIES else {}),
                   **({"peer_settings": list(opts.peer_settings)} if opts.peer_settings else {}),
