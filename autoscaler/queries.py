@@ -39,6 +39,11 @@ class DataProblem(Exception):
 
 # The resolution of the forecast's subqueries: a recording rule's, one sample a minute.
 HISTORY_STEP_S = 60.0
+# How long a pod counts as crash-looping after its container last waited in CrashLoopBackOff: the
+# window of kube-prometheus' KubePodCrashLooping. The back-off itself lasts 10 s to 5 min and comes
+# between a crash and the restart's cold start, so a reading of the reason *now* would miss most of
+# a loop: the pod serves for a while, crashes, waits, starts again.
+CRASH_LOOP_WINDOW_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -108,6 +113,7 @@ class TargetQueries:
     hpa_current: str  # the replicas the HPA scaling the Deployment last found, and asked for
     hpa_desired: str
     unschedulable: str  # the Deployment's pods the scheduler cannot place (no node with a free GPU)
+    crash_looping: str  # the Deployment's pods still there that waited in CrashLoopBackOff lately
     # The share of the last rate window's requests slower than the SLO (the traces' histogram, whose
     # buckets hold the SLO thresholds as exact boundaries): how the requests fare *now*, where the
     # recorded P99 holds five minutes of the past. No series (read as None) where the SLO is no
@@ -213,10 +219,21 @@ class TargetQueries:
             hpa_current=cls._hpa("kube_horizontalpodautoscaler_status_current_replicas", t, scope),
             hpa_desired=cls._hpa("kube_horizontalpodautoscaler_status_desired_replicas", t, scope),
             unschedulable=f"count({cls._per_pod('kube_pod_status_unschedulable', t, scope)} > 0)",
+            crash_looping=cls._crash_looping(t, scope),
             slow_share=cls._slow_share(t, scope, slo_s, slow),
             demand_level=level,
             seasons=seasons,
         )
+
+    @classmethod
+    def _crash_looping(cls, t: TargetSettings, scope: Mapping[str, str]) -> str:
+        """How many of the Deployment's pods waited in CrashLoopBackOff within `CRASH_LOOP_WINDOW_S`,
+        of those that still exist (a pod deleted by a scale-down keeps its series in the window)."""
+        waiting = catalog.get("kube_pod_container_status_waiting_reason").name
+        matchers = f'{cls._of_deployment(t, scope)},{matcher("reason", "CrashLoopBackOff")}'
+        lately = f"max_over_time({waiting}{{{matchers}}}[{promql_range(CRASH_LOOP_WINDOW_S)}])"
+        return (f"count((max by (namespace, pod) ({lately}) > 0) and on (namespace, pod) "
+                f"{cls._per_pod('kube_pod_start_time', t, scope)})")
 
     @staticmethod
     def _slow_share(t: TargetSettings, scope: Mapping[str, str], slo_s: float, window: str) -> str:
@@ -279,11 +296,13 @@ def observe(client: InstantQueries, q: TargetQueries, now: float, replicas: Call
     fast_rejected = value(client, q.fast_rejections, "short-window rejection rate", required=False)
     worst = value(client, q.max_pod_queue, "worst pod's queue", required=False)
     unschedulable = value(client, q.unschedulable, "unschedulable pods", required=False)
+    crash_looping = value(client, q.crash_looping, "crash-looping pods", required=False)
     slow = value(client, q.slow_share, "share of requests slower than the SLO", required=False)
     forecast = read_forecast(client, q, max_growth)
     return Observation(now, completions or 0.0, queue or 0.0, ready, current, p99, slo_latency_threshold_s,
                        fast_arrival_rps=fast, max_pod_queue=worst, rejected_rps=rejected or 0.0,
                        fast_rejected_rps=fast_rejected, unschedulable_pods=int(unschedulable or 0),
+                       crash_looping_pods=int(crash_looping or 0),
                        slow_share=None if slow is None else min(1.0, max(0.0, slow)), forecast=forecast)
 
 

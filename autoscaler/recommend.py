@@ -216,6 +216,7 @@ class Observation:
     rejected_rps: float = 0.0  # requests/s the queue policy rejected (timed out): demand too, never completed
     fast_rejected_rps: float | None = None  # the same over the short window (else rejected_rps)
     unschedulable_pods: int = 0  # the Deployment's pods the scheduler cannot place (kube-state-metrics)
+    crash_looping_pods: int = 0  # the Deployment's pods that waited in CrashLoopBackOff lately (queries.py)
     slow_share: float | None = None  # share of the last rate window's requests slower than the SLO, if known
     forecast: Forecast | None = None  # the demand a season ago over the lookahead, at today's level (forecast.py)
 
@@ -745,17 +746,23 @@ class Recommender:
                                                    up_share))
         rate_need = max(seasonal, measured_need)
         drain_need = min(drain_need, math.ceil(cfg.max_drain_factor * max(rate_need, 1)))
-        up_need = max(rate_need, drain_need, obs.current_replicas + 1 if hidden else 0)
+        # Replicas that serve, plus one for each crash-looping pod: it is in the Deployment's count, so
+        # without this the fleet that serves stays short by it (the ReplicaSet deletes such a pod first
+        # on a scale-down, and once it is gone the allowance goes with it).
+        lost = min(max(0, obs.crash_looping_pods), obs.current_replicas)
+        serving_need = max(rate_need, drain_need)
+        up_need = max(serving_need + lost, obs.current_replicas + 1 if hidden else 0)
         projected_down = held_return(down_arrival, projected_rate(down_arrival, slope, lookahead, trend_cap),
                                      peak)
-        down_need = max(drain_need, standing, seasonal, replicas_for(
+        down_need = lost + max(drain_need, standing, seasonal, replicas_for(
             max(projected_down, down_arrival * margin) + backlog_rps, self.capacity_rps, down_share))
         queue_driven = arrival - obs.arrival_rps + backlog_rps > 0.1 * max(projected, 1e-9)
-        reason = "latency" if up_need > max(rate_need, drain_need) else \
+        reason = "latency" if up_need > serving_need + lost else \
+            "replace" if up_need > obs.current_replicas >= serving_need else \
             "drain" if drain_need > rate_need and up_need > obs.current_replicas else \
             "forecast" if seasonal > measured_need and up_need > obs.current_replicas else \
             "queue" if queue_driven and up_need > obs.current_replicas else (
-            ("return" if projected < trend_projected else "lookahead") if slope > 0 and up_need > replicas_for(
+            ("return" if projected < trend_projected else "lookahead") if slope > 0 and serving_need > replicas_for(
                 arrival * margin, self.capacity_rps, up_share) else "rate")
         # What a lower answer is a scale-down from: the replicas read, or the count last recommended
         # when more (a stale or bad reading, a scale-up the HPA has not applied yet). Measured

@@ -203,6 +203,12 @@ class FleetSim:
         """Replicas asked for that no node has taken yet (`kube_pod_status_unschedulable`)."""
         return sum(1 for r in self._replicas if r.removed_at is None and math.isinf(r.started_at))
 
+    def crash_looping(self, window_s: float) -> int:
+        """Replicas whose container waited in CrashLoopBackOff within the last *window_s*
+        (`max_over_time` of kube-state-metrics' waiting reason), of those still in the Deployment."""
+        return sum(1 for r in self._replicas if r.removed_at is None and r.outages is not None
+                   and r.outages.waited_within(self.now, window_s))
+
     def pod_times(self) -> list[tuple[str, float, float | None]]:
         """(pod, start time, Ready time or None) of each replica a node has taken, as kube-state-metrics
         reports `kube_pod_start_time` and `kube_pod_status_ready_time`."""

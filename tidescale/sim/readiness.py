@@ -69,12 +69,17 @@ class ReadinessFaults:
         """The not-Ready windows of a pod first Ready at *first_ready* (None: it never loses readiness);
         *restart_s* draws a restarted container's start-to-Ready time."""
         if crash_loops:
-            return Outages(first_ready, lambda up, k: (up + self.crash_up_s,
-                                                       min(BACKOFF_MAX_S, BACKOFF_S * 2.0 ** min(k, 16)) + restart_s()))
+            return Outages(first_ready, lambda up, k: (up + self.crash_up_s, backoff_s(k) + restart_s()),
+                           waiting_s=backoff_s)
         if self.flaps_per_hour <= 0:
             return None
         mean_gap = 3600.0 / self.flaps_per_hour
         return Outages(first_ready, lambda up, _k: (up + float(rng.exponential(mean_gap)), self.flap_s))
+
+
+def backoff_s(restarts: int) -> float:
+    """CrashLoopBackOff's wait before the restart after *restarts* earlier ones."""
+    return min(BACKOFF_MAX_S, BACKOFF_S * 2.0 ** min(restarts, 16))
 
 
 # (the time it was Ready again, how many windows before) -> (the next window's start, its length)
@@ -83,11 +88,15 @@ NextOutage = Callable[[float, int], tuple[float, float]]
 
 class Outages:
     """One pod's not-Ready windows after its first Ready, drawn as simulated time reaches them; they
-    follow one another, so their starts and ends interleave in order."""
+    follow one another, so their starts and ends interleave in order. A crash loop's windows each
+    open with *waiting_s*(k), the k-th back-off, while its container waits in CrashLoopBackOff
+    (`kube_pod_container_status_waiting_reason`); a flap's have none."""
 
-    def __init__(self, first_ready: float, next_outage: NextOutage) -> None:
+    def __init__(self, first_ready: float, next_outage: NextOutage,
+                 waiting_s: Callable[[int], float] | None = None) -> None:
         self.first_ready = first_ready
         self._next = next_outage
+        self._waiting_s = waiting_s
         self.starts: list[float] = []
         self.ends: list[float] = []
 
@@ -111,6 +120,15 @@ class Outages:
             return None
         i = bisect.bisect_right(self.ends, t) - 1
         return self.ends[i] if i >= 0 else self.first_ready
+
+    def waited_within(self, t: float, window_s: float) -> bool:
+        """Whether its container waited in CrashLoopBackOff at some time in (*t* - *window_s*, *t*]:
+        what `max_over_time` of the waiting reason over that window reads."""
+        if self._waiting_s is None or t < self.first_ready:
+            return False
+        self._draw_past(t)
+        last = bisect.bisect_right(self.starts, t) - 1  # the newest back-off begun: older ones ended before it
+        return last >= 0 and self.starts[last] + self._waiting_s(last) > t - window_s
 
     def changes(self, after: float, until: float) -> list[float]:
         """The times in (*after*, *until*] it leaves or rejoins the endpoints, in order."""

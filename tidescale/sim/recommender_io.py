@@ -5,9 +5,10 @@ service itself (`RecommenderService.tick`), not a copy of its decision path.
   `MetricsLag`, as Prometheus would one scrape late: the completion and rejection rates over the
   long and short windows, the summed and the worst pod's queue, the P99 over the recording rule's
   window, the Deployment's replicas, and the pods that expose a pending gauge (what the fast path
-  reads); kube-state-metrics' pod start and Ready times (the cold start the service learns) and its
-  unschedulable pods, as the fleet has them now. Queries for series a simulated fleet has no model of
-  (HPA status, the model load time) answer nothing, as a Prometheus without them would.
+  reads); kube-state-metrics' pod start and Ready times (the cold start the service learns), its
+  unschedulable pods and those that waited in CrashLoopBackOff lately, as the fleet has them now.
+  Queries for series a simulated fleet has no model of (HPA status, the model load time) answer
+  nothing, as a Prometheus without them would.
 - `SimPods` reads those pods' own counters as their `/metrics` shows them now (the fast path); a
   pod that is gone does not answer.
 - `SimScale` is the Deployment's scale subresource (direct mode), read and written.
@@ -27,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from tidescale.autoscaler.fastpath import PodCounters
-from tidescale.autoscaler.queries import HISTORY_STEP_S, SeasonQuery, TargetQueries
+from tidescale.autoscaler.queries import CRASH_LOOP_WINDOW_S, HISTORY_STEP_S, SeasonQuery, TargetQueries
 from tidescale.autoscaler.recommend import RecommenderConfig
 from tidescale.contracts.errors import UsageError
 from tidescale.contracts.slo import SLO_LATENCY_THRESHOLD_S
@@ -105,6 +106,7 @@ class SimPrometheus:
             queries.ready_replicas: lambda lag, sim, now: lag.gauge("replicas_ready"),
             # count(...) of no pods is no series
             queries.unschedulable: lambda lag, sim, now: float(sim.unschedulable) or None,
+            queries.crash_looping: lambda lag, sim, now: float(sim.crash_looping(CRASH_LOOP_WINDOW_S)) or None,
         }
         self._values.update(self._forecast_values())
         self._pod_times: dict[str, Callable[[tuple[str, float, float | None]], float | None]] = {

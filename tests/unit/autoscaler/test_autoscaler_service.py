@@ -46,7 +46,8 @@ class FakeProm:
                                                 "time()": 5.0,
                                                 "spec_replicas": 5.0, "replicas_ready": 5.0,
                                                 "nv_model_load_duration_secs": None,
-                                                "kube_pod_status_unschedulable": None}
+                                                "kube_pod_status_unschedulable": None,
+                                                "kube_pod_container_status_waiting_reason": None}
         self.down = False
         self.queries: list[str] = []
         self.pods: dict[str, str] = {}  # what the fast path's discovery finds: pod -> instance
@@ -447,8 +448,8 @@ def test_a_peak_a_day_ago_scales_ahead_of_it_and_the_event_says_so() -> None:
                              events=events)
     svc.evaluate(0.0)
     assert desired(svc) == 5
-    fake.values = {"offset 604": None, "max_over_time(": 900.0, "quantile_over_time(": 450.0,
-                   **fake.values}
+    fake.values = {"kube_pod_container_status_waiting_reason": None, "offset 604": None,  # before max_over_time
+                   "max_over_time(": 900.0, "quantile_over_time(": 450.0, **fake.values}
     svc.evaluate(15.0)
     assert desired(svc) == 10 and decisions(svc)["scale_up_forecast"] == 1.0
     [(_, body)] = events.posted
@@ -457,7 +458,8 @@ def test_a_peak_a_day_ago_scales_ahead_of_it_and_the_event_says_so() -> None:
     off = RecommenderService(RecommenderSettings(targets=[target], capacity_rps=100.0,  # type: ignore[arg-type]
                                                  forecast={"enabled": False}), fake)  # type: ignore[arg-type]
     off.evaluate(15.0)
-    assert desired(off) == 5 and not any("over_time" in q for q in fake.queries[-20:])
+    forecast_reads = [q for q in fake.queries[-20:] if "over_time" in q and "waiting_reason" not in q]
+    assert desired(off) == 5 and not forecast_reads  # (the crash loop's window is no forecast)
 
 
 def test_the_event_names_the_cluster_whose_series_it_read() -> None:
@@ -974,6 +976,25 @@ def test_a_scale_down_not_yet_seen_through_does_not_hold_either() -> None:
     svc.evaluate_fast(402.0)
     svc.evaluate(405.0)
     assert failsafe(svc)["missing"] == 1.0
+
+
+def test_crash_looping_pods_are_replaced_and_the_event_says_so() -> None:
+    """kube-state-metrics shows 2 of the 5 pods waiting in CrashLoopBackOff lately: 7 are asked for."""
+    events = FakeEventApi()
+    target = TargetSettings(deployment="triton", namespace="ml", model="resnet", min_replicas=1, max_replicas=50)
+    fake = FakeProm()
+    svc = RecommenderService(RecommenderSettings(targets=[target], capacity_rps=100.0), fake,  # type: ignore[arg-type]
+                             events=events)
+    svc.evaluate(0.0)  # 450 req/s on 5 replicas
+    query = svc.states[("ml", "triton")].queries.crash_looping
+    assert 'max_over_time(kube_pod_container_status_waiting_reason{namespace="ml",' in query
+    assert 'reason="CrashLoopBackOff"}[300s]' in query and "and on (namespace, pod)" in query  # pods still there
+    fake.values.update({"replicas_ready": 3.0, "kube_pod_container_status_waiting_reason": 2.0})
+    svc.evaluate(15.0)
+    assert desired(svc) == 7 and decisions(svc)["scale_up_replace"] == 1.0
+    [(_, body)] = events.posted
+    assert body["message"].startswith("tidescale recommends 7 replicas (was 5): scale_up_replace;")
+    assert "3/5 replicas ready, 2 pod(s) crash-looping (not counted as serving)" in body["message"]
 
 
 def test_pods_that_cannot_be_scheduled_are_said_once_in_an_event_and_the_count_still_goes_out() -> None:

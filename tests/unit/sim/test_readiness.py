@@ -116,6 +116,33 @@ def test_only_the_first_pods_started_from_the_moment_named_crash_loop() -> None:
     assert looping == {"replica-0": False, "replica-3": True, "replica-4": True, "replica-5": False}
 
 
+def test_a_crash_loop_shows_its_back_off_for_the_window_after_it_and_a_flap_never() -> None:
+    """`max_over_time` of the waiting reason over the window: true from the crash until the window has
+    passed the back-off's end (the restart's start is not a wait), false for a flap."""
+    loop = ReadinessFaults(crash_looping=1, crash_up_s=60.0).schedule(np.random.default_rng(0), 100.0, True,
+                                                                       lambda: 30.0)
+    assert loop is not None
+    # Ready 100-160, back-off 160-170, starting 170-200, Ready 200-260, back-off 260-280, ...
+    assert not loop.waited_within(159.9, 300.0)  # never crashed yet
+    assert loop.waited_within(160.0, 300.0) and loop.waited_within(199.0, 300.0)
+    assert loop.waited_within(169.9, 5.0) and not loop.waited_within(175.0, 5.0)  # the start is no wait
+    assert loop.waited_within(259.0, 90.0) and not loop.waited_within(259.0, 89.0)  # back-off ended at 170
+    flap = ReadinessFaults(flaps_per_hour=3600.0, flap_s=20.0).schedule(np.random.default_rng(0), 0.0, False,
+                                                                          lambda: 30.0)
+    assert flap is not None and not any(flap.waited_within(t, 300.0) for t in range(0, 600, 7))
+
+
+def test_the_fleet_counts_its_crash_looping_pods_until_a_scale_down_removes_them() -> None:
+    sim = FleetSim(CURVE, CFG, 1, cold_start_s=10.0, faults=ReadinessFaults(crash_looping=2, crash_up_s=30.0))
+    sim.set_replicas(4)  # replica-1 and replica-2 crash-loop: Ready at 10 s, crash at 40 s
+    sim.advance(39.0)
+    assert sim.crash_looping(300.0) == 0 and sim.replicas_ready == 4
+    sim.advance(41.0)
+    assert sim.crash_looping(300.0) == 2 and sim.replicas_ready == 2
+    sim.set_replicas(2)  # the ReplicaSet deletes the pods that are not Ready first: the two in their back-off
+    assert sim.crash_looping(300.0) == 0 and sim.replicas_ready == 2 == sim.replicas_total
+
+
 def test_flaps_at_a_rate_of_zero_change_nothing() -> None:
     """The seam costs the scenarios without faults nothing: the same requests, the same latencies."""
     def run(faults: ReadinessFaults | None) -> np.ndarray:

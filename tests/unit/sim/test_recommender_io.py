@@ -15,6 +15,7 @@ from tidescale.benches.autoscale import policies as pol
 from tidescale.benches.autoscale.closedloop import SimParams, run_policy
 from tidescale.contracts.errors import UsageError
 from tidescale.sim import BatcherConfig, FleetSim, MetricsLag
+from tidescale.sim.readiness import ReadinessFaults
 from tidescale.sim.recommender_io import DemandHistory, SimPods, SimPrometheus, SimScale, minute_rates
 from tidescale.sim.servicecurve import ServiceCurve
 from tidescale.sim.startup import PodStartup
@@ -53,6 +54,7 @@ def test_every_query_of_a_target_is_answered_or_known_to_have_no_series() -> Non
         prom.query(expr)
     assert prom.instant(queries.completions)[0][1] > 50.0  # ~100 req/s, one scrape late
     assert prom.instant(queries.hpa_current) == [] and prom.instant(queries.unschedulable) == []
+    assert prom.instant(queries.crash_looping) == []  # count(...) of no pods is no series
     started = {r["metric"]["pod"]: float(r["value"][1]) for r in prom.query(queries.pod_started)}
     ready = {r["metric"]["pod"]: float(r["value"][1]) for r in prom.query(queries.pod_ready_at)}
     assert started == {"replica-0": 0.0, "replica-1": 0.0} and ready == started  # cold start 0: Ready at once
@@ -198,3 +200,13 @@ def test_the_simulated_prometheus_answers_the_reads_of_a_forecast_rebuilt_for_a_
     learned = TargetQueries.for_target(target, settings.tuning, forecast=settings.forecast, cold_start_s=300.0)
     prom.follow(learned)
     assert prom.instant(learned.seasons[0].peak) == [(60.0, 900.0)]
+
+
+def test_crash_looping_pods_are_answered_as_the_fleet_has_them() -> None:
+    prom, queries = _prometheus()
+    sim = FleetSim(CURVE, CFG, 1, 10.0, faults=ReadinessFaults(crash_looping=2, crash_up_s=30.0))
+    sim.set_replicas(3)
+    lag = MetricsLag(sim, 15.0)
+    lag.advance(60.0)  # Ready at 10 s, crashed at 40 s
+    prom.bind(60.0, lag, sim)
+    assert prom.instant(queries.crash_looping) == [(60.0, 2.0)]
