@@ -62,8 +62,25 @@ class Replica:
             return self.outages.last_ready(t)
         return self.ready_at if self.ready_at <= t else None
 
+    def deletion_rank(self, t: float) -> tuple[bool, int, int, int, int]:
+        """Where a ReplicaSet scaling down puts it (the lowest goes first; Kubernetes' `ActivePodsWithRanks`,
+        LogarithmicScaleDown on, as since 1.22): not Ready before Ready; of two Ready, the one Ready
+        for less time, in powers of two of nanoseconds; then the more restarts; then the newer, in the
+        same powers of two. Where Kubernetes breaks a tie of the powers of two by UID, at random, the
+        model goes on down the rules, then takes the newest."""
+        ready = self.ready(t)
+        restarts = 0 if self.outages is None else self.outages.restarts(t)
+        since_ready = self.last_ready(t) if ready else None
+        return (ready, _log2_ns(t - since_ready) if since_ready is not None else 0, -restarts,
+                _log2_ns(t - self.added_at), -self.index)
+
     def drained(self, t: float) -> bool:
         return self.removed_at is not None and self.batcher.pending == 0 and self.batcher.busy_until() <= t
+
+
+def _log2_ns(seconds: float) -> int:
+    """The power of two of nanoseconds a duration is in: the ReplicaSet's rank of a pod's age (-1: none)."""
+    return int(math.log2(seconds * 1e9)) if seconds > 0 else -1
 
 
 class FleetSim:
@@ -142,14 +159,15 @@ class FleetSim:
         self._last_offered = float(arr[-1])
 
     def set_replicas(self, n: int) -> None:
-        """Desired replica count now: adds cold replicas, or drains (not-Ready ones first, then newest)."""
+        """Desired replica count now: adds cold replicas, or drains the ones a ReplicaSet deletes first
+        (`Replica.deletion_rank`: not Ready, then Ready the shortest time, then restarted the most)."""
         if n < 0:
             raise UsageError(f"replica count must be >= 0, got {n}")
         active = [r for r in self._replicas if r.removed_at is None]
         for _ in range(n - len(active)):
             self._start_replica()
         if n < len(active):
-            victims = sorted(active, key=lambda r: (r.ready(self.now), -r.index))[: len(active) - n]
+            victims = sorted(active, key=lambda r: r.deletion_rank(self.now))[: len(active) - n]
             for r in victims:
                 r.removed_at = self.now
                 r.counters.draining = True

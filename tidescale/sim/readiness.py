@@ -130,6 +130,14 @@ class Outages:
         last = bisect.bisect_right(self.starts, t) - 1  # the newest back-off begun: older ones ended before it
         return last >= 0 and self.starts[last] + self._waiting_s(last) > t - window_s
 
+    def restarts(self, t: float) -> int:
+        """Its container's restarts by *t* (`kube_pod_container_status_restarts_total`): one a crash;
+        a flap restarts nothing."""
+        if self._waiting_s is None or t < self.first_ready:
+            return 0
+        self._draw_past(t)
+        return bisect.bisect_right(self.starts, t)
+
     def changes(self, after: float, until: float) -> list[float]:
         """The times in (*after*, *until*] it leaves or rejoins the endpoints, in order."""
         self._draw_past(until)

@@ -172,3 +172,29 @@ def test_outages_agree_with_themselves(gaps: list[tuple[float, float]], t: float
     # leaving and rejoining alternate: an odd count of flips up to t means out at t
     assert down == (len(flips) % 2 == 1 and t >= first)
     assert flips == sorted(flips)
+
+
+def test_a_scale_down_deletes_what_a_replicaset_deletes_first() -> None:
+    """Kubernetes' ranking (LogarithmicScaleDown): not Ready first; of the Ready, the one Ready for the
+    shortest time, in powers of two; of the not Ready, the one restarted the most; then the newest."""
+    sim = FleetSim(CURVE, CFG, 1, cold_start_s=10.0, faults=ReadinessFaults(crash_looping=1, crash_up_s=30.0))
+    sim.set_replicas(2)  # replica-1 crash-loops: Ready 10-40 s, back-off 40-50, starting 50-60, Ready 60-90
+    sim.advance(45.0)
+    sim.set_replicas(3)  # replica-2, a replacement: Ready at 55 s
+    sim.advance(58.0)
+    # Both replica-1 (restarted once) and none else are not Ready: it goes first, not the newest
+    assert sorted(sim._replicas, key=lambda r: r.deletion_rank(58.0))[0].name == "replica-1"
+    # replica-1: crash at 90 s, back-off 20 s, starting 110-120 s, Ready again since 120 s
+    sim.advance(130.0)
+    assert [r.last_ready(130.0) for r in sim._replicas] == [0.0, 120.0, 55.0]
+    order = [r.name for r in sorted(sim._replicas, key=lambda r: r.deletion_rank(130.0))]
+    assert order == ["replica-1", "replica-2", "replica-0"]  # Ready 10 s, then 75 s and 130 s (one power of two)
+
+
+def test_pods_that_start_alike_go_newest_first_as_before() -> None:
+    sim = FleetSim(CURVE, CFG, 2, cold_start_s=10.0)
+    for n, t in ((5, 20.0), (7, 40.0), (9, 55.0)):  # replica-7 and -8 are still starting at 55 s
+        sim.set_replicas(n)
+        sim.advance(t)
+    order = [r.name for r in sorted(sim._replicas, key=lambda r: r.deletion_rank(sim.now))]
+    assert order == [f"replica-{i}" for i in range(8, -1, -1)]
