@@ -74,7 +74,7 @@ def observation_detail(obs: Observation, capacity_rps: float, projected_rps: flo
             f"{obs.queue_depth:.0f}, P99 {p99}, capacity {capacity_rps:.1f} req/s per replica, "
             f"{obs.ready_replicas}/{obs.current_replicas} replicas ready"
             + (f", {obs.unschedulable_pods} pod(s) cannot be scheduled" if obs.unschedulable_pods else "")
-            + (f", {obs.crash_looping_pods} pod(s) crash-looping (not counted as serving)"
+            + (f", {obs.crash_looping_pods} pod(s) crash-looping"
                if obs.crash_looping_pods else "")
             + ("" if obs.forecast is None else
                f", forecast {obs.forecast.rps:.1f} req/s ({period_name(obs.forecast.period_s)} ago peaked at "

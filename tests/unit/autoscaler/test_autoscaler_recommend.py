@@ -371,7 +371,7 @@ def test_crash_looping_pods_are_not_counted_as_serving_and_go_with_a_scale_down(
     looping = Observation(15, 450.0, 0.0, 3, 5, crash_looping_pods=2)
     out = r.recommend(looping)
     assert (out.desired, out.reason) == (7, "replace")
-    assert "2 pod(s) crash-looping (not counted as serving)" in observation_detail(looping, out.capacity_rps)
+    assert "2 pod(s) crash-looping" in observation_detail(looping, out.capacity_rps)
     assert r.recommend(Observation(30, 450.0, 0.0, 5, 7, crash_looping_pods=2)).desired == 7  # no scale-down
     assert r.recommend(Observation(45, 450.0, 0.0, 5, 5)).desired == math.ceil(450 / (CAP * 0.8))  # 6: no allowance
     # more crash-looping pods than replicas read (a lagging count) add no more than the replicas

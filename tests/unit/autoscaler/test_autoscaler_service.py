@@ -996,7 +996,7 @@ def test_crash_looping_pods_are_replaced_and_the_event_says_so() -> None:
     assert desired(svc) == 7 and decisions(svc)["scale_up_replace"] == 1.0
     [(_, body)] = events.posted
     assert body["message"].startswith("tidescale recommends 7 replicas (was 5): scale_up_replace;")
-    assert "3/5 replicas ready, 2 pod(s) crash-looping (not counted as serving)" in body["message"]
+    assert "3/5 replicas ready, 2 pod(s) crash-looping" in body["message"]
 
 
 def test_pods_that_cannot_be_scheduled_are_said_once_in_an_event_and_the_count_still_goes_out() -> None:
