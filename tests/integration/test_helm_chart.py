@@ -786,6 +786,9 @@ def test_network_policies_and_no_pdb(default_docs: list[dict[str, Any]], full_do
     ({"recommender": {"settings": {"port": 9000}}}, "/recommender/settings"),  # the chart's own
     ({"recommender": {"settings": {"fast_path": {"interval_s": 0.1}}}}, "/recommender/settings/fast_path/interval_s"),
     ({"recommender": {"settings": {"tuning": {"down_delay": 30}}}}, "/recommender/settings/tuning"),
+    ({"recommender": {"settings": {"tuning": {"replace_crash_looping": "yes"}}}},
+     "/recommender/settings/tuning/replace_crash_looping"),
+    ({"recommender": {"tuning": {"replace_crash_looping": 1}}}, "/recommender/tuning/replace_crash_looping"),
     ({"reviews": {"replicas": 0}}, "/reviews/replicas"),
     ({"reviews": {"kubeEvents": {"modelDeployments": {"m": "Bad_Name"}}}}, "/reviews/kubeEvents/modelDeployments/m"),
     ({"recommender": {"prometheusAuth": {"headers": {"X Bad": "1"}}}}, "/recommender/prometheusAuth/headers"),
