@@ -11,9 +11,9 @@ from typing import Final
 
 # What made the recommendation go up (the recommender's own reasons, recommend.py).
 # `return`: the trend projected over the cold start, but no further than a level the arrivals held
-# within `return_window_s` (a climb back out of a lull, not a surge). `replace`: with
-# `replace_crash_looping`, pods that crash-loop are not counted as serving, so the fleet asks for as
-# many more (the rates alone needed no more).
+# within `return_window_s` (a climb back out of a lull, not a surge). `replace`: pods that crash-loop
+# (`replace_crash_looping`, shipped on) are replaced as far as the pods left cannot carry the demand
+# at all of their capacity (the rates alone needed no more).
 SCALE_UP: Final = {"rate": "scale_up_rate", "lookahead": "scale_up_lookahead", "return": "scale_up_return",
                    "queue": "scale_up_queue", "drain": "scale_up_drain", "latency": "scale_up_latency",
                    "panic": "scale_up_panic", "forecast": "scale_up_forecast", "min": "scale_up_min",

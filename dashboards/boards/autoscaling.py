@@ -73,7 +73,7 @@ def build() -> dash_b.Dashboard:
             "scale_up_panic (an overload read straight from the Triton pods: scaled at once), scale_up_forecast "
             "(the demand a day or a week ago peaked within the lookahead), scale_up_drain "
             "(a pod's backlog), scale_up_latency (most requests slow with no queue to show why), scale_up_replace "
-            "(pods that crash-loop are not counted as serving: as many more asked for), scale_down, "
+            "(pods that crash-loop replaced, as far as the rest fall short at full capacity), scale_down, "
             "scale_down_fall (the arrivals fall steadily: no down delay), hold_down_delay, "
             "hold_saturated (the latency SLO burns, or the "
             "replicas serve their measured ceiling: no scale-down), hold_replicas_disagree (the replica reading "

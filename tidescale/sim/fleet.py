@@ -188,6 +188,7 @@ class FleetSim:
             self._retry_refused()
 
     def _advance(self, to_t: float) -> None:
+        self._crash_serving(to_t)
         while self._nodes_due and self._nodes_due[0] <= to_t:
             joined = heapq.heappop(self._nodes_due)
             self._gpus += 1
@@ -318,14 +319,28 @@ class FleetSim:
         """Draw how *r* loses readiness once it serves (its `ready_at` known), where faults are modelled."""
         if self.faults is None:
             return
-        crash_loops = self._crash_loops_left > 0 and r.started_at >= self.faults.crash_from_s
+        faults = self.faults
+        crash_loops = (self._crash_loops_left > 0 and not faults.crash_serving
+                       and r.started_at >= faults.crash_from_s)
         self._crash_loops_left -= crash_loops
-        startup = self.startup
+        r.outages = faults.schedule(self._fault_rng, r.ready_at, crash_loops, self._restart_s)
 
-        def restart() -> float:
-            return self.cold_start_s if startup is None else startup.container(self._fault_rng)
+    def _restart_s(self) -> float:
+        """A restarted container's start-to-Ready time."""
+        return self.cold_start_s if self.startup is None else self.startup.container(self._fault_rng)
 
-        r.outages = self.faults.schedule(self._fault_rng, r.ready_at, crash_loops, restart)
+    def _crash_serving(self, to_t: float) -> None:
+        """Where the faults crash pods already serving (`ReadinessFaults.crash_serving`) and simulated
+        time reaches their moment: make the oldest pods Ready then loop from it."""
+        faults = self.faults
+        if faults is None or not faults.crash_serving or self._crash_loops_left <= 0 \
+                or faults.crash_from_s > to_t:
+            return
+        at = max(self.now, faults.crash_from_s)
+        serving = sorted((r for r in self._replicas if r.ready(at)), key=lambda r: r.index)
+        for r in serving[:self._crash_loops_left]:
+            r.outages = faults.crash_while_serving(r.ready_at, self._restart_s)
+        self._crash_loops_left = 0
 
     def _flush(self, r: Replica) -> None:
         rec = r.batcher.flush(self.now)

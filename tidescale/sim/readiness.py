@@ -13,6 +13,11 @@ any such loss (`autoscaler/coldstart.py` guards against it). Two ways clusters d
   at most 5 min), and which then takes its start-to-Ready time again. The first *crash_looping* pods
   that start at or after *crash_from_s* crash-loop: pods that land on a bad node. (A scenario starts
   them at its surge, so that a policy that happened to add and remove pods before it is not spared.)
+  With *crash_serving*, they are instead the *crash_looping* oldest pods Ready at *crash_from_s*, which
+  crash there and loop from then on: a GPU that fails under pods already serving, so that the fleet
+  loses capacity it had sized itself on rather than capacity it was still adding. The oldest, because
+  a ReplicaSet scaling down deletes them last: the fault stays until a scale-down takes the looping
+  pods while they are not Ready.
 
 A pod out of the endpoints still works off what it has queued: Triton keeps running through a failed
 probe. A crashed container would lose its queue instead; the model keeps it served, so a crash loop
@@ -42,6 +47,7 @@ class ReadinessFaults:
     crash_looping: int = 0
     crash_up_s: float = 60.0
     crash_from_s: float = 0.0  # simulated time from which the pods that start crash-loop
+    crash_serving: bool = False  # the oldest pods serving at crash_from_s loop, not those started after
 
     def __post_init__(self) -> None:
         checks = {"flaps_per_hour": self.flaps_per_hour >= 0, "flap_s": self.flap_s > 0,
@@ -59,8 +65,10 @@ class ReadinessFaults:
                          f"(Poisson) for {self.flap_s:g} s")
         if self.crash_looping:
             since = crash_from or f"{self.crash_from_s:g} s"
-            parts.append(f"the first {self.crash_looping} pod(s) started from {since} on crash-loop: "
-                         f"{self.crash_up_s:g} s Ready, "
+            which = (f"the {self.crash_looping} oldest pod(s) serving at {since} crash there and loop"
+                     if self.crash_serving else
+                     f"the first {self.crash_looping} pod(s) started from {since} on crash-loop")
+            parts.append(f"{which}: {self.crash_up_s:g} s Ready, "
                          f"then CrashLoopBackOff ({BACKOFF_S:g} s doubling to {BACKOFF_MAX_S:g} s) and a start again")
         return "; ".join(parts)
 
@@ -75,6 +83,14 @@ class ReadinessFaults:
             return None
         mean_gap = 3600.0 / self.flaps_per_hour
         return Outages(first_ready, lambda up, _k: (up + float(rng.exponential(mean_gap)), self.flap_s))
+
+    def crash_while_serving(self, first_ready: float, restart_s: Callable[[], float]) -> Outages:
+        """The not-Ready windows of a pod first Ready at *first_ready* that crashes at `crash_from_s`
+        and loops from then on (*crash_serving*); its readiness losses before are forgone."""
+        def next_outage(up: float, k: int) -> tuple[float, float]:
+            return (max(self.crash_from_s, up) if k == 0 else up + self.crash_up_s), backoff_s(k) + restart_s()
+
+        return Outages(first_ready, next_outage, waiting_s=backoff_s)
 
 
 def backoff_s(restarts: int) -> float:

@@ -379,12 +379,23 @@ def test_crash_looping_pods_are_not_counted_as_serving_and_go_with_a_scale_down(
         == 1 + 2
 
 
-def test_crash_looping_pods_count_as_serving_unless_replacing_them_is_asked_for() -> None:
-    """Off by default: the benchmark measured the replacements as a cost (docs/autoscaler.md)."""
-    r = rec()
+def test_crash_looping_pods_are_replaced_by_default_and_count_as_serving_when_that_is_off() -> None:
+    assert rec().recommend(Observation(15, 450.0, 0.0, 3, 5, crash_looping_pods=2)).desired == 7
+    r = rec(replace_crash_looping=False)
     r.recommend(obs(0, 450.0))
     out = r.recommend(Observation(15, 450.0, 0.0, 3, 5, crash_looping_pods=2))
     assert (out.desired, out.reason) == (5, "rate")
+
+
+def test_crash_looping_pods_are_replaced_only_as_far_as_the_rest_fall_short_at_full_capacity() -> None:
+    """400 req/s needs 5 replicas at 0.9 of their capacity, 4 at all of it: with 2 of 6 looping, the 4
+    left carry it, so no more are asked for (one per looping pod asked for 7); with 3 of 6, one more."""
+    r = rec()
+    r.recommend(obs(0, 400.0, current=6))
+    out = r.recommend(Observation(15, 400.0, 0.0, 4, 6, crash_looping_pods=2))
+    assert out.desired == 6 and out.reason != "replace"
+    out = r.recommend(Observation(30, 400.0, 0.0, 3, 6, crash_looping_pods=3))
+    assert (out.desired, out.reason) == (7, "replace")
 
 
 def test_a_fleet_with_room_for_its_crash_looping_pods_asks_for_no_more() -> None:

@@ -979,13 +979,12 @@ def test_a_scale_down_not_yet_seen_through_does_not_hold_either() -> None:
 
 
 def test_crash_looping_pods_are_replaced_and_the_event_says_so() -> None:
-    """kube-state-metrics shows 2 of the 5 pods waiting in CrashLoopBackOff lately: with
-    `replace_crash_looping`, 7 are asked for."""
+    """kube-state-metrics shows 2 of the 5 pods waiting in CrashLoopBackOff lately: as shipped
+    (`replace_crash_looping`), 7 are asked for."""
     events = FakeEventApi()
     target = TargetSettings(deployment="triton", namespace="ml", model="resnet", min_replicas=1, max_replicas=50)
     fake = FakeProm()
-    settings = RecommenderSettings(targets=[target], capacity_rps=100.0,  # type: ignore[arg-type]
-                                   tuning={"replace_crash_looping": True})  # type: ignore[arg-type]
+    settings = RecommenderSettings(targets=[target], capacity_rps=100.0)  # type: ignore[arg-type]
     svc = RecommenderService(settings, fake, events=events)  # type: ignore[arg-type]
     svc.evaluate(0.0)  # 450 req/s on 5 replicas
     query = svc.states[("ml", "triton")].queries.crash_looping

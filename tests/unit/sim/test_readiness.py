@@ -116,6 +116,39 @@ def test_only_the_first_pods_started_from_the_moment_named_crash_loop() -> None:
     assert looping == {"replica-0": False, "replica-3": True, "replica-4": True, "replica-5": False}
 
 
+def test_crash_serving_loops_the_oldest_pods_ready_at_the_moment_from_then_on() -> None:
+    """A GPU failing under pods that serve: the oldest Ready ones crash at the moment, not those that start
+    after it nor one still starting, and they loop as the kubelet restarts them."""
+    faults = ReadinessFaults(crash_looping=2, crash_up_s=60.0, crash_from_s=100.0, crash_serving=True)
+    sim = FleetSim(CURVE, CFG, 2, cold_start_s=30.0, faults=faults)
+    sim.set_replicas(3)  # replica-2, Ready at 30 s
+    sim.advance(50.0)
+    sim.set_replicas(2)  # a scale-down before the moment takes replica-2 (the newest)
+    sim.advance(80.0)
+    sim.set_replicas(4)  # replica-3 and replica-4 are still starting at the moment (Ready at 110 s)
+    sim.advance(99.9)
+    assert sim.replicas_ready == 2 and sim.crash_looping(300.0) == 0
+    sim.advance(100.0)
+    sim.advance(109.0)
+    assert sim.replicas_ready == 0 and sim.crash_looping(300.0) == 2
+    looping = {r.name: r.outages is not None for r in sim._replicas if r.removed_at is None}
+    assert looping == {"replica-0": True, "replica-1": True, "replica-3": False, "replica-4": False}
+    replica_0 = sim._replicas[0].outages
+    assert replica_0 is not None
+    expected = crash_loop_windows(40.0, 60.0, 30.0, 3)  # Ready since 0 s, it crashes at 100 s: as if up 60 s from 40 s
+    assert replica_0.changes(0.0, expected[-1][1]) == [t for w in expected for t in w]
+    sim.advance(200.0)  # pods started after the moment never loop
+    assert sim.replicas_ready == 2 and sim.crash_looping(300.0) == 2
+
+
+def test_crash_serving_before_any_pod_serves_loops_none() -> None:
+    faults = ReadinessFaults(crash_looping=2, crash_from_s=5.0, crash_serving=True)
+    sim = FleetSim(CURVE, CFG, 0, cold_start_s=30.0, faults=faults)
+    sim.set_replicas(2)
+    sim.advance(300.0)
+    assert sim.replicas_ready == 2 and all(r.outages is None for r in sim._replicas)
+
+
 def test_a_crash_loop_shows_its_back_off_for_the_window_after_it_and_a_flap_never() -> None:
     """`max_over_time` of the waiting reason over the window: true from the crash until the window has
     passed the back-off's end (the restart's start is not a wait), false for a flap."""

@@ -83,10 +83,16 @@ class BenchScenario:
 
     def describe(self) -> str:
         """The page's title for it: the traffic, how replicas start and how they lose readiness."""
-        faults = "" if self.faults is None else "; " + self.faults.describe(
-            "the surge" if self.surge_at_s is not None else None)
+        faults = "" if self.faults is None else "; " + self.faults.describe(self._crash_from_words())
         ceiling = "" if self.max_replicas == MAX_REPLICAS else f"; maxReplicas {self.max_replicas}"
         return self._describe_start() + faults + ceiling
+
+    def _crash_from_words(self) -> str | None:
+        """The faults' `crash_from_s` in the surge's terms, where there is one (it counts the warm-up)."""
+        if self.surge_at_s is None or self.faults is None:
+            return None
+        into = self.faults.crash_from_s - WARMUP_S - self.surge_at_s
+        return "the surge" if into == 0 else f"{into:g} s into the surge"
 
     def _describe_start(self) -> str:
         if self.startup is None:
@@ -148,12 +154,13 @@ def startup_scenarios(duration_s: float, base_rps: float) -> dict[str, BenchScen
 
 
 # Run only when named, too; recorded on autoscale-readiness.md.
-READINESS_SCENARIOS = ("readiness-flap", "crash-loop")
+READINESS_SCENARIOS = ("readiness-flap", "crash-loop", "crash-loop-serving")
 
 
 def readiness_scenarios(duration_s: float, base_rps: float) -> dict[str, BenchScenario]:
     """The 3× surge again, with pods that lose readiness once they serve (issue 45, item 11): probes that
-    flap under load, and the first pods the surge adds crash-looping on a bad node. Every policy loses
+    flap under load, the first pods the surge adds crash-looping on a bad node, and the oldest pods
+    crash-looping once the surge has been met, their GPU failed under them. Every policy loses
     the capacity; tidescale must also keep learning its cold start from kube-state-metrics, whose ready
     time moves with every loss."""
     at = duration_s * 0.3
@@ -162,7 +169,11 @@ def readiness_scenarios(duration_s: float, base_rps: float) -> dict[str, BenchSc
                                             faults=ReadinessFaults(flaps_per_hour=6.0, flap_s=30.0)),
             "crash-loop": BenchScenario("crash-loop", traffic, DEFAULT_COLD_START_S, at,
                                         faults=ReadinessFaults(crash_looping=2, crash_up_s=60.0,
-                                                               crash_from_s=WARMUP_S + at))}
+                                                               crash_from_s=WARMUP_S + at)),
+            "crash-loop-serving": BenchScenario(
+                "crash-loop-serving", traffic, DEFAULT_COLD_START_S, at,
+                faults=ReadinessFaults(crash_looping=3, crash_up_s=60.0, crash_from_s=WARMUP_S + at * 5 / 3,
+                                       crash_serving=True))}
 
 
 # Run only when named, too; recorded on autoscale-lulls.md.
