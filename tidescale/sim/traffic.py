@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TextIO
+from typing import Literal, TextIO, get_args
 
 import numpy as np
 
@@ -279,8 +279,10 @@ def trace_unit(header: str | None, first: float) -> tuple[float, str]:
 
 
 UNIT_NAMES = {1.0: "seconds", 1e-3: "milliseconds", 1e-6: "microseconds", 1e-9: "nanoseconds"}
-# The units a replay may be told its numeric timestamps are in, whatever the header or their size say.
-TRACE_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+# The units a replay may be told its numeric timestamps are in, whatever the header or their size say
+# (a type too, so that settings that take one are checked against the same names).
+TraceUnit = Literal["s", "ms", "us", "ns"]
+TRACE_UNITS: dict[str, float] = dict(zip(get_args(TraceUnit), (1.0, 1e-3, 1e-6, 1e-9), strict=True))
 
 
 def check_trace_unit(unit: str | None, what: str = "a trace's timestamp unit") -> None:

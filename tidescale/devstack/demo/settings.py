@@ -11,7 +11,7 @@ from pydantic_settings import SettingsConfigDict
 
 from tidescale.contracts.settings import ComponentSettings
 from tidescale.contracts.slo import SLO_LATENCY_THRESHOLD_S
-from tidescale.sim.traffic import SCENARIOS
+from tidescale.sim.traffic import SCENARIOS, TraceUnit
 
 
 class DemoSettings(ComponentSettings):
@@ -26,7 +26,7 @@ class DemoSettings(ComponentSettings):
     scenario: str = "diurnal-surge"
     base_rps: float = Field(22.0, gt=0, le=2000)
     trace_csv: Path | None = None
-    trace_unit: Literal["s", "ms", "us", "ns"] | None = None  # its numeric timestamps' (None: header or size)
+    trace_unit: TraceUnit | None = None  # its numeric timestamps' (None: header or size)
     time_scale: float = Field(0.05, gt=0)
     min_replicas: int = Field(1, ge=1, le=16)
     max_replicas: int = Field(4, ge=1, le=16)
