@@ -748,8 +748,8 @@ class Recommender:
         # A season ago the demand peaked at this within the lookahead: be ready for it when the replicas
         # asked for now are, and keep them until that peak has passed (the down need holds it too).
         seasonal = 0 if obs.forecast is None else replicas_for(obs.forecast.rps * margin, self.capacity_rps, up_share)
-        measured_need = max(standing, replicas_for(max(projected, arrival * margin) + backlog_rps, self.capacity_rps,
-                                                   up_share))
+        up_rate = max(projected, arrival * margin) + backlog_rps  # what the fleet must carry, up and down
+        measured_need = max(standing, replicas_for(up_rate, self.capacity_rps, up_share))
         rate_need = max(seasonal, measured_need)
         drain_need = min(drain_need, math.ceil(cfg.max_drain_factor * max(rate_need, 1)))
         serving_need = max(rate_need, drain_need)
@@ -761,13 +761,12 @@ class Recommender:
         # the utilisation's margin over it stays theirs to lose. (Replacing each looping pod outright
         # bought nothing where the rest had that room, at 7 % more replica-hours: issue 45.)
         lost = min(max(0, obs.crash_looping_pods), obs.current_replicas) if cfg.replace_crash_looping else 0
-        replaced_up = lost and lost + max(drain_need, replicas_for(
-            max(projected, arrival * margin) + backlog_rps, self.capacity_rps, 1.0))
-        replaced_down = lost and lost + max(drain_need, replicas_for(
-            max(projected_down, down_arrival * margin) + backlog_rps, self.capacity_rps, 1.0))
+        down_rate = max(projected_down, down_arrival * margin) + backlog_rps
+        replaced_up = lost and lost + max(drain_need, replicas_for(up_rate, self.capacity_rps, 1.0))
+        replaced_down = lost and lost + max(drain_need, replicas_for(down_rate, self.capacity_rps, 1.0))
         up_need = max(serving_need, replaced_up, obs.current_replicas + 1 if hidden else 0)
-        down_need = max(replaced_down, drain_need, standing, seasonal, replicas_for(
-            max(projected_down, down_arrival * margin) + backlog_rps, self.capacity_rps, down_share))
+        down_need = max(replaced_down, drain_need, standing, seasonal,
+                        replicas_for(down_rate, self.capacity_rps, down_share))
         queue_driven = arrival - obs.arrival_rps + backlog_rps > 0.1 * max(projected, 1e-9)
         reason = "latency" if up_need > max(serving_need, replaced_up) else \
             "replace" if up_need > obs.current_replicas >= serving_need else \

@@ -77,8 +77,7 @@ class ReadinessFaults:
         """The not-Ready windows of a pod first Ready at *first_ready* (None: it never loses readiness);
         *restart_s* draws a restarted container's start-to-Ready time."""
         if crash_loops:
-            return Outages(first_ready, lambda up, k: (up + self.crash_up_s, backoff_s(k) + restart_s()),
-                           waiting_s=backoff_s)
+            return self._crash_loop(first_ready, restart_s)
         if self.flaps_per_hour <= 0:
             return None
         mean_gap = 3600.0 / self.flaps_per_hour
@@ -87,8 +86,15 @@ class ReadinessFaults:
     def crash_while_serving(self, first_ready: float, restart_s: Callable[[], float]) -> Outages:
         """The not-Ready windows of a pod first Ready at *first_ready* that crashes at `crash_from_s`
         and loops from then on (*crash_serving*); its readiness losses before are forgone."""
+        return self._crash_loop(first_ready, restart_s, first_crash_s=self.crash_from_s)
+
+    def _crash_loop(self, first_ready: float, restart_s: Callable[[], float],
+                    first_crash_s: float | None = None) -> Outages:
+        """A crash loop's windows: each crash `crash_up_s` after the pod is Ready again (the first at
+        *first_crash_s* instead, where given), then the back-off and a restart."""
         def next_outage(up: float, k: int) -> tuple[float, float]:
-            return (max(self.crash_from_s, up) if k == 0 else up + self.crash_up_s), backoff_s(k) + restart_s()
+            crash = up + self.crash_up_s if k or first_crash_s is None else max(first_crash_s, up)
+            return crash, backoff_s(k) + restart_s()
 
         return Outages(first_ready, next_outage, waiting_s=backoff_s)
 
