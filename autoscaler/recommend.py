@@ -144,6 +144,11 @@ class RecommenderConfig:
     # measured it before it shipped: the lulls 11 % cheaper at more windows within the SLO, the bursty
     # trace 1.8 % (held out: no clear difference), every other scenario identical.
     return_window_s: float = 600.0
+    # A scale-down into a dip waits as long as the longest dip that came back to the level held
+    # (`return_window_s`) within that window lasted, plus `lookahead_extra_s` (the lag of reading the
+    # return and acting on it), at most `dip_hold_s` (0: off; needs the return window). A dip that
+    # outlasted it is a fall, and is not learned (`Recommender.track_dips`).
+    dip_hold_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.capacity_rps <= 0:
@@ -160,6 +165,8 @@ class RecommenderConfig:
         check_headroom(self.headroom)
         if not 0 <= self.return_window_s < math.inf:
             raise UsageError(f"return_window_s must be >= 0 s and finite (0: off), got {self.return_window_s}")
+        if not 0 <= self.dip_hold_s < math.inf:
+            raise UsageError(f"dip_hold_s must be >= 0 s and finite (0: off), got {self.dip_hold_s}")
         if not self.headroom_window_s > 0:
             raise UsageError(f"headroom_window_s must be > 0, got {self.headroom_window_s}")
         if not 0 <= self.client_retries <= MAX_CLIENT_RETRIES:
@@ -363,6 +370,9 @@ class Recommender:
         self._slo_s = SLO_LATENCY_THRESHOLD_S  # the SLO the last evaluation was told (bursts' budgets)
         self._fall_rates: deque[tuple[float, float]] = deque()  # thinned to WINDOW_READINGS a window
         self.falling = False  # the arrivals fall steadily (`track_fall`): no hold-down, no band
+        self._dip: tuple[float, int] | None = None  # (since, the level's need) of the dip under way
+        # (came back at, lasted) of the dips that came back, decreasing durations: a sliding maximum
+        self._dips: deque[tuple[float, float]] = deque()
         self.last: Recommendation | None = None
 
     def record_interval(self, t: float, arrival_rps: float | None) -> None:
@@ -611,6 +621,36 @@ class Recommender:
             peak.popleft()
         return peak[0][1] if peak else math.inf
 
+    def track_dips(self, t: float, up_rps: float, down_rps: float, level_rps: float, share: float) -> float:
+        """Follow the dips below the level held (*level_rps*, `recent_peak`) and say how long a
+        scale-down waits now (0: the down delay alone): the longest dip that came back within
+        `return_window_s`, plus `lookahead_extra_s`, at most `dip_hold_s`.
+
+        A dip starts when the down reading needs fewer replicas than the level (both at the down
+        *share*), and ends when the up reading needs the level's again. The down delay alone lets a
+        fleet go 90 s into a lull, and a load back within a cold start lands on the smaller fleet (the
+        benchmark's lulls lost 5-9 % of their requests so). A dip like those seen is not worth
+        scaling into: history, not a longer fixed delay, which the bursty trace and the day pay for.
+        A dip that outlasts `dip_hold_s` is a fall, and is not learned."""
+        cfg = self.config
+        if cfg.dip_hold_s <= 0 or not math.isfinite(level_rps):
+            self._dip = None
+            return 0.0
+        if self._dip is None:
+            level_need = replicas_for(level_rps, self.capacity_rps, share)
+            if replicas_for(down_rps, self.capacity_rps, share) < level_need:
+                self._dip = (t, level_need)
+        elif replicas_for(up_rps, self.capacity_rps, share) >= self._dip[1]:
+            lasted = t - self._dip[0]
+            self._dip = None
+            if lasted <= cfg.dip_hold_s:
+                while self._dips and self._dips[-1][1] <= lasted:
+                    self._dips.pop()
+                self._dips.append((t, lasted))
+        while self._dips and self._dips[0][0] < t - cfg.return_window_s:
+            self._dips.popleft()
+        return min(cfg.dip_hold_s, self._dips[0][1] + cfg.lookahead_extra_s) if self._dips else 0.0
+
     def projection_cap(self, t: float) -> float:
         """The slow path's cap on its projection at *t*: `trend_cap`, or the panic's cap while a pod
         has held a backlog within the trend window and nothing was rejected in it.
@@ -762,6 +802,7 @@ class Recommender:
         # bought nothing where the rest had that room, at 7 % more replica-hours: issue 45.)
         lost = min(max(0, obs.crash_looping_pods), obs.current_replicas) if cfg.replace_crash_looping else 0
         down_rate = max(projected_down, down_arrival * margin) + backlog_rps
+        dip_delay = self.track_dips(obs.t, arrival * margin, down_arrival * margin, peak * margin, down_share)
         replaced_up = lost and lost + max(drain_need, replicas_for(up_rate, self.capacity_rps, 1.0))
         replaced_down = lost and lost + max(drain_need, replicas_for(down_rate, self.capacity_rps, 1.0))
         up_need = max(serving_need, replaced_up, obs.current_replicas + 1 if hidden else 0)
@@ -789,7 +830,7 @@ class Recommender:
         else:
             # Scale down to the largest count that sufficed (at the lower utilisation) over the delay.
             now_need = max(down_need, up_need)
-            delay = 0.0 if falling else cfg.down_delay_s
+            delay = 0.0 if falling else max(cfg.down_delay_s, dip_delay)
             # Candidates closer than delay / WINDOW_READINGS merge into the newest, which keeps the larger
             # need (a need held a fraction of a second longer): a long delay at a short interval.
             append_thinned(self._down_candidates, obs.t, now_need, delay / WINDOW_READINGS, max)
@@ -803,8 +844,12 @@ class Recommender:
             held = max(n for _, n in self._down_candidates)
             if span >= delay * 0.999 and held < current:
                 desired, reason = held, "fall" if falling else reason
-            else:
-                desired, reason = current, "hold-down" if now_need < current else reason
+            elif now_need >= current:
+                desired = current
+            else:  # less is needed, but not for the down delay, or not for as long as dips came back
+                recent = max((n for at, n in self._down_candidates if at >= obs.t - cfg.down_delay_s), default=held)
+                dip = delay > cfg.down_delay_s and span >= cfg.down_delay_s * 0.999 and recent < current
+                desired, reason = current, "dip" if dip else "hold-down"
         floor = self.panic_floor(obs.t)
         if floor > desired:
             desired, reason = floor, "panic"

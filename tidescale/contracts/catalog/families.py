@@ -305,6 +305,7 @@ TIDESCALE: list[MetricFamily] = [
     _own("tidescale_recommender_decision", "gauge", "bool",
          "1 for what the recommender's last evaluation decided and why (scale_up_rate, scale_up_queue, "
          "scale_up_panic, scale_up_forecast, scale_up_drain, scale_up_latency, scale_down, hold_down_delay, "
+         "hold_dip_returns, "
          "hold_saturated, hold_replicas_disagree, "
          "hold_scale_down_withdrawn, hold_missing_data, ...), 0 for the other reasons.",
          ("namespace", "deployment", "reason")),
