@@ -148,7 +148,7 @@ class RecommenderConfig:
     # (`return_window_s`) within that window lasted, plus `lookahead_extra_s` (the lag of reading the
     # return and acting on it), at most `dip_hold_s` (0: off; needs the return window). A dip that
     # outlasted it is a fall, and is not learned (`Recommender.track_dips`).
-    dip_hold_s: float = 0.0
+    dip_hold_s: float = 300.0
 
     def __post_init__(self) -> None:
         if self.capacity_rps <= 0:

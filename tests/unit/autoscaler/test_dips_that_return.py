@@ -1,5 +1,6 @@
 """A rise back to a level the arrivals held minutes ago is projected no further than that level
-(`return_window_s`): a return, not a surge."""
+(`return_window_s`): a return, not a surge. And a dip like the dips that came back to that level is
+not scaled into (`dip_hold_s`)."""
 
 from __future__ import annotations
 
@@ -119,3 +120,64 @@ def test_the_window_is_a_setting_on_by_default_and_bad_values_are_refused() -> N
             RecommenderConfig(capacity_rps=1.0, return_window_s=bad)
         with pytest.raises(ValueError):
             RecommenderTuning.model_validate({"return_window_s": bad})
+
+
+def held(dip_hold_s: float) -> RecommenderConfig:
+    return RecommenderConfig(capacity_rps=370.0, max_replicas=40, cold_start_s=60.0, dip_hold_s=dip_hold_s)
+
+
+def test_after_a_lull_that_came_back_the_next_lulls_are_not_scaled_into() -> None:
+    """Lulls of two minutes (and their minute-long ramps) every five: the down delay alone takes the
+    fleet into each, and the load comes back onto it. Learned, the hold outlasts the next."""
+    def lows(dip_hold_s: float) -> list[int]:  # the fewest replicas asked for in each lull
+        got = answers_on(lulls, held(dip_hold_s), 1500.0)
+        return [min(a.desired for t, _, a in got if start <= t < start + 300.0) for start in (300.0, 600.0, 900.0,
+                                                                                               1200.0)]
+
+    assert lows(0.0) == [1, 1, 1, 1]
+    assert lows(300.0) == [1, 3, 3, 3]  # the first is not known yet
+    whys = {decision(a.desired, read, a.reason, None) for t, read, a in answers_on(lulls, held(300.0), 1500.0)
+            if t >= 600.0}
+    assert "hold_dip_returns" in whys and "scale_down" not in whys
+
+
+def test_a_fall_after_dips_that_came_back_waits_no_longer_than_they_lasted() -> None:
+    """The lulls, then the load stays low: the fleet comes down once the dip has outlasted the
+    longest that came back (about 130 s here) plus the lookahead's 30 s, not at the down delay, and
+    not never."""
+    def then_low(t: float) -> float:
+        return lulls(t) if t < 900.0 else max(280.0, 800.0 - 520.0 * (t - 900.0) / 60.0)
+
+    def down_at(dip_hold_s: float) -> float:
+        return next(t for t, _, a in answers_on(then_low, held(dip_hold_s), 1500.0) if t >= 900.0 and a.desired < 3)
+
+    assert down_at(0.0) + 60.0 <= down_at(300.0) <= down_at(0.0) + 150.0
+
+
+def test_a_dip_longer_than_the_hold_is_a_fall_and_teaches_nothing() -> None:
+    def long_lulls(t: float) -> float:  # 800 req/s with 280 for four minutes every six
+        return 800.0 if t < 300.0 or (t - 300.0) % 360.0 >= 240.0 else 280.0
+
+    assert fleet_on(long_lulls, held(180.0), 1500.0) == fleet_on(long_lulls, held(0.0), 1500.0)
+
+
+def test_a_dip_that_came_back_longer_ago_than_the_return_window_is_forgotten() -> None:
+    def one_lull_then_another(t: float) -> float:
+        return 280.0 if 300.0 <= t < 400.0 or 1200.0 <= t < 1300.0 else 800.0
+
+    def fleet(window: float) -> list[tuple[float, int, float]]:
+        cfg = RecommenderConfig(capacity_rps=370.0, cold_start_s=60.0, dip_hold_s=300.0, return_window_s=window)
+        return [r for r in fleet_on(one_lull_then_another, cfg, 1500.0) if r[0] >= 1200.0]
+
+    remembered, forgotten = fleet(1000.0), fleet(600.0)
+    assert min(d for _, d, _ in remembered) == 3
+    assert min(d for _, d, _ in forgotten) < 3
+
+
+def test_the_dip_hold_is_a_setting_and_bad_values_are_refused() -> None:
+    assert RecommenderTuning.model_validate({"dip_hold_s": 0}).dip_hold_s == 0
+    for bad in (-1.0, float("inf"), float("nan")):
+        with pytest.raises(UsageError):
+            RecommenderConfig(capacity_rps=1.0, dip_hold_s=bad)
+        with pytest.raises(ValueError):
+            RecommenderTuning.model_validate({"dip_hold_s": bad})
