@@ -621,10 +621,12 @@ class Recommender:
             peak.popleft()
         return peak[0][1] if peak else math.inf
 
-    def track_dips(self, t: float, up_rps: float, down_rps: float, level_rps: float, share: float) -> float:
+    def track_dips(self, t: float, up_rps: float, down_rps: float, level_rps: float,
+                   share: float) -> tuple[float, int]:
         """Follow the dips below the level held (*level_rps*, `recent_peak`) and say how long a
-        scale-down waits now (0: the down delay alone): the longest dip that came back within
-        `return_window_s`, plus `lookahead_extra_s`, at most `dip_hold_s`.
+        scale-down below the level's need waits now (0: the down delay alone): the longest dip that
+        came back within `return_window_s`, plus `lookahead_extra_s`, at most `dip_hold_s`; and that
+        need (at the down *share*), which a scale-down after the down delay alone may still reach.
 
         A dip starts when the down reading needs fewer replicas than the level (both at the down
         *share*), and ends when the up reading needs the level's again. The down delay alone lets a
@@ -635,9 +637,9 @@ class Recommender:
         cfg = self.config
         if cfg.dip_hold_s <= 0 or not math.isfinite(level_rps):
             self._dip = None
-            return 0.0
+            return 0.0, 0
+        level_need = replicas_for(level_rps, self.capacity_rps, share)
         if self._dip is None:
-            level_need = replicas_for(level_rps, self.capacity_rps, share)
             if replicas_for(down_rps, self.capacity_rps, share) < level_need:
                 self._dip = (t, level_need)
         elif replicas_for(up_rps, self.capacity_rps, share) >= self._dip[1]:
@@ -649,7 +651,7 @@ class Recommender:
                 self._dips.append((t, lasted))
         while self._dips and self._dips[0][0] < t - cfg.return_window_s:
             self._dips.popleft()
-        return min(cfg.dip_hold_s, self._dips[0][1] + cfg.lookahead_extra_s) if self._dips else 0.0
+        return (min(cfg.dip_hold_s, self._dips[0][1] + cfg.lookahead_extra_s) if self._dips else 0.0), level_need
 
     def projection_cap(self, t: float) -> float:
         """The slow path's cap on its projection at *t*: `trend_cap`, or the panic's cap while a pod
@@ -802,7 +804,8 @@ class Recommender:
         # bought nothing where the rest had that room, at 7 % more replica-hours: issue 45.)
         lost = min(max(0, obs.crash_looping_pods), obs.current_replicas) if cfg.replace_crash_looping else 0
         down_rate = max(projected_down, down_arrival * margin) + backlog_rps
-        dip_delay = self.track_dips(obs.t, arrival * margin, down_arrival * margin, peak * margin, down_share)
+        dip_delay, level_need = self.track_dips(obs.t, arrival * margin, down_arrival * margin, peak * margin,
+                                                down_share)
         replaced_up = lost and lost + max(drain_need, replicas_for(up_rate, self.capacity_rps, 1.0))
         replaced_down = lost and lost + max(drain_need, replicas_for(down_rate, self.capacity_rps, 1.0))
         up_need = max(serving_need, replaced_up, obs.current_replicas + 1 if hidden else 0)
@@ -848,8 +851,12 @@ class Recommender:
                 desired = current
             else:  # less is needed, but not for the down delay, or not for as long as dips came back
                 recent = max((n for at, n in self._down_candidates if at >= obs.t - cfg.down_delay_s), default=held)
-                dip = delay > cfg.down_delay_s and span >= cfg.down_delay_s * 0.999 and recent < current
-                desired, reason = current, "dip" if dip else "hold-down"
+                if delay > cfg.down_delay_s and span >= cfg.down_delay_s * 0.999 and recent < current:
+                    # The down delay alone would go to `recent`: down to the level's need, not into the dip.
+                    keep = max(recent, level_need)
+                    desired, reason = (keep, reason) if keep < current else (current, "dip")
+                else:
+                    desired, reason = current, "hold-down"
         floor = self.panic_floor(obs.t)
         if floor > desired:
             desired, reason = floor, "panic"

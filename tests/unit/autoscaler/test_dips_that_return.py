@@ -49,9 +49,10 @@ def lulls(t: float) -> float:
 
 def config(return_window_s: float = 0.0) -> RecommenderConfig:
     """The trend capped at 2x the rate, as when the window was measured: under the shipped 1.25 a
-    blind return asks for 4 where 3 serve, not 5, and the window's own effect is harder to see."""
+    blind return asks for 4 where 3 serve, not 5, and the window's own effect is harder to see. No
+    dip hold (below), which keeps a fleet through the lulls whatever the projection asks."""
     return RecommenderConfig(capacity_rps=370.0, max_replicas=40, cold_start_s=60.0, trend_cap=2.0,
-                             return_window_s=return_window_s)
+                             return_window_s=return_window_s, dip_hold_s=0.0)
 
 
 def test_a_return_is_projected_to_its_level_and_a_surge_past_it_is_not() -> None:
