@@ -34,14 +34,16 @@ MAX_REPLICAS = 3
 
 
 def values(mode: str) -> dict[str, Any]:
-    # Short windows so a test run sees a scale-up and a scale-down within minutes.
+    # Short windows so a test run sees a scale-up and a scale-down within minutes (a dip the recommender
+    # learned from the load's own wobble holds a scale-down at most a minute, not the shipped five).
     return {
         "serving": {"namespace": SERVING},
         # Triton's OTLP exporter sends no bearer token: the exporter accepts its spans as those of watched
         # Triton pods, by their address (the default, traces_require_token: true, is kept).
         # KEDA mode with two recommenders, as an HA install runs them: the trigger reads the max of both.
         "recommender": {"replicas": 2 if mode == "keda" else 1, "settings": {
-            "interval_s": 5, "tuning": {"down_delay_s": 30, "rate_window_s": 30, "fast_window_s": 15}}},
+            "interval_s": 5, "tuning": {"down_delay_s": 30, "rate_window_s": 30, "fast_window_s": 15,
+                                       "dip_hold_s": 60}}},
         "autoscaling": {"mode": mode, "targets": [{"deployment": "triton", "model": "resnet50", "minReplicas": 1,
                                                    "maxReplicas": MAX_REPLICAS, "capacityRps": 40}]},
         **KPS_VALUES,

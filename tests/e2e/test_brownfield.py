@@ -47,7 +47,8 @@ INSTALLER = "ci-installer"
 OFFERED_RPS = 24.0  # one replica serves it; the recommender sizes for it at capacityRps 20
 TEST_SPEEDUPS: dict[str, Any] = {  # test-only: short windows, so that the story fits in minutes
     "recommender": {"settings": {"interval_s": 5,
-                                 "tuning": {"down_delay_s": 30, "rate_window_s": 30, "fast_window_s": 15}}},
+                                 "tuning": {"down_delay_s": 30, "rate_window_s": 30, "fast_window_s": 15,
+                                            "dip_hold_s": 60}}},
     "defaultRules": {"overrides": SHORT_WINDOWS},
     "monitoring": {"interval": "5s"},
 }

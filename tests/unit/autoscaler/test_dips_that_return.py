@@ -142,6 +142,26 @@ def test_after_a_lull_that_came_back_the_next_lulls_are_not_scaled_into() -> Non
     assert "hold_dip_returns" in whys and "scale_down" not in whys
 
 
+def test_a_learned_hold_keeps_the_levels_need_not_the_whole_fleet() -> None:
+    """A burst between two lulls, read by the fast path alone, panics the fleet to 5 where 3 carry
+    the level; the two extra go once the panic's hold and the down delay have passed, though dips have
+    been learned: the hold is for the dip. Held whole, the fleet of 5 waited the learned delay (about
+    160 s), into the next lull."""
+    rec, replicas, answers = Recommender(held(300.0)), 3, []
+    for t in range(0, 1500, 15):
+        if t == 795:
+            panicked = rec.panic(float(t), 1400.0, replicas)
+            assert panicked is not None and panicked.desired > 4
+            replicas = panicked.desired
+        got = rec.recommend(Observation(float(t), arrival_rps=lulls(t), queue_depth=0.0, ready_replicas=replicas,
+                                        current_replicas=replicas, p99_s=0.1, slo_latency_threshold_s=0.5))
+        answers.append((t, got.desired))
+        replicas = got.desired
+    back = [t for t, desired in answers if t > 795 and desired == 3][0]
+    assert back <= 795 + 60 + 30  # the panic's hold, then the down delay it restarted
+    assert {desired for t, desired in answers if t >= back} == {3}  # and the lulls after it still held
+
+
 def test_a_fall_after_dips_that_came_back_waits_no_longer_than_they_lasted() -> None:
     """The lulls, then the load stays low: the fleet comes down once the dip has outlasted the
     longest that came back (about 130 s here) plus the lookahead's 30 s, not at the down delay, and
