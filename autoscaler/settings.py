@@ -82,7 +82,6 @@ class RecommenderTuning(SettingsModel):
     return_window_s: float = Field(default=_default("return_window_s"), ge=0, allow_inf_nan=False)  # 0: off
     replace_crash_looping: bool = Field(default=_default("replace_crash_looping"))
     dip_hold_s: float = Field(default=_default("dip_hold_s"), ge=0, allow_inf_nan=False)  # 0: off
-    dip_hold_s: float = Field(default=_default("dip_hold_s"), ge=0, allow_inf_nan=False)  # 0: off
 
     def as_json(self) -> dict[str, Any]:
         """Plain JSON values (inf as "Infinity"), as recorded by the benchmark and printed by the CLI."""

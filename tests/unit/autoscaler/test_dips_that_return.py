@@ -113,14 +113,16 @@ def test_the_projection_never_falls_under_the_rate_nor_rises_over_the_blind_one(
         assert got.desired <= ref.desired
 
 
-def test_the_window_is_a_setting_on_by_default_and_bad_values_are_refused() -> None:
-    assert RecommenderTuning().return_window_s == 600
-    assert RecommenderTuning.model_validate({"return_window_s": 0}).return_window_s == 0
+@pytest.mark.parametrize(("knob", "shipped"), [("return_window_s", 600.0), ("dip_hold_s", 300.0)])
+def test_the_window_and_the_dip_hold_are_settings_on_by_default_and_bad_values_are_refused(knob: str,
+                                                                                         shipped: float) -> None:
+    assert getattr(RecommenderTuning(), knob) == shipped
+    assert getattr(RecommenderTuning.model_validate({knob: 0}), knob) == 0  # off
     for bad in (-1.0, float("inf"), float("nan")):
         with pytest.raises(UsageError):
-            RecommenderConfig(capacity_rps=1.0, return_window_s=bad)
+            RecommenderConfig(capacity_rps=1.0, **{knob: bad})
         with pytest.raises(ValueError):
-            RecommenderTuning.model_validate({"return_window_s": bad})
+            RecommenderTuning.model_validate({knob: bad})
 
 
 def held(dip_hold_s: float) -> RecommenderConfig:
@@ -157,7 +159,7 @@ def test_a_learned_hold_keeps_the_levels_need_not_the_whole_fleet() -> None:
                                         current_replicas=replicas, p99_s=0.1, slo_latency_threshold_s=0.5))
         answers.append((t, got.desired))
         replicas = got.desired
-    back = [t for t, desired in answers if t > 795 and desired == 3][0]
+    back = next(t for t, desired in answers if t > 795 and desired == 3)
     assert back <= 795 + 60 + 30  # the panic's hold, then the down delay it restarted
     assert {desired for t, desired in answers if t >= back} == {3}  # and the lulls after it still held
 
@@ -193,12 +195,3 @@ def test_a_dip_that_came_back_longer_ago_than_the_return_window_is_forgotten() -
     remembered, forgotten = fleet(1000.0), fleet(600.0)
     assert min(d for _, d, _ in remembered) == 3
     assert min(d for _, d, _ in forgotten) < 3
-
-
-def test_the_dip_hold_is_a_setting_and_bad_values_are_refused() -> None:
-    assert RecommenderTuning.model_validate({"dip_hold_s": 0}).dip_hold_s == 0
-    for bad in (-1.0, float("inf"), float("nan")):
-        with pytest.raises(UsageError):
-            RecommenderConfig(capacity_rps=1.0, dip_hold_s=bad)
-        with pytest.raises(ValueError):
-            RecommenderTuning.model_validate({"dip_hold_s": bad})
