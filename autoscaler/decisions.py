@@ -22,9 +22,9 @@ SCALE_UP: Final = {"rate": "scale_up_rate", "lookahead": "scale_up_lookahead", "
 # needed, not yet for the down delay), `saturated` (the SLO burns, or the completions per replica sit
 # at their measured ceiling), `replicas` (the replica reading disagrees with the HPA or with what was
 # asked for: the last answer stands), `withdrawn` (the fast path took back a scale-down the HPA had
-# not applied yet: the pods read more load than the smaller fleet carries), `dip` (less is needed for
-# the down delay, but dips below the level held came back within `return_window_s` after lasting up
-# to this long: `dip_hold_s`).
+# not applied yet: the pods read more load than the smaller fleet carries), `dip` (less has been
+# needed for the down delay, but not yet for as long as the dips below the level held that came back
+# within `return_window_s` lasted: `dip_hold_s`).
 HOLDS: Final = {"hold-down": "hold_down_delay", "saturated": "hold_saturated", "replicas": "hold_replicas_disagree",
                 "withdrawn": "hold_scale_down_withdrawn", "dip": "hold_dip_returns"}
 # Asking for at least the replicas there are while some of them cannot be scheduled (no node has a
