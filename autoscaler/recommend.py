@@ -145,6 +145,11 @@ class RecommenderConfig:
     # measured it before it shipped: the lulls 11 % cheaper at more windows within the SLO, the bursty
     # trace 1.8 % (held out: no clear difference), every other scenario identical.
     return_window_s: float = 600.0
+    # A climb out of a dip (or within a trend window of its end) up to this share over the level held
+    # still reads as that level: the reading that ends a dip carries a second's noise and the queue's
+    # refill, and 1 % over the level projected the return as a surge (the lulls' fourth replica).
+    # docs/benchmarks/autoscale-tuning-return_tolerance-0.md (0: off).
+    return_tolerance: float = 0.05
     # A scale-down below the need of the level held (`return_window_s`) waits as long as the longest dip
     # below it that came back within that window lasted, plus `lookahead_extra_s` (the lag of reading
     # the return and acting on it), at most `dip_hold_s` (0: off; needs the return window). A dip that
@@ -168,6 +173,8 @@ class RecommenderConfig:
         check_headroom(self.headroom)
         if not 0 <= self.return_window_s < math.inf:
             raise UsageError(f"return_window_s must be >= 0 s and finite (0: off), got {self.return_window_s}")
+        if not 0 <= self.return_tolerance <= 1:
+            raise UsageError(f"return_tolerance must be a share from 0 to 1 (0: off), got {self.return_tolerance}")
         if not 0 <= self.dip_hold_s < math.inf:
             raise UsageError(f"dip_hold_s must be >= 0 s and finite (0: off), got {self.dip_hold_s}")
         if not self.headroom_window_s > 0:
@@ -322,12 +329,14 @@ def projected_rate(rate_rps: float, slope: float, lookahead_s: float, cap: float
     return min(rate_rps * cap, rate_rps + max(0.0, slope) * lookahead_s)
 
 
-def held_return(rate_rps: float, projected_rps: float, level_rps: float) -> float:
+def held_return(rate_rps: float, projected_rps: float, level_rps: float, tolerance: float = 0.0) -> float:
     """*projected_rps* for a rate still at or under a *level_rps* the arrivals held minutes ago, at
     most that level: the rise out of a lull, or a bursty trace's climb back, reads as a steep ramp in
     the rate windows, and projected over a cold start it asked for replicas the level never needed
     (the benchmark's lulls: 5 where 3 serve). Past the level the trend is a surge's, untouched."""
-    return min(projected_rps, level_rps) if rate_rps <= level_rps else projected_rps
+    if rate_rps <= level_rps * (1.0 + tolerance):
+        return min(projected_rps, max(level_rps, rate_rps))
+    return projected_rps
 
 
 def reachable_under_tolerance(current: int, desired: int, tolerance: float = 0.1) -> int:
@@ -376,6 +385,7 @@ class Recommender:
         self._dip: tuple[float, int] | None = None  # (since, the level's need) of the dip under way
         # (came back at, lasted) of the dips that came back, decreasing durations: a sliding maximum
         self._dips: deque[tuple[float, float]] = deque()
+        self._back_at = -math.inf  # when the last dip ended (the up reading needed the level's count again)
         self.last: Recommendation | None = None
 
     def record_interval(self, t: float, arrival_rps: float | None) -> None:
@@ -638,7 +648,7 @@ class Recommender:
         scaling into: history, not a longer fixed delay, which the bursty trace and the day pay for.
         A dip that outlasts `dip_hold_s` is a fall, and is not learned."""
         cfg = self.config
-        if cfg.dip_hold_s <= 0 or not math.isfinite(level_rps):
+        if not math.isfinite(level_rps):
             self._dip = None
             return 0.0, 0
         level_need = replicas_for(level_rps, self.capacity_rps, share)
@@ -647,14 +657,21 @@ class Recommender:
                 self._dip = (t, level_need)
         elif replicas_for(up_rps, self.capacity_rps, share) >= self._dip[1]:
             lasted = t - self._dip[0]
-            self._dip = None
+            self._dip, self._back_at = None, t
             if lasted <= cfg.dip_hold_s:
                 while self._dips and self._dips[-1][1] <= lasted:
                     self._dips.pop()
                 self._dips.append((t, lasted))
         while self._dips and self._dips[0][0] < t - cfg.return_window_s:
             self._dips.popleft()
-        return (min(cfg.dip_hold_s, self._dips[0][1] + cfg.lookahead_extra_s) if self._dips else 0.0), level_need
+        if cfg.dip_hold_s <= 0 or not self._dips:
+            return 0.0, level_need
+        return min(cfg.dip_hold_s, self._dips[0][1] + cfg.lookahead_extra_s), level_need
+
+    def returning(self, t: float) -> bool:
+        """Whether the arrivals are in a dip below the level held, or came back to it within the trend
+        window (whose readings still hold the climb): where `return_tolerance` applies."""
+        return self._dip is not None or t - self._back_at <= self.config.trend_window_s
 
     def projection_cap(self, t: float) -> float:
         """The slow path's cap on its projection at *t*: `trend_cap`, or the panic's cap while a pod
@@ -784,8 +801,11 @@ class Recommender:
         floor_rps = self.recent_floor(obs.t, arrival)
         lookahead = cfg.cold_start_s + cfg.lookahead_extra_s
         peak = self.recent_peak(obs.t, arrival)
+        dip_delay, level_need = self.track_dips(obs.t, arrival * margin, down_arrival * margin, peak * margin,
+                                                down_share)
+        tolerance = cfg.return_tolerance if self.returning(obs.t) else 0.0
         trend_projected = projected_rate(arrival, slope, lookahead, trend_cap)
-        projected = held_return(arrival, trend_projected, peak)
+        projected = held_return(arrival, trend_projected, peak, tolerance)
         backlog_rps = obs.queue_depth / cfg.drain_s
         drain_need = drain_replicas(arrival, pod_backlog, self.capacity_rps, cfg.pod_drain_s, cfg.max_replicas)
         standing = replicas_for(floor_rps * cfg.headroom * margin, self.capacity_rps, up_share) \
@@ -799,7 +819,7 @@ class Recommender:
         drain_need = min(drain_need, math.ceil(cfg.max_drain_factor * max(rate_need, 1)))
         serving_need = max(rate_need, drain_need)
         projected_down = held_return(down_arrival, projected_rate(down_arrival, slope, lookahead, trend_cap),
-                                     peak)
+                                     peak, tolerance)
         # (`replace_crash_looping`) A crash-looping pod is in the Deployment's count but serves little, so
         # the pods that do not loop must carry the demand on their own, at all of their capacity: the
         # fleet asks for one replacement per looping pod only as far as they fall short of that, and
@@ -807,8 +827,6 @@ class Recommender:
         # bought nothing where the rest had that room, at 7 % more replica-hours: issue 45.)
         lost = min(max(0, obs.crash_looping_pods), obs.current_replicas) if cfg.replace_crash_looping else 0
         down_rate = max(projected_down, down_arrival * margin) + backlog_rps
-        dip_delay, level_need = self.track_dips(obs.t, arrival * margin, down_arrival * margin, peak * margin,
-                                                down_share)
         replaced_up = lost and lost + max(drain_need, replicas_for(up_rate, self.capacity_rps, 1.0))
         replaced_down = lost and lost + max(drain_need, replicas_for(down_rate, self.capacity_rps, 1.0))
         up_need = max(serving_need, replaced_up, obs.current_replicas + 1 if hidden else 0)
