@@ -333,7 +333,9 @@ def held_return(rate_rps: float, projected_rps: float, level_rps: float, toleran
     """*projected_rps* for a rate still at or under a *level_rps* the arrivals held minutes ago, at
     most that level: the rise out of a lull, or a bursty trace's climb back, reads as a steep ramp in
     the rate windows, and projected over a cold start it asked for replicas the level never needed
-    (the benchmark's lulls: 5 where 3 serve). Past the level the trend is a surge's, untouched."""
+    (the benchmark's lulls: 5 where 3 serve). Past the level the trend is a surge's, untouched, but a
+    rate within *tolerance* (a share) over it is still the level's, projected no further than itself:
+    the reading that ends a dip carries noise and the queue's refill (`Recommender.returning`)."""
     if rate_rps <= level_rps * (1.0 + tolerance):
         return min(projected_rps, max(level_rps, rate_rps))
     return projected_rps

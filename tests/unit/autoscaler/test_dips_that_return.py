@@ -4,6 +4,7 @@ not scaled into (`dip_hold_s`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import pytest
@@ -113,16 +114,52 @@ def test_the_projection_never_falls_under_the_rate_nor_rises_over_the_blind_one(
         assert got.desired <= ref.desired
 
 
-@pytest.mark.parametrize(("knob", "shipped"), [("return_window_s", 600.0), ("dip_hold_s", 300.0)])
-def test_the_window_and_the_dip_hold_are_settings_on_by_default_and_bad_values_are_refused(knob: str,
-                                                                                         shipped: float) -> None:
+@pytest.mark.parametrize(("knob", "shipped", "too_large"), [("return_window_s", 600.0, float("inf")),
+                                                           ("dip_hold_s", 300.0, float("inf")),
+                                                           ("return_tolerance", 0.05, 1.5)])
+def test_the_window_the_tolerance_and_the_dip_hold_are_settings_on_by_default_and_bad_values_are_refused(
+        knob: str, shipped: float, too_large: float) -> None:
     assert getattr(RecommenderTuning(), knob) == shipped
     assert getattr(RecommenderTuning.model_validate({knob: 0}), knob) == 0  # off
-    for bad in (-1.0, float("inf"), float("nan")):
+    for bad in (-1.0, too_large, float("nan")):
         with pytest.raises(UsageError):
             RecommenderConfig(capacity_rps=1.0, **{knob: bad})
         with pytest.raises(ValueError):
             RecommenderTuning.model_validate({knob: bad})
+
+
+def overshooting_lulls(t: float) -> float:
+    """The lulls, each return reading 1 % over the level for a minute (a second's noise, and the
+    queue refilling as the batches grow back, on top of the arrivals)."""
+    phase = (t - 300.0) % 300.0 if t >= 300.0 else -1.0
+    return 808.0 if 180.0 <= phase < 240.0 else lulls(t)
+
+
+def tolerant(return_tolerance: float) -> RecommenderConfig:
+    return dataclasses.replace(config(600.0), return_tolerance=return_tolerance)
+
+
+def test_a_return_a_little_over_the_level_is_still_the_level() -> None:
+    """At 1 % over the level the return read as a surge and its trend was projected: a fourth replica
+    where 3 serve (the benchmark's lulls, every draw). Within `return_tolerance` of the level it is
+    projected no further than the rate itself."""
+    strict = fleet_on(overshooting_lulls, tolerant(0.0), 1500.0)
+    lenient = fleet_on(overshooting_lulls, tolerant(0.05), 1500.0)
+    assert max(d for t, d, _ in strict if t >= 420) >= 4
+    assert max(d for t, d, _ in lenient if t >= 420) == 3
+    assert max(p for t, _, p in lenient if t >= 420) == pytest.approx(808.0)
+
+
+def test_the_tolerance_holds_only_for_a_climb_out_of_a_dip() -> None:
+    """A slow climb that never dipped passes the level held by less than the tolerance (the level is a
+    rate window old), and is a rise: its trend is projected over the cold start as before."""
+    def climb(t: float) -> float:
+        return 800.0 + 0.4 * max(0.0, t - 600.0)
+
+    strict = fleet_on(climb, tolerant(0.0), 1200.0)
+    assert fleet_on(climb, tolerant(0.05), 1200.0) == strict
+    rising = [(p, climb(t)) for t, _, p in strict if t >= 700]
+    assert all(p > rate * 1.02 for p, rate in rising)  # projected past the rate, within 5 % of the level
 
 
 def held(dip_hold_s: float) -> RecommenderConfig:
