@@ -80,7 +80,7 @@ class RecommenderTuning(SettingsModel):
     fall_window_s: InfOff = Field(default=_default("fall_window_s"), gt=0)  # inf: off
     fall_fit: float = Field(default=_default("fall_fit"), gt=0, le=1)
     return_window_s: float = Field(default=_default("return_window_s"), ge=0, allow_inf_nan=False)  # 0: off
-    return_tolerance: float = Field(default=_default("return_tolerance"), ge=0, le=1, allow_inf_nan=False)
+    return_tolerance: float = Field(default=_default("return_tolerance"), ge=0, le=1, allow_inf_nan=False)  # 0: off
     replace_crash_looping: bool = Field(default=_default("replace_crash_looping"))
     dip_hold_s: float = Field(default=_default("dip_hold_s"), ge=0, allow_inf_nan=False)  # 0: off
 

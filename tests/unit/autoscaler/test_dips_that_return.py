@@ -37,10 +37,15 @@ def fleet_on(rate: Rate, config: RecommenderConfig, end: float) -> list[tuple[fl
     return [(t, got.desired, got.projected_rps) for t, _, got in answers_on(rate, config, end)]
 
 
+def lull_phase(t: float) -> float:
+    """Seconds into the current five-minute cycle of `lulls` (-1 before the first)."""
+    return (t - 300.0) % 300.0 if t >= 300.0 else -1.0
+
+
 def lulls(t: float) -> float:
     """800 req/s with a lull to 280 of two minutes every five (from 300 s on), as a 1-minute rate reads
     the steps: a minute's ramp each way."""
-    phase = (t - 300.0) % 300.0 if t >= 300.0 else -1.0
+    phase = lull_phase(t)
     if phase < 0:
         return 800.0
     into = min(1.0, phase / 60.0)  # the ramp down
@@ -131,8 +136,7 @@ def test_the_window_the_tolerance_and_the_dip_hold_are_settings_on_by_default_an
 def overshooting_lulls(t: float) -> float:
     """The lulls, each return reading 1 % over the level for a minute (a second's noise, and the
     queue refilling as the batches grow back, on top of the arrivals)."""
-    phase = (t - 300.0) % 300.0 if t >= 300.0 else -1.0
-    return 808.0 if 180.0 <= phase < 240.0 else lulls(t)
+    return 808.0 if 180.0 <= lull_phase(t) < 240.0 else lulls(t)
 
 
 def tolerant(return_tolerance: float) -> RecommenderConfig:
